@@ -1,0 +1,328 @@
+//! The owned lock guard, its shareable lease view, and the loss signal.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::{LockBackend, ReleaseOutcome, RenewOutcome, Replication};
+use crate::error::{Error, LossReason, NotHeldReason, Result};
+use crate::options::validate_ttl;
+use crate::token::{FencingToken, LockToken};
+
+/// State shared by a guard, its lease handles and its renewer.
+pub(crate) struct LeaseState {
+    pub(crate) backend: Arc<dyn LockBackend>,
+    pub(crate) key: String,
+    pub(crate) token: LockToken,
+    pub(crate) fencing_token: Option<FencingToken>,
+    pub(crate) replication: Replication,
+    pub(crate) acquired_at: Instant,
+    pub(crate) drift_factor: f64,
+    /// (start of the op that set it, deadline). Only an op that started later
+    /// may replace it, so a slow reply cannot move the deadline backwards past
+    /// a newer renewal.
+    validity: Mutex<(Instant, Instant)>,
+    lost: CancellationToken,
+    loss_reason: OnceLock<LossReason>,
+}
+
+impl LeaseState {
+    #[allow(clippy::too_many_arguments)] // one constructor, called from one place
+    pub(crate) fn new(
+        backend: Arc<dyn LockBackend>,
+        key: String,
+        token: LockToken,
+        fencing_token: Option<FencingToken>,
+        replication: Replication,
+        sent_at: Instant,
+        deadline: Instant,
+        drift_factor: f64,
+    ) -> Self {
+        LeaseState {
+            backend,
+            key,
+            token,
+            fencing_token,
+            replication,
+            acquired_at: sent_at,
+            drift_factor,
+            validity: Mutex::new((sent_at, deadline)),
+            lost: CancellationToken::new(),
+            loss_reason: OnceLock::new(),
+        }
+    }
+
+    pub(crate) fn deadline(&self) -> Instant {
+        match self.validity.lock() {
+            Ok(v) => v.1,
+            Err(poisoned) => poisoned.into_inner().1,
+        }
+    }
+
+    /// The deadline a successful renewal sent at `sent_at` with `ttl` earns.
+    pub(crate) fn deadline_for(&self, sent_at: Instant, ttl: Duration) -> Instant {
+        let drift = ttl
+            .mul_f64(self.drift_factor.clamp(0.0, 1.0))
+            .saturating_add(Duration::from_millis(2));
+        sent_at + ttl.saturating_sub(drift)
+    }
+
+    pub(crate) fn renewed(&self, sent_at: Instant, ttl: Duration) {
+        if self.is_lost() {
+            return; // loss is sticky: the holder was already told
+        }
+        let deadline = self.deadline_for(sent_at, ttl);
+        let mut v = match self.validity.lock() {
+            Ok(v) => v,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if sent_at >= v.0 {
+            *v = (sent_at, deadline);
+        }
+    }
+
+    pub(crate) fn mark_lost(&self, reason: LossReason) {
+        let _ = self.loss_reason.set(reason);
+        self.lost.cancel();
+    }
+
+    /// Lost by signal, or past the deadline (which then becomes the signal).
+    pub(crate) fn is_lost(&self) -> bool {
+        if self.lost.is_cancelled() {
+            return true;
+        }
+        if Instant::now() >= self.deadline() {
+            self.mark_lost(LossReason::DeadlinePassed);
+            return true;
+        }
+        false
+    }
+
+    fn reason(&self) -> LossReason {
+        self.loss_reason.get().copied().unwrap_or(LossReason::DeadlinePassed)
+    }
+
+    pub(crate) async fn wait_lost(self: Arc<Self>) -> LossReason {
+        loop {
+            let deadline = self.deadline();
+            tokio::select! {
+                () = self.lost.cancelled() => return self.reason(),
+                () = tokio::time::sleep_until(deadline) => {
+                    if self.is_lost() {
+                        return self.reason();
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A cheap, cloneable view of a held lease: who, until when, and a loss
+/// signal. Handed to `with_lock` bodies; it cannot release the lock.
+#[derive(Clone)]
+pub struct LeaseHandle {
+    pub(crate) state: Arc<LeaseState>,
+}
+
+impl std::fmt::Debug for LeaseHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseHandle")
+            .field("key", &self.state.key)
+            .field("fencing_token", &self.state.fencing_token)
+            .field("remaining", &self.remaining())
+            .field("lost", &self.state.lost.is_cancelled())
+            .finish()
+    }
+}
+
+impl LeaseHandle {
+    /// The locked key.
+    pub fn key(&self) -> &str {
+        &self.state.key
+    }
+
+    /// This acquisition's owner token.
+    pub fn token(&self) -> &LockToken {
+        &self.state.token
+    }
+
+    /// This grant's fencing token, if the backend issues them.
+    pub fn fencing_token(&self) -> Option<FencingToken> {
+        self.state.fencing_token
+    }
+
+    /// Replica acknowledgement of the acquire, if the backend checked.
+    pub fn replication(&self) -> Replication {
+        self.state.replication
+    }
+
+    /// When the request that won the lock was sent.
+    pub fn acquired_at(&self) -> Instant {
+        self.state.acquired_at
+    }
+
+    /// The local validity deadline (tokio's monotonic clock). Computed from
+    /// the moment *before* the last successful acquire or renew was sent,
+    /// minus the drift allowance, so it passes before the server's TTL can.
+    pub fn deadline(&self) -> Instant {
+        self.state.deadline()
+    }
+
+    /// Time left before the local deadline (zero once passed).
+    pub fn remaining(&self) -> Duration {
+        self.deadline().saturating_duration_since(Instant::now())
+    }
+
+    /// True once the lease is lost: a renewal found another owner (or no
+    /// key), or the local deadline passed without a successful renewal.
+    pub fn is_lost(&self) -> bool {
+        self.state.is_lost()
+    }
+
+    /// Resolves when the lease is lost (see [`LeaseHandle::is_lost`]). The
+    /// future is `'static`: it can be moved into a `select!` or a task.
+    pub fn lost(&self) -> impl Future<Output = LossReason> + Send + 'static {
+        self.state.clone().wait_lost()
+    }
+}
+
+/// An acquired lock. Owned and `'static`: move it into tasks freely.
+///
+/// Dropping it stops the renewer and hands a best-effort release to the tokio
+/// runtime (never blocks, never panics without a runtime: the TTL is then the
+/// safety net). Call [`LockGuard::release`] to learn the outcome.
+#[must_use = "dropping the guard releases the lock"]
+pub struct LockGuard {
+    pub(crate) handle: LeaseHandle,
+    pub(crate) ttl: Duration,
+    pub(crate) op_timeout: Duration,
+    /// Cancels the renewer; cancelled on release and on drop.
+    pub(crate) renewer_stop: CancellationToken,
+    pub(crate) released: bool,
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("lease", &self.handle)
+            .field("ttl", &self.ttl)
+            .finish()
+    }
+}
+
+impl std::ops::Deref for LockGuard {
+    type Target = LeaseHandle;
+    fn deref(&self) -> &LeaseHandle {
+        &self.handle
+    }
+}
+
+impl LockGuard {
+    /// A cloneable view of this lease (for `select!`, tasks, logging).
+    pub fn handle(&self) -> LeaseHandle {
+        self.handle.clone()
+    }
+
+    /// Reset the lease's TTL to `ttl` now (owner-checked). With automatic
+    /// renewal on, the next renewal goes back to the manager's TTL.
+    ///
+    /// Fails with [`Error::NotHeld`] if the lease is lost; a transport error
+    /// leaves the lease as it was (its deadline is unchanged).
+    pub async fn extend(&self, ttl: Duration) -> Result<()> {
+        validate_ttl(ttl)?;
+        let state = &self.handle.state;
+        if self.released {
+            return Err(not_held(state, NotHeldReason::Missing));
+        }
+        if state.is_lost() {
+            return Err(not_held(state, NotHeldReason::Expired));
+        }
+        let sent_at = Instant::now();
+        let call = state.backend.renew(&state.key, &state.token, ttl);
+        let outcome = match tokio::time::timeout(self.op_timeout.min(self.remaining()), call).await {
+            Ok(r) => r?,
+            Err(_) => {
+                return Err(Error::outcome_unknown(
+                    state.backend.capabilities().name,
+                    "renew timed out",
+                ));
+            }
+        };
+        match outcome {
+            RenewOutcome::Renewed => {
+                state.renewed(sent_at, ttl);
+                Ok(())
+            }
+            RenewOutcome::HeldByOther => {
+                state.mark_lost(LossReason::NotOwner);
+                Err(not_held(state, NotHeldReason::HeldByOther))
+            }
+            RenewOutcome::Missing => {
+                state.mark_lost(LossReason::NotOwner);
+                Err(not_held(state, NotHeldReason::Missing))
+            }
+        }
+    }
+
+    /// Stop renewing and delete the key if this lease still holds it.
+    ///
+    /// `Released` means we deleted our own lock; `HeldByOther` / `Missing`
+    /// mean it was already lost (nothing of anyone else's was touched).
+    /// Cancellation-safe: if this future is dropped mid-flight, the guard's
+    /// drop schedules the release again.
+    pub async fn release(mut self) -> Result<ReleaseOutcome> {
+        self.renewer_stop.cancel();
+        let state = self.handle.state.clone();
+        let call = state.backend.release(&state.key, &state.token);
+        let result = match tokio::time::timeout(self.op_timeout, call).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::outcome_unknown(
+                state.backend.capabilities().name,
+                "release timed out",
+            )),
+        };
+        if result.is_ok() {
+            self.released = true;
+        }
+        if !matches!(result, Ok(ReleaseOutcome::Released)) {
+            state.mark_lost(LossReason::NotOwner);
+        }
+        result
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        self.renewer_stop.cancel();
+        if self.released {
+            return;
+        }
+        let state = self.handle.state.clone();
+        let op_timeout = self.op_timeout;
+        spawn_release(state.backend.clone(), state.key.clone(), state.token, op_timeout);
+    }
+}
+
+/// Best-effort release on the current tokio runtime, if any. Owner-checked, so
+/// it is safe even if we never held the key.
+pub(crate) fn spawn_release(backend: Arc<dyn LockBackend>, key: String, token: LockToken, timeout: Duration) {
+    if let Ok(handle) = tokio::runtime::Handle::try_current() {
+        handle.spawn(async move {
+            match tokio::time::timeout(timeout, backend.release(&key, &token)).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::debug!(key, error = %e, "background release failed; the TTL will free the key"),
+                Err(_) => tracing::debug!(key, "background release timed out; the TTL will free the key"),
+            }
+        });
+    }
+}
+
+fn not_held(state: &LeaseState, reason: NotHeldReason) -> Error {
+    Error::NotHeld {
+        key: state.key.clone(),
+        reason,
+    }
+}

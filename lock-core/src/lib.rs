@@ -1,0 +1,28 @@
+//! Core of verrou: the [`LockBackend`] and [`VersionedStore`] traits, the
+//! owned [`LockGuard`], the background renewer, and the [`LockManager`].
+//!
+//! Backends implement the small primitive traits; everything else (waiting
+//! with jittered backoff, renewal, loss detection on a local monotonic
+//! deadline, scoped critical sections, optimistic-update retries) lives here
+//! once, so every backend behaves the same.
+
+pub mod backend;
+pub mod error;
+pub mod guard;
+mod jitter;
+pub mod manager;
+pub mod options;
+mod renewer;
+pub mod token;
+pub mod versioned;
+
+pub use backend::{AcquireOutcome, Capabilities, Lease, LockBackend, ReleaseOutcome, RenewOutcome, Replication};
+pub use error::{BoxError, Error, LossReason, NodeOutcome, NodeReports, NotHeldReason, Result};
+pub use guard::{LeaseHandle, LockGuard};
+pub use manager::LockManager;
+pub use options::{Backoff, LockOptions, MAX_TTL, MIN_TTL, Renewal, UpdateOptions};
+pub use token::{FencingToken, LockToken};
+pub use versioned::{CasOutcome, CreateOutcome, DeleteOutcome, Expiry, Versioned, VersionedStore, VersionedStoreExt};
+
+/// Re-exported so backends and users name the same trait macro version.
+pub use async_trait::async_trait;

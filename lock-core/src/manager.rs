@@ -1,0 +1,303 @@
+//! The lock manager: acquire with timeout and backoff, try-lock, scoped
+//! critical sections, and renewal.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::{AcquireOutcome, LockBackend};
+use crate::error::{Error, Result};
+use crate::guard::{LeaseHandle, LeaseState, LockGuard, spawn_release};
+use crate::options::{LockOptions, Renewal, validate_key};
+use crate::token::LockToken;
+
+/// Hands out [`LockGuard`]s over one backend. Cheap to clone.
+///
+/// ```
+/// # async fn demo(backend: impl lock_core::LockBackend) -> lock_core::Result<()> {
+/// use lock_core::LockManager;
+/// let locks = LockManager::new(backend);
+/// let guard = locks.lock("orders:42").await?;   // waits up to the acquire timeout
+/// // ... critical section; the lease is renewed in the background ...
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LockManager {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    backend: Arc<dyn LockBackend>,
+    options: LockOptions,
+    /// Parent of every renewer's stop token: dropping the last manager clone
+    /// does not stop renewers (guards own them), but `shutdown` does.
+    shutdown: CancellationToken,
+}
+
+impl std::fmt::Debug for LockManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockManager")
+            .field("backend", &self.inner.backend.capabilities().name)
+            .field("options", &self.inner.options)
+            .finish()
+    }
+}
+
+impl LockManager {
+    /// A manager with the default [`LockOptions`].
+    pub fn new(backend: impl LockBackend) -> Self {
+        LockManager {
+            inner: Arc::new(Inner {
+                backend: Arc::new(backend),
+                options: LockOptions::default(),
+                shutdown: CancellationToken::new(),
+            }),
+        }
+    }
+
+    /// A manager with custom options (validated).
+    pub fn with_options(backend: impl LockBackend, options: LockOptions) -> Result<Self> {
+        Self::from_arc(Arc::new(backend), options)
+    }
+
+    /// A manager over a shared backend (validated options).
+    pub fn from_arc(backend: Arc<dyn LockBackend>, options: LockOptions) -> Result<Self> {
+        options.validate()?;
+        let max_ttl = backend.capabilities().max_ttl;
+        if options.ttl > max_ttl {
+            return Err(Error::invalid(format!(
+                "ttl {:?} is above this backend's maximum {max_ttl:?}",
+                options.ttl
+            )));
+        }
+        Ok(LockManager {
+            inner: Arc::new(Inner {
+                backend,
+                options,
+                shutdown: CancellationToken::new(),
+            }),
+        })
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> &LockOptions {
+        &self.inner.options
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<dyn LockBackend> {
+        &self.inner.backend
+    }
+
+    /// Stop every renewer started by this manager (their leases then run out
+    /// at their TTL unless released).
+    pub fn shutdown(&self) {
+        self.inner.shutdown.cancel();
+    }
+
+    /// Acquire `key`, waiting up to the acquire timeout while another client
+    /// holds it. Errors: [`Error::Timeout`] when it stayed held, the last
+    /// backend error when the backend kept failing, [`Error::InvalidArgument`].
+    pub async fn lock(&self, key: &str) -> Result<LockGuard> {
+        self.lock_with(key, &self.inner.options).await
+    }
+
+    /// [`LockManager::lock`] with per-call options.
+    pub async fn lock_with(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
+        match self.acquire(key, options, true).await? {
+            Some(guard) => Ok(guard),
+            None => Err(Error::Timeout {
+                key: key.to_owned(),
+                waited: options.acquire_timeout,
+            }),
+        }
+    }
+
+    /// One attempt, no waiting: `Ok(None)` if another client holds the key.
+    pub async fn try_lock(&self, key: &str) -> Result<Option<LockGuard>> {
+        self.acquire(key, &self.inner.options, false).await
+    }
+
+    /// Run `body` while holding `key`. If the lease is lost, the body is
+    /// cancelled (dropped at its next await point) and [`Error::Lost`] is
+    /// returned; otherwise the lock is released and the body's output returned.
+    pub async fn with_lock<F, Fut, T>(&self, key: &str, body: F) -> Result<T>
+    where
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.lock(key).await?;
+        let lost = guard.lost();
+        let handle = guard.handle();
+        let out = tokio::select! {
+            biased;
+            reason = lost => {
+                let held_for = guard.acquired_at().elapsed();
+                drop(guard); // best-effort release in the background
+                return Err(Error::Lost { key: key.to_owned(), held_for, reason });
+            }
+            out = body(handle) => out,
+        };
+        if let Err(e) = guard.release().await {
+            tracing::debug!(key, error = %e, "release after with_lock failed; the TTL will free the key");
+        }
+        Ok(out)
+    }
+
+    async fn acquire(&self, key: &str, options: &LockOptions, wait: bool) -> Result<Option<LockGuard>> {
+        validate_key(key)?;
+        if !std::ptr::eq(options, &self.inner.options) {
+            options.validate()?;
+        }
+        let backend = &self.inner.backend;
+        let ttl = options.ttl;
+        let validity = ttl.saturating_sub(options.drift(ttl));
+        let give_up = Instant::now() + options.acquire_timeout;
+        let mut attempt: u32 = 0;
+        loop {
+            // A fresh token per attempt: cleanup of an earlier attempt can
+            // never touch a later grant.
+            let token = LockToken::generate()?;
+            let sent_at = Instant::now();
+            let mut cleanup = ReleaseOnDrop::new(backend.clone(), key, token, options.op_timeout);
+            let call = backend.try_acquire(key, &token, ttl);
+            let (retry_after, failure) = match tokio::time::timeout(options.op_timeout.min(validity), call).await {
+                Ok(Ok(AcquireOutcome::Acquired(lease))) => {
+                    let validity = lease.validity.map_or(validity, |v| v.min(validity));
+                    let deadline = sent_at + validity;
+                    if Instant::now() >= deadline {
+                        // Granted too late to be useful: give it back.
+                        (None, None)
+                    } else {
+                        cleanup.disarm();
+                        return self.guard(key, token, lease, sent_at, deadline, options).map(Some);
+                    }
+                }
+                Ok(Ok(AcquireOutcome::Held { retry_after })) => {
+                    cleanup.disarm();
+                    (retry_after, None)
+                }
+                Ok(Err(e)) => {
+                    if !e.is_outcome_unknown() {
+                        cleanup.disarm();
+                    }
+                    if !e.is_backend() {
+                        return Err(e);
+                    }
+                    (None, Some(e))
+                }
+                Err(_) => (
+                    None,
+                    Some(Error::outcome_unknown(
+                        backend.capabilities().name,
+                        format!("acquire timed out after {:?}", options.op_timeout.min(validity)),
+                    )),
+                ),
+            };
+            drop(cleanup);
+            let now = Instant::now();
+            if !wait || now >= give_up {
+                return match failure {
+                    Some(e) => Err(e),
+                    None if wait => Err(Error::Timeout {
+                        key: key.to_owned(),
+                        waited: options.acquire_timeout,
+                    }),
+                    None => Ok(None),
+                };
+            }
+            let mut delay = options.backoff.delay(attempt);
+            if let Some(hint) = retry_after {
+                // No point sleeping past the holder's expiry.
+                delay = delay.min(hint.max(Duration::from_millis(1)));
+            }
+            delay = delay.min(give_up - now);
+            backend.wait_for_release(key, delay).await;
+            attempt = attempt.saturating_add(1);
+        }
+    }
+
+    fn guard(
+        &self,
+        key: &str,
+        token: LockToken,
+        lease: crate::backend::Lease,
+        sent_at: Instant,
+        deadline: Instant,
+        options: &LockOptions,
+    ) -> Result<LockGuard> {
+        let state = Arc::new(LeaseState::new(
+            self.inner.backend.clone(),
+            key.to_owned(),
+            token,
+            lease.fencing_token,
+            lease.replication,
+            sent_at,
+            deadline,
+            options.drift_factor,
+        ));
+        let stop = self.inner.shutdown.child_token();
+        let guard = LockGuard {
+            handle: LeaseHandle { state: state.clone() },
+            ttl: options.ttl,
+            op_timeout: options.op_timeout,
+            renewer_stop: stop.clone(),
+            released: false,
+        };
+        if let Renewal::Auto { interval } = options.renewal {
+            let runtime = tokio::runtime::Handle::try_current()
+                .map_err(|_| Error::invalid("automatic renewal needs a tokio runtime"))?;
+            runtime.spawn(crate::renewer::run(
+                state,
+                options.ttl,
+                interval,
+                options.op_timeout,
+                stop,
+            ));
+        }
+        Ok(guard)
+    }
+}
+
+/// Releases a token on drop unless disarmed: an acquire that was cancelled,
+/// timed out, or failed with an unknown outcome must not leave a lock behind.
+struct ReleaseOnDrop {
+    backend: Arc<dyn LockBackend>,
+    key: String,
+    token: LockToken,
+    timeout: Duration,
+    armed: bool,
+}
+
+impl ReleaseOnDrop {
+    fn new(backend: Arc<dyn LockBackend>, key: &str, token: LockToken, timeout: Duration) -> Self {
+        ReleaseOnDrop {
+            backend,
+            key: key.to_owned(),
+            token,
+            timeout,
+            armed: true,
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            spawn_release(
+                self.backend.clone(),
+                std::mem::take(&mut self.key),
+                self.token,
+                self.timeout,
+            );
+        }
+    }
+}

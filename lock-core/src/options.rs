@@ -1,0 +1,326 @@
+//! Options for the lock manager and the optimistic-update loop, with their
+//! documented defaults and validation.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// The longest TTL verrou accepts: one year. Every backend can represent it in
+/// milliseconds, and a longer lease is almost certainly a unit mistake.
+pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// The shortest TTL verrou accepts. Below this the drift allowance eats the
+/// whole lease.
+pub const MIN_TTL: Duration = Duration::from_millis(10);
+
+/// How a held lock's lease is kept alive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Renewal {
+    /// A background task renews every `interval` (must be below the TTL).
+    Auto {
+        /// Time between renewals.
+        interval: Duration,
+    },
+    /// No background renewal: call [`crate::LockGuard::extend`] yourself.
+    Manual,
+}
+
+/// Jittered exponential backoff (full jitter: each delay is uniform in
+/// `[0, min(max, initial × factor^n)]`, never below `min`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Backoff {
+    /// First ceiling.
+    pub initial: Duration,
+    /// Largest ceiling.
+    pub max: Duration,
+    /// Growth per attempt.
+    pub factor: f64,
+    /// Floor of each delay (keeps a hot loop from spinning).
+    pub min: Duration,
+}
+
+impl Default for Backoff {
+    /// 5 ms doubling to 200 ms, floor 1 ms. The ceiling matches node-redlock's
+    /// 200 ms retry delay; the low start keeps hand-off fast on a hot key.
+    fn default() -> Self {
+        Backoff {
+            initial: Duration::from_millis(5),
+            max: Duration::from_millis(200),
+            factor: 2.0,
+            min: Duration::from_millis(1),
+        }
+    }
+}
+
+impl Backoff {
+    /// The ceiling for attempt `n` (0-based).
+    pub fn ceiling(&self, attempt: u32) -> Duration {
+        let exp = self.factor.max(1.0).powi(attempt.min(64) as i32);
+        let secs = self.initial.as_secs_f64() * exp;
+        if !secs.is_finite() || secs >= self.max.as_secs_f64() {
+            self.max
+        } else {
+            Duration::from_secs_f64(secs)
+        }
+    }
+
+    /// A jittered delay for attempt `n`.
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let ceiling = self.ceiling(attempt);
+        let jittered = ceiling.mul_f64(crate::jitter::unit());
+        jittered.max(self.min.min(ceiling))
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.initial.is_zero() || self.max < self.initial || !(self.factor >= 1.0 && self.factor.is_finite()) {
+            return Err(Error::invalid(
+                "backoff needs initial > 0, max >= initial and a finite factor >= 1",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Settings of a [`crate::LockManager`].
+///
+/// | setting | default | peers |
+/// |---|---|---|
+/// | `ttl` | 30 s | Redisson watchdog 30 s, redsync 8 s, etcd 60 s |
+/// | `renewal` | every `ttl / 3` = 10 s | Redisson, etcd: TTL/3 |
+/// | `acquire_timeout` | 10 s | redsync ≈ 32 × 150 ms ≈ 5 s, node-redlock ≈ 2 s |
+/// | `backoff` | 5 ms → 200 ms, full jitter | node-redlock 200 ± 100 ms, rslock rand 0–200 ms |
+/// | `drift_factor` | 0.01 (+ 2 ms) | Redlock, node-redlock, rslock, pottery |
+/// | `op_timeout` | 2 s (capped by the remaining validity) | redsync 0.05 × TTL per node |
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct LockOptions {
+    /// Lease length on the server.
+    pub ttl: Duration,
+    /// How the lease is kept alive.
+    pub renewal: Renewal,
+    /// How long `lock()` waits for a held key.
+    pub acquire_timeout: Duration,
+    /// Delay between acquire attempts on a held key.
+    pub backoff: Backoff,
+    /// Clock-drift allowance as a fraction of the TTL; 2 ms are added.
+    pub drift_factor: f64,
+    /// Upper bound on a single backend call made by the renewer.
+    pub op_timeout: Duration,
+}
+
+impl Default for LockOptions {
+    fn default() -> Self {
+        LockOptions::with_ttl(Duration::from_secs(30))
+    }
+}
+
+impl LockOptions {
+    /// Defaults for a given TTL: renew every `ttl / 3`.
+    pub fn with_ttl(ttl: Duration) -> Self {
+        LockOptions {
+            ttl,
+            renewal: Renewal::Auto { interval: ttl / 3 },
+            acquire_timeout: Duration::from_secs(10),
+            backoff: Backoff::default(),
+            drift_factor: 0.01,
+            op_timeout: Duration::from_secs(2),
+        }
+    }
+
+    /// Set the TTL and move the renew interval to `ttl / 3` if renewal is automatic.
+    #[must_use]
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        if let Renewal::Auto { .. } = self.renewal {
+            self.renewal = Renewal::Auto { interval: ttl / 3 };
+        }
+        self
+    }
+
+    /// Set the renewal mode.
+    #[must_use]
+    pub fn renewal(mut self, renewal: Renewal) -> Self {
+        self.renewal = renewal;
+        self
+    }
+
+    /// Set the acquire timeout.
+    #[must_use]
+    pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
+        self.acquire_timeout = timeout;
+        self
+    }
+
+    /// Set the backoff.
+    #[must_use]
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// Set the drift factor.
+    #[must_use]
+    pub fn drift_factor(mut self, factor: f64) -> Self {
+        self.drift_factor = factor;
+        self
+    }
+
+    /// Set the per-call timeout of the renewer.
+    #[must_use]
+    pub fn op_timeout(mut self, timeout: Duration) -> Self {
+        self.op_timeout = timeout;
+        self
+    }
+
+    /// The drift allowance for a TTL: `ttl × drift_factor + 2 ms`.
+    pub fn drift(&self, ttl: Duration) -> Duration {
+        ttl.mul_f64(self.drift_factor.clamp(0.0, 1.0))
+            .saturating_add(Duration::from_millis(2))
+    }
+
+    /// Check every setting; called when the manager is built.
+    pub fn validate(&self) -> Result<()> {
+        validate_ttl(self.ttl)?;
+        if !(0.0..0.5).contains(&self.drift_factor) {
+            return Err(Error::invalid("drift_factor must be in [0, 0.5)"));
+        }
+        if self.drift(self.ttl) >= self.ttl {
+            return Err(Error::invalid("ttl is too short for the drift allowance"));
+        }
+        let validity = self.ttl.saturating_sub(self.drift(self.ttl));
+        if let Renewal::Auto { interval } = self.renewal
+            && (interval.is_zero() || interval >= validity)
+        {
+            return Err(Error::invalid(format!(
+                "renew interval {interval:?} must be above zero and below the ttl minus drift ({validity:?})"
+            )));
+        }
+        if self.op_timeout.is_zero() {
+            return Err(Error::invalid("op_timeout must be above zero"));
+        }
+        self.backoff.validate()
+    }
+}
+
+/// Check a TTL against [`MIN_TTL`] and [`MAX_TTL`].
+pub fn validate_ttl(ttl: Duration) -> Result<()> {
+    if ttl < MIN_TTL {
+        return Err(Error::invalid(format!("ttl {ttl:?} is below the minimum {MIN_TTL:?}")));
+    }
+    if ttl > MAX_TTL {
+        return Err(Error::invalid(format!("ttl {ttl:?} is above the maximum {MAX_TTL:?}")));
+    }
+    Ok(())
+}
+
+/// Check a key: non-empty, at most 64 KiB.
+pub fn validate_key(key: &str) -> Result<()> {
+    if key.is_empty() {
+        return Err(Error::invalid("key must not be empty"));
+    }
+    if key.len() > 65_536 {
+        return Err(Error::invalid("key is longer than 64 KiB"));
+    }
+    Ok(())
+}
+
+/// A TTL in whole milliseconds, rounded up (a lease is never shorter than asked).
+pub fn ttl_millis(ttl: Duration) -> u64 {
+    let ms = ttl.as_millis();
+    let ms = if Duration::from_millis(ms as u64) < ttl {
+        ms + 1
+    } else {
+        ms
+    };
+    u64::try_from(ms).unwrap_or(u64::MAX).max(1)
+}
+
+/// Settings of the optimistic-update loop ([`crate::VersionedStoreExt::update`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct UpdateOptions {
+    /// Give up with [`Error::Conflict`] after this many attempts.
+    pub max_attempts: u32,
+    /// Delay between conflicting attempts.
+    pub backoff: Backoff,
+    /// TTL policy of each write.
+    pub expiry: crate::versioned::Expiry,
+}
+
+impl Default for UpdateOptions {
+    /// 64 attempts; backoff 0.1 ms doubling to 20 ms with full jitter; keep the TTL.
+    fn default() -> Self {
+        UpdateOptions {
+            max_attempts: 64,
+            backoff: Backoff {
+                initial: Duration::from_micros(100),
+                max: Duration::from_millis(20),
+                factor: 2.0,
+                min: Duration::ZERO,
+            },
+            expiry: crate::versioned::Expiry::Keep,
+        }
+    }
+}
+
+impl UpdateOptions {
+    /// Set the attempt bound.
+    #[must_use]
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = n;
+        self
+    }
+
+    /// Set the TTL policy.
+    #[must_use]
+    pub fn expiry(mut self, expiry: crate::versioned::Expiry) -> Self {
+        self.expiry = expiry;
+        self
+    }
+
+    /// Set the backoff.
+    #[must_use]
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        assert!(LockOptions::default().validate().is_ok());
+        assert!(LockOptions::with_ttl(Duration::from_millis(100)).validate().is_ok());
+    }
+
+    #[test]
+    fn bad_options_are_rejected() {
+        let zero = LockOptions::default().ttl(Duration::ZERO);
+        assert!(matches!(zero.validate(), Err(Error::InvalidArgument(_))));
+        let huge = LockOptions::default().ttl(Duration::from_secs(u64::MAX));
+        assert!(matches!(huge.validate(), Err(Error::InvalidArgument(_))));
+        let slow = LockOptions::default().renewal(Renewal::Auto {
+            interval: Duration::from_secs(30),
+        });
+        assert!(matches!(slow.validate(), Err(Error::InvalidArgument(_))));
+        let nan = LockOptions::default().drift_factor(f64::NAN);
+        assert!(matches!(nan.validate(), Err(Error::InvalidArgument(_))));
+    }
+
+    #[test]
+    fn backoff_saturates() {
+        let b = Backoff::default();
+        assert_eq!(b.ceiling(1000), b.max);
+        assert!(b.delay(3) <= b.ceiling(3));
+    }
+
+    #[test]
+    fn ttl_millis_rounds_up() {
+        assert_eq!(ttl_millis(Duration::from_micros(1500)), 2);
+        assert_eq!(ttl_millis(Duration::from_millis(7)), 7);
+    }
+}

@@ -1,0 +1,186 @@
+//! Optimistic (versioned) updates: read a value with its version, write only
+//! if the version is unchanged.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::error::{Error, Result};
+use crate::options::UpdateOptions;
+
+/// A value with its version.
+///
+/// Versions of a key change on every write and are never reused for that key,
+/// not even after a delete or expiry (no ABA): a compare-and-set against a
+/// version read before a delete cannot succeed on the recreated key. They are
+/// not guaranteed to be consecutive, or ordered across a delete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Versioned {
+    /// The bytes stored.
+    pub value: Vec<u8>,
+    /// The version of those bytes.
+    pub version: u64,
+}
+
+/// TTL policy of a versioned write.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Expiry {
+    /// Keep the key's current TTL (none for a new key).
+    #[default]
+    Keep,
+    /// Remove any TTL.
+    Persist,
+    /// Expire this long after the write.
+    After(Duration),
+}
+
+impl Expiry {
+    pub(crate) fn validate(self) -> Result<()> {
+        if let Expiry::After(ttl) = self {
+            crate::options::validate_ttl(ttl)?;
+        }
+        Ok(())
+    }
+}
+
+/// Result of [`VersionedStore::create`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CreateOutcome {
+    /// The key was absent and now holds the value at this version.
+    Created {
+        /// The new version.
+        version: u64,
+    },
+    /// The key already exists; nothing was written.
+    Exists,
+}
+
+/// Result of [`VersionedStore::compare_and_set`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CasOutcome {
+    /// Written; the key is now at this version.
+    Written {
+        /// The new version.
+        version: u64,
+    },
+    /// The version did not match; this is what the key holds now, so a retry
+    /// needs no extra read.
+    Conflict(Versioned),
+    /// The key does not exist.
+    Missing,
+}
+
+/// Result of [`VersionedStore::delete`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DeleteOutcome {
+    /// Deleted.
+    Deleted,
+    /// The version did not match; nothing was deleted.
+    Conflict {
+        /// The key's current version.
+        current_version: u64,
+    },
+    /// The key does not exist.
+    Missing,
+}
+
+/// A key-value store with per-key versions and compare-and-set.
+///
+/// Object safe: use it as `Arc<dyn VersionedStore>`.
+#[async_trait]
+pub trait VersionedStore: Send + Sync + 'static {
+    /// Read the value and its version; `None` if the key is absent.
+    async fn get(&self, key: &str) -> Result<Option<Versioned>>;
+
+    /// Create the key if it is absent.
+    async fn create(&self, key: &str, value: &[u8], expiry: Expiry) -> Result<CreateOutcome>;
+
+    /// Write `value` only if the key is at version `expected`.
+    async fn compare_and_set(&self, key: &str, expected: u64, value: &[u8], expiry: Expiry) -> Result<CasOutcome>;
+
+    /// Delete the key only if it is at version `expected`.
+    async fn delete(&self, key: &str, expected: u64) -> Result<DeleteOutcome>;
+
+    /// Short backend name, for errors.
+    fn store_name(&self) -> &str;
+}
+
+#[async_trait]
+impl<S: VersionedStore + ?Sized> VersionedStore for std::sync::Arc<S> {
+    async fn get(&self, key: &str) -> Result<Option<Versioned>> {
+        (**self).get(key).await
+    }
+    async fn create(&self, key: &str, value: &[u8], expiry: Expiry) -> Result<CreateOutcome> {
+        (**self).create(key, value, expiry).await
+    }
+    async fn compare_and_set(&self, key: &str, expected: u64, value: &[u8], expiry: Expiry) -> Result<CasOutcome> {
+        (**self).compare_and_set(key, expected, value, expiry).await
+    }
+    async fn delete(&self, key: &str, expected: u64) -> Result<DeleteOutcome> {
+        (**self).delete(key, expected).await
+    }
+    fn store_name(&self) -> &str {
+        (**self).store_name()
+    }
+}
+
+/// Convenience built on the primitive [`VersionedStore`] operations.
+#[async_trait]
+pub trait VersionedStoreExt: VersionedStore {
+    /// Read-modify-write with retries: `f` gets the current value (`None` if
+    /// absent) and returns the new one. On a conflict the value and version
+    /// carried by the conflict reply are fed straight back into `f`: one round
+    /// trip per retry, no re-read. Gives up with [`Error::Conflict`] after
+    /// `opts.max_attempts`.
+    async fn update<F>(&self, key: &str, opts: &UpdateOptions, mut f: F) -> Result<Versioned>
+    where
+        F: FnMut(Option<&[u8]>) -> Vec<u8> + Send,
+    {
+        crate::options::validate_key(key)?;
+        opts.expiry.validate()?;
+        if opts.max_attempts == 0 {
+            return Err(Error::invalid("max_attempts must be at least 1"));
+        }
+        let mut current = self.get(key).await?;
+        let mut last_seen = None;
+        for attempt in 0..opts.max_attempts {
+            if attempt > 0 {
+                let delay = opts.backoff.delay(attempt - 1);
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+            }
+            match current.take() {
+                None => {
+                    let value = f(None);
+                    match self.create(key, &value, opts.expiry).await? {
+                        CreateOutcome::Created { version } => return Ok(Versioned { value, version }),
+                        CreateOutcome::Exists => current = self.get(key).await?,
+                    }
+                }
+                Some(seen) => {
+                    let value = f(Some(&seen.value));
+                    match self.compare_and_set(key, seen.version, &value, opts.expiry).await? {
+                        CasOutcome::Written { version } => return Ok(Versioned { value, version }),
+                        CasOutcome::Conflict(now) => {
+                            last_seen = Some(now.clone());
+                            current = Some(now);
+                        }
+                        CasOutcome::Missing => current = None,
+                    }
+                }
+            }
+        }
+        Err(Error::Conflict {
+            key: key.to_owned(),
+            attempts: opts.max_attempts,
+            current: last_seen,
+        })
+    }
+}
+
+impl<S: VersionedStore + ?Sized> VersionedStoreExt for S {}

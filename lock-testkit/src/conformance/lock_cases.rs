@@ -1,0 +1,465 @@
+//! Lock cases. Each takes the suite and panics with a message on failure.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use lock_core::{
+    AcquireOutcome, Error, LockManager, LockOptions, LockToken, LossReason, MAX_TTL, ReleaseOutcome, RenewOutcome,
+};
+use tokio::time::Instant;
+
+use super::LockSuite;
+use crate::faulty::{Fault, FaultyBackend};
+
+/// One client holds the key; a second is refused until it is released.
+pub async fn exclusive_acquire(s: &LockSuite) {
+    let key = s.key("exclusive");
+    let a = s.manager(s.options()).await;
+    let b = s.manager(s.options()).await;
+    let g = a
+        .try_lock(&key)
+        .await
+        .expect("first try_lock")
+        .expect("free key is acquired");
+    assert!(
+        b.try_lock(&key).await.expect("second try_lock").is_none(),
+        "second client must be refused"
+    );
+    assert!(
+        a.try_lock(&key).await.expect("same manager").is_none(),
+        "no reentrancy: a second guard is refused"
+    );
+    assert_eq!(g.release().await.expect("release"), ReleaseOutcome::Released);
+    let g2 = b
+        .try_lock(&key)
+        .await
+        .expect("try_lock after release")
+        .expect("acquired after release");
+    assert_eq!(g2.release().await.expect("release"), ReleaseOutcome::Released);
+}
+
+/// `try_lock` on a held key returns `None` after one attempt.
+pub async fn try_lock_never_waits(s: &LockSuite) {
+    let key = s.key("try-lock");
+    let a = s.manager(s.options()).await;
+    let b = s.manager(s.options().acquire_timeout(s.ttl * 20)).await;
+    let g = a.lock(&key).await.expect("lock");
+    let started = Instant::now();
+    assert!(b.try_lock(&key).await.expect("try_lock").is_none());
+    assert!(
+        started.elapsed() < s.ttl * 10,
+        "try_lock must not wait for the acquire timeout"
+    );
+    drop(g);
+}
+
+/// Release and renew with a foreign token are refused and leave the key
+/// untouched; after release both report the key missing.
+pub async fn non_owner_is_refused(s: &LockSuite) {
+    let key = s.key("non-owner");
+    let backend = s.client().await;
+    let other = s.client().await;
+    let mine = LockToken::generate().expect("token");
+    let theirs = LockToken::generate().expect("token");
+    let ttl = s.ttl * 4;
+    assert!(matches!(
+        backend.try_acquire(&key, &mine, ttl).await.expect("acquire"),
+        AcquireOutcome::Acquired(_)
+    ));
+    assert!(matches!(
+        other.try_acquire(&key, &theirs, ttl).await.expect("acquire"),
+        AcquireOutcome::Held { .. }
+    ));
+    assert_eq!(
+        other.release(&key, &theirs).await.expect("release"),
+        ReleaseOutcome::HeldByOther
+    );
+    assert_eq!(
+        other.renew(&key, &theirs, ttl).await.expect("renew"),
+        RenewOutcome::HeldByOther
+    );
+    assert_eq!(
+        backend.renew(&key, &mine, ttl).await.expect("owner renew"),
+        RenewOutcome::Renewed
+    );
+    assert_eq!(
+        backend.release(&key, &mine).await.expect("owner release"),
+        ReleaseOutcome::Released
+    );
+    let missing = backend.capabilities().distinguishes_missing;
+    let again = backend.release(&key, &mine).await.expect("second release");
+    let renew = backend.renew(&key, &mine, ttl).await.expect("renew after release");
+    if missing {
+        assert_eq!(again, ReleaseOutcome::Missing);
+        assert_eq!(renew, RenewOutcome::Missing, "renew must not recreate a released key");
+    } else {
+        assert_ne!(again, ReleaseOutcome::Released);
+        assert_ne!(renew, RenewOutcome::Renewed, "renew must not recreate a released key");
+    }
+    // The key is really free: a renew did not resurrect it.
+    assert!(matches!(
+        other.try_acquire(&key, &theirs, ttl).await.expect("acquire"),
+        AcquireOutcome::Acquired(_)
+    ));
+    assert_eq!(
+        other.release(&key, &theirs).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+}
+
+/// Without renewal the lease expires and another client takes the key.
+pub async fn expiry_then_reacquire(s: &LockSuite) {
+    let key = s.key("expiry");
+    let a = s.manager(s.manual()).await;
+    let b = s.manager(s.manual()).await;
+    let g = a.lock(&key).await.expect("lock");
+    assert!(!g.is_lost());
+    tokio::time::sleep(s.ttl * 2).await;
+    assert!(
+        g.is_lost(),
+        "the local deadline passed, so the guard must say it is lost"
+    );
+    let g2 = b
+        .try_lock(&key)
+        .await
+        .expect("try_lock")
+        .expect("expired key is acquired");
+    drop(g);
+    assert_eq!(g2.release().await.expect("release"), ReleaseOutcome::Released);
+}
+
+/// The design notes' scenario: holder 1 stalls past its TTL, holder 2
+/// acquires, holder 1's release and renew report not-held, holder 2 intact.
+pub async fn stale_holder_cannot_release_or_renew(s: &LockSuite) {
+    let key = s.key("stale");
+    let a = s.manager(s.manual()).await;
+    let b = s.manager(s.manual().ttl(s.ttl * 4)).await;
+    let stale = a.lock(&key).await.expect("lock 1");
+    tokio::time::sleep(s.ttl * 2).await; // holder 1 "stalls" past its TTL
+    let fresh = b.lock(&key).await.expect("lock 2");
+    let err = stale.extend(s.ttl).await.expect_err("a stale holder must not renew");
+    assert!(matches!(err, Error::NotHeld { .. }), "got {err:?}");
+    // Even bypassing the guard's local check, the backend refuses the token.
+    let backend = s.client().await;
+    assert_eq!(
+        backend.renew(&key, stale.token(), s.ttl).await.expect("renew"),
+        RenewOutcome::HeldByOther
+    );
+    assert_eq!(
+        stale.release().await.expect("stale release"),
+        ReleaseOutcome::HeldByOther
+    );
+    assert!(!fresh.is_lost());
+    fresh.extend(s.ttl * 4).await.expect("holder 2 still owns the key");
+    let c = s.manager(s.manual()).await;
+    assert!(
+        c.try_lock(&key).await.expect("try_lock").is_none(),
+        "holder 2's lock is intact"
+    );
+    assert_eq!(fresh.release().await.expect("release"), ReleaseOutcome::Released);
+}
+
+/// A manual `extend` keeps the lock past the original TTL.
+pub async fn extend_keeps_lock_past_ttl(s: &LockSuite) {
+    let key = s.key("extend");
+    let a = s.manager(s.manual()).await;
+    let b = s.manager(s.manual()).await;
+    let g = a.lock(&key).await.expect("lock");
+    tokio::time::sleep(s.ttl / 2).await;
+    g.extend(s.ttl * 2).await.expect("extend");
+    tokio::time::sleep(s.ttl).await; // 1.5 × the original TTL
+    assert!(!g.is_lost());
+    assert!(
+        b.try_lock(&key).await.expect("try_lock").is_none(),
+        "extended lock must still be held"
+    );
+    assert_eq!(g.release().await.expect("release"), ReleaseOutcome::Released);
+    let err = LockManager::from_arc(s.client().await, s.manual())
+        .expect("manager")
+        .lock(&key)
+        .await
+        .expect("lock again")
+        .extend(Duration::ZERO)
+        .await
+        .expect_err("zero ttl");
+    assert!(matches!(err, Error::InvalidArgument(_)));
+}
+
+/// Automatic renewal keeps the lock for at least 5 × its TTL.
+pub async fn auto_renew_keeps_lock(s: &LockSuite) {
+    let key = s.key("auto-renew");
+    let a = s.manager(s.options()).await;
+    let b = s.manager(s.manual()).await;
+    let g = a.lock(&key).await.expect("lock");
+    tokio::time::sleep(s.ttl * 5).await;
+    assert!(!g.is_lost(), "auto-renewed lease must not be lost");
+    assert!(g.remaining() > Duration::ZERO);
+    assert!(
+        b.try_lock(&key).await.expect("try_lock").is_none(),
+        "auto-renewed lock must still be held"
+    );
+    assert_eq!(g.release().await.expect("release"), ReleaseOutcome::Released);
+}
+
+/// `lost()` fires when the key is deleted and taken behind the holder's back.
+pub async fn lost_fires_when_key_is_taken(s: &LockSuite) {
+    let key = s.key("taken");
+    let a = s.manager(s.options()).await;
+    let g = a.lock(&key).await.expect("lock");
+    let thief = s.client().await;
+    assert_eq!(
+        thief.release(&key, g.token()).await.expect("steal"),
+        ReleaseOutcome::Released
+    );
+    let theirs = LockToken::generate().expect("token");
+    assert!(matches!(
+        thief.try_acquire(&key, &theirs, s.ttl * 10).await.expect("acquire"),
+        AcquireOutcome::Acquired(_)
+    ));
+    let reason = tokio::time::timeout(s.ttl * 3, g.lost())
+        .await
+        .expect("lost() must fire");
+    assert_eq!(reason, LossReason::NotOwner);
+    assert!(g.is_lost());
+    // The stale guard's release must not touch the thief's lock.
+    assert_eq!(g.release().await.expect("release"), ReleaseOutcome::HeldByOther);
+    assert_eq!(
+        thief.release(&key, &theirs).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+}
+
+/// When the backend stops answering, `lost()` fires by the local deadline,
+/// which comes before the server-side TTL can run out.
+pub async fn lost_fires_by_deadline_when_backend_hangs(s: &LockSuite) {
+    let key = s.key("hang");
+    let (faulty, control) = FaultyBackend::new(s.client().await);
+    let a = LockManager::with_options(faulty, s.options()).expect("manager");
+    let sent = Instant::now();
+    let g = a.lock(&key).await.expect("lock");
+    control.set(Fault::Hang);
+    let deadline = g.deadline();
+    assert!(
+        deadline <= sent + s.ttl,
+        "the local deadline must come before the server TTL"
+    );
+    let reason = tokio::time::timeout(s.ttl * 4, g.lost())
+        .await
+        .expect("lost() must fire");
+    let fired = Instant::now();
+    assert_eq!(reason, LossReason::DeadlinePassed);
+    assert!(
+        fired <= deadline + s.slack,
+        "lost() fired {:?} after the deadline",
+        fired.saturating_duration_since(deadline)
+    );
+    control.heal();
+    drop(g);
+}
+
+/// `with_lock` cancels the body when the lease is lost and says so.
+pub async fn with_lock_cancels_body_on_loss(s: &LockSuite) {
+    let key = s.key("with-lock-lost");
+    let a = s.manager(s.options()).await;
+    let thief = s.client().await;
+    let finished = Arc::new(AtomicBool::new(false));
+    let flag = finished.clone();
+    let ttl = s.ttl;
+    let result = a
+        .with_lock(&key, |lease| async move {
+            let token = *lease.token();
+            let key = lease.key().to_owned();
+            tokio::spawn(async move {
+                tokio::time::sleep(ttl / 2).await;
+                let _ = thief.release(&key, &token).await;
+                let theirs = LockToken::generate().expect("token");
+                let _ = thief.try_acquire(&key, &theirs, ttl * 10).await;
+            });
+            tokio::time::sleep(ttl * 10).await;
+            flag.store(true, Ordering::SeqCst);
+        })
+        .await;
+    assert!(matches!(result, Err(Error::Lost { .. })), "got {result:?}");
+    assert!(!finished.load(Ordering::SeqCst), "the body must be cancelled");
+}
+
+/// `with_lock` returns the body's output and releases the lock.
+pub async fn with_lock_returns_body_output(s: &LockSuite) {
+    let key = s.key("with-lock-ok");
+    let a = s.manager(s.options()).await;
+    let out = a
+        .with_lock(&key, |lease| async move {
+            assert!(!lease.is_lost());
+            41 + 1
+        })
+        .await
+        .expect("with_lock");
+    assert_eq!(out, 42);
+    let b = s.manager(s.manual()).await;
+    let g = b
+        .try_lock(&key)
+        .await
+        .expect("try_lock")
+        .expect("released after with_lock");
+    drop(g);
+}
+
+/// Dropping a guard releases the lock well before its TTL.
+pub async fn drop_releases_promptly(s: &LockSuite) {
+    let key = s.key("drop");
+    let long = s.ttl * 25;
+    let a = s.manager(LockOptions::with_ttl(long)).await;
+    let b = s.manager(LockOptions::with_ttl(long).acquire_timeout(long / 5)).await;
+    let g = a.lock(&key).await.expect("lock");
+    drop(g);
+    let started = Instant::now();
+    let g2 = b.lock(&key).await.expect("dropped guard must release promptly");
+    assert!(started.elapsed() < long / 2);
+    assert_eq!(g2.release().await.expect("release"), ReleaseOutcome::Released);
+}
+
+/// `lock()` gives up with `Timeout` while another client holds the key.
+pub async fn lock_times_out_while_held(s: &LockSuite) {
+    let key = s.key("timeout");
+    let a = s.manager(s.options()).await;
+    let b = s.manager(s.options().acquire_timeout(s.ttl)).await;
+    let g = a.lock(&key).await.expect("lock");
+    let err = b.lock(&key).await.expect_err("must time out");
+    assert!(matches!(err, Error::Timeout { .. }), "got {err:?}");
+    assert!(!g.is_lost());
+    assert_eq!(g.release().await.expect("release"), ReleaseOutcome::Released);
+}
+
+/// N tasks × M read-yield-write increments of an unprotected counter, each
+/// under the lock, end at exactly N × M.
+pub async fn counter_is_exact_under_lock(s: &LockSuite) {
+    let key = s.key("counter");
+    let (tasks, increments) = s.counter;
+    let counter = Arc::new(std::sync::Mutex::new(0usize));
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let manager = s.manager(s.options().acquire_timeout(s.ttl * 100)).await;
+        let counter = counter.clone();
+        let key = key.clone();
+        handles.push(tokio::spawn(async move {
+            for _ in 0..increments {
+                let g = manager.lock(&key).await.expect("lock");
+                let seen = *counter.lock().expect("counter");
+                tokio::task::yield_now().await;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                *counter.lock().expect("counter") = seen + 1;
+                assert_eq!(g.release().await.expect("release"), ReleaseOutcome::Released);
+            }
+        }));
+    }
+    for h in handles {
+        h.await.expect("task");
+    }
+    assert_eq!(
+        *counter.lock().expect("counter"),
+        tasks * increments,
+        "lost updates under the lock"
+    );
+}
+
+/// Fencing tokens strictly increase across successive holders, where the
+/// backend has them; otherwise none are claimed.
+pub async fn fencing_tokens_increase(s: &LockSuite) {
+    let key = s.key("fencing");
+    let a = s.manager(s.manual()).await;
+    let b = s.manager(s.manual()).await;
+    let fencing = a.backend().capabilities().fencing_tokens;
+    let mut last = None;
+    for round in 0..6 {
+        let m = if round % 2 == 0 { &a } else { &b };
+        let g = m.lock(&key).await.expect("lock");
+        let token = g.fencing_token();
+        if fencing {
+            let token = token.expect("a fencing backend must issue a token");
+            if let Some(prev) = last {
+                assert!(token > prev, "fencing token {token} not above {prev}");
+            }
+            last = Some(token);
+        } else {
+            assert!(token.is_none(), "backend claims no fencing but issued {token:?}");
+        }
+        if round == 4 {
+            drop(g);
+            tokio::time::sleep(s.ttl / 10).await;
+        } else if round == 5 {
+            // Expiry instead of release: the next grant still increases.
+            tokio::time::sleep(s.ttl * 2).await;
+            let g2 = a.lock(&key).await.expect("lock after expiry");
+            if let (Some(prev), Some(t)) = (last, g2.fencing_token()) {
+                assert!(t > prev);
+            }
+            drop(g);
+            drop(g2);
+        } else {
+            g.release().await.expect("release");
+        }
+    }
+}
+
+/// An acquire whose outcome is unknown (the reply was lost) must not leave
+/// a lock behind: the manager releases the token it tried.
+pub async fn unknown_outcome_acquire_is_cleaned_up(s: &LockSuite) {
+    let key = s.key("unknown-outcome");
+    let long = s.ttl * 25;
+    let (faulty, control) = FaultyBackend::new(s.client().await);
+    let a = LockManager::with_options(faulty, LockOptions::with_ttl(long)).expect("manager");
+    control.set(Fault::ApplyThenLose);
+    let err = a.try_lock(&key).await.expect_err("lost reply");
+    assert!(err.is_outcome_unknown(), "got {err:?}");
+    let b = s.manager(LockOptions::with_ttl(long).acquire_timeout(long / 5)).await;
+    let g = b
+        .lock(&key)
+        .await
+        .expect("the unknown-outcome grant must have been released");
+    control.heal();
+    assert_eq!(g.release().await.expect("release"), ReleaseOutcome::Released);
+}
+
+/// Bad input is `InvalidArgument`, never a panic or a server round trip.
+pub async fn invalid_arguments_are_rejected(s: &LockSuite) {
+    let backend = s.client().await;
+    let token = LockToken::generate().expect("token");
+    let key = s.key("invalid");
+    let invalid = |r: Result<(), Error>| matches!(r, Err(Error::InvalidArgument(_)));
+    assert!(
+        invalid(backend.try_acquire("", &token, s.ttl).await.map(drop)),
+        "empty key"
+    );
+    assert!(
+        invalid(backend.try_acquire(&key, &token, Duration::ZERO).await.map(drop)),
+        "zero ttl"
+    );
+    assert!(
+        invalid(backend.try_acquire(&key, &token, MAX_TTL * 2).await.map(drop)),
+        "absurd ttl"
+    );
+    assert!(
+        invalid(backend.renew(&key, &token, Duration::ZERO).await.map(drop)),
+        "zero renew ttl"
+    );
+    assert!(
+        invalid(backend.release("", &token).await.map(drop)),
+        "empty key release"
+    );
+    let m = s.manager(s.options()).await;
+    assert!(invalid(m.lock("").await.map(drop)), "empty key lock");
+    assert!(invalid(m.try_lock("").await.map(drop)), "empty key try_lock");
+    for bad in [
+        LockOptions::default().ttl(Duration::ZERO),
+        LockOptions::default().ttl(Duration::from_secs(u64::MAX)),
+        LockOptions::default().renewal(lock_core::Renewal::Auto {
+            interval: Duration::from_secs(60),
+        }),
+    ] {
+        assert!(invalid(LockManager::from_arc(s.client().await, bad).map(drop)));
+    }
+    // Nothing was created by the rejected calls.
+    let g = m.try_lock(&key).await.expect("try_lock").expect("key untouched");
+    drop(g);
+}

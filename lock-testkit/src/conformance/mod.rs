@@ -1,0 +1,223 @@
+//! The conformance suite: backend-independent cases as plain async functions,
+//! and macros that expand to one `#[tokio::test]` per case.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test assertions
+
+use std::any::Any;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use lock_core::{LockBackend, LockManager, LockOptions, Renewal, VersionedStore};
+
+pub mod lock_cases;
+pub mod versioned_cases;
+
+type Connect<T> = Arc<dyn Fn() -> BoxFuture<'static, Arc<T>> + Send + Sync>;
+
+fn random_prefix() -> String {
+    let mut b = [0u8; 6];
+    getrandom::fill(&mut b).expect("OS random source");
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!("verrou-test:{hex}")
+}
+
+/// How a lock backend is reached by the suite.
+pub struct LockSuite {
+    connect: Connect<dyn LockBackend>,
+    /// Base TTL of the cases (default 400 ms; real servers want 200–500 ms).
+    pub ttl: Duration,
+    /// Tasks × increments in the counter case.
+    pub counter: (usize, usize),
+    /// Slack allowed between a lost() signal and the local deadline (real
+    /// time only; zero under the paused clock).
+    pub slack: Duration,
+    prefix: String,
+    _keep_alive: Vec<Box<dyn Any + Send + Sync>>,
+}
+
+impl LockSuite {
+    /// `connect` returns a new client of the same backend each call (a
+    /// "second client" for cases that need one). For in-process backends,
+    /// return clones that share state.
+    pub fn new<F, Fut, B>(connect: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = B> + Send + 'static,
+        B: LockBackend,
+    {
+        let connect = Arc::new(connect);
+        LockSuite {
+            connect: Arc::new(move || {
+                let fut = connect();
+                Box::pin(async move { Arc::new(fut.await) as Arc<dyn LockBackend> })
+            }),
+            ttl: Duration::from_millis(400),
+            counter: (4, 10),
+            slack: Duration::from_millis(100),
+            prefix: random_prefix(),
+            _keep_alive: Vec::new(),
+        }
+    }
+
+    /// Keep `thing` (a server process, say) alive as long as the suite.
+    #[must_use]
+    pub fn keep_alive(mut self, thing: impl Any + Send + Sync) -> Self {
+        self._keep_alive.push(Box::new(thing));
+        self
+    }
+
+    /// Set the base TTL.
+    #[must_use]
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Set the counter case's size.
+    #[must_use]
+    pub fn counter(mut self, tasks: usize, increments: usize) -> Self {
+        self.counter = (tasks, increments);
+        self
+    }
+
+    /// A new client.
+    pub async fn client(&self) -> Arc<dyn LockBackend> {
+        (self.connect)().await
+    }
+
+    /// A namespaced key for this run.
+    pub fn key(&self, name: &str) -> String {
+        format!("{}:{name}", self.prefix)
+    }
+
+    /// Options with the base TTL and automatic renewal.
+    pub fn options(&self) -> LockOptions {
+        LockOptions::with_ttl(self.ttl).acquire_timeout(self.ttl * 4)
+    }
+
+    /// Options with the base TTL and no renewal.
+    pub fn manual(&self) -> LockOptions {
+        self.options().renewal(Renewal::Manual)
+    }
+
+    /// A manager over a new client.
+    pub async fn manager(&self, options: LockOptions) -> LockManager {
+        LockManager::from_arc(self.client().await, options).expect("valid options")
+    }
+}
+
+/// How a versioned store is reached by the suite.
+pub struct VersionedSuite {
+    connect: Connect<dyn VersionedStore>,
+    /// Base TTL for the expiry cases.
+    pub ttl: Duration,
+    /// Tasks × increments of the `update` case (default 8 × 100).
+    pub updates: (usize, usize),
+    prefix: String,
+    _keep_alive: Vec<Box<dyn Any + Send + Sync>>,
+}
+
+impl VersionedSuite {
+    /// See [`LockSuite::new`].
+    pub fn new<F, Fut, S>(connect: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = S> + Send + 'static,
+        S: VersionedStore,
+    {
+        let connect = Arc::new(connect);
+        VersionedSuite {
+            connect: Arc::new(move || {
+                let fut = connect();
+                Box::pin(async move { Arc::new(fut.await) as Arc<dyn VersionedStore> })
+            }),
+            ttl: Duration::from_millis(300),
+            updates: (8, 100),
+            prefix: random_prefix(),
+            _keep_alive: Vec::new(),
+        }
+    }
+
+    /// Keep `thing` alive as long as the suite.
+    #[must_use]
+    pub fn keep_alive(mut self, thing: impl Any + Send + Sync) -> Self {
+        self._keep_alive.push(Box::new(thing));
+        self
+    }
+
+    /// Set the base TTL.
+    #[must_use]
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// A new client.
+    pub async fn client(&self) -> Arc<dyn VersionedStore> {
+        (self.connect)().await
+    }
+
+    /// A namespaced key for this run.
+    pub fn key(&self, name: &str) -> String {
+        format!("{}:{name}", self.prefix)
+    }
+}
+
+/// Expands to one `#[tokio::test]` per lock case. The first argument is
+/// `paused` (tokio's paused clock; in-process backends) or `real`.
+/// The second is an expression of type `impl Future<Output = LockSuite>`.
+#[macro_export]
+macro_rules! lock_conformance {
+    (paused, $suite:expr) => {
+        $crate::__conformance_cases!((start_paused = true), $suite, lock_cases:
+            exclusive_acquire, try_lock_never_waits, non_owner_is_refused, expiry_then_reacquire,
+            stale_holder_cannot_release_or_renew, extend_keeps_lock_past_ttl, auto_renew_keeps_lock,
+            lost_fires_when_key_is_taken, lost_fires_by_deadline_when_backend_hangs,
+            with_lock_cancels_body_on_loss, with_lock_returns_body_output, drop_releases_promptly,
+            lock_times_out_while_held, counter_is_exact_under_lock, fencing_tokens_increase,
+            unknown_outcome_acquire_is_cleaned_up, invalid_arguments_are_rejected);
+    };
+    (real, $suite:expr) => {
+        $crate::__conformance_cases!((flavor = "multi_thread", worker_threads = 2), $suite, lock_cases:
+            exclusive_acquire, try_lock_never_waits, non_owner_is_refused, expiry_then_reacquire,
+            stale_holder_cannot_release_or_renew, extend_keeps_lock_past_ttl, auto_renew_keeps_lock,
+            lost_fires_when_key_is_taken, lost_fires_by_deadline_when_backend_hangs,
+            with_lock_cancels_body_on_loss, with_lock_returns_body_output, drop_releases_promptly,
+            lock_times_out_while_held, counter_is_exact_under_lock, fencing_tokens_increase,
+            unknown_outcome_acquire_is_cleaned_up, invalid_arguments_are_rejected);
+    };
+}
+
+/// Expands to one `#[tokio::test]` per versioned-store case (see
+/// [`lock_conformance!`] for the arguments).
+#[macro_export]
+macro_rules! versioned_conformance {
+    (paused, $suite:expr) => {
+        $crate::__conformance_cases!((start_paused = true), $suite, versioned_cases:
+            missing_key, create_race_has_one_winner, stale_cas_returns_current, cas_round_trip,
+            update_increments_are_exact, delete_if_version, no_aba_after_delete, ttl_on_writes,
+            binary_values, invalid_arguments_are_rejected);
+    };
+    (real, $suite:expr) => {
+        $crate::__conformance_cases!((flavor = "multi_thread", worker_threads = 2), $suite, versioned_cases:
+            missing_key, create_race_has_one_winner, stale_cas_returns_current, cas_round_trip,
+            update_increments_are_exact, delete_if_version, no_aba_after_delete, ttl_on_writes,
+            binary_values, invalid_arguments_are_rejected);
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_cases {
+    ($attr:tt, $suite:expr, $module:ident: $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test $attr]
+            async fn $case() {
+                let suite = $suite.await;
+                $crate::conformance::$module::$case(&suite).await;
+            }
+        )*
+    };
+}

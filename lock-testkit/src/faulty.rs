@@ -1,0 +1,122 @@
+//! A fault-injecting wrapper around any [`LockBackend`]: added latency,
+//! failures (with known or unknown outcome), hangs, all switchable at runtime,
+//! so the manager's loss and timeout paths are tested without a server.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::{AcquireOutcome, Capabilities, Error, LockBackend, LockToken, ReleaseOutcome, RenewOutcome, Result};
+
+/// The fault currently injected.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Fault {
+    /// Pass everything through.
+    #[default]
+    None,
+    /// Never answer (the future stays pending until dropped).
+    Hang,
+    /// Fail before reaching the backend (outcome known: nothing applied).
+    Fail,
+    /// Apply the operation, then report an unknown outcome (like a reply
+    /// lost to a timeout).
+    ApplyThenLose,
+}
+
+#[derive(Debug, Default)]
+struct Settings {
+    fault: Fault,
+    latency: Duration,
+}
+
+/// Switches for a [`FaultyBackend`]; cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct FaultControl {
+    settings: Arc<Mutex<Settings>>,
+}
+
+impl FaultControl {
+    fn with<R>(&self, f: impl FnOnce(&mut Settings) -> R) -> R {
+        match self.settings.lock() {
+            Ok(mut s) => f(&mut s),
+            Err(poisoned) => f(&mut poisoned.into_inner()),
+        }
+    }
+
+    /// Inject `fault` into every later call.
+    pub fn set(&self, fault: Fault) {
+        self.with(|s| s.fault = fault);
+    }
+
+    /// Add `latency` before every later call.
+    pub fn set_latency(&self, latency: Duration) {
+        self.with(|s| s.latency = latency);
+    }
+
+    /// Back to normal.
+    pub fn heal(&self) {
+        self.with(|s| *s = Settings::default());
+    }
+
+    fn current(&self) -> (Fault, Duration) {
+        self.with(|s| (s.fault, s.latency))
+    }
+}
+
+/// Wraps a backend and injects the faults set on its [`FaultControl`].
+pub struct FaultyBackend {
+    inner: Arc<dyn LockBackend>,
+    control: FaultControl,
+}
+
+impl FaultyBackend {
+    /// Wrap `inner`; returns the backend and its switches.
+    pub fn new(inner: Arc<dyn LockBackend>) -> (Self, FaultControl) {
+        let control = FaultControl::default();
+        (
+            FaultyBackend {
+                inner,
+                control: control.clone(),
+            },
+            control,
+        )
+    }
+
+    async fn run<T: Send>(&self, op: impl std::future::Future<Output = Result<T>> + Send) -> Result<T> {
+        let (fault, latency) = self.control.current();
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+        match fault {
+            Fault::None => op.await,
+            Fault::Hang => std::future::pending().await,
+            Fault::Fail => Err(Error::backend("faulty", "injected failure")),
+            Fault::ApplyThenLose => {
+                let _ = op.await;
+                Err(Error::outcome_unknown("faulty", "injected lost reply"))
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl LockBackend for FaultyBackend {
+    async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        self.run(self.inner.try_acquire(key, token, ttl)).await
+    }
+    async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
+        self.run(self.inner.release(key, token)).await
+    }
+    async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
+        self.run(self.inner.renew(key, token, ttl)).await
+    }
+    async fn wait_for_release(&self, key: &str, max_wait: Duration) {
+        self.inner.wait_for_release(key, max_wait).await;
+    }
+    fn capabilities(&self) -> Capabilities {
+        let mut caps = self.inner.capabilities();
+        caps.name = format!("faulty({})", caps.name);
+        caps
+    }
+}

@@ -1,0 +1,24 @@
+//! Test kit for verrou backends: the conformance suite, a fault-injecting
+//! backend wrapper, and a harness that runs real `redis-server` processes.
+//!
+//! A backend crate runs the whole suite with one line per trait:
+//!
+//! ```ignore
+//! lock_testkit::lock_conformance!(paused, async { LockSuite::new(|| async { backend() }) });
+//! lock_testkit::versioned_conformance!(paused, async { VersionedSuite::new(|| async { store() }) });
+//! ```
+//!
+//! `paused` runs each case under tokio's paused clock (in-process backends
+//! only); `real` runs on a multi-threaded runtime in real time (servers).
+
+pub mod conformance;
+pub mod faulty;
+pub mod server;
+
+pub use conformance::{LockSuite, VersionedSuite};
+pub use faulty::{Fault, FaultControl, FaultyBackend};
+
+#[doc(hidden)]
+pub mod __private {
+    pub use tokio;
+}

@@ -1,0 +1,1 @@
+//! Placeholder: the TairString-compatible Redis module is being built.
