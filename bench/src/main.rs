@@ -1,1 +1,2 @@
+//! Placeholder: the benchmark harness is being built.
 fn main() {}
