@@ -5,3 +5,15 @@ pub use lock_core::*;
 /// The in-process backend (feature `memory`).
 #[cfg(feature = "memory")]
 pub use lock_memory as memory;
+
+/// The Lua-on-Redis/Valkey backend (feature `redis-lua`).
+#[cfg(feature = "redis-lua")]
+pub use lock_redis_lua as redis_lua;
+
+/// The Tair backend: native CAD/CAS and exString (feature `tair`).
+#[cfg(feature = "tair")]
+pub use lock_tair as tair;
+
+/// Redlock quorum over N independent backends (feature `redlock`).
+#[cfg(feature = "redlock")]
+pub use lock_redlock as redlock;

@@ -22,6 +22,8 @@ pub enum Fault {
     /// Apply the operation, then report an unknown outcome (like a reply
     /// lost to a timeout).
     ApplyThenLose,
+    /// Apply the operation, then never answer (the reply is stuck).
+    ApplyThenHang,
 }
 
 #[derive(Debug, Default)]
@@ -30,10 +32,22 @@ struct Settings {
     latency: Duration,
 }
 
+/// How many calls of each kind reached the wrapper.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CallCounts {
+    /// `try_acquire` calls.
+    pub acquire: u64,
+    /// `release` calls.
+    pub release: u64,
+    /// `renew` calls.
+    pub renew: u64,
+}
+
 /// Switches for a [`FaultyBackend`]; cheap to clone.
 #[derive(Debug, Clone, Default)]
 pub struct FaultControl {
     settings: Arc<Mutex<Settings>>,
+    counts: Arc<Mutex<CallCounts>>,
 }
 
 impl FaultControl {
@@ -61,6 +75,21 @@ impl FaultControl {
 
     fn current(&self) -> (Fault, Duration) {
         self.with(|s| (s.fault, s.latency))
+    }
+
+    /// Calls seen so far (whatever the fault).
+    pub fn counts(&self) -> CallCounts {
+        match self.counts.lock() {
+            Ok(c) => *c,
+            Err(poisoned) => *poisoned.into_inner(),
+        }
+    }
+
+    fn count(&self, f: impl FnOnce(&mut CallCounts)) {
+        match self.counts.lock() {
+            Ok(mut c) => f(&mut c),
+            Err(poisoned) => f(&mut poisoned.into_inner()),
+        }
     }
 }
 
@@ -96,6 +125,10 @@ impl FaultyBackend {
                 let _ = op.await;
                 Err(Error::outcome_unknown("faulty", "injected lost reply"))
             }
+            Fault::ApplyThenHang => {
+                let _ = op.await;
+                std::future::pending().await
+            }
         }
     }
 }
@@ -103,12 +136,15 @@ impl FaultyBackend {
 #[async_trait]
 impl LockBackend for FaultyBackend {
     async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        self.control.count(|c| c.acquire += 1);
         self.run(self.inner.try_acquire(key, token, ttl)).await
     }
     async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
+        self.control.count(|c| c.release += 1);
         self.run(self.inner.release(key, token)).await
     }
     async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
+        self.control.count(|c| c.renew += 1);
         self.run(self.inner.renew(key, token, ttl)).await
     }
     async fn wait_for_release(&self, key: &str, max_wait: Duration) {

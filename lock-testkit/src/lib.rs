@@ -3,7 +3,7 @@
 //!
 //! A backend crate runs the whole suite with one line per trait:
 //!
-//! ```ignore
+//! ```text
 //! lock_testkit::lock_conformance!(paused, async { LockSuite::new(|| async { backend() }) });
 //! lock_testkit::versioned_conformance!(paused, async { VersionedSuite::new(|| async { store() }) });
 //! ```
@@ -16,7 +16,7 @@ pub mod faulty;
 pub mod server;
 
 pub use conformance::{LockSuite, VersionedSuite};
-pub use faulty::{Fault, FaultControl, FaultyBackend};
+pub use faulty::{CallCounts, Fault, FaultControl, FaultyBackend};
 
 #[doc(hidden)]
 pub mod __private {

@@ -1,0 +1,190 @@
+//! Manager, guard and renewer behaviour under faults, on the memory backend
+//! behind the fault-injecting wrapper, in paused time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{Error, LockBackend, LockManager, LockOptions, LossReason, ReleaseOutcome, Renewal};
+use lock_memory::MemoryBackend;
+use lock_testkit::{Fault, FaultControl, FaultyBackend};
+
+const TTL: Duration = Duration::from_secs(3);
+
+fn faulty(memory: &MemoryBackend) -> (Arc<dyn LockBackend>, FaultControl) {
+    let (backend, control) = FaultyBackend::new(Arc::new(memory.clone()));
+    (Arc::new(backend), control)
+}
+
+fn manager(backend: Arc<dyn LockBackend>, options: LockOptions) -> LockManager {
+    LockManager::from_arc(backend, options).expect("valid options")
+}
+
+#[tokio::test(start_paused = true)]
+async fn transient_renew_failures_shorter_than_validity_keep_the_lock() {
+    let memory = MemoryBackend::new();
+    let (backend, control) = faulty(&memory);
+    let locks = manager(backend, LockOptions::with_ttl(TTL));
+    let guard = locks.lock("k").await.expect("lock");
+    // Renewals fail for most of a TTL window, then recover before the deadline.
+    tokio::time::sleep(TTL / 3 - Duration::from_millis(10)).await;
+    control.set(Fault::Fail);
+    tokio::time::sleep(TTL / 2).await;
+    assert!(!guard.is_lost());
+    control.heal();
+    tokio::time::sleep(TTL * 3).await;
+    assert!(
+        !guard.is_lost(),
+        "a renewal that succeeds before the deadline keeps the lease"
+    );
+    assert!(
+        control.counts().renew >= 5,
+        "the renewer retried: {:?}",
+        control.counts()
+    );
+    assert_eq!(guard.release().await.expect("release"), ReleaseOutcome::Released);
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewals_timing_out_until_the_deadline_lose_the_lease() {
+    let memory = MemoryBackend::new();
+    let (backend, control) = faulty(&memory);
+    let locks = manager(backend, LockOptions::with_ttl(TTL));
+    let guard = locks.lock("k").await.expect("lock");
+    let deadline = guard.deadline();
+    control.set(Fault::Hang);
+    let reason = guard.lost().await;
+    assert_eq!(reason, LossReason::DeadlinePassed);
+    assert_eq!(
+        tokio::time::Instant::now(),
+        deadline,
+        "paused clock: fired exactly at the deadline"
+    );
+    // The server-side key still has the drift allowance left: nobody else
+    // could have acquired before we knew.
+    assert!(memory.lock_ttl("k").is_some_and(|t| t > Duration::ZERO));
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_renewals_after_release_or_drop() {
+    let memory = MemoryBackend::new();
+    let (backend, control) = faulty(&memory);
+    let locks = manager(backend, LockOptions::with_ttl(TTL));
+    let released = locks.lock("a").await.expect("lock");
+    let dropped = locks.lock("b").await.expect("lock");
+    tokio::time::sleep(TTL).await;
+    let renews = control.counts().renew;
+    assert!(renews >= 4, "both renewed while held");
+    released.release().await.expect("release");
+    drop(dropped);
+    tokio::time::sleep(TTL * 10).await;
+    assert_eq!(control.counts().renew, renews, "no orphan renewals");
+    assert_eq!(memory.lock_ttl("a"), None);
+    assert_eq!(memory.lock_ttl("b"), None, "drop released the key");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_acquire_leaves_no_lock_behind() {
+    let memory = MemoryBackend::new();
+    let (backend, control) = faulty(&memory);
+    let locks = manager(backend, LockOptions::with_ttl(Duration::from_secs(60)));
+    control.set(Fault::ApplyThenHang); // the SET lands, the reply never comes
+    let cancelled = tokio::time::timeout(Duration::from_millis(50), locks.lock("k")).await;
+    assert!(cancelled.is_err(), "the acquire was cancelled");
+    control.heal();
+    tokio::task::yield_now().await;
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(memory.lock_ttl("k"), None, "the dropped acquire's token was released");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_acquire_timing_out_on_a_hung_backend_is_unknown_and_cleaned_up() {
+    let memory = MemoryBackend::new();
+    let (backend, control) = faulty(&memory);
+    let options = LockOptions::with_ttl(Duration::from_secs(60)).op_timeout(Duration::from_millis(100));
+    let locks = manager(backend, options);
+    control.set(Fault::ApplyThenHang);
+    let err = locks.try_lock("k").await.expect_err("times out");
+    assert!(err.is_outcome_unknown(), "{err}");
+    assert!(err.to_string().contains("outcome unknown"), "{err}");
+    control.heal();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(memory.lock_ttl("k"), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn lock_reports_the_backend_error_when_the_backend_keeps_failing() {
+    let memory = MemoryBackend::new();
+    let (backend, control) = faulty(&memory);
+    let options = LockOptions::with_ttl(TTL).acquire_timeout(Duration::from_secs(1));
+    let locks = manager(backend, options);
+    control.set(Fault::Fail);
+    let err = locks.lock("k").await.expect_err("backend down");
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(control.counts().acquire > 1, "retried within the acquire timeout");
+}
+
+#[tokio::test(start_paused = true)]
+async fn manual_renewal_never_renews() {
+    let memory = MemoryBackend::new();
+    let (backend, control) = faulty(&memory);
+    let locks = manager(backend, LockOptions::with_ttl(TTL).renewal(Renewal::Manual));
+    let guard = locks.lock("k").await.expect("lock");
+    tokio::time::sleep(TTL * 2).await;
+    assert_eq!(control.counts().renew, 0);
+    assert!(guard.is_lost());
+    let err = guard.extend(TTL).await.expect_err("lost");
+    assert!(matches!(err, Error::NotHeld { .. }));
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiters_are_woken_by_release_not_by_polling() {
+    let memory = MemoryBackend::new();
+    let (backend, control) = faulty(&memory);
+    let locks = manager(backend, LockOptions::with_ttl(Duration::from_secs(60)));
+    let holder = locks.lock("k").await.expect("lock");
+    let waiter = {
+        let locks = locks.clone();
+        tokio::spawn(async move { locks.lock("k").await.map(|g| (g, tokio::time::Instant::now())) })
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let attempts_while_held = control.counts().acquire;
+    let released_at = tokio::time::Instant::now();
+    holder.release().await.expect("release");
+    let (guard, acquired_at) = waiter.await.expect("task").expect("waiter acquires");
+    assert_eq!(acquired_at, released_at, "woken at the release, not at the next poll");
+    // Backoff caps at 200 ms, so 2 s of waiting is at most ~a dozen attempts.
+    assert!(
+        attempts_while_held < 40,
+        "{attempts_while_held} attempts: polling too hard"
+    );
+    drop(guard);
+}
+
+#[test]
+fn dropping_a_guard_outside_a_runtime_does_not_panic() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let memory = MemoryBackend::new();
+    let guard = runtime.block_on(async {
+        let locks = LockManager::new(memory.clone());
+        locks.lock("k").await.expect("lock")
+    });
+    drop(runtime);
+    drop(guard); // no runtime: nothing to hand the release to; the TTL frees the key
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_future_dropped_mid_flight_still_releases() {
+    let memory = MemoryBackend::new();
+    let (backend, control) = faulty(&memory);
+    let locks = manager(backend, LockOptions::with_ttl(Duration::from_secs(60)));
+    let guard = locks.lock("k").await.expect("lock");
+    control.set_latency(Duration::from_millis(100));
+    let cancelled = tokio::time::timeout(Duration::from_millis(10), guard.release()).await;
+    assert!(cancelled.is_err());
+    control.heal();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(memory.lock_ttl("k"), None, "the guard's drop re-scheduled the release");
+}
