@@ -1,4 +1,6 @@
 //! Manager, guard and renewer behaviour under faults, on the memory backend
+
+#![allow(clippy::expect_used)] // test helpers
 //! behind the fault-injecting wrapper, in paused time.
 
 use std::sync::Arc;
