@@ -1,7 +1,7 @@
 //! Manager, guard and renewer behaviour under faults, on the memory backend
+//! behind the fault-injecting wrapper, in paused time.
 
 #![allow(clippy::expect_used)] // test helpers
-//! behind the fault-injecting wrapper, in paused time.
 
 use std::sync::Arc;
 use std::time::Duration;
