@@ -23,9 +23,31 @@ fn random_prefix() -> String {
     format!("verrou-test:{hex}")
 }
 
+/// What both suites share: a client factory, a key namespace, and things
+/// (server processes) to keep alive while the suite runs.
+struct Clients<T: ?Sized> {
+    connect: Connect<T>,
+    prefix: String,
+    keep_alive: Vec<Box<dyn Any + Send + Sync>>,
+}
+
+impl<T: ?Sized> Clients<T> {
+    fn new(connect: Connect<T>) -> Self {
+        Clients {
+            connect,
+            prefix: random_prefix(),
+            keep_alive: Vec::new(),
+        }
+    }
+
+    fn key(&self, name: &str) -> String {
+        format!("{}:{name}", self.prefix)
+    }
+}
+
 /// How a lock backend is reached by the suite.
 pub struct LockSuite {
-    connect: Connect<dyn LockBackend>,
+    clients: Clients<dyn LockBackend>,
     /// Base TTL of the cases (default 400 ms; real servers want 200–500 ms).
     pub ttl: Duration,
     /// Tasks × increments in the counter case.
@@ -33,8 +55,6 @@ pub struct LockSuite {
     /// Slack allowed between a lost() signal and the local deadline (real
     /// time only; zero under the paused clock).
     pub slack: Duration,
-    prefix: String,
-    _keep_alive: Vec<Box<dyn Any + Send + Sync>>,
 }
 
 impl LockSuite {
@@ -49,22 +69,20 @@ impl LockSuite {
     {
         let connect = Arc::new(connect);
         LockSuite {
-            connect: Arc::new(move || {
+            clients: Clients::new(Arc::new(move || {
                 let fut = connect();
                 Box::pin(async move { Arc::new(fut.await) as Arc<dyn LockBackend> })
-            }),
+            })),
             ttl: Duration::from_millis(400),
             counter: (4, 10),
             slack: Duration::from_millis(100),
-            prefix: random_prefix(),
-            _keep_alive: Vec::new(),
         }
     }
 
     /// Keep `thing` (a server process, say) alive as long as the suite.
     #[must_use]
     pub fn keep_alive(mut self, thing: impl Any + Send + Sync) -> Self {
-        self._keep_alive.push(Box::new(thing));
+        self.clients.keep_alive.push(Box::new(thing));
         self
     }
 
@@ -84,12 +102,12 @@ impl LockSuite {
 
     /// A new client.
     pub async fn client(&self) -> Arc<dyn LockBackend> {
-        (self.connect)().await
+        (self.clients.connect)().await
     }
 
     /// A namespaced key for this run.
     pub fn key(&self, name: &str) -> String {
-        format!("{}:{name}", self.prefix)
+        self.clients.key(name)
     }
 
     /// Options with the base TTL and automatic renewal.
@@ -110,13 +128,11 @@ impl LockSuite {
 
 /// How a versioned store is reached by the suite.
 pub struct VersionedSuite {
-    connect: Connect<dyn VersionedStore>,
+    clients: Clients<dyn VersionedStore>,
     /// Base TTL for the expiry cases.
     pub ttl: Duration,
     /// Tasks × increments of the `update` case (default 8 × 100).
     pub updates: (usize, usize),
-    prefix: String,
-    _keep_alive: Vec<Box<dyn Any + Send + Sync>>,
 }
 
 impl VersionedSuite {
@@ -129,21 +145,19 @@ impl VersionedSuite {
     {
         let connect = Arc::new(connect);
         VersionedSuite {
-            connect: Arc::new(move || {
+            clients: Clients::new(Arc::new(move || {
                 let fut = connect();
                 Box::pin(async move { Arc::new(fut.await) as Arc<dyn VersionedStore> })
-            }),
+            })),
             ttl: Duration::from_millis(300),
             updates: (8, 100),
-            prefix: random_prefix(),
-            _keep_alive: Vec::new(),
         }
     }
 
     /// Keep `thing` alive as long as the suite.
     #[must_use]
     pub fn keep_alive(mut self, thing: impl Any + Send + Sync) -> Self {
-        self._keep_alive.push(Box::new(thing));
+        self.clients.keep_alive.push(Box::new(thing));
         self
     }
 
@@ -156,12 +170,12 @@ impl VersionedSuite {
 
     /// A new client.
     pub async fn client(&self) -> Arc<dyn VersionedStore> {
-        (self.connect)().await
+        (self.clients.connect)().await
     }
 
     /// A namespaced key for this run.
     pub fn key(&self, name: &str) -> String {
-        format!("{}:{name}", self.prefix)
+        self.clients.key(name)
     }
 }
 
@@ -171,16 +185,30 @@ impl VersionedSuite {
 #[macro_export]
 macro_rules! lock_conformance {
     (paused, $suite:expr) => {
-        $crate::__conformance_cases!((start_paused = true), $suite, lock_cases:
-            exclusive_acquire, try_lock_never_waits, non_owner_is_refused, expiry_then_reacquire,
-            stale_holder_cannot_release_or_renew, extend_keeps_lock_past_ttl, auto_renew_keeps_lock,
-            lost_fires_when_key_is_taken, lost_fires_by_deadline_when_backend_hangs,
-            with_lock_cancels_body_on_loss, with_lock_returns_body_output, drop_releases_promptly,
-            lock_times_out_while_held, counter_is_exact_under_lock, fencing_tokens_increase,
-            unknown_outcome_acquire_is_cleaned_up, invalid_arguments_are_rejected);
+        $crate::__lock_cases!((start_paused = true), $suite);
     };
     (real, $suite:expr) => {
-        $crate::__conformance_cases!((flavor = "multi_thread", worker_threads = 2), $suite, lock_cases:
+        $crate::__lock_cases!((flavor = "multi_thread", worker_threads = 2), $suite);
+    };
+}
+
+/// Expands to one `#[tokio::test]` per versioned-store case (see
+/// [`lock_conformance!`] for the arguments).
+#[macro_export]
+macro_rules! versioned_conformance {
+    (paused, $suite:expr) => {
+        $crate::__versioned_cases!((start_paused = true), $suite);
+    };
+    (real, $suite:expr) => {
+        $crate::__versioned_cases!((flavor = "multi_thread", worker_threads = 2), $suite);
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __lock_cases {
+    ($attr:tt, $suite:expr) => {
+        $crate::__conformance_cases!($attr, $suite, lock_cases:
             exclusive_acquire, try_lock_never_waits, non_owner_is_refused, expiry_then_reacquire,
             stale_holder_cannot_release_or_renew, extend_keeps_lock_past_ttl, auto_renew_keeps_lock,
             lost_fires_when_key_is_taken, lost_fires_by_deadline_when_backend_hangs,
@@ -190,18 +218,11 @@ macro_rules! lock_conformance {
     };
 }
 
-/// Expands to one `#[tokio::test]` per versioned-store case (see
-/// [`lock_conformance!`] for the arguments).
+#[doc(hidden)]
 #[macro_export]
-macro_rules! versioned_conformance {
-    (paused, $suite:expr) => {
-        $crate::__conformance_cases!((start_paused = true), $suite, versioned_cases:
-            missing_key, create_race_has_one_winner, stale_cas_returns_current, cas_round_trip,
-            update_increments_are_exact, delete_if_version, no_aba_after_delete, ttl_on_writes,
-            binary_values, invalid_arguments_are_rejected);
-    };
-    (real, $suite:expr) => {
-        $crate::__conformance_cases!((flavor = "multi_thread", worker_threads = 2), $suite, versioned_cases:
+macro_rules! __versioned_cases {
+    ($attr:tt, $suite:expr) => {
+        $crate::__conformance_cases!($attr, $suite, versioned_cases:
             missing_key, create_race_has_one_winner, stale_cas_returns_current, cas_round_trip,
             update_increments_are_exact, delete_if_version, no_aba_after_delete, ttl_on_writes,
             binary_values, invalid_arguments_are_rejected);
