@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::{LockBackend, ReleaseOutcome, RenewOutcome, Replication};
 use crate::error::{Error, LossReason, NotHeldReason, Result};
+use crate::lane::KeyLane;
 use crate::options::validate_ttl;
 use crate::token::{FencingToken, LockToken};
 
@@ -27,31 +28,40 @@ pub(crate) struct LeaseState {
     validity: Mutex<(Instant, Instant)>,
     lost: CancellationToken,
     loss_reason: OnceLock<LossReason>,
+    /// The manager's lane for this key: told when we release.
+    lane: Option<Arc<KeyLane>>,
+}
+
+/// What the manager knows right after a successful acquire.
+pub(crate) struct Grant {
+    pub(crate) key: String,
+    pub(crate) token: LockToken,
+    pub(crate) lease: crate::backend::Lease,
+    /// When the winning request was sent.
+    pub(crate) sent_at: Instant,
+    /// `sent_at` + validity.
+    pub(crate) deadline: Instant,
 }
 
 impl LeaseState {
-    #[allow(clippy::too_many_arguments)] // one constructor, called from one place
     pub(crate) fn new(
         backend: Arc<dyn LockBackend>,
-        key: String,
-        token: LockToken,
-        fencing_token: Option<FencingToken>,
-        replication: Replication,
-        sent_at: Instant,
-        deadline: Instant,
+        grant: Grant,
         drift_factor: f64,
+        lane: Option<Arc<KeyLane>>,
     ) -> Self {
         LeaseState {
             backend,
-            key,
-            token,
-            fencing_token,
-            replication,
-            acquired_at: sent_at,
+            key: grant.key,
+            token: grant.token,
+            fencing_token: grant.lease.fencing_token,
+            replication: grant.lease.replication,
+            acquired_at: grant.sent_at,
             drift_factor,
-            validity: Mutex::new((sent_at, deadline)),
+            validity: Mutex::new((grant.sent_at, grant.deadline)),
             lost: CancellationToken::new(),
             loss_reason: OnceLock::new(),
+            lane,
         }
     }
 
@@ -287,6 +297,9 @@ impl LockGuard {
         if result.is_ok() {
             self.released = true;
         }
+        if let Some(lane) = &state.lane {
+            lane.released.notify_one();
+        }
         if !matches!(result, Ok(ReleaseOutcome::Released)) {
             state.mark_lost(LossReason::NotOwner);
         }
@@ -302,19 +315,35 @@ impl Drop for LockGuard {
         }
         let state = self.handle.state.clone();
         let op_timeout = self.op_timeout;
-        spawn_release(state.backend.clone(), state.key.clone(), state.token, op_timeout);
+        spawn_release(
+            state.backend.clone(),
+            state.key.clone(),
+            state.token,
+            op_timeout,
+            state.lane.clone(),
+        );
     }
 }
 
 /// Best-effort release on the current tokio runtime, if any. Owner-checked, so
 /// it is safe even if we never held the key.
-pub(crate) fn spawn_release(backend: Arc<dyn LockBackend>, key: String, token: LockToken, timeout: Duration) {
+/// `lane`, if given, is told once the release is done.
+pub(crate) fn spawn_release(
+    backend: Arc<dyn LockBackend>,
+    key: String,
+    token: LockToken,
+    timeout: Duration,
+    lane: Option<Arc<KeyLane>>,
+) {
     if let Ok(handle) = tokio::runtime::Handle::try_current() {
         handle.spawn(async move {
             match tokio::time::timeout(timeout, backend.release(&key, &token)).await {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => tracing::debug!(key, error = %e, "background release failed; the TTL will free the key"),
                 Err(_) => tracing::debug!(key, "background release timed out; the TTL will free the key"),
+            }
+            if let Some(lane) = lane {
+                lane.released.notify_one();
             }
         });
     }

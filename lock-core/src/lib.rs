@@ -10,6 +10,7 @@ pub mod backend;
 pub mod error;
 pub mod guard;
 mod jitter;
+mod lane;
 pub mod manager;
 pub mod options;
 mod renewer;

@@ -10,7 +10,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::{AcquireOutcome, LockBackend};
 use crate::error::{Error, Result};
-use crate::guard::{LeaseHandle, LeaseState, LockGuard, spawn_release};
+use crate::guard::{Grant, LeaseHandle, LeaseState, LockGuard, spawn_release};
+use crate::lane::{KeyLane, Lanes};
 use crate::options::{LockOptions, Renewal, validate_key};
 use crate::token::LockToken;
 
@@ -36,6 +37,8 @@ struct Inner {
     /// Parent of every renewer's stop token: dropping the last manager clone
     /// does not stop renewers (guards own them), but `shutdown` does.
     shutdown: CancellationToken,
+    /// Local FIFO order of this manager's waiters, per key.
+    lanes: Lanes,
 }
 
 impl std::fmt::Debug for LockManager {
@@ -55,6 +58,7 @@ impl LockManager {
                 backend: Arc::new(backend),
                 options: LockOptions::default(),
                 shutdown: CancellationToken::new(),
+                lanes: Lanes::default(),
             }),
         }
     }
@@ -79,6 +83,7 @@ impl LockManager {
                 backend,
                 options,
                 shutdown: CancellationToken::new(),
+                lanes: Lanes::default(),
             }),
         })
     }
@@ -157,6 +162,17 @@ impl LockManager {
         let ttl = options.ttl;
         let validity = ttl.saturating_sub(options.drift(ttl));
         let give_up = Instant::now() + options.acquire_timeout;
+        let lane = self.inner.lanes.get(key);
+        // Waiters of this manager queue in FIFO order; only the head polls.
+        // try_lock skips the queue: it makes one attempt whatever happens.
+        let _turn = if wait {
+            match tokio::time::timeout_at(give_up, lane.turn.clone().lock_owned()).await {
+                Ok(turn) => Some(turn),
+                Err(_) => return Ok(None),
+            }
+        } else {
+            None
+        };
         let mut attempt: u32 = 0;
         loop {
             // A fresh token per attempt: cleanup of an earlier attempt can
@@ -174,7 +190,14 @@ impl LockManager {
                         (None, None)
                     } else {
                         cleanup.disarm();
-                        return self.guard(key, token, lease, sent_at, deadline, options).map(Some);
+                        let grant = Grant {
+                            key: key.to_owned(),
+                            token,
+                            lease,
+                            sent_at,
+                            deadline,
+                        };
+                        return self.guard(grant, options, &lane).map(Some);
                     }
                 }
                 Ok(Ok(AcquireOutcome::Held { retry_after })) => {
@@ -216,29 +239,20 @@ impl LockManager {
                 delay = delay.min(hint.max(Duration::from_millis(1)));
             }
             delay = delay.min(give_up - now);
-            backend.wait_for_release(key, delay).await;
+            tokio::select! {
+                () = backend.wait_for_release(key, delay) => {}
+                () = lane.released.notified() => {}
+            }
             attempt = attempt.saturating_add(1);
         }
     }
 
-    fn guard(
-        &self,
-        key: &str,
-        token: LockToken,
-        lease: crate::backend::Lease,
-        sent_at: Instant,
-        deadline: Instant,
-        options: &LockOptions,
-    ) -> Result<LockGuard> {
+    fn guard(&self, grant: Grant, options: &LockOptions, lane: &Arc<KeyLane>) -> Result<LockGuard> {
         let state = Arc::new(LeaseState::new(
             self.inner.backend.clone(),
-            key.to_owned(),
-            token,
-            lease.fencing_token,
-            lease.replication,
-            sent_at,
-            deadline,
+            grant,
             options.drift_factor,
+            Some(lane.clone()),
         ));
         let stop = self.inner.shutdown.child_token();
         let guard = LockGuard {
@@ -297,6 +311,7 @@ impl Drop for ReleaseOnDrop {
                 std::mem::take(&mut self.key),
                 self.token,
                 self.timeout,
+                None,
             );
         }
     }

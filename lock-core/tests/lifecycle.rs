@@ -190,3 +190,36 @@ async fn release_future_dropped_mid_flight_still_releases() {
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert_eq!(memory.lock_ttl("k"), None, "the guard's drop re-scheduled the release");
 }
+
+#[tokio::test(start_paused = true)]
+async fn waiters_of_one_manager_are_served_in_arrival_order() {
+    let memory = MemoryBackend::new();
+    let (backend, control) = faulty(&memory);
+    let locks = manager(backend, LockOptions::with_ttl(Duration::from_secs(60)));
+    let holder = locks.lock("k").await.expect("lock");
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for id in 0..6 {
+        let (locks, order) = (locks.clone(), order.clone());
+        waiters.push(tokio::spawn(async move {
+            let guard = locks.lock("k").await.expect("lock");
+            order.lock().expect("order").push(id);
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            guard.release().await.expect("release");
+        }));
+        tokio::time::sleep(Duration::from_millis(3)).await; // fixes the arrival order
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let polls_while_held = control.counts().acquire;
+    holder.release().await.expect("release");
+    for w in waiters {
+        w.await.expect("waiter");
+    }
+    assert_eq!(
+        *order.lock().expect("order"),
+        vec![0, 1, 2, 3, 4, 5],
+        "local FIFO hand-off"
+    );
+    // Only the head of the line polls the backend while the key is held.
+    assert!(polls_while_held < 25, "{polls_while_held} polls: waiters are herding");
+}
