@@ -1,1 +1,55 @@
-//! Real redis-server processes for tests (being built).
+//! Real `redis-server` processes for tests.
+//!
+//! - [`RedisServer`]: one server on a free 127.0.0.1 port, in its own
+//!   temporary directory, persistence off unless asked; killed (SIGKILL),
+//!   reaped and cleaned up on drop, also when a test panics. Faults: kill,
+//!   pause/resume (SIGSTOP/SIGCONT), restart with or without its data.
+//! - [`ReplicatedPair`], [`Instances`], [`RedisCluster`]: topologies.
+//! - [`TcpProxy`]: latency, blackhole and connection cuts in front of a
+//!   server.
+//! - [`RespClient`] / [`RespValue`]: a tiny RESP client for administration
+//!   and byte-exact reply checks.
+//!
+//! The server binary is `$VERROU_REDIS_SERVER` or `redis-server` on `PATH`
+//! (any Redis-compatible server works, Valkey included); the Tair module is
+//! `$VERROU_TAIR_MODULE` or this workspace's
+//! `target/release/libtair_module.so`. A missing binary or module is an
+//! error saying what to install or build, never a skip.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), lock_testkit::server::HarnessError> {
+//! use lock_testkit::server::{RedisServer, TcpProxy};
+//! use std::time::Duration;
+//!
+//! let server = RedisServer::builder().persistence(true).start().await?;
+//! server.cmd(&["SET", "k", "v"]).await?;
+//! server.restart_keeping_data().await?;
+//! assert_eq!(server.cmd(&["GET", "k"]).await?.as_str(), Some("v"));
+//!
+//! let proxy = TcpProxy::start(server.addr()).await?;
+//! proxy.set_latency(Duration::from_millis(50));
+//! let mut client = lock_testkit::server::RespClient::connect(proxy.addr()).await?;
+//! assert_eq!(client.cmd_raw(&["GET", "missing"]).await?, b"$-1\r\n");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Use real time with these (never tokio's paused clock): the servers run in
+//! real time.
+
+mod error;
+mod paths;
+mod process;
+mod proxy;
+mod resp;
+mod spawn;
+mod topology;
+
+pub use error::{HarnessError, HarnessResult};
+pub use paths::{
+    REDIS_CLI_ENV, REDIS_SERVER_ENV, TAIR_MODULE_ENV, redis_cli_binary, redis_server_binary, tair_module_path,
+};
+pub use process::{DEFAULT_START_TIMEOUT, LOG_FILE, NODES_FILE, RedisServer, RedisServerBuilder};
+pub use proxy::TcpProxy;
+pub use resp::{DEFAULT_TIMEOUT, RespClient, RespValue, encode_command, frame_len, parse_reply};
+pub use topology::{CONVERGE_TIMEOUT, Instances, RedisCluster, ReplicatedPair};

@@ -1,0 +1,769 @@
+//! One `redis-server` process: start, faults, restart, clean-up.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
+use std::fmt;
+use std::fs::{self, OpenOptions};
+use std::io::Write as _;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use super::error::{HarnessError, HarnessResult};
+use super::paths::{redis_server_binary, tair_module_path};
+use super::resp::{RespClient, RespValue};
+use super::spawn;
+
+/// How long a server gets to answer `PING` unless told otherwise
+/// ([`RedisServerBuilder::start_timeout`]).
+pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Name of the file, in the server's directory, that receives its stdout and
+/// stderr (the server logs to stdout).
+pub const LOG_FILE: &str = "redis.log";
+/// Name of the cluster configuration file of cluster nodes.
+pub const NODES_FILE: &str = "nodes.conf";
+
+/// Attempts with fresh ports when a new server finds its port taken.
+const PORT_ATTEMPTS: usize = 8;
+/// How long a restart keeps retrying when its (fixed) port is taken.
+const RESTART_CLASH_WINDOW: Duration = Duration::from_secs(2);
+const POLL: Duration = Duration::from_millis(10);
+/// The cluster bus listens on the client port plus this.
+const CLUSTER_BUS_OFFSET: u16 = 10000;
+
+/// Configures and starts a [`RedisServer`].
+///
+/// The server listens on 127.0.0.1 only, on a free port, runs in a fresh
+/// temporary directory, and has persistence off (`--save '' --appendonly
+/// no`) unless [`persistence(true)`](Self::persistence). Arguments given with
+/// [`arg`](Self::arg) come last, so they override the harness defaults.
+///
+/// The builder is reusable: [`start`](Self::start) takes `&self`, and the
+/// topologies ([`ReplicatedPair`](super::ReplicatedPair),
+/// [`Instances`](super::Instances), [`RedisCluster`](super::RedisCluster))
+/// start every node from the same builder.
+#[derive(Clone, Debug)]
+pub struct RedisServerBuilder {
+    binary: Option<PathBuf>,
+    modules: Vec<(ModuleSource, Vec<OsString>)>,
+    args: Vec<OsString>,
+    persistence: bool,
+    start_timeout: Duration,
+    cluster: bool,
+}
+
+#[derive(Clone, Debug)]
+enum ModuleSource {
+    Path(PathBuf),
+    Tair,
+}
+
+impl Default for RedisServerBuilder {
+    fn default() -> Self {
+        RedisServerBuilder {
+            binary: None,
+            modules: Vec::new(),
+            args: Vec::new(),
+            persistence: false,
+            start_timeout: DEFAULT_START_TIMEOUT,
+            cluster: false,
+        }
+    }
+}
+
+impl RedisServerBuilder {
+    /// A builder with the defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Runs this binary instead of [`redis_server_binary`](super::redis_server_binary)'s.
+    pub fn binary(mut self, path: impl Into<PathBuf>) -> Self {
+        self.binary = Some(path.into());
+        self
+    }
+
+    /// Loads a module (`--loadmodule path`).
+    pub fn module(self, path: impl Into<PathBuf>) -> Self {
+        self.module_with_args(path, std::iter::empty::<OsString>())
+    }
+
+    /// Loads a module with arguments (`--loadmodule path arg...`).
+    pub fn module_with_args<I, A>(mut self, path: impl Into<PathBuf>, args: I) -> Self
+    where
+        I: IntoIterator<Item = A>,
+        A: Into<OsString>,
+    {
+        self.modules.push((
+            ModuleSource::Path(path.into()),
+            args.into_iter().map(Into::into).collect(),
+        ));
+        self
+    }
+
+    /// Loads this workspace's Tair module, located by
+    /// [`tair_module_path`](super::tair_module_path) when the server starts
+    /// (so a missing module is a start error saying how to build it).
+    pub fn tair_module(mut self) -> Self {
+        self.modules.push((ModuleSource::Tair, Vec::new()));
+        self
+    }
+
+    /// Adds one command-line argument, e.g. `.arg("--maxmemory").arg("10mb")`.
+    pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// Adds several command-line arguments.
+    pub fn args<I, A>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = A>,
+        A: Into<OsString>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Turns persistence on: an append-only file (`--appendonly yes`), so
+    /// that every acknowledged write survives [`RedisServer::kill`] and a
+    /// later [`RedisServer::restart_keeping_data`]. Off by default.
+    pub fn persistence(mut self, on: bool) -> Self {
+        self.persistence = on;
+        self
+    }
+
+    /// How long the server gets to answer `PING` (default 10 s).
+    pub fn start_timeout(mut self, timeout: Duration) -> Self {
+        self.start_timeout = timeout;
+        self
+    }
+
+    /// Cluster mode (`--cluster-enabled yes`); used by
+    /// [`RedisCluster`](super::RedisCluster).
+    pub(crate) fn cluster_mode(mut self) -> Self {
+        self.cluster = true;
+        self
+    }
+
+    /// Starts a server on a free port and waits until it answers `PING`.
+    /// A port taken in the meantime is retried with another port.
+    ///
+    /// # Errors
+    /// [`HarnessError::NotFound`] for a missing binary or module;
+    /// [`HarnessError::StartFailed`] / [`HarnessError::StartTimeout`], with
+    /// the server's log tail, when it does not come up.
+    pub async fn start(&self) -> HarnessResult<RedisServer> {
+        let launch = self.resolve()?;
+        let mut last = None;
+        for _ in 0..PORT_ATTEMPTS {
+            let port = pick_port(self.cluster)?;
+            let dir = tempfile::Builder::new()
+                .prefix("verrou-redis-")
+                .tempdir()
+                .map_err(|e| HarnessError::io("creating a temporary directory", e))?;
+            let server = RedisServer {
+                port,
+                launch: launch.clone(),
+                state: Mutex::new(ProcState::default()),
+                lifecycle: tokio::sync::Mutex::new(()),
+                dir,
+            };
+            match server.launch().await {
+                Ok(()) => return Ok(server),
+                Err(Failure::PortClash(e)) => last = Some(e),
+                Err(Failure::Other(e)) => return Err(e),
+            }
+            // `server` is dropped here: process killed, directory removed.
+        }
+        Err(last.unwrap_or_else(|| HarnessError::Setup("no free port".into())))
+    }
+
+    fn resolve(&self) -> HarnessResult<Launch> {
+        let binary = match &self.binary {
+            Some(b) => b.clone(),
+            None => redis_server_binary()?,
+        };
+        let mut args: Vec<OsString> = Vec::new();
+        let mut push = |a: &[&str]| args.extend(a.iter().map(OsString::from));
+        push(&["--bind", "127.0.0.1", "--protected-mode", "no", "--daemonize", "no"]);
+        push(&["--logfile", "", "--dbfilename", "dump.rdb"]);
+        // Diskless sync waits 5 s by default for more replicas to come.
+        push(&["--repl-diskless-sync-delay", "0"]);
+        if self.persistence {
+            push(&["--save", "", "--appendonly", "yes"]);
+        } else {
+            push(&["--save", "", "--appendonly", "no"]);
+        }
+        if self.cluster {
+            push(&["--cluster-enabled", "yes", "--cluster-config-file", NODES_FILE]);
+            push(&["--cluster-node-timeout", "2000"]);
+        }
+        for (source, module_args) in &self.modules {
+            let path = match source {
+                ModuleSource::Tair => tair_module_path()?,
+                ModuleSource::Path(p) => {
+                    if !p.is_file() {
+                        return Err(HarnessError::NotFound {
+                            what: format!("module {}", p.display()),
+                            hint: "build the module, or pass the path of an existing file".into(),
+                        });
+                    }
+                    p.canonicalize().unwrap_or_else(|_| p.clone())
+                }
+            };
+            args.push("--loadmodule".into());
+            args.push(path.into_os_string());
+            args.extend(module_args.iter().cloned());
+        }
+        args.extend(self.args.iter().cloned());
+        Ok(Launch {
+            binary,
+            args,
+            start_timeout: self.start_timeout,
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Launch {
+    binary: PathBuf,
+    args: Vec<OsString>,
+    start_timeout: Duration,
+}
+
+#[derive(Debug, Default)]
+struct ProcState {
+    child: Option<Child>,
+    paused: bool,
+}
+
+enum Failure {
+    PortClash(HarnessError),
+    Other(HarnessError),
+}
+
+/// A running `redis-server` process (or a Redis-compatible one) on
+/// 127.0.0.1, in its own temporary directory.
+///
+/// Dropping it SIGKILLs the process (and anything it forked), reaps it and
+/// removes the directory -- also when the test panics. If the test process
+/// itself dies, the kernel kills the server (Linux).
+///
+/// Fault methods take `&self`, so a server can be shared (e.g. in an `Arc`)
+/// between the code under test and the test driving the faults.
+pub struct RedisServer {
+    port: u16,
+    launch: Launch,
+    state: Mutex<ProcState>,
+    lifecycle: tokio::sync::Mutex<()>,
+    // Dropped after `Drop::drop` has killed the process.
+    dir: TempDir,
+}
+
+impl fmt::Debug for RedisServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisServer")
+            .field("port", &self.port)
+            .field("pid", &self.pid())
+            .field("dir", &self.dir.path())
+            .finish()
+    }
+}
+
+impl RedisServer {
+    /// A builder, for modules, arguments, persistence...
+    pub fn builder() -> RedisServerBuilder {
+        RedisServerBuilder::new()
+    }
+
+    /// Starts a server with the defaults.
+    ///
+    /// # Errors
+    /// As [`RedisServerBuilder::start`].
+    pub async fn start() -> HarnessResult<RedisServer> {
+        RedisServerBuilder::new().start().await
+    }
+
+    /// The TCP port (kept across restarts).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `127.0.0.1:port`.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// `redis://127.0.0.1:port`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The server's working directory (data files, log, cluster config).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The file receiving the server's stdout and stderr.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join(LOG_FILE)
+    }
+
+    /// The last `n` lines of the server's log (all its runs, separated by
+    /// `=== verrou harness: ...` lines).
+    pub fn log_tail(&self, n: usize) -> String {
+        tail(&self.log_path(), n)
+    }
+
+    /// The pid of the server process, `None` when it is not running.
+    pub fn pid(&self) -> Option<u32> {
+        let mut st = self.lock();
+        running_pid(&mut st)
+    }
+
+    /// True while the process runs (paused counts as running).
+    pub fn is_running(&self) -> bool {
+        self.pid().is_some()
+    }
+
+    /// True between [`pause`](Self::pause) and [`resume`](Self::resume).
+    pub fn is_paused(&self) -> bool {
+        self.lock().paused
+    }
+
+    /// SIGKILLs the server (and any child it forked) and reaps it: new
+    /// connections are refused, open ones are closed. Does nothing if it is
+    /// not running. Bring it back with a restart.
+    ///
+    /// # Errors
+    /// [`HarnessError::Io`] if the process could not be reaped.
+    pub fn kill(&self) -> HarnessResult<()> {
+        let mut st = self.lock();
+        kill_locked(&mut st, self.port)
+    }
+
+    /// SIGSTOPs the server: connections are still accepted by the kernel,
+    /// but nothing is answered until [`resume`](Self::resume). Returns once
+    /// the process is stopped.
+    ///
+    /// # Errors
+    /// [`HarnessError::NotRunning`], or the signal failing.
+    pub fn pause(&self) -> HarnessResult<()> {
+        let mut st = self.lock();
+        let pid = running_pid(&mut st).ok_or(HarnessError::NotRunning { port: self.port })?;
+        spawn::signal_process(pid, libc::SIGSTOP).map_err(|e| HarnessError::io(format!("SIGSTOP to pid {pid}"), e))?;
+        st.paused = true;
+        wait_proc_state(pid, true);
+        Ok(())
+    }
+
+    /// SIGCONTs a paused server.
+    ///
+    /// # Errors
+    /// [`HarnessError::NotRunning`], or the signal failing.
+    pub fn resume(&self) -> HarnessResult<()> {
+        let mut st = self.lock();
+        resume_locked(&mut st, self.port)
+    }
+
+    /// Restarts the server on the same port with its data: if it is running
+    /// (or paused) it is resumed, told to `SAVE`, and killed; then it starts
+    /// again and loads the saved data. If it is not running (e.g. after
+    /// [`kill`](Self::kill)), it starts from what is on disk: everything with
+    /// [`persistence(true)`](RedisServerBuilder::persistence), else only what
+    /// an earlier restart or `SAVE` wrote.
+    ///
+    /// # Errors
+    /// `SAVE` failing, or the start errors of [`RedisServerBuilder::start`].
+    pub async fn restart_keeping_data(&self) -> HarnessResult<()> {
+        let _guard = self.lifecycle.lock().await;
+        if self.is_running() {
+            self.resume_if_paused()?;
+            let mut client = self.client().await?;
+            client.cmd(&["SAVE"]).await?.into_result("SAVE")?;
+        }
+        self.kill()?;
+        self.relaunch().await
+    }
+
+    /// Kills the server, deletes its data files (RDB, AOF; a cluster node
+    /// keeps its `nodes.conf`, so its identity and slots), and starts it
+    /// again, empty, on the same port.
+    ///
+    /// # Errors
+    /// Failing to delete the files, or the start errors of
+    /// [`RedisServerBuilder::start`].
+    pub async fn restart_empty(&self) -> HarnessResult<()> {
+        let _guard = self.lifecycle.lock().await;
+        self.kill()?;
+        let dir = self.dir.path();
+        let entries = fs::read_dir(dir).map_err(|e| HarnessError::io(format!("listing {}", dir.display()), e))?;
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            if name == LOG_FILE || name == NODES_FILE {
+                continue;
+            }
+            let path = entry.path();
+            let r = if path.is_dir() {
+                fs::remove_dir_all(&path)
+            } else {
+                fs::remove_file(&path)
+            };
+            r.map_err(|e| HarnessError::io(format!("removing {}", path.display()), e))?;
+        }
+        self.relaunch().await
+    }
+
+    /// A new connection to the server.
+    ///
+    /// # Errors
+    /// As [`RespClient::connect`]; refused after [`kill`](Self::kill).
+    pub async fn client(&self) -> HarnessResult<RespClient> {
+        RespClient::connect(self.addr()).await
+    }
+
+    /// Runs one command on a new connection and returns the parsed reply
+    /// (an error reply is `Ok(RespValue::Error(..))`):
+    /// `server.cmd(&["SET", "k", "v"]).await`.
+    ///
+    /// # Errors
+    /// As [`RespClient::cmd`].
+    pub async fn cmd<A: AsRef<[u8]>>(&self, args: &[A]) -> HarnessResult<RespValue> {
+        self.client().await?.cmd(args).await
+    }
+
+    /// Runs one command on a new connection and returns the exact reply
+    /// bytes.
+    ///
+    /// # Errors
+    /// As [`RespClient::cmd`].
+    pub async fn cmd_raw<A: AsRef<[u8]>>(&self, args: &[A]) -> HarnessResult<Vec<u8>> {
+        self.client().await?.cmd_raw(args).await
+    }
+
+    /// `INFO section` (all default sections for `""`), as a map of
+    /// `field -> value`.
+    ///
+    /// # Errors
+    /// As [`RespClient::cmd`], or [`HarnessError::Reply`].
+    pub async fn info(&self, section: &str) -> HarnessResult<HashMap<String, String>> {
+        let reply = if section.is_empty() {
+            self.cmd(&["INFO"]).await?
+        } else {
+            self.cmd(&["INFO", section]).await?
+        };
+        let reply = reply.into_result("INFO")?;
+        let text = reply
+            .as_str()
+            .ok_or_else(|| HarnessError::Protocol(format!("unexpected INFO reply {reply:?}")))?;
+        Ok(parse_info(text))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ProcState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn resume_if_paused(&self) -> HarnessResult<()> {
+        let mut st = self.lock();
+        if st.paused {
+            resume_locked(&mut st, self.port)?;
+        }
+        Ok(())
+    }
+
+    /// Starts the process again on the same port, retrying for a while if
+    /// the port is (still) taken.
+    async fn relaunch(&self) -> HarnessResult<()> {
+        let deadline = Instant::now() + RESTART_CLASH_WINDOW;
+        loop {
+            match self.launch().await {
+                Ok(()) => return Ok(()),
+                Err(Failure::PortClash(e)) => {
+                    if Instant::now() >= deadline {
+                        return Err(e);
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(Failure::Other(e)) => return Err(e),
+            }
+        }
+    }
+
+    /// Spawns the process (which must not be running) and waits for `PING`.
+    async fn launch(&self) -> Result<(), Failure> {
+        let log_path = self.log_path();
+        let log_start = fs::metadata(&log_path).map(|m| m.len()).unwrap_or(0);
+        let pid = self.spawn_process(&log_path).map_err(Failure::Other)?;
+        let started = Instant::now();
+        let timeout = self.launch.start_timeout;
+        loop {
+            let exited = {
+                let mut st = self.lock();
+                match st.child.as_mut().map(Child::try_wait) {
+                    Some(Ok(Some(status))) => Some(status.to_string()),
+                    Some(Ok(None)) => None,
+                    Some(Err(e)) => {
+                        return Err(Failure::Other(HarnessError::io(format!("checking on pid {pid}"), e)));
+                    }
+                    None => Some("killed".to_owned()),
+                }
+            };
+            if let Some(status) = exited {
+                let _ = self.kill();
+                let new_log = read_from(&log_path, log_start);
+                let err = HarnessError::StartFailed {
+                    port: self.port,
+                    status,
+                    log_tail: tail_of(&new_log, 30),
+                };
+                let clash = new_log.contains("Address already in use") || new_log.contains("EADDRINUSE");
+                return Err(if clash {
+                    Failure::PortClash(err)
+                } else {
+                    Failure::Other(err)
+                });
+            }
+            if self.answers_ping().await {
+                return Ok(());
+            }
+            if started.elapsed() >= timeout {
+                let _ = self.kill();
+                return Err(Failure::Other(HarnessError::StartTimeout {
+                    port: self.port,
+                    waited: timeout,
+                    log_tail: tail_of(&read_from(&log_path, log_start), 30),
+                }));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    fn spawn_process(&self, log_path: &Path) -> HarnessResult<u32> {
+        let mut st = self.lock();
+        if running_pid(&mut st).is_some() {
+            return Err(HarnessError::Setup(format!(
+                "server on port {} is already running",
+                self.port
+            )));
+        }
+        let mut log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log_path)
+            .map_err(|e| HarnessError::io(format!("opening {}", log_path.display()), e))?;
+        let _ = writeln!(
+            log,
+            "=== verrou harness: starting {} on port {} ===",
+            self.launch.binary.display(),
+            self.port
+        );
+        let err_log = log
+            .try_clone()
+            .map_err(|e| HarnessError::io("duplicating the log file handle", e))?;
+        let mut cmd = Command::new(&self.launch.binary);
+        cmd.arg("--port")
+            .arg(self.port.to_string())
+            .arg("--dir")
+            .arg(self.dir.path())
+            .args(&self.launch.args)
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(err_log));
+        let child =
+            spawn::spawn(cmd).map_err(|e| HarnessError::io(format!("starting {}", self.launch.binary.display()), e))?;
+        let pid = child.id();
+        st.child = Some(child);
+        st.paused = false;
+        Ok(pid)
+    }
+
+    async fn answers_ping(&self) -> bool {
+        let Ok(mut client) = RespClient::connect_timeout(self.addr(), Duration::from_millis(500)).await else {
+            return false;
+        };
+        match client.cmd(&["PING"]).await {
+            // Anything but "still loading" means the server is up (a server
+            // with `requirepass` answers NOAUTH, a stale replica MASTERDOWN).
+            Ok(RespValue::Error(e)) => !e.starts_with("LOADING"),
+            Ok(_) => true,
+            Err(_) => false,
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let mut st = self.lock();
+        let _ = kill_locked(&mut st, self.port);
+    }
+}
+
+fn running_pid(st: &mut ProcState) -> Option<u32> {
+    let child = st.child.as_mut()?;
+    match child.try_wait() {
+        Ok(None) => Some(child.id()),
+        _ => None,
+    }
+}
+
+fn kill_locked(st: &mut ProcState, port: u16) -> HarnessResult<()> {
+    st.paused = false;
+    let Some(mut child) = st.child.take() else {
+        return Ok(());
+    };
+    let pid = child.id();
+    // The whole group: the server and any child it forked (BGSAVE, AOF
+    // rewrite, diskless sync). SIGKILL also ends a stopped process.
+    let _ = spawn::signal_group(pid, libc::SIGKILL);
+    let _ = child.kill();
+    child
+        .wait()
+        .map_err(|e| HarnessError::io(format!("reaping the server on port {port} (pid {pid})"), e))?;
+    Ok(())
+}
+
+fn resume_locked(st: &mut ProcState, port: u16) -> HarnessResult<()> {
+    let pid = running_pid(st).ok_or(HarnessError::NotRunning { port })?;
+    spawn::signal_process(pid, libc::SIGCONT).map_err(|e| HarnessError::io(format!("SIGCONT to pid {pid}"), e))?;
+    st.paused = false;
+    wait_proc_state(pid, false);
+    Ok(())
+}
+
+/// Waits (at most a second) until `/proc` shows the process stopped or not.
+fn wait_proc_state(pid: u32, stopped: bool) {
+    let path = format!("/proc/{pid}/stat");
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < deadline {
+        let Ok(stat) = fs::read_to_string(&path) else {
+            return; // No /proc, or the process is gone.
+        };
+        // The state follows the parenthesised command name.
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next());
+        let is_stopped = matches!(state, Some('T' | 't'));
+        if state.is_none() || is_stopped == stopped {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Parses `INFO` output into `field -> value`.
+pub(crate) fn parse_info(text: &str) -> HashMap<String, String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+fn read_from(path: &Path, offset: u64) -> String {
+    let bytes = fs::read(path).unwrap_or_default();
+    let start = usize::try_from(offset).unwrap_or(0).min(bytes.len());
+    String::from_utf8_lossy(&bytes[start..]).into_owned()
+}
+
+fn tail(path: &Path, n: usize) -> String {
+    tail_of(&read_from(path, 0), n)
+}
+
+fn tail_of(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Ports handed out by this process, never handed out twice: a killed
+/// server's port stays its own for a later restart.
+fn used_ports() -> MutexGuard<'static, HashSet<u16>> {
+    static USED: OnceLock<Mutex<HashSet<u16>>> = OnceLock::new();
+    USED.get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+/// A free port below Linux's default ephemeral range (32768-60999), so
+/// outgoing connections do not take it between a kill and a restart. A
+/// cluster node also needs `port + 10000` (its bus) free.
+fn pick_port(cluster: bool) -> HarnessResult<u16> {
+    let (lo, hi): (u16, u16) = if cluster { (12000, 22000) } else { (12000, 32000) };
+    let mut used = used_ports();
+    for _ in 0..500 {
+        let mut r = [0u8; 2];
+        getrandom::fill(&mut r).map_err(|e| HarnessError::Setup(format!("getrandom: {e}")))?;
+        let port = lo + u16::from_le_bytes(r) % (hi - lo);
+        let bus = port + CLUSTER_BUS_OFFSET;
+        if used.contains(&port) || (cluster && used.contains(&bus)) {
+            continue;
+        }
+        if bindable(port) && (!cluster || bindable(bus)) {
+            used.insert(port);
+            if cluster {
+                used.insert(bus);
+            }
+            return Ok(port);
+        }
+    }
+    Err(HarnessError::Setup(format!(
+        "no free port found in {lo}..{hi} on 127.0.0.1"
+    )))
+}
+
+fn bindable(port: u16) -> bool {
+    TcpListener::bind(("127.0.0.1", port)).is_ok()
+}
+
+/// Polls `check` every few milliseconds until it returns `Ok(true)` or
+/// `timeout` passes. Errors from `check` count as "not yet"; the last one is
+/// reported on timeout.
+pub(crate) async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut check: F) -> HarnessResult<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = HarnessResult<bool>>,
+{
+    let started = Instant::now();
+    let mut last_err = None;
+    loop {
+        match check().await {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(e) => last_err = Some(e),
+        }
+        if started.elapsed() >= timeout {
+            let what = match last_err {
+                Some(e) => format!("{what} (last error: {e})"),
+                None => what.to_owned(),
+            };
+            return Err(HarnessError::Timeout { what, after: timeout });
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn info_parsing() {
+        let m = parse_info("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n\r\nx:a:b\r\n");
+        assert_eq!(m.get("role").map(String::as_str), Some("master"));
+        assert_eq!(m.get("x").map(String::as_str), Some("a:b"));
+        assert_eq!(m.len(), 3);
+    }
+
+    #[test]
+    fn tails() {
+        assert_eq!(tail_of("a\nb\nc\n", 2), "b\nc");
+        assert_eq!(tail_of("a", 5), "a");
+    }
+}
