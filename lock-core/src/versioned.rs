@@ -10,10 +10,13 @@ use crate::options::UpdateOptions;
 
 /// A value with its version.
 ///
-/// Versions of a key change on every write and are never reused for that key,
+/// Versions of a key change on every write and are not reused for that key,
 /// not even after a delete or expiry (no ABA): a compare-and-set against a
-/// version read before a delete cannot succeed on the recreated key. They are
-/// not guaranteed to be consecutive, or ordered across a delete.
+/// version read before a delete does not succeed on the recreated key. They are
+/// not guaranteed to be consecutive, or ordered across a delete. Backends
+/// whose server restarts versions after a delete (Tair) start new keys at a
+/// random 62-bit version, so a reuse is possible only with negligible
+/// probability; each backend documents its scheme.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Versioned {
     /// The bytes stored.
@@ -36,7 +39,8 @@ pub enum Expiry {
 }
 
 impl Expiry {
-    pub(crate) fn validate(self) -> Result<()> {
+    /// Check the TTL of `After` against [`crate::MIN_TTL`] / [`crate::MAX_TTL`].
+    pub fn validate(self) -> Result<()> {
         if let Expiry::After(ttl) = self {
             crate::options::validate_ttl(ttl)?;
         }

@@ -124,13 +124,6 @@ fn expires(expiry: Expiry, now: Instant, current: Option<Instant>) -> Option<Ins
     }
 }
 
-fn check_expiry(expiry: Expiry) -> Result<()> {
-    if let Expiry::After(ttl) = expiry {
-        validate_ttl(ttl)?;
-    }
-    Ok(())
-}
-
 #[async_trait]
 impl LockBackend for MemoryBackend {
     async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
@@ -222,7 +215,7 @@ impl VersionedStore for MemoryBackend {
 
     async fn create(&self, key: &str, value: &[u8], expiry: Expiry) -> Result<CreateOutcome> {
         validate_key(key)?;
-        check_expiry(expiry)?;
+        expiry.validate()?;
         let now = Instant::now();
         let mut s = self.lock_state();
         if s.live_value(key, now).is_some() {
@@ -242,7 +235,7 @@ impl VersionedStore for MemoryBackend {
 
     async fn compare_and_set(&self, key: &str, expected: u64, value: &[u8], expiry: Expiry) -> Result<CasOutcome> {
         validate_key(key)?;
-        check_expiry(expiry)?;
+        expiry.validate()?;
         let now = Instant::now();
         let mut s = self.lock_state();
         let current = match s.live_value(key, now) {

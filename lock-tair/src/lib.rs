@@ -1,1 +1,625 @@
-//! Placeholder: this crate is being built.
+//! Tair backend of verrou: locks on Tair's native `CAD` / `CAS`, and a
+//! versioned store on exString (`EXGET` / `EXSET` / `EXCAS` / `EXCAD`), over
+//! [fred](https://docs.rs/fred), on one server or Redis Cluster.
+//!
+//! One [`TairBackend`] implements both [`LockBackend`] and
+//! [`VersionedStore`]. Every operation is one native command, one round trip:
+//!
+//! | operation | command | replies |
+//! |---|---|---|
+//! | acquire | `SET key token NX PX ttl` | `OK` / nil |
+//! | release | `CAD key token` | 1 released, 0 held by another, -1 missing |
+//! | renew | `CAS key token token PX ttl` | 1 renewed, 0 held by another, -1 missing |
+//! | get | `EXGET key` | `[value, version]` / nil |
+//! | create | `EXSET key value [PX ms \| KEEPTTL] NX ABS <random> WITHVERSION` | version / nil |
+//! | compare-and-set | `EXCAS key value version [PX ms \| KEEPTTL]` | `[OK, "", version]` / `[CAS_FAILED, value, version]` / -1 |
+//! | delete | `EXCAD key version` | 1 / 0 / -1 (0 costs one `EXGET` more, for the current version) |
+//!
+//! Tokens are stored as [`LockToken::to_hex`]. No Lua runs on these paths;
+//! [fencing tokens](TairBuilder::fencing) are opt-in and make acquire one
+//! small script (still one round trip).
+//!
+//! # TTL safety
+//!
+//! Tair's `CAS`, `EXSET` and `EXCAS` *remove* a key's TTL unless the command
+//! carries a TTL option, and `CAS … KEEPTTL` drops it as well. So renew always
+//! sends `PX ttl`, and every versioned write sends what the caller's
+//! [`Expiry`] asks: `Keep` → `KEEPTTL`, `Persist` → no option (the TTL is
+//! removed, on purpose), `After(d)` → `PX ms`. A TTL is never dropped by
+//! accident.
+//!
+//! # ABA
+//!
+//! Tair restarts a key's version at 1 after a delete or expiry, so a version
+//! read before the delete could match the recreated key. [`VersionedStore::create`]
+//! therefore creates every key at a random version drawn from the OS CSPRNG
+//! in `[2^32, 2^62)` (`EXSET … ABS v`), leaving 2^62 increments of headroom;
+//! a stale version matches a recreated key only if the two version ranges
+//! overlap (about `2n / 2^62` for `n` writes per incarnation). Locks need no
+//! such care: their 128-bit tokens are never reused.
+//!
+//! # Failures
+//!
+//! fred is set up with a reconnect policy, a timeout on every command, and a
+//! single attempt per command: a write is never silently re-sent after a
+//! reconnect. A write that fails in transport (timeout, connection lost) is
+//! [`Error::Backend`] with `outcome_unknown: true`. A server without the
+//! TairString commands is refused at connect with [`Error::Unsupported`].
+//! A key of the wrong type (e.g. a versioned exString key used as a lock, or
+//! the reverse): versioned operations fail with [`Error::InvalidArgument`];
+//! lock release and renew answer `HeldByOther` (the key is not ours) and log
+//! a warning; acquire sees the key as held.
+//!
+//! # Replica acknowledgement
+//!
+//! [`ReplicaAck`] adds `WAIT` after acquires and versioned writes, on a
+//! dedicated connection; see there. Tair's semi-synchronous replication is
+//! the server-side alternative.
+//!
+//! # Servers and tests
+//!
+//! Any server with TairString's commands works: Tair itself, or Redis /
+//! Valkey with a TairString-compatible module loaded (Alibaba's open-source
+//! `TairString`, or this workspace's `tair-module`). The tests start real
+//! `redis-server` processes with the module from `$VERROU_TAIR_MODULE`, else
+//! `target/release/libtair_module.so` (`cargo build --release -p
+//! tair-module`); point `VERROU_TAIR_MODULE` at another TairString-compatible
+//! module to run the same suite against it.
+
+mod config;
+mod conn;
+mod keys;
+mod replies;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fred::clients::Client;
+use fred::interfaces::ClientLike;
+use fred::types::config::Options;
+use fred::types::{ClusterHash, CustomCommand, Value};
+use fred::util::redis_keyslot;
+use lock_core::options::{ttl_millis, validate_key, validate_ttl};
+use lock_core::{
+    AcquireOutcome, Capabilities, CasOutcome, CreateOutcome, DeleteOutcome, Error, Expiry, FencingToken, Lease,
+    LockBackend, LockToken, ReleaseOutcome, RenewOutcome, Replication, Result, Versioned, VersionedStore,
+};
+
+pub use config::{
+    DEFAULT_ACK_CONNECTIONS, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FENCE_PREFIX, OnShortfall,
+    ReplicaAck, TairBuilder,
+};
+/// The fred version this crate is built with, to build your own client or
+/// pool for [`TairBuilder::client`] / [`TairBuilder::pool`].
+pub use fred;
+
+use config::Source;
+use conn::{Access, Clients, NAME, map_error, send, unexpected_reply};
+use replies::{FencedReply, TriState};
+
+/// Fenced acquire: refuse a held key (answering its PTTL as a retry hint),
+/// else increment the fence counter and set the lock. The `INCR` comes
+/// before the `SET`, so if it fails (a counter key of the wrong type)
+/// nothing was written.
+const FENCED_ACQUIRE: &str = "\
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+local fence = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return {1, fence}
+";
+
+/// The Tair backend: [`LockBackend`] on plain strings with `CAD`/`CAS`, and
+/// [`VersionedStore`] on exString keys. Cheap to clone; clones share the
+/// connections.
+///
+/// ```no_run
+/// # async fn demo() -> lock_core::Result<()> {
+/// use lock_core::{LockManager, VersionedStoreExt, UpdateOptions};
+/// let backend = lock_tair::TairBackend::connect("redis://127.0.0.1:6379").await?;
+/// let locks = LockManager::new(backend.clone());
+/// let guard = locks.lock("invoice:42").await?;
+/// guard.release().await?;
+/// let v = backend.update("counter", &UpdateOptions::default(), |old| {
+///     let n: u64 = old.and_then(|b| std::str::from_utf8(b).ok()?.parse().ok()).unwrap_or(0);
+///     (n + 1).to_string().into_bytes()
+/// }).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct TairBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// Connections for everything but write + WAIT.
+    commands: Clients,
+    /// Dedicated connections for write + WAIT, when replica acks are on.
+    ack: Option<(Clients, ReplicaAck)>,
+    options: Options,
+    command_timeout: Duration,
+    fence_prefix: Option<String>,
+    script_sha: String,
+    retry_after_hint: bool,
+    clustered: bool,
+    /// Clients this backend built (from a URL, or ack connections) and so
+    /// closes when the last clone is dropped.
+    owned: Vec<Client>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if self.owned.is_empty() {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let clients = std::mem::take(&mut self.owned);
+            runtime.spawn(async move {
+                for client in clients {
+                    let _ = client.quit().await;
+                }
+            });
+        }
+    }
+}
+
+impl std::fmt::Debug for TairBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TairBackend")
+            .field("clustered", &self.inner.clustered)
+            .field("connections", &self.inner.commands.all().len())
+            .field("fencing", &self.inner.fence_prefix.is_some())
+            .field("replica_ack", &self.inner.ack.as_ref().map(|(_, a)| a))
+            .field("command_timeout", &self.inner.command_timeout)
+            .finish()
+    }
+}
+
+/// What a write connection is: the shared one, or a dedicated WAIT one.
+struct Writer<'a> {
+    client: &'a Client,
+    ack: Option<&'a ReplicaAck>,
+}
+
+impl TairBackend {
+    /// Connect to `url` with the defaults (see [`TairBuilder::url`]).
+    ///
+    /// # Errors
+    /// As [`TairBuilder::build`].
+    pub async fn connect(url: &str) -> Result<Self> {
+        TairBuilder::url(url).build().await
+    }
+
+    /// A builder for `url`.
+    pub fn builder(url: impl Into<String>) -> TairBuilder {
+        TairBuilder::url(url)
+    }
+
+    pub(crate) async fn from_builder(settings: TairBuilder) -> Result<Self> {
+        settings.validate()?;
+        let longest_wait = settings.replica_ack.map_or(Duration::ZERO, |a| a.timeout);
+        let mut owned = Vec::new();
+        let (commands, template) = match &settings.source {
+            Source::Url(url) => {
+                let client = conn::build_client(url, &settings, Duration::ZERO)?;
+                owned.push(client.clone());
+                (Clients::new(vec![client])?, None)
+            }
+            Source::Client(client) => (Clients::new(vec![client.clone()])?, Some(client.clone())),
+            Source::Pool(pool) => (Clients::new(pool.clients().to_vec())?, pool.clients().first().cloned()),
+        };
+        if let Some(app_client) = &template
+            && !app_client.has_reconnect_policy()
+        {
+            tracing::warn!("the fred client given to the Tair backend has no reconnect policy: it will not reconnect");
+        }
+        let ack = match settings.replica_ack {
+            None => None,
+            Some(ack) => {
+                let mut list = Vec::with_capacity(settings.ack_connections);
+                for _ in 0..settings.ack_connections {
+                    let client = match (&settings.source, &template) {
+                        (Source::Url(url), _) => conn::build_client(url, &settings, longest_wait)?,
+                        (_, Some(app_client)) => app_client.clone_new(),
+                        (_, None) => return Err(Error::invalid("a fred pool with no clients")),
+                    };
+                    owned.push(client.clone());
+                    list.push(client);
+                }
+                Some((Clients::new(list)?, ack))
+            }
+        };
+        // Whatever fails from here on, the clients built so far are closed
+        // by `Inner`'s drop.
+        let inner = Inner {
+            clustered: commands.first().is_clustered(),
+            commands,
+            ack,
+            options: conn::command_options(settings.command_timeout),
+            command_timeout: settings.command_timeout,
+            fence_prefix: settings.fence_prefix.clone(),
+            script_sha: fred::util::sha1_hash(FENCED_ACQUIRE),
+            retry_after_hint: settings.retry_after_hint,
+            owned,
+        };
+        for client in inner.commands.all() {
+            conn::ensure_connected(client, settings.connect_timeout).await?;
+        }
+        if let Some((clients, _)) = &inner.ack {
+            for client in clients.all() {
+                conn::ensure_connected(client, settings.connect_timeout).await?;
+            }
+        }
+        if settings.check_commands {
+            conn::check_commands(inner.commands.first(), &inner.options).await?;
+        }
+        Ok(TairBackend { inner: Arc::new(inner) })
+    }
+
+    /// The fred client of the next command (for commands of your own on the
+    /// same connections).
+    pub fn client(&self) -> &Client {
+        self.inner.commands.next()
+    }
+
+    fn writer(&self) -> Writer<'_> {
+        match &self.inner.ack {
+            Some((clients, ack)) => Writer {
+                client: clients.next(),
+                ack: Some(ack),
+            },
+            None => Writer {
+                client: self.inner.commands.next(),
+                ack: None,
+            },
+        }
+    }
+
+    async fn call(
+        &self,
+        client: &Client,
+        name: &'static str,
+        key: &str,
+        args: Vec<Value>,
+    ) -> Result<Value, fred::error::Error> {
+        send(client, &self.inner.options, name, key, args).await
+    }
+
+    /// `WAIT replicas timeout` on `client`, routed to `key`'s node. A failed
+    /// WAIT counts as no acknowledgement.
+    async fn wait_for_replicas(&self, client: &Client, key: &str, ack: &ReplicaAck) -> u32 {
+        let slot = redis_keyslot(key.as_bytes());
+        let mut options = self.inner.options.clone();
+        options.timeout = Some(ack.timeout + self.inner.command_timeout);
+        let timeout_ms = i64::try_from(ack.timeout.as_millis()).unwrap_or(i64::MAX).max(1);
+        let command = CustomCommand::new_static("WAIT", ClusterHash::Custom(slot), false);
+        let args: Vec<Value> = vec![i64::from(ack.replicas).into(), timeout_ms.into()];
+        match client.with_options(&options).custom::<Value, _>(command, args).await {
+            Ok(reply) => replies::wait(&reply).unwrap_or_else(|| {
+                tracing::warn!(?reply, "unexpected WAIT reply; counted as no acknowledgement");
+                0
+            }),
+            Err(e) => {
+                tracing::debug!(key, error = %e, "WAIT failed; counted as no acknowledgement");
+                0
+            }
+        }
+    }
+
+    /// The holder's remaining TTL, when asked for with `retry_after_hint`.
+    async fn retry_after(&self, key: &str) -> Option<Duration> {
+        if !self.inner.retry_after_hint {
+            return None;
+        }
+        let reply = self
+            .call(self.inner.commands.next(), "PTTL", key, vec![key.into()])
+            .await
+            .ok()?;
+        replies::pttl(&reply).map(Duration::from_millis)
+    }
+
+    async fn fenced_acquire(
+        &self,
+        writer: &Writer<'_>,
+        key: &str,
+        token: &str,
+        px: i64,
+        prefix: &str,
+    ) -> Result<FencedReply> {
+        let fence_key = keys::fence_key(prefix, key);
+        if self.inner.clustered && redis_keyslot(fence_key.as_bytes()) != redis_keyslot(key.as_bytes()) {
+            return Err(Error::invalid(format!(
+                "fencing on a cluster: key {key:?} contains '}}' but no hash tag, so its fence counter cannot share \
+                 its slot; give the key a hash tag such as {{name}}"
+            )));
+        }
+        let tail: Vec<Value> = vec![
+            2i64.into(),
+            key.into(),
+            fence_key.as_str().into(),
+            token.into(),
+            px.into(),
+        ];
+        let mut args: Vec<Value> = vec![self.inner.script_sha.as_str().into()];
+        args.extend(tail.iter().cloned());
+        let reply = match self.call(writer.client, "EVALSHA", key, args).await {
+            Err(e) if conn::is_no_script(&e) => {
+                // Not run: the script cache is empty (new or flushed server).
+                let mut args: Vec<Value> = vec![FENCED_ACQUIRE.into()];
+                args.extend(tail);
+                self.call(writer.client, "EVAL", key, args).await
+            }
+            other => other,
+        }
+        .map_err(|e| map_error("EVAL (fenced acquire)", key, Access::Write, e))?;
+        replies::fenced_acquire(&reply)
+            .ok_or_else(|| unexpected_reply("EVAL (fenced acquire)", key, Access::Write, &reply))
+    }
+
+    /// After a granted acquire: WAIT, and apply the shortfall policy.
+    async fn confirm_acquire(&self, writer: &Writer<'_>, key: &str, token: &LockToken) -> Result<Replication> {
+        let Some(ack) = writer.ack else {
+            return Ok(Replication::NotChecked);
+        };
+        let acknowledged = self.wait_for_replicas(writer.client, key, ack).await;
+        if acknowledged >= ack.replicas {
+            return Ok(Replication::Confirmed { replicas: acknowledged });
+        }
+        match ack.on_shortfall {
+            OnShortfall::MarkUnconfirmed => Ok(Replication::Unconfirmed {
+                acknowledged,
+                requested: ack.replicas,
+            }),
+            OnShortfall::ReleaseAndFail => {
+                let message = format!(
+                    "only {acknowledged} of {} replicas acknowledged the acquire of {key:?} within {:?}",
+                    ack.replicas, ack.timeout
+                );
+                match self.release(key, token).await {
+                    Ok(_) => Err(Error::backend(NAME, format!("{message}; released it"))),
+                    Err(e) => {
+                        Err(Error::outcome_unknown(NAME, format!("{message}; releasing it failed")).with_source(e))
+                    }
+                }
+            }
+        }
+    }
+
+    /// After a successful versioned write: WAIT, and apply the shortfall policy.
+    async fn confirm_write(&self, writer: &Writer<'_>, what: &str, key: &str) -> Result<()> {
+        let Some(ack) = writer.ack else { return Ok(()) };
+        let acknowledged = self.wait_for_replicas(writer.client, key, ack).await;
+        if acknowledged >= ack.replicas {
+            return Ok(());
+        }
+        let message = format!(
+            "{what} on {key:?} is written on the primary, but only {acknowledged} of {} replicas acknowledged it \
+             within {:?}: a failover could lose it",
+            ack.replicas, ack.timeout
+        );
+        match ack.on_shortfall {
+            OnShortfall::MarkUnconfirmed => {
+                tracing::warn!("{message}");
+                Ok(())
+            }
+            OnShortfall::ReleaseAndFail => Err(Error::outcome_unknown(NAME, message)),
+        }
+    }
+}
+
+/// The TTL argument of a versioned write, exactly as the caller asked.
+fn push_expiry(args: &mut Vec<Value>, expiry: Expiry) -> Result<()> {
+    match expiry {
+        Expiry::Keep => args.push("KEEPTTL".into()),
+        Expiry::Persist => {} // no option: Tair removes the TTL, as asked
+        Expiry::After(ttl) => {
+            validate_ttl(ttl)?;
+            args.push("PX".into());
+            args.push(px(ttl).into());
+        }
+        // A policy this version does not know must not fall back to "no
+        // option", which would silently remove the TTL.
+        other => return Err(Error::invalid(format!("unsupported expiry {other:?}"))),
+    }
+    Ok(())
+}
+
+/// A TTL in whole milliseconds (rounded up) as a command argument.
+fn px(ttl: Duration) -> i64 {
+    i64::try_from(ttl_millis(ttl)).unwrap_or(i64::MAX)
+}
+
+/// A version as a command argument: Tair parses versions as signed 64-bit.
+fn version_arg(version: u64) -> Result<i64> {
+    i64::try_from(version)
+        .map_err(|_| Error::invalid(format!("version {version} is above Tair's maximum {}", i64::MAX)))
+}
+
+#[async_trait]
+impl LockBackend for TairBackend {
+    async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        validate_key(key)?;
+        validate_ttl(ttl)?;
+        let hex = token.to_hex();
+        let px = px(ttl);
+        let writer = self.writer();
+        let fence = match &self.inner.fence_prefix {
+            None => {
+                let args: Vec<Value> = vec![key.into(), hex.as_str().into(), "NX".into(), "PX".into(), px.into()];
+                let reply = self
+                    .call(writer.client, "SET", key, args)
+                    .await
+                    .map_err(|e| map_error("SET NX", key, Access::Write, e))?;
+                match replies::set_nx(&reply) {
+                    Some(true) => None,
+                    Some(false) => {
+                        return Ok(AcquireOutcome::Held {
+                            retry_after: self.retry_after(key).await,
+                        });
+                    }
+                    None => return Err(unexpected_reply("SET NX", key, Access::Write, &reply)),
+                }
+            }
+            Some(prefix) => match self.fenced_acquire(&writer, key, &hex, px, prefix).await? {
+                FencedReply::Acquired { fence } => Some(FencingToken(fence)),
+                FencedReply::Held { pttl_ms } => {
+                    return Ok(AcquireOutcome::Held {
+                        retry_after: pttl_ms.map(Duration::from_millis),
+                    });
+                }
+            },
+        };
+        let replication = self.confirm_acquire(&writer, key, token).await?;
+        Ok(AcquireOutcome::Acquired(
+            Lease::new().with_fencing_token(fence).with_replication(replication),
+        ))
+    }
+
+    async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
+        validate_key(key)?;
+        let args: Vec<Value> = vec![key.into(), token.to_hex().into()];
+        let reply = match self.call(self.inner.commands.next(), "CAD", key, args).await {
+            Ok(reply) => reply,
+            Err(e) if conn::is_wrong_type(&e) => {
+                tracing::warn!(
+                    key,
+                    "release: the lock key holds a non-string value (WRONGTYPE); not ours, left untouched"
+                );
+                return Ok(ReleaseOutcome::HeldByOther);
+            }
+            Err(e) => return Err(map_error("CAD", key, Access::Write, e)),
+        };
+        match replies::tri_state(&reply) {
+            Some(TriState::Done) => Ok(ReleaseOutcome::Released),
+            Some(TriState::Mismatch) => Ok(ReleaseOutcome::HeldByOther),
+            Some(TriState::Missing) => Ok(ReleaseOutcome::Missing),
+            None => Err(unexpected_reply("CAD", key, Access::Write, &reply)),
+        }
+    }
+
+    async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
+        validate_key(key)?;
+        validate_ttl(ttl)?;
+        let hex = token.to_hex();
+        // Always with PX: CAS without a TTL option (or with KEEPTTL) would
+        // make the lock permanent.
+        let args: Vec<Value> = vec![
+            key.into(),
+            hex.as_str().into(),
+            hex.as_str().into(),
+            "PX".into(),
+            px(ttl).into(),
+        ];
+        let reply = match self.call(self.inner.commands.next(), "CAS", key, args).await {
+            Ok(reply) => reply,
+            Err(e) if conn::is_wrong_type(&e) => {
+                tracing::warn!(
+                    key,
+                    "renew: the lock key holds a non-string value (WRONGTYPE); not ours, left untouched"
+                );
+                return Ok(RenewOutcome::HeldByOther);
+            }
+            Err(e) => return Err(map_error("CAS", key, Access::Write, e)),
+        };
+        match replies::tri_state(&reply) {
+            Some(TriState::Done) => Ok(RenewOutcome::Renewed),
+            Some(TriState::Mismatch) => Ok(RenewOutcome::HeldByOther),
+            Some(TriState::Missing) => Ok(RenewOutcome::Missing),
+            None => Err(unexpected_reply("CAS", key, Access::Write, &reply)),
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut caps = Capabilities::new(NAME);
+        caps.fencing_tokens = self.inner.fence_prefix.is_some();
+        caps.native_compare_and_delete = true;
+        caps.replica_ack = self.inner.ack.is_some();
+        caps
+    }
+}
+
+#[async_trait]
+impl VersionedStore for TairBackend {
+    async fn get(&self, key: &str) -> Result<Option<Versioned>> {
+        validate_key(key)?;
+        let reply = self
+            .call(self.inner.commands.next(), "EXGET", key, vec![key.into()])
+            .await
+            .map_err(|e| map_error("EXGET", key, Access::Read, e))?;
+        replies::exget(&reply).ok_or_else(|| unexpected_reply("EXGET", key, Access::Read, &reply))
+    }
+
+    async fn create(&self, key: &str, value: &[u8], expiry: Expiry) -> Result<CreateOutcome> {
+        validate_key(key)?;
+        let mut args: Vec<Value> = vec![key.into(), value.into()];
+        push_expiry(&mut args, expiry)?;
+        let initial = keys::random_initial_version()?;
+        args.extend([
+            "NX".into(),
+            "ABS".into(),
+            version_arg(initial)?.into(),
+            "WITHVERSION".into(),
+        ]);
+        let writer = self.writer();
+        let reply = self
+            .call(writer.client, "EXSET", key, args)
+            .await
+            .map_err(|e| map_error("EXSET NX", key, Access::Write, e))?;
+        match replies::exset_nx(&reply) {
+            Some(Some(version)) => {
+                self.confirm_write(&writer, "EXSET NX", key).await?;
+                Ok(CreateOutcome::Created { version })
+            }
+            Some(None) => Ok(CreateOutcome::Exists),
+            None => Err(unexpected_reply("EXSET NX", key, Access::Write, &reply)),
+        }
+    }
+
+    async fn compare_and_set(&self, key: &str, expected: u64, value: &[u8], expiry: Expiry) -> Result<CasOutcome> {
+        validate_key(key)?;
+        let mut args: Vec<Value> = vec![key.into(), value.into(), version_arg(expected)?.into()];
+        push_expiry(&mut args, expiry)?;
+        let writer = self.writer();
+        let reply = self
+            .call(writer.client, "EXCAS", key, args)
+            .await
+            .map_err(|e| map_error("EXCAS", key, Access::Write, e))?;
+        let outcome = replies::excas(&reply).ok_or_else(|| unexpected_reply("EXCAS", key, Access::Write, &reply))?;
+        if let CasOutcome::Written { .. } = outcome {
+            self.confirm_write(&writer, "EXCAS", key).await?;
+        }
+        Ok(outcome)
+    }
+
+    async fn delete(&self, key: &str, expected: u64) -> Result<DeleteOutcome> {
+        validate_key(key)?;
+        let args: Vec<Value> = vec![key.into(), version_arg(expected)?.into()];
+        let writer = self.writer();
+        let reply = self
+            .call(writer.client, "EXCAD", key, args)
+            .await
+            .map_err(|e| map_error("EXCAD", key, Access::Write, e))?;
+        match replies::tri_state(&reply) {
+            Some(TriState::Done) => {
+                self.confirm_write(&writer, "EXCAD", key).await?;
+                Ok(DeleteOutcome::Deleted)
+            }
+            Some(TriState::Missing) => Ok(DeleteOutcome::Missing),
+            // EXCAD does not say what the version is now: one EXGET more, on
+            // this (rare) path only. If the key vanished meanwhile, it is missing.
+            Some(TriState::Mismatch) => Ok(match self.get(key).await? {
+                Some(now) => DeleteOutcome::Conflict {
+                    current_version: now.version,
+                },
+                None => DeleteOutcome::Missing,
+            }),
+            None => Err(unexpected_reply("EXCAD", key, Access::Write, &reply)),
+        }
+    }
+
+    fn store_name(&self) -> &str {
+        NAME
+    }
+}

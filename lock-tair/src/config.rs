@@ -1,0 +1,302 @@
+//! Settings of the Tair backend and its builder.
+
+use std::time::Duration;
+
+use fred::clients::{Client, Pool};
+use fred::types::config::ReconnectPolicy;
+use lock_core::{Error, Result};
+
+use crate::TairBackend;
+
+/// Default per-command timeout: the same 2 s as the lock manager's
+/// `op_timeout`, so a direct caller of the traits never waits longer.
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Default timeout of a TCP connect (plus TLS and `HELLO`/`AUTH`).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Default prefix of fence counter keys (see [`TairBuilder::fencing`]).
+pub const DEFAULT_FENCE_PREFIX: &str = "verrou:fence:";
+
+/// Default number of connections dedicated to write + `WAIT`.
+pub const DEFAULT_ACK_CONNECTIONS: usize = 2;
+
+/// Replica acknowledgement after writes (the `WAIT` pattern).
+///
+/// After a successful acquire and after every successful versioned write,
+/// the backend sends `WAIT replicas timeout` on the connection that did the
+/// write. That connection is one of a few dedicated to this (see
+/// [`TairBuilder::ack_connections`]), because `WAIT` blocks its connection on
+/// the server and would stall every command multiplexed behind it. Release and
+/// renew never wait: a late release breaks nothing.
+///
+/// On Tair itself, semi-synchronous replication does this on the server
+/// side: a write is acknowledged only once a replica has it (degrading to
+/// asynchronous if the replica fails), so `WAIT` is usually unnecessary there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReplicaAck {
+    /// Replicas that must acknowledge (at least 1).
+    pub replicas: u32,
+    /// How long `WAIT` may block (above zero: `WAIT … 0` blocks forever).
+    pub timeout: Duration,
+    /// What to do when fewer replicas acknowledge.
+    pub on_shortfall: OnShortfall,
+}
+
+impl ReplicaAck {
+    /// Wait for `replicas` acknowledgements for up to `timeout`; on a
+    /// shortfall, release and fail.
+    pub fn new(replicas: u32, timeout: Duration) -> Self {
+        ReplicaAck {
+            replicas,
+            timeout,
+            on_shortfall: OnShortfall::ReleaseAndFail,
+        }
+    }
+
+    /// Set the shortfall policy.
+    #[must_use]
+    pub fn on_shortfall(mut self, policy: OnShortfall) -> Self {
+        self.on_shortfall = policy;
+        self
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.replicas == 0 {
+            return Err(Error::invalid("replica acknowledgement needs at least 1 replica"));
+        }
+        if self.timeout < Duration::from_millis(1) {
+            return Err(Error::invalid(
+                "replica acknowledgement timeout must be at least 1 ms (WAIT with 0 blocks forever)",
+            ));
+        }
+        if self.timeout > Duration::from_secs(3600) {
+            return Err(Error::invalid("replica acknowledgement timeout is above one hour"));
+        }
+        Ok(())
+    }
+}
+
+/// What happens when fewer replicas than asked acknowledge a write.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OnShortfall {
+    /// Acquire: release the lock again and fail with
+    /// [`Error::Backend`] (the manager keeps trying until its acquire
+    /// timeout). Versioned write: fail with an outcome-unknown
+    /// [`Error::Backend`]: the write is on the primary but a failover could
+    /// lose it, so re-read before relying on it.
+    #[default]
+    ReleaseAndFail,
+    /// Acquire: succeed with `Lease.replication =
+    /// Replication::Unconfirmed`, for the caller to decide. Versioned write:
+    /// succeed and log a warning (the versioned outcome types carry no
+    /// replication status).
+    MarkUnconfirmed,
+}
+
+/// Where the backend's connections come from.
+pub(crate) enum Source {
+    /// A URL: the backend builds and owns its fred clients.
+    Url(String),
+    /// The application's connected (or not yet connected) fred client.
+    Client(Client),
+    /// The application's fred pool.
+    Pool(Pool),
+}
+
+/// Builds a [`TairBackend`].
+///
+/// ```no_run
+/// # async fn demo() -> lock_core::Result<()> {
+/// use std::time::Duration;
+/// use lock_tair::{ReplicaAck, TairBuilder};
+///
+/// let backend = TairBuilder::url("redis://127.0.0.1:6379")
+///     .command_timeout(Duration::from_millis(500))
+///     .fencing(true)
+///     .replica_ack(ReplicaAck::new(1, Duration::from_millis(50)))
+///     .build()
+///     .await?;
+/// # Ok(()) }
+/// ```
+pub struct TairBuilder {
+    pub(crate) source: Source,
+    pub(crate) command_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) reconnect: ReconnectPolicy,
+    pub(crate) fence_prefix: Option<String>,
+    pub(crate) replica_ack: Option<ReplicaAck>,
+    pub(crate) ack_connections: usize,
+    pub(crate) retry_after_hint: bool,
+    pub(crate) check_commands: bool,
+}
+
+impl std::fmt::Debug for TairBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let source = match &self.source {
+            Source::Url(_) => "url", // may hold a password: not printed
+            Source::Client(_) => "client",
+            Source::Pool(_) => "pool",
+        };
+        f.debug_struct("TairBuilder")
+            .field("source", &source)
+            .field("command_timeout", &self.command_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("fence_prefix", &self.fence_prefix)
+            .field("replica_ack", &self.replica_ack)
+            .field("ack_connections", &self.ack_connections)
+            .field("retry_after_hint", &self.retry_after_hint)
+            .field("check_commands", &self.check_commands)
+            .finish()
+    }
+}
+
+impl TairBuilder {
+    fn new(source: Source) -> Self {
+        TairBuilder {
+            source,
+            command_timeout: DEFAULT_COMMAND_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            // Retry forever, 50 ms doubling to 2 s: a restarted server is
+            // found again without the caller doing anything.
+            reconnect: ReconnectPolicy::new_exponential(0, 50, 2_000, 2),
+            fence_prefix: None,
+            replica_ack: None,
+            ack_connections: DEFAULT_ACK_CONNECTIONS,
+            retry_after_hint: false,
+            check_commands: true,
+        }
+    }
+
+    /// Connect to a URL: `redis://[user:pass@]host:port[/db]`, `rediss://`
+    /// (needs the `tls` feature), or `redis-cluster://host:port[?node=h:p]`
+    /// for Redis Cluster (commands are routed by their key's slot).
+    pub fn url(url: impl Into<String>) -> Self {
+        TairBuilder::new(Source::Url(url.into()))
+    }
+
+    /// Use the application's own fred client (connected or not; it is
+    /// connected if needed). Its reconnect policy is kept (set one: without it
+    /// fred never reconnects); every command this backend sends overrides the
+    /// attempts (1) and timeout ([`TairBuilder::command_timeout`]).
+    pub fn client(client: Client) -> Self {
+        TairBuilder::new(Source::Client(client))
+    }
+
+    /// Use the application's own fred pool (see [`TairBuilder::client`]).
+    /// Commands go to its clients in turn.
+    pub fn pool(pool: Pool) -> Self {
+        TairBuilder::new(Source::Pool(pool))
+    }
+
+    /// Timeout of every command (default 2 s). A write that times out is
+    /// reported with `outcome_unknown: true`.
+    #[must_use]
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    /// Timeout of connecting (default 2 s; URL sources only).
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Reconnect policy of the clients built from a URL (default:
+    /// exponential 50 ms to 2 s, forever).
+    #[must_use]
+    pub fn reconnect_policy(mut self, policy: ReconnectPolicy) -> Self {
+        self.reconnect = policy;
+        self
+    }
+
+    /// Issue fencing tokens (default off). Acquire then runs one small Lua
+    /// script (Tair runs `EVAL` too) that checks the key, increments the fence
+    /// counter and sets the lock, atomically: still one round trip, but a
+    /// script instead of one native command. Release and renew stay `CAD` and
+    /// `CAS`. The counter lives at [`DEFAULT_FENCE_PREFIX`]` + key` (the key
+    /// wrapped in `{}` when it has no hash tag, so both share a cluster slot),
+    /// has no TTL and is never deleted: one small key per lock name.
+    #[must_use]
+    pub fn fencing(mut self, on: bool) -> Self {
+        self.fence_prefix = on.then(|| DEFAULT_FENCE_PREFIX.to_owned());
+        self
+    }
+
+    /// Turn fencing on with another counter key prefix (no braces).
+    #[must_use]
+    pub fn fence_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.fence_prefix = Some(prefix.into());
+        self
+    }
+
+    /// Wait for replica acknowledgement after acquires and versioned writes.
+    #[must_use]
+    pub fn replica_ack(mut self, ack: ReplicaAck) -> Self {
+        self.replica_ack = Some(ack);
+        self
+    }
+
+    /// Connections dedicated to write + `WAIT` (default 2), when
+    /// [`TairBuilder::replica_ack`] is set. Writes waiting on one connection
+    /// queue behind each other's `WAIT`; more connections, less queueing.
+    #[must_use]
+    pub fn ack_connections(mut self, n: usize) -> Self {
+        self.ack_connections = n;
+        self
+    }
+
+    /// After a refused acquire, ask the holder's remaining TTL with `PTTL`
+    /// (one more round trip) so the manager never sleeps past it. Default
+    /// off: `SET NX` does not return the TTL, and a holder usually releases
+    /// long before its TTL, which the manager's backoff (capped at 200 ms)
+    /// already covers. With fencing on, the hint comes free with the reply.
+    #[must_use]
+    pub fn retry_after_hint(mut self, on: bool) -> Self {
+        self.retry_after_hint = on;
+        self
+    }
+
+    /// Check at connect that the server has the TairString commands
+    /// (`COMMAND INFO`; default on). Turn off for servers that disable
+    /// `COMMAND`; a missing command is then reported as
+    /// [`Error::Unsupported`] at its first use.
+    #[must_use]
+    pub fn check_commands(mut self, on: bool) -> Self {
+        self.check_commands = on;
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.command_timeout.is_zero() {
+            return Err(Error::invalid("command_timeout must be above zero"));
+        }
+        if self.connect_timeout.is_zero() {
+            return Err(Error::invalid("connect_timeout must be above zero"));
+        }
+        if let Some(prefix) = &self.fence_prefix {
+            crate::keys::validate_fence_prefix(prefix)?;
+        }
+        if let Some(ack) = &self.replica_ack {
+            ack.validate()?;
+            if self.ack_connections == 0 {
+                return Err(Error::invalid("ack_connections must be at least 1"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Connect, check the server, and return the backend.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for bad settings or URL;
+    /// [`Error::Backend`] when the server cannot be reached;
+    /// [`Error::Unsupported`] when it lacks a TairString command.
+    pub async fn build(self) -> Result<TairBackend> {
+        TairBackend::from_builder(self).await
+    }
+}

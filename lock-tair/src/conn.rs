@@ -1,0 +1,298 @@
+//! Connections: building fred clients, sending commands with this backend's
+//! per-command options, and mapping fred errors into `lock_core::Error`.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use fred::clients::Client;
+use fred::error::{Error as FredError, ErrorKind};
+use fred::interfaces::ClientLike;
+use fred::types::config::{Config, ConnectionConfig, Options, PerformanceConfig, TcpConfig, UnresponsiveConfig};
+use fred::types::{Builder, ClusterHash, CustomCommand, Value};
+use fred::util::redis_keyslot;
+use lock_core::{Error, Result};
+
+use crate::config::TairBuilder;
+
+/// Backend name in errors, logs and capabilities.
+pub(crate) const NAME: &str = "tair";
+
+/// Whether a command may change data: decides `outcome_unknown` on
+/// transport errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    Read,
+    Write,
+}
+
+/// A few clients used in turn.
+pub(crate) struct Clients {
+    list: Vec<Client>,
+    next: AtomicUsize,
+}
+
+impl Clients {
+    pub(crate) fn new(list: Vec<Client>) -> Result<Self> {
+        if list.is_empty() {
+            return Err(Error::invalid("a fred pool with no clients"));
+        }
+        Ok(Clients {
+            list,
+            next: AtomicUsize::new(0),
+        })
+    }
+
+    pub(crate) fn next(&self) -> &Client {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.list.len();
+        &self.list[i]
+    }
+
+    pub(crate) fn first(&self) -> &Client {
+        &self.list[0]
+    }
+
+    pub(crate) fn all(&self) -> &[Client] {
+        &self.list
+    }
+}
+
+/// A fred client built from a URL with this backend's settings: a reconnect
+/// policy (without one fred never reconnects), one write attempt (a write is
+/// never silently re-sent after a reconnect), and timeouts everywhere.
+pub(crate) fn build_client(url: &str, settings: &TairBuilder, longest_wait: Duration) -> Result<Client> {
+    let config = Config::from_url(url).map_err(|e| Error::invalid(format!("bad Tair URL: {}", e.details())))?;
+    let mut builder = Builder::from_config(config);
+    let connect_timeout = settings.connect_timeout;
+    // A connection whose oldest request waits this long is closed and
+    // re-opened (a stopped server, a silently dropped route).
+    let unresponsive = settings.command_timeout * 2 + longest_wait;
+    builder
+        .with_connection_config(|c: &mut ConnectionConfig| {
+            c.connection_timeout = connect_timeout;
+            c.internal_command_timeout = connect_timeout;
+            c.max_command_attempts = 1;
+            c.tcp = TcpConfig {
+                nodelay: Some(true),
+                ..TcpConfig::default()
+            };
+            c.unresponsive = UnresponsiveConfig {
+                max_timeout: Some(unresponsive),
+                interval: (unresponsive / 4).clamp(Duration::from_millis(20), Duration::from_secs(2)),
+            };
+        })
+        .with_performance_config(|p: &mut PerformanceConfig| {
+            p.default_command_timeout = settings.command_timeout;
+        })
+        .set_policy(settings.reconnect.clone());
+    builder
+        .build()
+        .map_err(|e| Error::invalid(format!("cannot build the Tair client: {}", e.details())))
+}
+
+/// Connect `client` unless it already is, within `timeout`.
+pub(crate) async fn ensure_connected(client: &Client, timeout: Duration) -> Result<()> {
+    if client.is_connected() {
+        return Ok(());
+    }
+    match tokio::time::timeout(timeout, client.init()).await {
+        Ok(Ok(_connection_task)) => Ok(()),
+        Ok(Err(e)) => {
+            let _ = client.quit().await;
+            Err(Error::backend(NAME, format!("cannot connect: {}", e.details())).with_source(e))
+        }
+        Err(_) => {
+            let _ = client.quit().await;
+            Err(Error::backend(NAME, format!("cannot connect within {timeout:?}")))
+        }
+    }
+}
+
+/// Per-command options: one attempt, this backend's timeout.
+pub(crate) fn command_options(timeout: Duration) -> Options {
+    Options {
+        max_attempts: Some(1),
+        timeout: Some(timeout),
+        ..Options::default()
+    }
+}
+
+/// Send `name args…`, routed on a cluster by `key`'s slot.
+pub(crate) async fn send(
+    client: &Client,
+    options: &Options,
+    name: &'static str,
+    key: &str,
+    args: Vec<Value>,
+) -> Result<Value, FredError> {
+    let slot = redis_keyslot(key.as_bytes());
+    let command = CustomCommand::new_static(name, ClusterHash::Custom(slot), false);
+    client.with_options(options).custom(command, args).await.map_err(|e| {
+        if !is_server_reply(&e) && !client.is_connected() {
+            // Say why a command timed out: the server is unreachable.
+            FredError::new(
+                e.kind().clone(),
+                format!("{} (not connected to the server; reconnecting)", e.details()),
+            )
+        } else {
+            e
+        }
+    })
+}
+
+/// True when the error is a reply from the server (the command ran and was
+/// refused, or was refused before running), as opposed to a transport
+/// failure after which a write may or may not have happened. Server replies
+/// start with an upper-case code (`ERR`, `WRONGTYPE`, `NOSCRIPT`, `BUSY`,
+/// `READONLY`, …); fred's own messages do not.
+fn is_server_reply(e: &FredError) -> bool {
+    if matches!(e.kind(), ErrorKind::IO | ErrorKind::Timeout | ErrorKind::Canceled) {
+        return false;
+    }
+    let code = e.details().split_whitespace().next().unwrap_or("");
+    code.len() >= 2 && code.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')
+}
+
+/// `WRONGTYPE`: the key holds another kind of value.
+pub(crate) fn is_wrong_type(e: &FredError) -> bool {
+    e.details().starts_with("WRONGTYPE")
+}
+
+/// `NOSCRIPT`: EVALSHA of a script the server does not have cached.
+pub(crate) fn is_no_script(e: &FredError) -> bool {
+    e.details().starts_with("NOSCRIPT")
+}
+
+fn is_unknown_command(e: &FredError) -> bool {
+    let d = e.details();
+    d.starts_with("ERR unknown command") || d.starts_with("ERR Unknown command")
+}
+
+/// The hint given with every missing-command error.
+pub(crate) const MODULE_HINT: &str = "load the TairString module into the server (this workspace builds a \
+     compatible one with `cargo build --release -p tair-module`: `--loadmodule target/release/libtair_module.so`) \
+     or use the redis-lua backend";
+
+/// Map a fred error of command `what` on `key` into `lock_core::Error`.
+pub(crate) fn map_error(what: &str, key: &str, access: Access, e: FredError) -> Error {
+    if is_wrong_type(&e) {
+        return Error::invalid(format!(
+            "{what} on {key:?}: the key holds another type of value (WRONGTYPE). Lock keys are plain strings and \
+             versioned keys are exString values: never use one key name for both"
+        ));
+    }
+    if is_unknown_command(&e) {
+        let command = what.split_whitespace().next().unwrap_or(what);
+        return Error::Unsupported {
+            backend: NAME.into(),
+            what: format!("command {command}; {MODULE_HINT}"),
+        };
+    }
+    let unknown = access == Access::Write && !is_server_reply(&e);
+    let message = format!("{what} on {key:?}: {}", e.details());
+    let err = if unknown {
+        Error::outcome_unknown(NAME, message)
+    } else {
+        Error::backend(NAME, message)
+    };
+    err.with_source(e)
+}
+
+/// A reply of an unexpected shape.
+pub(crate) fn unexpected_reply(what: &str, key: &str, access: Access, reply: &Value) -> Error {
+    let message = format!("{what} on {key:?}: unexpected reply {reply:?}");
+    match access {
+        // Something ran and answered oddly: we cannot say what it did.
+        Access::Write => Error::outcome_unknown(NAME, message),
+        Access::Read => Error::backend(NAME, message),
+    }
+}
+
+/// The commands this backend needs, checked at connect.
+pub(crate) const REQUIRED_COMMANDS: [&str; 6] = ["CAD", "CAS", "EXGET", "EXSET", "EXCAS", "EXCAD"];
+
+/// Check with `COMMAND INFO` that every node has [`REQUIRED_COMMANDS`].
+/// A server that refuses `COMMAND` itself is let through (the first use of a
+/// missing command then reports it).
+pub(crate) async fn check_commands(client: &Client, options: &Options) -> Result<()> {
+    let servers = if client.is_clustered() {
+        client.active_connections()
+    } else {
+        Vec::new()
+    };
+    let mut args: Vec<Value> = vec!["INFO".into()];
+    args.extend(REQUIRED_COMMANDS.iter().map(|c| Value::from(*c)));
+    let targets: Vec<Option<fred::types::config::Server>> = if servers.is_empty() {
+        vec![None]
+    } else {
+        servers.into_iter().map(Some).collect()
+    };
+    for server in targets {
+        let mut opts = options.clone();
+        opts.cluster_node = server.clone();
+        let command = CustomCommand::new_static("COMMAND", ClusterHash::Random, false);
+        let reply: Value = match client.with_options(&opts).custom(command, args.clone()).await {
+            Ok(v) => v,
+            Err(e) if is_server_reply(&e) => {
+                tracing::debug!(error = %e, "COMMAND INFO refused; TairString commands not checked");
+                return Ok(());
+            }
+            Err(e) => {
+                return Err(Error::backend(NAME, format!("COMMAND INFO at connect: {}", e.details())).with_source(e));
+            }
+        };
+        let where_ = server.map(|s| format!(" on {s}")).unwrap_or_default();
+        match crate::replies::missing_commands(&reply, &REQUIRED_COMMANDS) {
+            Some(missing) if missing.is_empty() => {}
+            Some(missing) => {
+                return Err(Error::Unsupported {
+                    backend: NAME.into(),
+                    what: format!(
+                        "the server{where_} has no {} command{}; {MODULE_HINT}",
+                        missing.join(", "),
+                        if missing.len() > 1 { "s" } else { "" }
+                    ),
+                });
+            }
+            None => {
+                return Err(Error::backend(
+                    NAME,
+                    format!("COMMAND INFO{where_}: unexpected reply {reply:?}"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_replies_are_told_from_transport_errors() {
+        let server = FredError::new(ErrorKind::Unknown, "ERR syntax error");
+        let wrongtype = FredError::new(ErrorKind::InvalidArgument, "WRONGTYPE Operation against a key");
+        let timeout = FredError::new(ErrorKind::Timeout, "Request timed out.");
+        let route = FredError::new(ErrorKind::Unknown, "Failed to route command.");
+        assert!(is_server_reply(&server));
+        assert!(is_server_reply(&wrongtype));
+        assert!(!is_server_reply(&timeout));
+        assert!(!is_server_reply(&route));
+        assert!(!map_error("CAS", "k", Access::Write, server).is_outcome_unknown());
+        assert!(map_error("CAS", "k", Access::Write, timeout.clone()).is_outcome_unknown());
+        assert!(!map_error("EXGET", "k", Access::Read, timeout).is_outcome_unknown());
+        assert!(matches!(
+            map_error("EXGET", "k", Access::Read, wrongtype),
+            Error::InvalidArgument(_)
+        ));
+        let unknown = FredError::new(
+            ErrorKind::Unknown,
+            "ERR unknown command 'CAD', with args beginning with: ",
+        );
+        let err = map_error("CAD", "k", Access::Write, unknown);
+        assert!(
+            matches!(&err, Error::Unsupported { what, .. } if what.starts_with("command CAD")),
+            "{err:?}"
+        );
+    }
+}
