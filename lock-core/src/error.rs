@@ -208,6 +208,8 @@ pub enum NodeOutcome {
     Missing,
     /// The node did not answer within the per-node timeout.
     TimedOut,
+    /// The node had not answered when the outcome was decided.
+    NoReply,
     /// The node failed (connection refused, error reply, ...).
     Failed(String),
 }
@@ -227,6 +229,7 @@ impl std::fmt::Display for NodeReports {
                 NodeOutcome::HeldByOther => write!(f, "{node}: held by another")?,
                 NodeOutcome::Missing => write!(f, "{node}: missing")?,
                 NodeOutcome::TimedOut => write!(f, "{node}: timed out")?,
+                NodeOutcome::NoReply => write!(f, "{node}: no reply yet")?,
                 NodeOutcome::Failed(e) => write!(f, "{node}: failed: {e}")?,
             }
         }

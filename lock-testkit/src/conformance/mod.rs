@@ -75,7 +75,7 @@ impl LockSuite {
             })),
             ttl: Duration::from_millis(400),
             counter: (4, 10),
-            slack: Duration::from_millis(100),
+            slack: Duration::from_millis(250),
         }
     }
 

@@ -1,0 +1,421 @@
+//! Building a [`RedisLuaBackend`]: where the connections come from, the
+//! timeouts, and the options.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_redis::redis::aio::MultiplexedConnection;
+use deadpool_redis::redis::cluster::ClusterClientBuilder;
+use deadpool_redis::redis::cluster_async::ClusterConnection;
+use deadpool_redis::redis::{self, AsyncConnectionConfig};
+use deadpool_redis::{Runtime, cluster};
+use lock_core::{Error, Result};
+
+use crate::connection::{Dedicated, Shared, SharedStandalone, StandaloneSource, pool_error};
+use crate::error::{connect_error, redact_url};
+use crate::notify::Notifier;
+use crate::{Inner, RedisLuaBackend};
+
+/// Default time to open a connection (TCP, TLS, AUTH/HELLO).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default time to wait for one reply.
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default size of the pool of dedicated write + WAIT connections.
+pub const DEFAULT_DEDICATED_POOL_SIZE: usize = 16;
+
+/// Replica acknowledgement (the WAIT pattern): after an acquire that took
+/// the lock, and after every versioned write, send `WAIT replicas timeout`
+/// on the connection that made the write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReplicaAck {
+    /// Replicas that must acknowledge (`numreplicas` of WAIT), at least 1.
+    pub replicas: u32,
+    /// How long WAIT may block, above zero (WAIT 0 would block forever).
+    pub timeout: Duration,
+    /// What an acquire does when fewer replicas acknowledge.
+    pub on_shortfall: OnShortfall,
+}
+
+impl ReplicaAck {
+    /// Require `replicas` acknowledgements within `timeout`; an acquire that
+    /// gets fewer releases the lock and fails ([`OnShortfall::ReleaseAndFail`]).
+    pub fn new(replicas: u32, timeout: Duration) -> Self {
+        ReplicaAck {
+            replicas,
+            timeout,
+            on_shortfall: OnShortfall::ReleaseAndFail,
+        }
+    }
+
+    /// Set what happens when fewer replicas acknowledge.
+    #[must_use]
+    pub fn on_shortfall(mut self, on_shortfall: OnShortfall) -> Self {
+        self.on_shortfall = on_shortfall;
+        self
+    }
+}
+
+/// What to do when fewer replicas than required acknowledge a write.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OnShortfall {
+    /// Acquire: release the lock (owner-checked) and fail with
+    /// `Error::Backend` saying how many replicas acknowledged. Versioned
+    /// writes (which cannot be taken back): fail with an outcome-unknown
+    /// `Error::Backend`.
+    #[default]
+    ReleaseAndFail,
+    /// Keep the lease and mark it `Replication::Unconfirmed`; versioned
+    /// writes succeed and log a warning.
+    MarkUnconfirmed,
+}
+
+enum Source {
+    Url(String),
+    ClusterUrls(Vec<String>),
+    Pool(deadpool_redis::Pool),
+    ClusterPool(cluster::Pool),
+    Connection(MultiplexedConnection),
+    ClusterConnection(ClusterConnection),
+}
+
+impl Source {
+    fn describe(&self) -> String {
+        match self {
+            Source::Url(u) => redact_url(u),
+            Source::ClusterUrls(urls) => format!("cluster [{}]", redact_all(urls)),
+            Source::Pool(_) => "application pool".to_owned(),
+            Source::ClusterPool(_) => "application cluster pool".to_owned(),
+            Source::Connection(_) => "application connection".to_owned(),
+            Source::ClusterConnection(_) => "application cluster connection".to_owned(),
+        }
+    }
+
+    fn is_cluster(&self) -> bool {
+        matches!(
+            self,
+            Source::ClusterUrls(_) | Source::ClusterPool(_) | Source::ClusterConnection(_)
+        )
+    }
+}
+
+/// Configures a [`RedisLuaBackend`]; start from one of the sources.
+///
+/// ```no_run
+/// # async fn demo() -> lock_core::Result<()> {
+/// use std::time::Duration;
+/// use lock_redis_lua::{RedisLuaBackend, ReplicaAck};
+///
+/// let backend = RedisLuaBackend::builder_url("redis://app:secret@127.0.0.1:6379/0")
+///     .response_timeout(Duration::from_millis(500))
+///     .fencing(true)
+///     .replica_ack(ReplicaAck::new(1, Duration::from_millis(100)))
+///     .build()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "call build() to get the backend"]
+pub struct RedisLuaBuilder {
+    source: Source,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    fencing: bool,
+    replica_ack: Option<ReplicaAck>,
+    /// `None`: on for standalone URL sources, off for the others.
+    release_notifications: Option<bool>,
+    dedicated_pool_size: usize,
+}
+
+impl std::fmt::Debug for RedisLuaBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisLuaBuilder")
+            .field("source", &self.source.describe())
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .field("fencing", &self.fencing)
+            .field("replica_ack", &self.replica_ack)
+            .field("release_notifications", &self.release_notifications)
+            .field("dedicated_pool_size", &self.dedicated_pool_size)
+            .finish()
+    }
+}
+
+impl RedisLuaBuilder {
+    fn new(source: Source) -> Self {
+        RedisLuaBuilder {
+            source,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            fencing: false,
+            replica_ack: None,
+            release_notifications: None,
+            dedicated_pool_size: DEFAULT_DEDICATED_POOL_SIZE,
+        }
+    }
+
+    /// A standalone server (or a primary) at `url`:
+    /// `redis://[user:password@]host[:port][/db]`, or `rediss://` for TLS
+    /// (feature `tls`).
+    pub fn url(url: impl Into<String>) -> Self {
+        Self::new(Source::Url(url.into()))
+    }
+
+    /// A Redis Cluster, seeded with one or more node URLs; commands are
+    /// routed by key.
+    pub fn cluster<I, S>(urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::new(Source::ClusterUrls(urls.into_iter().map(Into::into).collect()))
+    }
+
+    /// The application's deadpool-redis pool: one connection stays checked
+    /// out for the shared hot path (replaced after unrecoverable errors);
+    /// write + WAIT pairs check out their own. Its connections' response
+    /// timeout applies (and must exceed the WAIT timeout).
+    pub fn pool(pool: deadpool_redis::Pool) -> Self {
+        Self::new(Source::Pool(pool))
+    }
+
+    /// The application's deadpool-redis cluster pool: one connection is
+    /// taken out of it for the shared hot path; write + WAIT pairs check out
+    /// their own.
+    pub fn cluster_pool(pool: cluster::Pool) -> Self {
+        Self::new(Source::ClusterPool(pool))
+    }
+
+    /// The application's multiplexed connection, used as is: it cannot be
+    /// replaced after an unrecoverable error (use a URL or a pool for that),
+    /// and replica acknowledgement is refused (WAIT would stall it).
+    pub fn connection(conn: MultiplexedConnection) -> Self {
+        Self::new(Source::Connection(conn))
+    }
+
+    /// The application's cluster connection (it reconnects to nodes by
+    /// itself); replica acknowledgement is refused.
+    pub fn cluster_connection(conn: ClusterConnection) -> Self {
+        Self::new(Source::ClusterConnection(conn))
+    }
+
+    /// Time to open a connection: TCP connect, TLS, AUTH/HELLO (default
+    /// [`DEFAULT_CONNECT_TIMEOUT`]). Applies to sources built from URLs.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Time to wait for each reply (default [`DEFAULT_RESPONSE_TIMEOUT`]).
+    /// A write that times out has an unknown outcome. Applies to
+    /// connections built from URLs; every operation is also bounded by
+    /// `connect + 2 × response` (+ the WAIT timeout) whatever the source.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Issue fencing tokens: the acquire script also bumps a per-lock fence
+    /// key (`{key}:fence`, or `key:fence` when the key has a hash tag) that
+    /// has no TTL and must outlive the lock. Default off.
+    pub fn fencing(mut self, on: bool) -> Self {
+        self.fencing = on;
+        self
+    }
+
+    /// Require replica acknowledgement after acquires and versioned writes.
+    pub fn replica_ack(mut self, ack: ReplicaAck) -> Self {
+        self.replica_ack = Some(ack);
+        self
+    }
+
+    /// Wake waiters on release with pub/sub (standalone URL sources only):
+    /// the release script PUBLISHes on `verrou:released:<key>` and
+    /// `wait_for_release` subscribes on its own connection, opened at the
+    /// first wait. Default: on for standalone URL sources (the PUBLISH costs
+    /// the uncontended path nothing measurable; a waiter in another process
+    /// wakes about 0.1 ms after a release instead of up to one backoff step,
+    /// 200 ms), off for the others. Every client of a key should use the
+    /// same setting: a client without it does not announce its releases, and
+    /// waiters then fall back to their timers.
+    pub fn release_notifications(mut self, on: bool) -> Self {
+        self.release_notifications = Some(on);
+        self
+    }
+
+    /// Maximum number of dedicated write + WAIT connections built from a URL
+    /// (default [`DEFAULT_DEDICATED_POOL_SIZE`]).
+    pub fn dedicated_pool_size(mut self, size: usize) -> Self {
+        self.dedicated_pool_size = size;
+        self
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.connect_timeout.is_zero() || self.response_timeout.is_zero() {
+            return Err(Error::invalid("connect and response timeouts must be above zero"));
+        }
+        if self.dedicated_pool_size == 0 {
+            return Err(Error::invalid("dedicated_pool_size must be at least 1"));
+        }
+        if let Some(ack) = &self.replica_ack {
+            if ack.replicas == 0 {
+                return Err(Error::invalid("replica_ack needs at least 1 replica"));
+            }
+            if ack.timeout < Duration::from_millis(1) {
+                return Err(Error::invalid(
+                    "replica_ack timeout must be at least 1 ms (WAIT 0 blocks forever)",
+                ));
+            }
+            if matches!(self.source, Source::Connection(_) | Source::ClusterConnection(_)) {
+                return Err(Error::invalid(
+                    "replica_ack needs a URL or a pool: WAIT blocks the connection it is sent on, so each \
+                     write + WAIT pair needs a dedicated connection",
+                ));
+            }
+        }
+        if self.release_notifications == Some(true) && !matches!(self.source, Source::Url(_)) {
+            return Err(Error::invalid(
+                "release_notifications needs a standalone URL source (it opens its own pub/sub connection)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Connects (eagerly, so a wrong URL, password or address fails here)
+    /// and returns the backend.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a bad URL or inconsistent options; `Backend`
+    /// when the server cannot be reached or refuses the credentials.
+    pub async fn build(self) -> Result<RedisLuaBackend> {
+        self.validate()?;
+        #[cfg(feature = "tls")]
+        {
+            // rustls needs a process-wide crypto provider; one installed by
+            // the application wins.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let description = self.source.describe();
+        let cluster = self.source.is_cluster();
+        let ct = self.connect_timeout;
+        let rt = self.response_timeout;
+        let ack = self.replica_ack;
+        let mut notifier = None;
+        let (shared, dedicated) = match self.source {
+            Source::Url(url) => {
+                let client = redis::Client::open(url.as_str()).map_err(|e| bad_url(&url, &e))?;
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(ct))
+                    .set_response_timeout(Some(rt));
+                let dedicated = match ack {
+                    Some(ack) => {
+                        // WAIT may block for its timeout: the dedicated
+                        // connections wait that much longer for a reply.
+                        let config = config.clone().set_response_timeout(Some(rt + ack.timeout));
+                        let manager =
+                            deadpool_redis::Manager::new_with_config(client.get_connection_info().clone(), config)
+                                .map_err(|e| bad_url(&url, &e))?;
+                        let pool = deadpool_redis::Pool::builder(manager)
+                            .max_size(self.dedicated_pool_size)
+                            .runtime(Runtime::Tokio1)
+                            .wait_timeout(Some(ct + rt + ack.timeout))
+                            .create_timeout(Some(ct))
+                            .recycle_timeout(Some(rt))
+                            .build()
+                            .map_err(pool_error)?;
+                        Some(Dedicated::Standalone(pool))
+                    }
+                    None => None,
+                };
+                if self.release_notifications != Some(false) {
+                    notifier = Some(Notifier::new(client.clone(), ct.max(rt)));
+                }
+                let shared = SharedStandalone::new(
+                    StandaloneSource::Client {
+                        client,
+                        config: Box::new(config),
+                    },
+                    ct,
+                );
+                (Shared::Standalone(Box::new(shared)), dedicated)
+            }
+            Source::ClusterUrls(urls) => {
+                if urls.is_empty() {
+                    return Err(Error::invalid("a cluster needs at least one node URL"));
+                }
+                let client = ClusterClientBuilder::new(urls.iter().map(String::as_str))
+                    .connection_timeout(ct)
+                    .response_timeout(rt)
+                    .build()
+                    .map_err(|e| bad_url(&redact_all(&urls), &e))?;
+                let conn = match tokio::time::timeout(ct * 2 + rt, client.get_async_connection()).await {
+                    Ok(r) => r.map_err(connect_error)?,
+                    Err(_) => return Err(connect_error("no cluster connection within the connect timeout")),
+                };
+                let dedicated = match ack {
+                    Some(ack) => {
+                        let manager = cluster::Manager::new(urls.iter().map(String::as_str).collect(), false)
+                            .map_err(|e| bad_url(&redact_all(&urls), &e))?;
+                        let pool = cluster::Pool::builder(manager)
+                            .max_size(self.dedicated_pool_size)
+                            .runtime(Runtime::Tokio1)
+                            .wait_timeout(Some(ct + rt + ack.timeout))
+                            .create_timeout(Some(ct * 2 + rt))
+                            .recycle_timeout(Some(rt))
+                            .build()
+                            .map_err(pool_error)?;
+                        Some(Dedicated::Cluster(pool))
+                    }
+                    None => None,
+                };
+                (Shared::Cluster(conn), dedicated)
+            }
+            Source::Pool(pool) => {
+                let dedicated = ack.map(|_| Dedicated::Standalone(pool.clone()));
+                let shared = SharedStandalone::new(StandaloneSource::Pool(pool), ct);
+                (Shared::Standalone(Box::new(shared)), dedicated)
+            }
+            Source::ClusterPool(pool) => {
+                let conn = match tokio::time::timeout(ct * 2 + rt, pool.get()).await {
+                    Ok(r) => cluster::Connection::take(r.map_err(pool_error)?),
+                    Err(_) => return Err(connect_error("no cluster connection from the pool in time")),
+                };
+                let dedicated = ack.map(|_| Dedicated::Cluster(pool));
+                (Shared::Cluster(conn), dedicated)
+            }
+            Source::Connection(conn) => (
+                Shared::Standalone(Box::new(SharedStandalone::new(StandaloneSource::Fixed(conn), ct))),
+                None,
+            ),
+            Source::ClusterConnection(conn) => (Shared::Cluster(conn), None),
+        };
+        let inner = Inner::new(
+            description,
+            cluster,
+            shared,
+            dedicated,
+            notifier,
+            self.fencing,
+            ack,
+            ct,
+            rt,
+        )?;
+        // Fail here, not on first use, for a wrong password or address.
+        inner.check().await?;
+        Ok(RedisLuaBackend { inner: Arc::new(inner) })
+    }
+}
+
+/// A URL the client refused, described without its credentials.
+fn bad_url(url: &str, e: &redis::RedisError) -> Error {
+    let hint = if url.starts_with("rediss") && !cfg!(feature = "tls") {
+        " (rediss:// needs the `tls` feature of lock-redis-lua)"
+    } else {
+        ""
+    };
+    Error::invalid(format!("invalid Redis URL {}: {}{hint}", redact_url(url), e.category()))
+}
+
+fn redact_all(urls: &[String]) -> String {
+    urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>().join(", ")
+}

@@ -1,0 +1,248 @@
+//! Release notifications (standalone only): the release script PUBLISHes on
+//! a per-key channel; waiters subscribe to it on a dedicated pub/sub
+//! connection and wake at once. Always a hint: a message lost before the
+//! subscription is in place, or with the connection, costs the waiter its
+//! timed fallback (the holder's PTTL or the backoff), never correctness.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use deadpool_redis::redis::{self, aio::PubSubSink};
+use futures::StreamExt;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// Channel prefix; the lock key follows.
+const CHANNEL_PREFIX: &str = "verrou:released:";
+/// A channel nobody waited on for this long is unsubscribed.
+const LINGER: Duration = Duration::from_secs(5);
+/// How often the reader looks for idle channels (and for its owner).
+const TICK: Duration = Duration::from_secs(1);
+
+/// The channel the release script publishes on for `key`.
+pub(crate) fn channel(key: &str) -> String {
+    format!("{CHANNEL_PREFIX}{key}")
+}
+
+struct Entry {
+    notify: Arc<Notify>,
+    waiters: usize,
+    subscribed: bool,
+    idle_since: Instant,
+}
+
+#[derive(Default)]
+struct State {
+    /// The live pub/sub connection and its generation.
+    sink: Option<(u64, PubSubSink)>,
+    generation: u64,
+    channels: HashMap<String, Entry>,
+}
+
+/// Subscriptions of one backend.
+pub(crate) struct Notifier {
+    client: redis::Client,
+    timeout: Duration,
+    state: Mutex<State>,
+    /// Serialises SUBSCRIBE / UNSUBSCRIBE with the bookkeeping, so an
+    /// unsubscribe of an idle channel cannot overtake a new subscribe.
+    subscriptions: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for Notifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.state();
+        f.debug_struct("Notifier")
+            .field("connected", &s.sink.is_some())
+            .field("channels", &s.channels.len())
+            .finish()
+    }
+}
+
+impl Notifier {
+    pub(crate) fn new(client: redis::Client, timeout: Duration) -> Arc<Self> {
+        Arc::new(Notifier {
+            client,
+            timeout,
+            state: Mutex::new(State::default()),
+            subscriptions: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Each update leaves the state consistent: a poisoned lock is usable.
+        match self.state.lock() {
+            Ok(s) => s,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Waits until a release of `key` is announced or `max_wait` passes.
+    pub(crate) async fn wait(self: &Arc<Self>, key: &str, max_wait: Duration) {
+        let channel = channel(key);
+        let notify = {
+            let mut s = self.state();
+            let entry = s.channels.entry(channel.clone()).or_insert_with(|| Entry {
+                notify: Arc::new(Notify::new()),
+                waiters: 0,
+                subscribed: false,
+                idle_since: Instant::now(),
+            });
+            entry.waiters += 1;
+            entry.notify.clone()
+        };
+        let _waiting = Waiting {
+            notifier: self,
+            channel: &channel,
+        };
+        let notified = notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let _ = tokio::time::timeout(max_wait, async {
+            if let Err(e) = self.subscribe(&channel).await {
+                tracing::debug!(error = %e, "release notifications unavailable; waiting on the timer");
+            }
+            notified.await;
+        })
+        .await;
+    }
+
+    async fn subscribe(self: &Arc<Self>, channel: &str) -> redis::RedisResult<()> {
+        if self.state().channels.get(channel).is_some_and(|e| e.subscribed) {
+            return Ok(());
+        }
+        let _serial = self.subscriptions.lock().await;
+        if self.state().channels.get(channel).is_some_and(|e| e.subscribed) {
+            return Ok(());
+        }
+        let (generation, mut sink) = self.connection().await?;
+        let reply = tokio::time::timeout(self.timeout, sink.subscribe(channel)).await;
+        let mut s = self.state();
+        match reply {
+            Ok(Ok(())) => {
+                if s.sink.as_ref().is_some_and(|(g, _)| *g == generation)
+                    && let Some(e) = s.channels.get_mut(channel)
+                {
+                    e.subscribed = true;
+                }
+                Ok(())
+            }
+            Ok(Err(e)) => {
+                forget_connection(&mut s, generation);
+                Err(e)
+            }
+            Err(_) => {
+                forget_connection(&mut s, generation);
+                Err(redis::RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "SUBSCRIBE timed out",
+                )))
+            }
+        }
+    }
+
+    /// The pub/sub connection, opened (with its reader task) if needed.
+    /// Called with `subscriptions` held, so only one caller connects.
+    async fn connection(self: &Arc<Self>) -> redis::RedisResult<(u64, PubSubSink)> {
+        if let Some((g, sink)) = &self.state().sink {
+            return Ok((*g, sink.clone()));
+        }
+        let pubsub = tokio::time::timeout(self.timeout, self.client.get_async_pubsub())
+            .await
+            .map_err(|_| {
+                redis::RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "pub/sub connect timed out",
+                ))
+            })??;
+        let (sink, stream) = pubsub.split();
+        let generation = {
+            let mut s = self.state();
+            s.generation += 1;
+            s.sink = Some((s.generation, sink.clone()));
+            s.generation
+        };
+        tokio::spawn(read(Arc::downgrade(self), generation, sink.clone(), stream));
+        Ok((generation, sink))
+    }
+
+    fn leave(&self, channel: &str) {
+        let mut s = self.state();
+        if let Some(e) = s.channels.get_mut(channel) {
+            e.waiters = e.waiters.saturating_sub(1);
+            if e.waiters == 0 {
+                e.idle_since = Instant::now();
+            }
+        }
+    }
+}
+
+/// Drops the connection of `generation` and forgets its subscriptions.
+fn forget_connection(s: &mut State, generation: u64) {
+    if s.sink.as_ref().is_some_and(|(g, _)| *g == generation) {
+        s.sink = None;
+        for e in s.channels.values_mut() {
+            e.subscribed = false;
+        }
+    }
+}
+
+/// Decrements a channel's waiter count when a wait ends (or is cancelled).
+struct Waiting<'a> {
+    notifier: &'a Notifier,
+    channel: &'a str,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.notifier.leave(self.channel);
+    }
+}
+
+/// Delivers messages to waiters; unsubscribes idle channels; ends with the
+/// connection or when the backend is gone.
+async fn read(notifier: Weak<Notifier>, generation: u64, mut sink: PubSubSink, mut stream: redis::aio::PubSubStream) {
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            msg = stream.next() => {
+                let Some(msg) = msg else { break };
+                let Some(n) = notifier.upgrade() else { return };
+                if let Some(e) = n.state().channels.get(msg.get_channel_name()) {
+                    e.notify.notify_waiters();
+                    // A waiter between two waits (busy retrying) finds a
+                    // permit next time; a stale one costs one extra try.
+                    e.notify.notify_one();
+                }
+            }
+            _ = tick.tick() => {
+                let Some(n) = notifier.upgrade() else { return };
+                let _serial = n.subscriptions.lock().await;
+                let idle: Vec<String> = {
+                    let mut s = n.state();
+                    let now = Instant::now();
+                    let idle: Vec<String> = s
+                        .channels
+                        .iter()
+                        .filter(|(_, e)| e.waiters == 0 && now.duration_since(e.idle_since) >= LINGER)
+                        .map(|(c, _)| c.clone())
+                        .collect();
+                    for c in &idle {
+                        s.channels.remove(c);
+                    }
+                    idle
+                };
+                if !idle.is_empty()
+                    && !matches!(tokio::time::timeout(n.timeout, sink.unsubscribe(&idle)).await, Ok(Ok(())))
+                {
+                    break;
+                }
+            }
+        }
+    }
+    if let Some(n) = notifier.upgrade() {
+        forget_connection(&mut n.state(), generation);
+    }
+}

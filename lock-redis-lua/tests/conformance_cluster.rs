@@ -1,0 +1,51 @@
+//! The whole conformance suite on a real 3-master Redis Cluster (no
+//! replicas), shared by every case of this file, with fencing tokens on:
+//! each script is routed by its key, and the fence key shares its slot.
+#![allow(clippy::expect_used, missing_docs)]
+
+use lock_redis_lua::RedisLuaBackend;
+use lock_testkit::server::{RedisCluster, RedisServer};
+use lock_testkit::{LockSuite, VersionedSuite};
+use tokio::sync::OnceCell;
+
+/// One cluster for the whole file (plain child processes: they need no task
+/// of the runtime that started them).
+async fn seed_urls() -> Vec<String> {
+    static CLUSTER: OnceCell<RedisCluster> = OnceCell::const_new();
+    CLUSTER
+        .get_or_init(|| async {
+            RedisCluster::start(3, 0, RedisServer::builder())
+                .await
+                .expect("start a 3-master cluster")
+        })
+        .await
+        .masters()
+        .iter()
+        .map(|m| m.url())
+        .collect()
+}
+
+async fn backend(urls: Vec<String>) -> RedisLuaBackend {
+    RedisLuaBackend::builder_cluster(urls)
+        .fencing(true)
+        .build()
+        .await
+        .expect("connect to the cluster")
+}
+
+async fn lock_suite() -> LockSuite {
+    let urls = seed_urls().await;
+    LockSuite::new(move || backend(urls.clone()))
+}
+
+async fn versioned_suite() -> VersionedSuite {
+    let urls = seed_urls().await;
+    VersionedSuite::new(move || backend(urls.clone()))
+}
+
+lock_testkit::lock_conformance!(real, lock_suite());
+
+mod versioned {
+    use super::*;
+    lock_testkit::versioned_conformance!(real, versioned_suite());
+}

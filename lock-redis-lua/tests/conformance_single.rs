@@ -1,0 +1,61 @@
+//! The whole conformance suite on one real redis-server, shared by every
+//! case of this file: once plain (no fencing, no release notifications), once
+//! with fencing tokens and release notifications on.
+#![allow(clippy::expect_used, missing_docs)]
+
+use lock_redis_lua::RedisLuaBackend;
+use lock_testkit::server::RedisServer;
+use lock_testkit::{LockSuite, VersionedSuite};
+use tokio::sync::OnceCell;
+
+/// One server for the whole file. It is started on the first case's
+/// runtime but needs none of its tasks afterwards (a plain child process);
+/// the kernel kills it when the test process exits.
+async fn server_url() -> String {
+    static SERVER: OnceCell<RedisServer> = OnceCell::const_new();
+    SERVER
+        .get_or_init(|| async { RedisServer::start().await.expect("start redis-server") })
+        .await
+        .url()
+}
+
+async fn backend(url: String, full: bool) -> RedisLuaBackend {
+    RedisLuaBackend::builder_url(url)
+        .fencing(full)
+        .release_notifications(full)
+        .build()
+        .await
+        .expect("connect")
+}
+
+mod plain {
+    use super::*;
+
+    async fn lock_suite() -> LockSuite {
+        let url = server_url().await;
+        LockSuite::new(move || backend(url.clone(), false))
+    }
+
+    async fn versioned_suite() -> VersionedSuite {
+        let url = server_url().await;
+        VersionedSuite::new(move || backend(url.clone(), false))
+    }
+
+    lock_testkit::lock_conformance!(real, lock_suite());
+
+    mod versioned {
+        use super::*;
+        lock_testkit::versioned_conformance!(real, versioned_suite());
+    }
+}
+
+mod fenced_notified {
+    use super::*;
+
+    async fn lock_suite() -> LockSuite {
+        let url = server_url().await;
+        LockSuite::new(move || backend(url.clone(), true))
+    }
+
+    lock_testkit::lock_conformance!(real, lock_suite());
+}

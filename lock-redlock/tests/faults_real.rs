@@ -1,0 +1,262 @@
+//! Redlock over 3 real `redis-server` processes (Lua backend) with node
+//! faults: killed, paused (SIGSTOP), restarted without data. Real time,
+//! short TTLs, only generous behavioural time bounds.
+
+#![allow(clippy::expect_used, clippy::panic)] // test set-up
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{
+    AcquireOutcome, Backoff, Error, LockBackend, LockManager, LockOptions, LockToken, NodeOutcome, ReleaseOutcome,
+};
+use lock_redis_lua::RedisLuaBackend;
+use lock_redlock::{Redlock, RedlockOptions};
+use lock_testkit::server::{Instances, RedisServer};
+use tokio::time::Instant;
+
+const TTL: Duration = Duration::from_millis(300);
+const NODE_TIMEOUT: Duration = Duration::from_millis(100);
+/// Slack for a loaded machine on top of a protocol bound.
+const SLACK: Duration = Duration::from_millis(700);
+
+async fn servers(n: usize) -> Instances {
+    Instances::start(n, RedisServer::builder())
+        .await
+        .expect("start redis-servers")
+}
+
+async fn client(servers: &Instances) -> Redlock {
+    let mut nodes: Vec<(String, Arc<dyn LockBackend>)> = Vec::new();
+    for url in servers.urls() {
+        let node = RedisLuaBackend::builder_url(url.clone())
+            .response_timeout(Duration::from_millis(500))
+            .release_notifications(true)
+            .build()
+            .await
+            .expect("connect");
+        nodes.push((url, Arc::new(node)));
+    }
+    Redlock::with_named_nodes(nodes, RedlockOptions::default().node_timeout(NODE_TIMEOUT)).expect("valid redlock")
+}
+
+fn manager(redlock: Redlock) -> LockManager {
+    LockManager::with_options(redlock, LockOptions::with_ttl(TTL).acquire_timeout(TTL * 4)).expect("valid options")
+}
+
+fn token() -> LockToken {
+    LockToken::generate().expect("token")
+}
+
+/// Every key on a running server (`KEYS *`, through the raw RESP client).
+async fn keys(server: &RedisServer) -> Vec<String> {
+    let reply = server.cmd(&["KEYS", "*"]).await.expect("KEYS");
+    reply
+        .as_array()
+        .expect("KEYS returns an array")
+        .iter()
+        .filter_map(|k| k.as_str().map(str::to_owned))
+        .collect()
+}
+
+/// A failed acquire gives back what answered in time before returning, and
+/// what answers later as soon as it does: the node is empty shortly after.
+async fn no_keys_soon(server: &RedisServer) {
+    let give_up = Instant::now() + NODE_TIMEOUT + SLACK;
+    loop {
+        let left = keys(server).await;
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < give_up, "stray keys {left:?} on {}", server.url());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The token stored under `key`, if any.
+async fn stored(server: &RedisServer, key: &str) -> Option<String> {
+    server
+        .cmd(&["GET", key])
+        .await
+        .expect("GET")
+        .as_str()
+        .map(str::to_owned)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_killed_node_of_three_still_acquires_renews_and_releases() {
+    let servers = servers(3).await;
+    let locks = manager(client(&servers).await);
+    servers[1].kill().expect("kill");
+    let guard = locks.lock("k").await.expect("lock with 2 of 3");
+    tokio::time::sleep(TTL * 3).await;
+    assert!(!guard.is_lost(), "renewals reach 2 of 3");
+    assert!(stored(&servers[0], "k").await.is_some());
+    let other = manager(client_without(&servers, 1).await);
+    assert!(other.try_lock("k").await.expect("try_lock").is_none());
+    assert_eq!(guard.release().await.expect("release"), ReleaseOutcome::Released);
+    assert!(keys(&servers[0]).await.is_empty() && keys(&servers[2]).await.is_empty());
+}
+
+/// A client built while node `down` is dead. The Lua backend connects
+/// eagerly, so it cannot be built for that node: an always-failing stand-in
+/// takes its place.
+async fn client_without(servers: &Instances, down: usize) -> Redlock {
+    let mut nodes: Vec<Arc<dyn LockBackend>> = Vec::new();
+    for (i, url) in servers.urls().into_iter().enumerate() {
+        if i == down {
+            let (node, control) = lock_testkit::FaultyBackend::new(Arc::new(lock_memory::MemoryBackend::new()));
+            control.set(lock_testkit::Fault::Fail);
+            nodes.push(Arc::new(node));
+        } else {
+            nodes.push(Arc::new(RedisLuaBackend::connect(&url).await.expect("connect")));
+        }
+    }
+    Redlock::with_options(nodes, RedlockOptions::default().node_timeout(NODE_TIMEOUT)).expect("valid redlock")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_killed_nodes_of_three_fail_fast_and_leave_no_key() {
+    let servers = servers(3).await;
+    let redlock = client(&servers).await;
+    servers[0].kill().expect("kill");
+    servers[2].kill().expect("kill");
+    let started = Instant::now();
+    let err = redlock.try_acquire("k", &token(), TTL).await.expect_err("no quorum");
+    let took = started.elapsed();
+    assert!(took < NODE_TIMEOUT + SLACK, "the quorum error took {took:?}");
+    match &err {
+        Error::QuorumUnreachable {
+            granted,
+            required: 2,
+            nodes,
+        } => {
+            // Decided as soon as the two dead nodes failed: node 1 may not
+            // have answered yet.
+            assert!(*granted <= 1);
+            assert!(nodes.0[0].1 != NodeOutcome::Granted && nodes.0[2].1 != NodeOutcome::Granted);
+            assert!(err.to_string().contains(&servers[1].url()), "{err}");
+        }
+        other => panic!("expected QuorumUnreachable, got {other:?}"),
+    }
+    no_keys_soon(&servers[1]).await;
+
+    // Through the manager: retried with backoff until the acquire timeout.
+    let locks = manager(redlock);
+    let started = Instant::now();
+    let err = locks.lock("k").await.expect_err("no quorum");
+    assert!(matches!(err, Error::QuorumUnreachable { .. }), "{err}");
+    assert!(started.elapsed() < TTL * 4 + SLACK);
+    no_keys_soon(&servers[1]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_node_slows_acquisition_by_at_most_the_node_timeout() {
+    let servers = servers(3).await;
+    let locks = manager(client(&servers).await);
+    servers[2].pause().expect("SIGSTOP");
+    let started = Instant::now();
+    let guard = locks.lock("k").await.expect("lock with 2 of 3");
+    let took = started.elapsed();
+    assert!(took < NODE_TIMEOUT + SLACK, "acquire took {took:?}");
+    tokio::time::sleep(TTL * 2).await;
+    assert!(!guard.is_lost(), "renewals reach the 2 running nodes");
+    let started = Instant::now();
+    assert_eq!(guard.release().await.expect("release"), ReleaseOutcome::Released);
+    assert!(started.elapsed() < NODE_TIMEOUT + SLACK);
+    servers[2].resume().expect("SIGCONT");
+    // Once resumed, the paused node runs the queued SET and the DEL queued
+    // after it on the same connection, or its key expires: either way it is
+    // gone after the TTL.
+    tokio::time::sleep(TTL * 2).await;
+    for i in 0..3 {
+        assert!(keys(&servers[i]).await.is_empty(), "stray key on node {i}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_acquire_leaves_only_the_holders_keys() {
+    let servers = servers(3).await;
+    let holder = client(&servers).await;
+    let held = token();
+    assert!(matches!(
+        holder.try_acquire("k", &held, TTL * 10).await,
+        Ok(AcquireOutcome::Acquired(_))
+    ));
+    // The holder loses node 2 (its key is deleted behind its back).
+    servers[2].cmd(&["DEL", "k"]).await.expect("DEL");
+    let other = client(&servers).await;
+    let outcome = other.try_acquire("k", &token(), TTL).await.expect("held");
+    assert!(
+        matches!(outcome, AcquireOutcome::Held { retry_after: Some(_) }),
+        "{outcome:?}"
+    );
+    for i in 0..2 {
+        assert_eq!(keys(&servers[i]).await, vec!["k".to_owned()]);
+        assert_eq!(stored(&servers[i], "k").await, Some(held.to_hex()));
+    }
+    assert!(keys(&servers[2]).await.is_empty(), "node 2's grant was given back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restarted_empty_while_held_is_reseeded_by_renewals() {
+    let servers = servers(3).await;
+    let locks = manager(client(&servers).await);
+    let guard = locks.lock("k").await.expect("lock");
+    let token = guard.token().to_hex();
+    servers[0].restart_empty().await.expect("restart without data");
+    assert_eq!(
+        stored(&servers[0], "k").await,
+        None,
+        "the restarted node forgot the lock"
+    );
+
+    // Meanwhile nobody else gets a quorum: 2 of 3 still hold it.
+    let other = manager(client(&servers).await);
+    assert!(other.try_lock("k").await.expect("try_lock").is_none());
+
+    // The holder's renewals (every TTL / 3) reconnect and put the key back.
+    let give_up = Instant::now() + TTL * 10;
+    while stored(&servers[0], "k").await.as_deref() != Some(token.as_str()) {
+        assert!(Instant::now() < give_up, "node 0 was never re-seeded");
+        tokio::time::sleep(TTL / 10).await;
+    }
+    assert!(!guard.is_lost());
+    assert_eq!(guard.release().await.expect("release"), ReleaseOutcome::Released);
+    for i in 0..3 {
+        assert!(keys(&servers[i]).await.is_empty(), "stray key on node {i}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_wake_on_release_notifications() {
+    let servers = servers(3).await;
+    let long = Duration::from_secs(10);
+    let a = LockManager::with_options(client(&servers).await, LockOptions::with_ttl(long)).expect("valid options");
+    // Without a wake-up, the waiter would sleep at least 4 s between tries
+    // (the holder's TTL hint is 10 s).
+    let slow = Backoff {
+        initial: Duration::from_secs(5),
+        max: Duration::from_secs(5),
+        factor: 1.0,
+        min: Duration::from_secs(4),
+    };
+    let b = LockManager::with_options(
+        client(&servers).await,
+        LockOptions::with_ttl(long).backoff(slow).acquire_timeout(long * 2),
+    )
+    .expect("valid options");
+    let guard = a.lock("k").await.expect("lock");
+    let waiter = tokio::spawn(async move {
+        let g = b.lock("k").await.expect("handed over");
+        let at = Instant::now();
+        g.release().await.expect("release");
+        at
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let released = Instant::now();
+    guard.release().await.expect("release");
+    let acquired = waiter.await.expect("task");
+    let hand_over = acquired.saturating_duration_since(released);
+    assert!(hand_over < Duration::from_millis(1500), "hand-over took {hand_over:?}");
+}
