@@ -114,6 +114,78 @@ pub enum Replication {
     },
 }
 
+/// Replica acknowledgement (the WAIT pattern), for backends that support it
+/// ([`Capabilities::replica_ack`]): after an acquire that took the lock and
+/// after every versioned write, the backend sends `WAIT replicas timeout` on
+/// the connection that made the write (a dedicated one: WAIT blocks the
+/// server-side connection and would stall everything multiplexed behind it).
+/// Release and renew never wait: a late release breaks nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReplicaAck {
+    /// Replicas that must acknowledge (`numreplicas` of WAIT), at least 1.
+    pub replicas: u32,
+    /// How long WAIT may block: 1 ms to 1 hour (`WAIT … 0` blocks forever).
+    pub timeout: Duration,
+    /// What happens when fewer replicas acknowledge.
+    pub on_shortfall: OnShortfall,
+}
+
+impl ReplicaAck {
+    /// Require `replicas` acknowledgements within `timeout`; an acquire that
+    /// gets fewer releases the lock and fails ([`OnShortfall::ReleaseAndFail`]).
+    pub fn new(replicas: u32, timeout: Duration) -> Self {
+        ReplicaAck {
+            replicas,
+            timeout,
+            on_shortfall: OnShortfall::ReleaseAndFail,
+        }
+    }
+
+    /// Set what happens when fewer replicas acknowledge.
+    #[must_use]
+    pub fn on_shortfall(mut self, on_shortfall: OnShortfall) -> Self {
+        self.on_shortfall = on_shortfall;
+        self
+    }
+
+    /// Check the settings (backends call this when they are built).
+    pub fn validate(&self) -> crate::Result<()> {
+        if self.replicas == 0 {
+            return Err(crate::Error::invalid(
+                "replica acknowledgement needs at least 1 replica",
+            ));
+        }
+        if self.timeout < Duration::from_millis(1) {
+            return Err(crate::Error::invalid(
+                "replica acknowledgement timeout must be at least 1 ms (WAIT with 0 blocks forever)",
+            ));
+        }
+        if self.timeout > Duration::from_secs(3600) {
+            return Err(crate::Error::invalid(
+                "replica acknowledgement timeout is above one hour",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What happens when fewer replicas than required acknowledge a write.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OnShortfall {
+    /// Acquire: release the lock (owner-checked) and fail with
+    /// [`crate::Error::Backend`] saying how many replicas acknowledged (the
+    /// manager keeps trying until its acquire timeout). Versioned write, which
+    /// cannot be taken back: fail with an outcome-unknown error (the write is
+    /// on the primary, but a failover could lose it: re-read before relying
+    /// on it).
+    #[default]
+    ReleaseAndFail,
+    /// Acquire: succeed with `Lease.replication = Replication::Unconfirmed`,
+    /// for the caller to decide. Versioned write: succeed and log a warning.
+    MarkUnconfirmed,
+}
+
 /// Result of [`LockBackend::release`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

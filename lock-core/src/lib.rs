@@ -17,7 +17,10 @@ mod renewer;
 pub mod token;
 pub mod versioned;
 
-pub use backend::{AcquireOutcome, Capabilities, Lease, LockBackend, ReleaseOutcome, RenewOutcome, Replication};
+pub use backend::{
+    AcquireOutcome, Capabilities, Lease, LockBackend, OnShortfall, ReleaseOutcome, RenewOutcome, ReplicaAck,
+    Replication,
+};
 pub use error::{BoxError, Error, LossReason, NodeOutcome, NodeReports, NotHeldReason, Result};
 pub use guard::{LeaseHandle, LockGuard};
 pub use manager::LockManager;

@@ -23,53 +23,7 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Default size of the pool of dedicated write + WAIT connections.
 pub const DEFAULT_DEDICATED_POOL_SIZE: usize = 16;
 
-/// Replica acknowledgement (the WAIT pattern): after an acquire that took
-/// the lock, and after every versioned write, send `WAIT replicas timeout`
-/// on the connection that made the write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ReplicaAck {
-    /// Replicas that must acknowledge (`numreplicas` of WAIT), at least 1.
-    pub replicas: u32,
-    /// How long WAIT may block, above zero (WAIT 0 would block forever).
-    pub timeout: Duration,
-    /// What an acquire does when fewer replicas acknowledge.
-    pub on_shortfall: OnShortfall,
-}
-
-impl ReplicaAck {
-    /// Require `replicas` acknowledgements within `timeout`; an acquire that
-    /// gets fewer releases the lock and fails ([`OnShortfall::ReleaseAndFail`]).
-    pub fn new(replicas: u32, timeout: Duration) -> Self {
-        ReplicaAck {
-            replicas,
-            timeout,
-            on_shortfall: OnShortfall::ReleaseAndFail,
-        }
-    }
-
-    /// Set what happens when fewer replicas acknowledge.
-    #[must_use]
-    pub fn on_shortfall(mut self, on_shortfall: OnShortfall) -> Self {
-        self.on_shortfall = on_shortfall;
-        self
-    }
-}
-
-/// What to do when fewer replicas than required acknowledge a write.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum OnShortfall {
-    /// Acquire: release the lock (owner-checked) and fail with
-    /// `Error::Backend` saying how many replicas acknowledged. Versioned
-    /// writes (which cannot be taken back): fail with an outcome-unknown
-    /// `Error::Backend`.
-    #[default]
-    ReleaseAndFail,
-    /// Keep the lease and mark it `Replication::Unconfirmed`; versioned
-    /// writes succeed and log a warning.
-    MarkUnconfirmed,
-}
+pub use lock_core::{OnShortfall, ReplicaAck};
 
 enum Source {
     Url(String),
@@ -258,14 +212,7 @@ impl RedisLuaBuilder {
             return Err(Error::invalid("dedicated_pool_size must be at least 1"));
         }
         if let Some(ack) = &self.replica_ack {
-            if ack.replicas == 0 {
-                return Err(Error::invalid("replica_ack needs at least 1 replica"));
-            }
-            if ack.timeout < Duration::from_millis(1) {
-                return Err(Error::invalid(
-                    "replica_ack timeout must be at least 1 ms (WAIT 0 blocks forever)",
-                ));
-            }
+            ack.validate()?;
             if matches!(self.source, Source::Connection(_) | Source::ClusterConnection(_)) {
                 return Err(Error::invalid(
                     "replica_ack needs a URL or a pool: WAIT blocks the connection it is sent on, so each \
