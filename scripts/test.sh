@@ -40,5 +40,8 @@ cargo clippy --workspace --all-targets --all-features -- -D warnings
 echo "==> cargo test"
 cargo test --workspace --all-features
 
+echo "==> benchmark smoke test (quick mode, no timing assertions)"
+cargo run --quiet -p verrou-bench -- --quick
+
 echo "==> quickstart"
 cargo run --quiet --example quickstart

@@ -1,0 +1,193 @@
+//! The servers of one run and the backends built on them.
+
+use std::sync::Arc;
+
+use lock_core::{LockBackend, VersionedStore};
+use lock_memory::MemoryBackend;
+use lock_redis_lua::RedisLuaBackend;
+use lock_redlock::Redlock;
+use lock_tair::TairBackend;
+use lock_testkit::server::{Instances, RedisServer, RespValue};
+
+use crate::BoxResult;
+use crate::measure::Probe;
+use crate::results::Kind;
+
+/// The verrou backends the benchmark knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// `lock-memory`, in process.
+    Memory,
+    /// `lock-redis-lua` on the main server, defaults (release notifications
+    /// by pub/sub on).
+    RedisLua,
+    /// `lock-redis-lua` with release notifications off.
+    RedisLuaQuiet,
+    /// `lock-tair` on the main server (Tair module loaded).
+    Tair,
+    /// `lock-redlock` over five Lua backends on five servers.
+    Redlock,
+}
+
+impl Backend {
+    /// Row label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Backend::Memory => "verrou memory",
+            Backend::RedisLua => "verrou redis-lua",
+            Backend::RedisLuaQuiet => "verrou redis-lua, notifications off",
+            Backend::Tair => "verrou tair",
+            Backend::Redlock => "verrou redlock ×5 (redis-lua)",
+        }
+    }
+
+    /// A default configuration (targets apply) or a variant (diagnostic).
+    pub fn kind(self) -> Kind {
+        match self {
+            Backend::RedisLuaQuiet => Kind::Reference,
+            _ => Kind::Verrou,
+        }
+    }
+
+    /// Short key-safe name.
+    pub fn slug(self) -> &'static str {
+        match self {
+            Backend::Memory => "memory",
+            Backend::RedisLua => "lua",
+            Backend::RedisLuaQuiet => "lua-quiet",
+            Backend::Tair => "tair",
+            Backend::Redlock => "redlock",
+        }
+    }
+}
+
+/// Servers: one main server with the Tair module (every single-instance row
+/// runs against it, rslock and the raw clients included), and five plain
+/// instances for Redlock, started on first use.
+pub struct Lab {
+    /// The main server.
+    pub main: RedisServer,
+    redlock: Option<Instances>,
+    memory: MemoryBackend,
+}
+
+/// Redlock's instance count.
+pub const REDLOCK_N: usize = 5;
+
+impl Lab {
+    /// Start the main server (persistence off, Tair module loaded).
+    pub async fn start() -> BoxResult<Self> {
+        let main = RedisServer::builder().tair_module().start().await?;
+        Ok(Lab {
+            main,
+            redlock: None,
+            memory: MemoryBackend::new(),
+        })
+    }
+
+    /// The main server's URL.
+    pub fn url(&self) -> String {
+        self.main.url()
+    }
+
+    /// The five Redlock instances, started on first call.
+    pub async fn redlock_instances(&mut self) -> BoxResult<&Instances> {
+        if self.redlock.is_none() {
+            self.redlock = Some(Instances::start(REDLOCK_N, RedisServer::builder()).await?);
+        }
+        self.redlock.as_ref().ok_or_else(|| "redlock instances missing".into())
+    }
+
+    /// A Lua backend on the first Redlock instance (Redlock's single-instance baseline).
+    pub async fn redlock_single(&mut self) -> BoxResult<Arc<dyn LockBackend>> {
+        let url = self
+            .redlock_instances()
+            .await?
+            .urls()
+            .first()
+            .cloned()
+            .ok_or("no instance")?;
+        Ok(Arc::new(RedisLuaBackend::connect(&url).await?))
+    }
+
+    /// Backends this build of the benchmark can run.
+    pub fn available() -> Vec<Backend> {
+        vec![
+            Backend::Memory,
+            Backend::RedisLua,
+            Backend::RedisLuaQuiet,
+            Backend::Tair,
+            Backend::Redlock,
+        ]
+    }
+
+    /// A new backend instance with its own connections (memory: a handle on
+    /// the one shared in-process state).
+    pub async fn lock_backend(&mut self, backend: Backend) -> BoxResult<Arc<dyn LockBackend>> {
+        match backend {
+            Backend::Memory => Ok(Arc::new(self.memory.clone())),
+            Backend::RedisLua => Ok(Arc::new(RedisLuaBackend::connect(&self.url()).await?)),
+            Backend::RedisLuaQuiet => Ok(Arc::new(
+                RedisLuaBackend::builder_url(self.url())
+                    .release_notifications(false)
+                    .build()
+                    .await?,
+            )),
+            Backend::Tair => Ok(Arc::new(TairBackend::connect(&self.url()).await?)),
+            Backend::Redlock => {
+                let urls = self.redlock_instances().await?.urls();
+                let mut nodes: Vec<Arc<dyn LockBackend>> = Vec::with_capacity(urls.len());
+                for url in urls {
+                    nodes.push(Arc::new(RedisLuaBackend::connect(&url).await?));
+                }
+                Ok(Arc::new(Redlock::new(nodes)?))
+            }
+        }
+    }
+
+    /// A new versioned store, where the backend has one.
+    pub async fn store(&mut self, backend: Backend) -> BoxResult<Option<Arc<dyn VersionedStore>>> {
+        match backend {
+            Backend::Memory => Ok(Some(Arc::new(self.memory.clone()))),
+            Backend::RedisLua => Ok(Some(Arc::new(RedisLuaBackend::connect(&self.url()).await?))),
+            Backend::Tair => Ok(Some(Arc::new(TairBackend::connect(&self.url()).await?))),
+            _ => Ok(None),
+        }
+    }
+
+    /// A probe over the servers `backend` talks to.
+    pub async fn probe(&mut self, backend: Backend) -> BoxResult<Probe> {
+        match backend {
+            Backend::Memory => Ok(Probe::none()),
+            Backend::RedisLua | Backend::RedisLuaQuiet | Backend::Tair => Probe::connect(&[&self.main]).await,
+            Backend::Redlock => {
+                let instances = self.redlock_instances().await?;
+                Probe::connect(&instances.servers().iter().collect::<Vec<_>>()).await
+            }
+        }
+    }
+
+    /// A probe over the main server.
+    pub async fn main_probe(&self) -> BoxResult<Probe> {
+        Probe::connect(&[&self.main]).await
+    }
+
+    /// Empty every server, so no row sees another's keys.
+    pub async fn flush(&self) -> BoxResult<()> {
+        admin(&self.main, &["FLUSHALL"]).await?;
+        if let Some(instances) = &self.redlock {
+            for s in instances.servers() {
+                admin(s, &["FLUSHALL"]).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Run an administrative command; an error reply is an error.
+pub async fn admin(server: &RedisServer, args: &[&str]) -> BoxResult<RespValue> {
+    match server.cmd(args).await? {
+        RespValue::Error(e) => Err(format!("{}: {e}", args.join(" ")).into()),
+        v => Ok(v),
+    }
+}

@@ -1,0 +1,324 @@
+//! The targets of issue 7, checked against one run's numbers.
+
+use crate::lab::Backend;
+use crate::results::{Kind, OpRow, RAW_FRED, RAW_REDIS_RS, RSLOCK, Results, Shape};
+
+/// Uncontended: Lua backend ≥ this × rslock.
+pub const LUA_VS_RSLOCK: f64 = 1.2;
+/// Uncontended: backend ≥ this × the raw client of its library.
+pub const VS_RAW: f64 = 0.9;
+/// Client CPU per pair ≤ this × the raw client's.
+pub const CPU_VS_RAW: f64 = 1.1;
+/// Sequential pair p50 ≤ this × 2 × PING p50.
+pub const LATENCY_VS_PINGS: f64 = 1.15;
+/// Hot key: waiters' wait p99 ≤ this (ms).
+pub const HOT_WAIT_P99_MS: f64 = 25.0;
+/// Hot key: acquisitions/s ≥ this × rslock's.
+pub const HOT_RATE_VS_RSLOCK: f64 = 0.5;
+/// Hot key: no contender below this share of its fair share.
+pub const HOT_MIN_SHARE: f64 = 0.5;
+/// EXCAS server commands per increment ≤ this × the EXGET+EXSET loop's.
+pub const EXCAS_VS_EXGET: f64 = 0.6;
+/// Redlock ×5 pair p50 ≤ this × single instance.
+pub const REDLOCK_RATIO: f64 = 1.5;
+/// Memory pair ≤ this × tokio's mutex.
+pub const MEMORY_RATIO: f64 = 5.0;
+/// Many held locks: client CPU ≤ this share of one core.
+pub const RENEW_CORE_SHARE: f64 = 0.05;
+
+/// One checked target.
+#[derive(Debug, Clone)]
+pub struct Check {
+    /// The target, in words.
+    pub target: String,
+    /// What was measured, in words.
+    pub measured: String,
+    /// Met, missed, or not measured in this run.
+    pub met: Option<bool>,
+}
+
+fn row<'a>(rows: &'a [OpRow], label: &str) -> Option<&'a OpRow> {
+    rows.iter().find(|r| r.label == label)
+}
+
+fn at_least(target: String, value: f64, limit: f64, measured: String) -> Check {
+    Check {
+        target,
+        measured,
+        met: Some(value >= limit),
+    }
+}
+
+fn at_most(target: String, value: f64, limit: f64, measured: String) -> Check {
+    Check {
+        target,
+        measured,
+        met: Some(value <= limit),
+    }
+}
+
+fn missing(target: String, why: &str) -> Check {
+    Check {
+        target,
+        measured: why.to_owned(),
+        met: None,
+    }
+}
+
+fn us(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// Every target, in the issue's order.
+pub fn evaluate(r: &Results) -> Vec<Check> {
+    let mut out = Vec::new();
+    uncontended(r, &mut out);
+    latency(r, &mut out);
+    hot_key(r, &mut out);
+    updates(r, &mut out);
+    redlock(r, &mut out);
+    memory(r, &mut out);
+    renewals(r, &mut out);
+    out
+}
+
+fn uncontended(r: &Results, out: &mut Vec<Check>) {
+    let rows = r.uncontended.as_ref().map(|u| u.rows.as_slice()).unwrap_or(&[]);
+    let lua = row(rows, Backend::RedisLua.label());
+    let tair = row(rows, Backend::Tair.label());
+    let (rslock, raw_rs, raw_fred) = (row(rows, RSLOCK), row(rows, RAW_REDIS_RS), row(rows, RAW_FRED));
+    let rate = |a: &OpRow, b: &OpRow, limit: f64, what: &str| {
+        let ratio = a.m.rate() / b.m.rate().max(1e-9);
+        at_least(
+            format!("uncontended: {} ≥ {limit}× {what}", a.label),
+            ratio,
+            limit,
+            format!("{ratio:.2}× ({:.0} vs {:.0} pairs/s)", a.m.rate(), b.m.rate()),
+        )
+    };
+    let cpu = |a: &OpRow, b: &OpRow| {
+        let ratio = us(a.m.client_cpu_per_op()) / us(b.m.client_cpu_per_op()).max(1e-9);
+        at_most(
+            format!(
+                "uncontended: {} client CPU per pair ≤ {CPU_VS_RAW}× {}",
+                a.label, b.label
+            ),
+            ratio,
+            CPU_VS_RAW,
+            format!(
+                "{ratio:.2}× ({:.1} vs {:.1} µs)",
+                us(a.m.client_cpu_per_op()),
+                us(b.m.client_cpu_per_op())
+            ),
+        )
+    };
+    let lua_rslock = format!("uncontended: {} ≥ {LUA_VS_RSLOCK}× rslock", Backend::RedisLua.label());
+    let lua_raw = format!("uncontended: {} ≥ {VS_RAW}× raw redis-rs", Backend::RedisLua.label());
+    let lua_cpu = format!(
+        "uncontended: {} client CPU ≤ {CPU_VS_RAW}× raw redis-rs",
+        Backend::RedisLua.label()
+    );
+    let tair_raw = format!("uncontended: {} ≥ {VS_RAW}× raw fred", Backend::Tair.label());
+    let tair_cpu = format!(
+        "uncontended: {} client CPU ≤ {CPU_VS_RAW}× raw fred",
+        Backend::Tair.label()
+    );
+    out.push(match (lua, rslock) {
+        (Some(a), Some(b)) => rate(a, b, LUA_VS_RSLOCK, "rslock"),
+        _ => missing(lua_rslock, "row not measured"),
+    });
+    out.push(match (lua, raw_rs) {
+        (Some(a), Some(b)) => rate(a, b, VS_RAW, "raw redis-rs"),
+        _ => missing(lua_raw, "row not measured"),
+    });
+    out.push(match (tair, raw_fred) {
+        (Some(a), Some(b)) => rate(a, b, VS_RAW, "raw fred"),
+        _ => missing(tair_raw, "row not measured"),
+    });
+    out.push(match (lua, raw_rs) {
+        (Some(a), Some(b)) => cpu(a, b),
+        _ => missing(lua_cpu, "row not measured"),
+    });
+    out.push(match (tair, raw_fred) {
+        (Some(a), Some(b)) => cpu(a, b),
+        _ => missing(tair_cpu, "row not measured"),
+    });
+}
+
+fn latency(r: &Results, out: &mut Vec<Check>) {
+    for backend in [Backend::RedisLua, Backend::Tair] {
+        let target = format!(
+            "sequential (current-thread runtime): {} pair p50 ≤ {LATENCY_VS_PINGS} × (2 × PING p50)",
+            backend.label()
+        );
+        let found = r.latency.as_ref().and_then(|l| {
+            let (lib, row) = l.rows.iter().find(|(_, row)| row.label == backend.label())?;
+            Some((row, l.ping_p50(*lib)?, *lib))
+        });
+        out.push(match found {
+            Some((row, ping, lib)) => {
+                let two_pings = 2.0 * us(ping);
+                let ratio = us(row.m.latencies.p50()) / two_pings.max(1e-9);
+                at_most(
+                    target,
+                    ratio,
+                    LATENCY_VS_PINGS,
+                    format!(
+                        "{ratio:.2}× ({:.1} µs vs 2 × {:.1} µs {} PING)",
+                        us(row.m.latencies.p50()),
+                        us(ping),
+                        lib.name()
+                    ),
+                )
+            }
+            None => missing(target, "row not measured"),
+        });
+    }
+}
+
+fn hot_key(r: &Results, out: &mut Vec<Check>) {
+    let Some(h) = &r.hot_keys else {
+        out.push(missing("hot key: all targets".to_owned(), "scenario not run"));
+        return;
+    };
+    for row in h.rows.iter().filter(|row| row.kind == Kind::Verrou) {
+        let name = format!("{} ({})", row.label, row.shape.name());
+        let p99 = row.r.waits.p99().as_secs_f64() * 1e3;
+        out.push(at_most(
+            format!("hot key: {name} wait p99 ≤ {HOT_WAIT_P99_MS} ms"),
+            p99,
+            HOT_WAIT_P99_MS,
+            format!(
+                "{p99:.2} ms (p50 {:.2}, max {:.2})",
+                row.r.waits.p50().as_secs_f64() * 1e3,
+                row.r.waits.max().as_secs_f64() * 1e3
+            ),
+        ));
+        let peer = h.rows.iter().find(|p| p.kind == Kind::Peer && p.shape == row.shape);
+        let target = format!(
+            "hot key: {name} acquisitions/s ≥ {HOT_RATE_VS_RSLOCK}× rslock ({})",
+            row.shape.name()
+        );
+        out.push(match peer {
+            Some(p) => {
+                let ratio = row.r.rate() / p.r.rate().max(1e-9);
+                at_least(
+                    target,
+                    ratio,
+                    HOT_RATE_VS_RSLOCK,
+                    format!("{ratio:.1}× ({:.0} vs {:.0}/s)", row.r.rate(), p.r.rate()),
+                )
+            }
+            None => missing(target, "rslock row not measured"),
+        });
+        out.push(at_least(
+            format!("hot key: {name} no contender below {HOT_MIN_SHARE} of its fair share"),
+            row.r.min_share(),
+            HOT_MIN_SHARE,
+            format!(
+                "min {:.2}, max {:.2} of fair share",
+                row.r.min_share(),
+                row.r.max_share()
+            ),
+        ));
+    }
+    let _ = Shape::Shared;
+}
+
+fn updates(r: &Results, out: &mut Vec<Check>) {
+    let target = format!("optimistic: Tair EXCAS server commands per increment ≤ {EXCAS_VS_EXGET}× EXGET+EXSET loop");
+    let rows = r.updates.as_ref().map(|u| u.rows.as_slice()).unwrap_or(&[]);
+    let excas = rows.iter().find(|row| row.label.contains("EXCAS"));
+    let exget = rows.iter().find(|row| row.label.contains("EXGET"));
+    out.push(match (excas, exget) {
+        (Some(a), Some(b)) => {
+            let ratio = a.commands_per_increment() / b.commands_per_increment().max(1e-9);
+            at_most(
+                target,
+                ratio,
+                EXCAS_VS_EXGET,
+                format!(
+                    "{ratio:.2}× ({:.2} vs {:.2} commands)",
+                    a.commands_per_increment(),
+                    b.commands_per_increment()
+                ),
+            )
+        }
+        _ => missing(target, "row not measured"),
+    });
+}
+
+fn redlock(r: &Results, out: &mut Vec<Check>) {
+    let target = format!("redlock (current-thread runtime): ×5 pair p50 ≤ {REDLOCK_RATIO}× single instance");
+    let pair = r
+        .redlock
+        .as_ref()
+        .and_then(|rl| rl.pairs.iter().find(|(one, _)| one.kind == Kind::Verrou));
+    out.push(match pair {
+        Some((one, five)) => {
+            let ratio = us(five.m.latencies.p50()) / us(one.m.latencies.p50()).max(1e-9);
+            at_most(
+                target,
+                ratio,
+                REDLOCK_RATIO,
+                format!(
+                    "{ratio:.2}× ({:.1} vs {:.1} µs)",
+                    us(five.m.latencies.p50()),
+                    us(one.m.latencies.p50())
+                ),
+            )
+        }
+        None => missing(target, "row not measured"),
+    });
+}
+
+fn memory(r: &Results, out: &mut Vec<Check>) {
+    let target = format!("memory: pair ≤ {MEMORY_RATIO}× tokio::sync::Mutex lock/unlock");
+    let pair = r
+        .memory
+        .as_ref()
+        .and_then(|m| Some((m.verrou.as_ref()?, m.tokio.as_ref()?)));
+    out.push(match pair {
+        Some((v, t)) => {
+            let (vn, tn) = (v.time_per_op().as_secs_f64() * 1e9, t.time_per_op().as_secs_f64() * 1e9);
+            let ratio = vn / tn.max(1e-9);
+            at_most(
+                target,
+                ratio,
+                MEMORY_RATIO,
+                format!("{ratio:.0}× ({vn:.0} vs {tn:.0} ns)"),
+            )
+        }
+        None => missing(target, "row not measured"),
+    });
+}
+
+fn renewals(r: &Results, out: &mut Vec<Check>) {
+    let rows = r.renewals.as_ref().map(|rn| rn.rows.as_slice()).unwrap_or(&[]);
+    if rows.is_empty() {
+        out.push(missing(
+            format!(
+                "many held locks: client CPU ≤ {}% of one core",
+                RENEW_CORE_SHARE * 100.0
+            ),
+            "not measured",
+        ));
+    }
+    for row in rows {
+        out.push(at_most(
+            format!(
+                "many held locks: {} × {} client CPU ≤ {}% of one core",
+                row.locks,
+                row.label,
+                RENEW_CORE_SHARE * 100.0
+            ),
+            row.client_core_share(),
+            RENEW_CORE_SHARE,
+            format!(
+                "{:.2}% ({:.1} µs per renewal)",
+                row.client_core_share() * 100.0,
+                us(row.cpu_per_renewal())
+            ),
+        ));
+    }
+}
