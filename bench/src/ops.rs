@@ -116,23 +116,59 @@ fn parse_counter(bytes: Option<&[u8]>) -> u64 {
         .unwrap_or(0)
 }
 
-/// verrou's `VersionedStoreExt::update` on any store.
+/// verrou's `VersionedStoreExt::update_from` on any store: each task starts
+/// its next increment from the value its previous one wrote (no read when
+/// nobody else wrote meanwhile; the conflict reply corrects it otherwise).
 pub struct StoreUpdate {
     /// The store.
     pub store: Arc<dyn VersionedStore>,
     /// Retry policy (the defaults, with room for heavy contention).
     pub options: UpdateOptions,
+    /// Each task's last written value, by (task, key).
+    pub last: std::sync::Mutex<std::collections::HashMap<(usize, String), lock_core::Versioned>>,
+}
+
+impl StoreUpdate {
+    /// An incrementer over `store`.
+    pub fn new(store: Arc<dyn VersionedStore>, options: UpdateOptions) -> Self {
+        StoreUpdate {
+            store,
+            options,
+            last: std::sync::Mutex::default(),
+        }
+    }
+
+    fn last(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<(usize, String), lock_core::Versioned>> {
+        match self.last.lock() {
+            Ok(m) => m,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
 }
 
 impl Incrementer for StoreUpdate {
-    async fn increment(&self, _task: usize, key: &str) -> BoxResult<u64> {
+    async fn increment(&self, task: usize, key: &str) -> BoxResult<u64> {
         let mut attempts = 0u64;
-        self.store
-            .update(key, &self.options, |old| {
-                attempts += 1;
-                (parse_counter(old) + 1).to_string().into_bytes()
-            })
-            .await?;
+        let start = self.last().remove(&(task, key.to_owned()));
+        let written = match start {
+            Some(start) => {
+                self.store
+                    .update_from(key, Some(start), &self.options, |old| {
+                        attempts += 1;
+                        (parse_counter(old) + 1).to_string().into_bytes()
+                    })
+                    .await?
+            }
+            None => {
+                self.store
+                    .update(key, &self.options, |old| {
+                        attempts += 1;
+                        (parse_counter(old) + 1).to_string().into_bytes()
+                    })
+                    .await?
+            }
+        };
+        self.last().insert((task, key.to_owned()), written);
         Ok(attempts)
     }
 

@@ -591,10 +591,7 @@ pub async fn updates(lab: &mut Lab, s: &Settings, problems: &mut Vec<String>) ->
             } else {
                 label
             };
-            let inc = StoreUpdate {
-                store,
-                options: update_options(),
-            };
+            let inc = StoreUpdate::new(store, update_options());
             update_row(&label, Kind::Verrou, inc, s, &mut probe).await
         }
         .await;
@@ -616,10 +613,7 @@ pub async fn updates(lab: &mut Lab, s: &Settings, problems: &mut Vec<String>) ->
         let row = async {
             let store = lab.store(Backend::RedisLua).await?.ok_or("no versioned store")?;
             let mut probe = lab.main_probe().await?;
-            let inc = StoreUpdate {
-                store,
-                options: update_options(),
-            };
+            let inc = StoreUpdate::new(store, update_options());
             update_row("verrou redis-lua update (Lua CAS)", Kind::Verrou, inc, s, &mut probe).await
         }
         .await;

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::{LockBackend, ReleaseOutcome, RenewOutcome, Replication};
 use crate::error::{Error, LossReason, NotHeldReason, Result};
-use crate::lane::KeyLane;
+use crate::lane::LaneRef;
 use crate::options::validate_ttl;
 use crate::token::{FencingToken, LockToken};
 
@@ -29,7 +29,7 @@ pub(crate) struct LeaseState {
     lost: CancellationToken,
     loss_reason: OnceLock<LossReason>,
     /// The manager's lane for this key: told when we release.
-    lane: Option<Arc<KeyLane>>,
+    lane: Option<LaneRef>,
 }
 
 /// What the manager knows right after a successful acquire.
@@ -44,12 +44,7 @@ pub(crate) struct Grant {
 }
 
 impl LeaseState {
-    pub(crate) fn new(
-        backend: Arc<dyn LockBackend>,
-        grant: Grant,
-        drift_factor: f64,
-        lane: Option<Arc<KeyLane>>,
-    ) -> Self {
+    pub(crate) fn new(backend: Arc<dyn LockBackend>, grant: Grant, drift_factor: f64, lane: Option<LaneRef>) -> Self {
         LeaseState {
             backend,
             key: grant.key,
@@ -333,7 +328,7 @@ pub(crate) fn spawn_release(
     key: String,
     token: LockToken,
     timeout: Duration,
-    lane: Option<Arc<KeyLane>>,
+    lane: Option<LaneRef>,
 ) {
     if let Ok(handle) = tokio::runtime::Handle::try_current() {
         handle.spawn(async move {

@@ -4,37 +4,122 @@
 //! at once instead of at its next backoff tick.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
 
 /// One key's lane.
-#[derive(Default)]
 pub(crate) struct KeyLane {
+    key: String,
     /// Held by the task currently trying to acquire (tokio's mutex is FIFO).
     pub(crate) turn: Arc<tokio::sync::Mutex<()>>,
     /// Signalled when a guard of this manager releases the key.
     pub(crate) released: Notify,
 }
 
-/// Lanes by key.
+type LaneMap = Mutex<HashMap<String, Arc<KeyLane>>>;
+
+/// Lanes by key. A lane lives exactly as long as someone uses it: the last
+/// [`LaneRef`] removes it from the map, so the map never grows with keys
+/// nobody waits for or holds.
 #[derive(Default)]
 pub(crate) struct Lanes {
-    map: Mutex<HashMap<String, Arc<KeyLane>>>,
+    map: Arc<LaneMap>,
 }
 
-/// Lanes nobody uses are pruned once the map grows past this.
-const PRUNE_ABOVE: usize = 1024;
+fn lock(map: &LaneMap) -> MutexGuard<'_, HashMap<String, Arc<KeyLane>>> {
+    match map.lock() {
+        Ok(m) => m,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
 
 impl Lanes {
-    pub(crate) fn get(&self, key: &str) -> Arc<KeyLane> {
-        let mut map = match self.map.lock() {
-            Ok(m) => m,
-            Err(poisoned) => poisoned.into_inner(),
+    pub(crate) fn get(&self, key: &str) -> LaneRef {
+        let mut map = lock(&self.map);
+        let lane = match map.get(key) {
+            Some(lane) => lane.clone(),
+            None => {
+                let lane = Arc::new(KeyLane {
+                    key: key.to_owned(),
+                    turn: Arc::default(),
+                    released: Notify::new(),
+                });
+                map.insert(key.to_owned(), lane.clone());
+                lane
+            }
         };
-        if map.len() > PRUNE_ABOVE {
-            map.retain(|_, lane| Arc::strong_count(lane) > 1);
+        LaneRef {
+            lane: Some(lane),
+            map: self.map.clone(),
         }
-        map.entry(key.to_owned()).or_default().clone()
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        lock(&self.map).len()
+    }
+}
+
+/// A counted use of a lane.
+pub(crate) struct LaneRef {
+    /// Always `Some` until dropped.
+    lane: Option<Arc<KeyLane>>,
+    map: Arc<LaneMap>,
+}
+
+impl std::ops::Deref for LaneRef {
+    type Target = KeyLane;
+    fn deref(&self) -> &KeyLane {
+        match &self.lane {
+            Some(lane) => lane,
+            None => unreachable!("a LaneRef holds its lane until dropped"),
+        }
+    }
+}
+
+impl Clone for LaneRef {
+    fn clone(&self) -> Self {
+        LaneRef {
+            lane: self.lane.clone(),
+            map: self.map.clone(),
+        }
+    }
+}
+
+impl Drop for LaneRef {
+    fn drop(&mut self) {
+        let mut map = lock(&self.map);
+        // Drop our reference under the map lock, so the count we read next is
+        // exact: only the map's own reference left means nobody uses the lane.
+        if let Some(lane) = self.lane.take() {
+            let key = lane.key.clone();
+            drop(lane);
+            if map.get(&key).is_some_and(|l| Arc::strong_count(l) == 1) {
+                map.remove(&key);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lanes_live_as_long_as_their_users() {
+        let lanes = Lanes::default();
+        let a = lanes.get("a");
+        let a2 = lanes.get("a");
+        let b = lanes.get("b");
+        let a3 = a.clone();
+        assert_eq!(lanes.len(), 2);
+        drop(a);
+        drop(a2);
+        assert_eq!(lanes.len(), 2, "a3 still uses lane a");
+        drop(a3);
+        assert_eq!(lanes.len(), 1);
+        drop(b);
+        assert_eq!(lanes.len(), 0);
     }
 }

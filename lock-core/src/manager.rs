@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backend::{AcquireOutcome, LockBackend};
 use crate::error::{Error, Result};
 use crate::guard::{Grant, LeaseHandle, LeaseState, LockGuard, spawn_release};
-use crate::lane::{KeyLane, Lanes};
+use crate::lane::{LaneRef, Lanes};
 use crate::options::{LockOptions, Renewal, validate_key};
 use crate::token::LockToken;
 
@@ -247,7 +247,7 @@ impl LockManager {
         }
     }
 
-    fn guard(&self, grant: Grant, options: &LockOptions, lane: &Arc<KeyLane>) -> Result<LockGuard> {
+    fn guard(&self, grant: Grant, options: &LockOptions, lane: &LaneRef) -> Result<LockGuard> {
         let state = Arc::new(LeaseState::new(
             self.inner.backend.clone(),
             grant,

@@ -140,7 +140,27 @@ pub trait VersionedStoreExt: VersionedStore {
     /// carried by the conflict reply are fed straight back into `f`: one round
     /// trip per retry, no re-read. Gives up with [`Error::Conflict`] after
     /// `opts.max_attempts`.
-    async fn update<F>(&self, key: &str, opts: &UpdateOptions, mut f: F) -> Result<Versioned>
+    async fn update<F>(&self, key: &str, opts: &UpdateOptions, f: F) -> Result<Versioned>
+    where
+        F: FnMut(Option<&[u8]>) -> Vec<u8> + Send,
+    {
+        crate::options::validate_key(key)?;
+        let current = self.get(key).await?;
+        self.update_from(key, current, opts, f).await
+    }
+
+    /// [`VersionedStoreExt::update`] starting from a value the caller already
+    /// holds (e.g. the result of its previous update) instead of reading
+    /// first: when nobody else wrote meanwhile, the update costs exactly one
+    /// compare-and-set; when someone did, the conflict reply carries the
+    /// fresh value. `None` means "believed absent".
+    async fn update_from<F>(
+        &self,
+        key: &str,
+        mut current: Option<Versioned>,
+        opts: &UpdateOptions,
+        mut f: F,
+    ) -> Result<Versioned>
     where
         F: FnMut(Option<&[u8]>) -> Vec<u8> + Send,
     {
@@ -149,7 +169,6 @@ pub trait VersionedStoreExt: VersionedStore {
         if opts.max_attempts == 0 {
             return Err(Error::invalid("max_attempts must be at least 1"));
         }
-        let mut current = self.get(key).await?;
         let mut last_seen = None;
         for attempt in 0..opts.max_attempts {
             if attempt > 0 {

@@ -225,7 +225,7 @@ macro_rules! __versioned_cases {
         $crate::__conformance_cases!($attr, $suite, versioned_cases:
             missing_key, create_race_has_one_winner, stale_cas_returns_current, cas_round_trip,
             update_increments_are_exact, delete_if_version, no_aba_after_delete, ttl_on_writes,
-            binary_values, invalid_arguments_are_rejected);
+            binary_values, invalid_arguments_are_rejected, update_from_corrects_a_stale_start);
     };
 }
 

@@ -291,3 +291,35 @@ pub async fn invalid_arguments_are_rejected(s: &VersionedSuite) {
         "rejected calls wrote nothing"
     );
 }
+
+/// `update_from` with a stale or wrong starting point still ends exact: the
+/// conflict (or the failed create) brings the current value.
+pub async fn update_from_corrects_a_stale_start(s: &VersionedSuite) {
+    let store = s.client().await;
+    let key = s.key("update-from");
+    let opts = UpdateOptions::default();
+    let incr = |old: Option<&[u8]>| {
+        let n: u64 = old.and_then(|b| std::str::from_utf8(b).ok()?.parse().ok()).unwrap_or(0);
+        (n + 1).to_string().into_bytes()
+    };
+    let first = store.update_from(&key, None, &opts, incr).await.expect("create");
+    assert_eq!(first.value, b"1");
+    let second = store
+        .update_from(&key, Some(first.clone()), &opts, incr)
+        .await
+        .expect("from a fresh start");
+    assert_eq!(second.value, b"2");
+    // Stale start: the version `first` is gone.
+    let third = store
+        .update_from(&key, Some(first), &opts, incr)
+        .await
+        .expect("from a stale start");
+    assert_eq!(third.value, b"3");
+    // "Believed absent" while it exists.
+    let fourth = store
+        .update_from(&key, None, &opts, incr)
+        .await
+        .expect("from a wrong None");
+    assert_eq!(fourth.value, b"4");
+    assert_eq!(store.get(&key).await.expect("get").expect("present").value, b"4");
+}
