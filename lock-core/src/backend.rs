@@ -23,6 +23,16 @@ pub trait LockBackend: Send + Sync + 'static {
     /// Reset `key`'s TTL to `ttl` only if `token` holds it.
     async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome>;
 
+    /// Renew many leases for the same `ttl`, one result per item, in order.
+    ///
+    /// The renewer batches leases that come due together through this. The
+    /// default renews each concurrently; backends override it to send one
+    /// script or pipeline. A transport failure fails every item whose outcome
+    /// is unknown.
+    async fn renew_many(&self, items: &[(&str, &LockToken)], ttl: Duration) -> Vec<Result<RenewOutcome>> {
+        futures::future::join_all(items.iter().map(|(key, token)| self.renew(key, token, ttl))).await
+    }
+
     /// Wait until `key` may have been released, or `max_wait` passes.
     ///
     /// A hint for waiters, never a guarantee: returning early or late costs
@@ -255,6 +265,9 @@ impl<B: LockBackend + ?Sized> LockBackend for std::sync::Arc<B> {
     }
     async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
         (**self).renew(key, token, ttl).await
+    }
+    async fn renew_many(&self, items: &[(&str, &LockToken)], ttl: Duration) -> Vec<Result<RenewOutcome>> {
+        (**self).renew_many(items, ttl).await
     }
     async fn wait_for_release(&self, key: &str, max_wait: Duration) {
         (**self).wait_for_release(key, max_wait).await;

@@ -7,6 +7,7 @@
 //! once, so every backend behaves the same.
 
 pub mod backend;
+mod batch;
 pub mod error;
 pub mod guard;
 mod jitter;

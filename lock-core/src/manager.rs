@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{AcquireOutcome, LockBackend};
+use crate::batch::RenewBatcher;
 use crate::error::{Error, Result};
 use crate::guard::{Grant, LeaseHandle, LeaseState, LockGuard, spawn_release};
 use crate::lane::{LaneRef, Lanes};
@@ -39,6 +40,26 @@ struct Inner {
     shutdown: CancellationToken,
     /// Local FIFO order of this manager's waiters, per key.
     lanes: Lanes,
+    /// Started with the first auto-renewed guard (restarted if its runtime
+    /// went away).
+    batcher: std::sync::Mutex<Option<RenewBatcher>>,
+}
+
+impl Inner {
+    fn batcher(&self, runtime: &tokio::runtime::Handle) -> RenewBatcher {
+        let mut slot = match self.batcher.lock() {
+            Ok(s) => s,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        match slot.as_ref() {
+            Some(b) if b.is_alive() => b.clone(),
+            _ => {
+                let b = RenewBatcher::spawn(self.backend.clone(), runtime);
+                *slot = Some(b.clone());
+                b
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for LockManager {
@@ -59,6 +80,7 @@ impl LockManager {
                 options: LockOptions::default(),
                 shutdown: CancellationToken::new(),
                 lanes: Lanes::default(),
+                batcher: std::sync::Mutex::new(None),
             }),
         }
     }
@@ -84,6 +106,7 @@ impl LockManager {
                 options,
                 shutdown: CancellationToken::new(),
                 lanes: Lanes::default(),
+                batcher: std::sync::Mutex::new(None),
             }),
         })
     }
@@ -265,12 +288,14 @@ impl LockManager {
         if let Renewal::Auto { interval } = options.renewal {
             let runtime = tokio::runtime::Handle::try_current()
                 .map_err(|_| Error::invalid("automatic renewal needs a tokio runtime"))?;
+            let batcher = self.inner.batcher(&runtime);
             runtime.spawn(crate::renewer::run(
                 state,
                 options.ttl,
                 interval,
                 options.op_timeout,
                 stop,
+                batcher,
             ));
         }
         Ok(guard)

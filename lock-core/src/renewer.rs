@@ -7,6 +7,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::RenewOutcome;
+use crate::batch::RenewBatcher;
 use crate::error::LossReason;
 use crate::guard::LeaseState;
 
@@ -49,6 +50,7 @@ pub(crate) async fn run(
     interval: Duration,
     op_timeout: Duration,
     stop: CancellationToken,
+    batcher: RenewBatcher,
 ) {
     let stopped = stop.cancelled();
     tokio::pin!(stopped);
@@ -68,7 +70,7 @@ pub(crate) async fn run(
             }
             let remaining = state.deadline().saturating_duration_since(Instant::now());
             let sent_at = Instant::now();
-            let call = state.backend.renew(&state.key, &state.token, ttl);
+            let call = batcher.renew(&state, ttl);
             let result = tokio::select! {
                 biased;
                 () = &mut stopped => return,

@@ -223,3 +223,22 @@ async fn waiters_of_one_manager_are_served_in_arrival_order() {
     // Only the head of the line polls the backend while the key is held.
     assert!(polls_while_held < 25, "{polls_while_held} polls: waiters are herding");
 }
+
+#[tokio::test(start_paused = true)]
+async fn renewals_due_together_share_one_backend_call() {
+    let memory = MemoryBackend::new();
+    let (backend, control) = faulty(&memory);
+    let locks = manager(backend, LockOptions::with_ttl(TTL));
+    let mut guards = Vec::new();
+    for i in 0..50 {
+        guards.push(locks.lock(&format!("k{i}")).await.expect("lock"));
+    }
+    tokio::time::sleep(TTL * 2).await;
+    let counts = control.counts();
+    assert!(counts.renew >= 100, "every lease renewed: {counts:?}");
+    assert!(
+        counts.renew_batches * 10 <= counts.renew,
+        "renewals were not batched: {counts:?}"
+    );
+    assert!(guards.iter().all(|g| !g.is_lost()));
+}

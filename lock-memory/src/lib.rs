@@ -80,6 +80,20 @@ impl State {
         self.values.get_mut(key)
     }
 
+    fn renew(&mut self, key: &str, token: &LockToken, ttl: Duration, now: Instant) -> RenewOutcome {
+        if self.live_lock(key, now).is_none() {
+            return RenewOutcome::Missing;
+        }
+        match self.locks.get_mut(key) {
+            Some(held) if held.token == *token => {
+                held.expires_at = now + ttl;
+                RenewOutcome::Renewed
+            }
+            Some(_) => RenewOutcome::HeldByOther,
+            None => RenewOutcome::Missing,
+        }
+    }
+
     fn next_version(&mut self) -> u64 {
         self.version_seq += 1;
         self.version_seq
@@ -169,19 +183,20 @@ impl LockBackend for MemoryBackend {
     async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
         validate_key(key)?;
         validate_ttl(ttl)?;
+        Ok(self.lock_state().renew(key, token, ttl, Instant::now()))
+    }
+
+    async fn renew_many(&self, items: &[(&str, &LockToken)], ttl: Duration) -> Vec<Result<RenewOutcome>> {
         let now = Instant::now();
         let mut s = self.lock_state();
-        if s.live_lock(key, now).is_none() {
-            return Ok(RenewOutcome::Missing);
-        }
-        match s.locks.get_mut(key) {
-            Some(held) if held.token == *token => {
-                held.expires_at = now + ttl;
-                Ok(RenewOutcome::Renewed)
-            }
-            Some(_) => Ok(RenewOutcome::HeldByOther),
-            None => Ok(RenewOutcome::Missing),
-        }
+        items
+            .iter()
+            .map(|(key, token)| {
+                validate_key(key)?;
+                validate_ttl(ttl)?;
+                Ok(s.renew(key, token, ttl, now))
+            })
+            .collect()
     }
 
     async fn wait_for_release(&self, key: &str, max_wait: Duration) {

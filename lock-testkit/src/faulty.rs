@@ -39,8 +39,10 @@ pub struct CallCounts {
     pub acquire: u64,
     /// `release` calls.
     pub release: u64,
-    /// `renew` calls.
+    /// Leases renewed (`renew` calls plus items of `renew_many` calls).
     pub renew: u64,
+    /// `renew_many` calls (batches).
+    pub renew_batches: u64,
 }
 
 /// Switches for a [`FaultyBackend`]; cheap to clone.
@@ -146,6 +148,30 @@ impl LockBackend for FaultyBackend {
     async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
         self.control.count(|c| c.renew += 1);
         self.run(self.inner.renew(key, token, ttl)).await
+    }
+    async fn renew_many(&self, items: &[(&str, &LockToken)], ttl: Duration) -> Vec<Result<RenewOutcome>> {
+        self.control.count(|c| {
+            c.renew += items.len() as u64;
+            c.renew_batches += 1;
+        });
+        let (fault, latency) = self.control.current();
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+        let all = |e: fn() -> Error| items.iter().map(|_| Err(e())).collect::<Vec<_>>();
+        match fault {
+            Fault::None => self.inner.renew_many(items, ttl).await,
+            Fault::Hang => std::future::pending().await,
+            Fault::Fail => all(|| Error::backend("faulty", "injected failure")),
+            Fault::ApplyThenLose => {
+                let _ = self.inner.renew_many(items, ttl).await;
+                all(|| Error::outcome_unknown("faulty", "injected lost reply"))
+            }
+            Fault::ApplyThenHang => {
+                let _ = self.inner.renew_many(items, ttl).await;
+                std::future::pending().await
+            }
+        }
     }
     async fn wait_for_release(&self, key: &str, max_wait: Duration) {
         self.inner.wait_for_release(key, max_wait).await;
