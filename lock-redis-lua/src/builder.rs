@@ -184,12 +184,14 @@ impl RedisLuaBuilder {
     }
 
     /// Wake waiters on release with pub/sub (standalone URL sources only):
-    /// the release script PUBLISHes on `verrou:released:<key>` and
-    /// `wait_for_release` subscribes on its own connection, opened at the
-    /// first wait. Default: on for standalone URL sources (the PUBLISH costs
-    /// the uncontended path nothing measurable; a waiter in another process
-    /// wakes about 0.1 ms after a release instead of up to one backoff step,
-    /// 200 ms), off for the others. Every client of a key should use the
+    /// `wait_for_release` subscribes to `verrou:released:<key>` on its own
+    /// connection, opened at the first wait, then leaves a short-lived
+    /// marker key (`{<key>}:waiting`); the release script PUBLISHes there
+    /// when it finds the marker, so an uncontended release publishes
+    /// nothing. Default: on for
+    /// standalone URL sources (a waiter in another process wakes about
+    /// 0.1 ms after a release instead of up to one backoff step, 200 ms),
+    /// off for the others. Every client of a key should use the
     /// same setting: a client without it does not announce its releases, and
     /// waiters then fall back to their timers.
     pub fn release_notifications(mut self, on: bool) -> Self {
@@ -348,7 +350,7 @@ impl RedisLuaBuilder {
             rt,
         )?;
         // Fail here, not on first use, for a wrong password or address.
-        inner.check().await?;
+        inner.probe().await?;
         Ok(RedisLuaBackend { inner: Arc::new(inner) })
     }
 }

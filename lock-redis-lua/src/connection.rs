@@ -4,7 +4,7 @@
 //! pairs, because WAIT blocks the server-side connection it is sent on.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -65,9 +65,9 @@ pub(crate) async fn run_script<C: ConnectionLike + Send>(
     keys: &[&str],
     args: &[&[u8]],
 ) -> redis::RedisResult<Value> {
-    match script.evalsha(keys, args).query_async::<Value>(conn).await {
+    match script.cmd(false, keys, args).query_async::<Value>(conn).await {
         Err(e) if e.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            script.eval(keys, args).query_async::<Value>(conn).await
+            script.cmd(true, keys, args).query_async::<Value>(conn).await
         }
         other => other,
     }
@@ -91,7 +91,6 @@ struct Current {
     conn: MultiplexedConnection,
     /// Keeps a pooled connection checked out while it is in use.
     _checkout: Option<deadpool_redis::Connection>,
-    timeouts_in_a_row: u32,
 }
 
 /// The shared standalone connection, replaced after unrecoverable errors.
@@ -103,6 +102,9 @@ pub(crate) struct SharedStandalone {
     /// each waiting out another connect timeout.
     connecting: tokio::sync::Mutex<Option<(Instant, String)>>,
     generations: AtomicU64,
+    /// Timeouts in a row on the current connection; outside the mutex so
+    /// that a success (the common case) costs one load.
+    timeouts_in_a_row: AtomicU32,
     connect_timeout: Duration,
 }
 
@@ -119,6 +121,7 @@ impl SharedStandalone {
             current: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(None),
             generations: AtomicU64::new(0),
+            timeouts_in_a_row: AtomicU32::new(0),
             connect_timeout,
         }
     }
@@ -182,12 +185,15 @@ impl SharedStandalone {
         };
         *last_failure = None;
         let generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
-        *self.current() = Some(Current {
-            generation,
-            conn: conn.clone(),
-            _checkout: checkout,
-            timeouts_in_a_row: 0,
-        });
+        {
+            let mut current = self.current();
+            self.timeouts_in_a_row.store(0, Ordering::Relaxed);
+            *current = Some(Current {
+                generation,
+                conn: conn.clone(),
+                _checkout: checkout,
+            });
+        }
         Ok((
             Checkout {
                 generation: Some(generation),
@@ -217,10 +223,12 @@ impl SharedStandalone {
     /// A call on `checkout` got a reply.
     pub(crate) fn succeeded(&self, checkout: Checkout) {
         let Some(generation) = checkout.generation else { return };
-        if let Some(c) = self.current().as_mut()
-            && c.generation == generation
-        {
-            c.timeouts_in_a_row = 0;
+        if self.timeouts_in_a_row.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let current = self.current();
+        if current.as_ref().is_some_and(|c| c.generation == generation) {
+            self.timeouts_in_a_row.store(0, Ordering::Relaxed);
         }
     }
 
@@ -230,16 +238,18 @@ impl SharedStandalone {
     pub(crate) fn failed(&self, checkout: Checkout, error: Option<&RedisError>) {
         let Some(generation) = checkout.generation else { return };
         let mut current = self.current();
-        let Some(c) = current.as_mut().filter(|c| c.generation == generation) else {
+        if current.as_ref().is_none_or(|c| c.generation != generation) {
             return;
-        };
+        }
         let drop_it = match error {
             Some(e) if e.code().is_some() => false, // the server answered
             Some(e) if e.is_unrecoverable_error() || e.is_connection_dropped() => true,
             Some(e) if !e.is_timeout() => false,
             _ => {
-                c.timeouts_in_a_row += 1;
-                c.timeouts_in_a_row >= TIMEOUTS_BEFORE_RECONNECT
+                // Updated under the mutex: only loads happen outside it.
+                let timeouts = self.timeouts_in_a_row.load(Ordering::Relaxed) + 1;
+                self.timeouts_in_a_row.store(timeouts, Ordering::Relaxed);
+                timeouts >= TIMEOUTS_BEFORE_RECONNECT
             }
         };
         if drop_it {

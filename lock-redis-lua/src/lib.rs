@@ -6,8 +6,9 @@
 //!
 //! | operation | command | round trips |
 //! |---|---|---|
-//! | acquire | script: `GET`; free → `SET token PX ttl` (+ fence); held → `PTTL` | 1 |
-//! | release | script: `GET == token` → `DEL` (+ `PUBLISH` with notifications) | 1 |
+//! | acquire (Redis ≥ 7.0, no fencing) | `SET key token NX PX ttl GET` | 1 |
+//! | acquire (older servers, fencing) | script: `GET`; free → `SET token PX ttl` (+ fence); held → `PTTL` | 1 |
+//! | release | script: `GET == token` → `DEL` (+ `PUBLISH` when a waiter left its marker) | 1 |
 //! | renew | script: `GET == token` → `PEXPIRE` | 1 |
 //! | versioned get | `HMGET key v n` | 1 |
 //! | create / CAS / delete | scripts on a hash `{v value, n version, w write id}` | 1 |
@@ -15,9 +16,15 @@
 //! Scripts go out as EVALSHA; on NOSCRIPT (restart, `SCRIPT FLUSH`,
 //! failover) the same call is re-sent as EVAL, which caches it again.
 //! Release and renew tell `Released`/`Renewed`, `HeldByOther` and `Missing`
-//! apart. Tokens are stored as [`LockToken::to_hex`]. A held acquire
-//! returns the holder's PTTL as `retry_after`, so a waiting `lock()` never
-//! sleeps past the holder's expiry.
+//! apart. Tokens are stored as [`LockToken::to_hex`].
+//!
+//! The plain acquire needs `NX` with `GET` (Redis 7.0, any Valkey), detected
+//! once at build from `HELLO`; a server that refuses it later (a failover to
+//! an older replica) switches the backend back to the script. Its reply
+//! tells the three cases apart: nil, acquired; our own token, a re-sent
+//! acquire (the script then refreshes the TTL from now, as it would have);
+//! another token, held (no `PTTL` hint on this path: release notifications
+//! wake waiters, and the manager's backoff is short).
 //!
 //! # Connections and timeouts
 //!
@@ -34,9 +41,11 @@
 //!
 //! # Waiting for a held lock
 //!
-//! A held acquire returns the holder's PTTL, so the manager's jittered
+//! The acquire script returns the holder's PTTL, so the manager's jittered
 //! backoff never sleeps past the holder's expiry. On a standalone URL
-//! source, releases are also announced with `PUBLISH` and
+//! source, releases are also announced with `PUBLISH` when a waiter left a
+//! marker (`{key}:waiting`, set with a short TTL after subscribing; the
+//! release script deletes it with the lock in one `DEL`), and
 //! `wait_for_release` wakes on them (see
 //! [`RedisLuaBuilder::release_notifications`]): measured across two
 //! managers, a waiter took the lock 0.06–0.12 ms after the release instead
@@ -79,7 +88,7 @@ mod notify;
 mod scripts;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -189,6 +198,9 @@ pub(crate) struct Inner {
     connect_timeout: Duration,
     response_timeout: Duration,
     write_ids: WriteIds,
+    /// Acquire with `SET NX PX GET` instead of the script (fencing off, and
+    /// the server accepts it).
+    native_acquire: AtomicBool,
 }
 
 /// One command or script call.
@@ -235,22 +247,55 @@ impl Inner {
             connect_timeout,
             response_timeout,
             write_ids: WriteIds::new()?,
+            native_acquire: AtomicBool::new(false),
         })
     }
 
-    /// One PING on the shared connection (connecting first).
-    async fn check(&self) -> Result<()> {
+    /// One PING on the shared connection (connecting first), then what the
+    /// server accepts: the plain `SET NX GET` acquire needs Redis 7.0 (asked
+    /// with `HELLO`, which any user may send, unlike `INFO`) and working
+    /// scripts (the release is always one).
+    pub(crate) async fn probe(&self) -> Result<()> {
         let ping = Call::Command(redis::cmd("PING"));
         match self.exec("connection check (PING)", "", Access::Read, ping).await {
-            Ok(_) => Ok(()),
-            Err(Error::Backend { message, source, .. }) => Err(Error::Backend {
-                backend: BACKEND.to_owned(),
-                outcome_unknown: false,
-                message: format!("cannot use the server: {message}"),
-                source,
-            }),
-            Err(e) => Err(e),
+            Ok(_) => {}
+            Err(Error::Backend { message, source, .. }) => {
+                return Err(Error::Backend {
+                    backend: BACKEND.to_owned(),
+                    outcome_unknown: false,
+                    message: format!("cannot use the server: {message}"),
+                    source,
+                });
+            }
+            Err(e) => return Err(e),
         }
+        if self.fencing {
+            return Ok(());
+        }
+        let hello = Call::Command(redis::cmd("HELLO"));
+        let version = match self.exec("server version (HELLO)", "", Access::Read, hello).await {
+            Ok(reply) => server_version(&reply),
+            // HELLO without a protocol version needs Redis 6.2: older, scripts.
+            Err(e) => {
+                tracing::debug!(error = %e, "no server version; acquiring with the script");
+                None
+            }
+        };
+        if version.is_none_or(|v| v < (7, 0)) {
+            return Ok(());
+        }
+        // Renamed EVAL/EVALSHA: keep the acquire script, so that try_acquire
+        // fails as Unsupported instead of taking a lock no release can free.
+        let call = Call::Script {
+            script: &self.scripts.probe,
+            keys: &[],
+            args: &[],
+        };
+        match self.exec("script check", "", Access::Read, call).await {
+            Ok(_) => self.native_acquire.store(true, Ordering::Relaxed),
+            Err(e) => tracing::debug!(error = %e, "scripts unavailable; acquiring with the script (and failing)"),
+        }
+        Ok(())
     }
 
     /// Bound of one call on an open connection: a script may take two
@@ -410,16 +455,16 @@ impl Inner {
 
     async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
         validate_key(key)?;
-        let hex = token.to_hex();
-        let channel = self.notifier.as_ref().map(|_| notify::channel(key));
-        let mut args: Vec<&[u8]> = vec![hex.as_bytes()];
-        if let Some(c) = &channel {
-            args.push(c.as_bytes());
-        }
+        let hex = token_hex(token);
+        let marker = self.notifier.as_ref().map(|_| keys::companion(key, WAITING));
+        let (script, keys): (&LuaScript, &[&str]) = match &marker {
+            Some(marker) => (&self.scripts.release_notify, &[key, marker.as_str()]),
+            None => (&self.scripts.release, &[key]),
+        };
         let call = Call::Script {
-            script: &self.scripts.release,
-            keys: &[key],
-            args: &args,
+            script,
+            keys,
+            args: &[&hex],
         };
         match self.exec("release", key, Access::Write, call).await? {
             Value::Int(1) => Ok(ReleaseOutcome::Released),
@@ -428,6 +473,237 @@ impl Inner {
             other => Err(unexpected_reply("release", key, &other)),
         }
     }
+
+    /// Leaves `key`'s waiter marker for `max_wait` so that its release
+    /// publishes; false when the lock is already free (no point waiting).
+    /// A failure only costs the waiter its timer.
+    async fn mark_waiting(&self, key: &str, max_wait: Duration) -> bool {
+        let marker = keys::companion(key, WAITING);
+        let mut ms = [0u8; 20];
+        // The margin covers the round trips between the waiter and the server.
+        let ms = decimal(ttl_millis(max_wait).saturating_add(WAITING_MARGIN_MS), &mut ms);
+        let call = Call::Script {
+            script: &self.scripts.mark_waiting,
+            keys: &[key, &marker],
+            args: &[ms],
+        };
+        match self.exec("wait for release", key, Access::Write, call).await {
+            Ok(Value::Int(0)) => false,
+            Ok(_) => true,
+            Err(e) => {
+                tracing::debug!(error = %e, "no waiter marker; waiting on the timer");
+                true
+            }
+        }
+    }
+
+    /// `SET key token NX PX ttl GET`: `None` when the script must decide
+    /// (our own token found, or the server refuses the command).
+    async fn acquire_native(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<Option<AcquireOutcome>> {
+        let hex = token_hex(token);
+        let mut ms = [0u8; 20];
+        let ms = decimal(ttl_millis(ttl), &mut ms);
+        let mut cmd = Cmd::with_capacity(7, 3 + key.len() + hex.len() + 2 + 2 + ms.len() + 3);
+        cmd.arg("SET").arg(key).arg(&hex).arg("NX").arg("PX").arg(ms).arg("GET");
+        let call = Call::Command(cmd);
+        let sent = match &self.replica_ack {
+            Some(ack) => self.exec_acked("acquire", key, call, ack, |v| *v == Value::Nil).await,
+            None => self.exec("acquire", key, Access::Write, call).await.map(|v| (v, None)),
+        };
+        let (value, replication) = match sent {
+            Ok(sent) => sent,
+            Err(Error::Backend { source: Some(e), .. }) if redis_error(&e).is_some_and(refuses_set_nx_get) => {
+                tracing::warn!("the server refuses SET NX GET (older than Redis 7.0?); acquiring with the script");
+                self.native_acquire.store(false, Ordering::Relaxed);
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        match value {
+            Value::Nil => self.granted(key, token, None, replication).await.map(Some),
+            Value::BulkString(held) if held == hex => Ok(None),
+            Value::BulkString(_) => Ok(Some(AcquireOutcome::Held { retry_after: None })),
+            other => Err(unexpected_reply("acquire", key, &other)),
+        }
+    }
+
+    /// The acquire script (servers before 7.0, fencing, our own token found).
+    async fn acquire_script(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        let fence_key = self.fencing.then(|| keys::companion(key, "fence"));
+        if let Some(fence) = &fence_key
+            && self.cluster
+            && !keys::same_slot(key, fence)
+        {
+            return Err(Error::invalid(format!(
+                "key {key:?} contains '}}' but no hash tag, so its fence key cannot share its cluster slot; \
+                 give it a hash tag, e.g. {{tag}}:rest"
+            )));
+        }
+        let hex = token_hex(token);
+        let mut ms = [0u8; 20];
+        let args: [&[u8]; 2] = [&hex, decimal(ttl_millis(ttl), &mut ms)];
+        let (script, keys): (&LuaScript, &[&str]) = match &fence_key {
+            Some(f) => (&self.scripts.acquire_fenced, &[key, f.as_str()]),
+            None => (&self.scripts.acquire, &[key]),
+        };
+        let call = Call::Script {
+            script,
+            keys,
+            args: &args,
+        };
+        let acquired = |v: &Value| status(v) == Some(1);
+        let (value, replication) = match &self.replica_ack {
+            Some(ack) => self.exec_acked("acquire", key, call, ack, acquired).await?,
+            None => (self.exec("acquire", key, Access::Write, call).await?, None),
+        };
+        let items = array(&value).ok_or_else(|| unexpected_reply("acquire", key, &value))?;
+        match int_at(items, 0) {
+            Some(1) => {
+                let fencing_token = if self.fencing {
+                    Some(FencingToken(
+                        u64_at(items, 1).ok_or_else(|| unexpected_reply("acquire", key, &value))?,
+                    ))
+                } else {
+                    None
+                };
+                self.granted(key, token, fencing_token, replication).await
+            }
+            Some(0) => {
+                let retry_after = int_at(items, 1)
+                    .and_then(|ms| u64::try_from(ms).ok())
+                    .map(Duration::from_millis);
+                Ok(AcquireOutcome::Held { retry_after })
+            }
+            _ => Err(unexpected_reply("acquire", key, &value)),
+        }
+    }
+
+    /// A granted acquire: the lease, unless too few replicas acknowledged it
+    /// and the options say to release and fail.
+    async fn granted(
+        &self,
+        key: &str,
+        token: &LockToken,
+        fencing_token: Option<FencingToken>,
+        replication: Option<Replication>,
+    ) -> Result<AcquireOutcome> {
+        if let (
+            Some(ack),
+            Some(Replication::Unconfirmed {
+                acknowledged,
+                requested,
+            }),
+        ) = (&self.replica_ack, replication)
+            && ack.on_shortfall == OnShortfall::ReleaseAndFail
+        {
+            let released = self.release(key, token).await;
+            let message = format!(
+                "acquired {key:?} but only {acknowledged} of {requested} replicas acknowledged within {:?}; {}",
+                ack.timeout,
+                match &released {
+                    Ok(_) => "released it".to_owned(),
+                    Err(e) => format!("releasing it failed ({e})"),
+                }
+            );
+            // If our release failed, the manager releases the token.
+            return Err(match released {
+                Ok(_) => Error::backend(BACKEND, message),
+                Err(_) => Error::outcome_unknown(BACKEND, message),
+            });
+        }
+        Ok(AcquireOutcome::Acquired(
+            Lease::new()
+                .with_fencing_token(fencing_token)
+                .with_replication(replication.unwrap_or_default()),
+        ))
+    }
+}
+
+/// Suffix of the key a waiter leaves so that the release publishes.
+const WAITING: &str = "waiting";
+/// How much longer than its wait a waiter's marker lives.
+const WAITING_MARGIN_MS: u64 = 100;
+
+/// `token` as [`LockToken::to_hex`] writes it, without allocating.
+fn token_hex(token: &LockToken) -> [u8; 32] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = [0u8; 32];
+    for (pair, b) in out.chunks_exact_mut(2).zip(token.as_bytes()) {
+        pair[0] = HEX[usize::from(b >> 4)];
+        pair[1] = HEX[usize::from(b & 0x0f)];
+    }
+    out
+}
+
+/// `n` in decimal, written into `buf`, without allocating.
+fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut start = buf.len();
+    loop {
+        start -= 1;
+        // n % 10 < 10: the cast cannot truncate.
+        buf[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[start..];
+        }
+    }
+}
+
+/// The client error inside a backend error, if any.
+fn redis_error(source: &lock_core::BoxError) -> Option<&redis::RedisError> {
+    source.downcast_ref::<redis::RedisError>()
+}
+
+/// A server that does not know `NX` with `GET` (before 7.0) answers this.
+fn refuses_set_nx_get(e: &redis::RedisError) -> bool {
+    e.code() == Some("ERR") && e.to_string().contains("syntax error")
+}
+
+/// The lowest `(major, minor)` server version in a `HELLO` reply (a map, or
+/// a flat list of fields and values in RESP2; one per node from a cluster).
+fn server_version(reply: &Value) -> Option<(u32, u32)> {
+    fn text(v: &Value) -> Option<&str> {
+        match v {
+            Value::BulkString(b) => std::str::from_utf8(b).ok(),
+            Value::SimpleString(s) => Some(s),
+            _ => None,
+        }
+    }
+    fn parse(v: &Value) -> Option<(u32, u32)> {
+        let mut parts = text(v)?.split('.');
+        Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+    }
+    let mut lowest: Option<(u32, u32)> = None;
+    let mut found = |v: Option<(u32, u32)>| {
+        if let Some(v) = v {
+            lowest = Some(lowest.map_or(v, |l| l.min(v)));
+        }
+    };
+    match reply {
+        Value::Map(fields) => {
+            for (name, value) in fields {
+                match text(name) {
+                    Some("version") => found(parse(value)),
+                    // A cluster's replies, keyed by node.
+                    _ => found(server_version(value)),
+                }
+            }
+        }
+        Value::Array(items) => {
+            for pair in items.chunks_exact(2) {
+                if text(&pair[0]) == Some("version") {
+                    found(parse(&pair[1]));
+                }
+            }
+            for item in items {
+                if matches!(item, Value::Map(_) | Value::Array(_)) {
+                    found(server_version(item));
+                }
+            }
+        }
+        _ => {}
+    }
+    lowest
 }
 
 fn int_at(items: &[Value], i: usize) -> Option<i64> {
@@ -485,81 +761,12 @@ impl LockBackend for RedisLuaBackend {
         validate_key(key)?;
         validate_ttl(ttl)?;
         let i = &self.inner;
-        let fence_key = i.fencing.then(|| keys::companion(key, "fence"));
-        if let Some(fence) = &fence_key
-            && i.cluster
-            && !keys::same_slot(key, fence)
+        if i.native_acquire.load(Ordering::Relaxed)
+            && let Some(outcome) = i.acquire_native(key, token, ttl).await?
         {
-            return Err(Error::invalid(format!(
-                "key {key:?} contains '}}' but no hash tag, so its fence key cannot share its cluster slot; \
-                 give it a hash tag, e.g. {{tag}}:rest"
-            )));
+            return Ok(outcome);
         }
-        let hex = token.to_hex();
-        let ms = ttl_millis(ttl).to_string();
-        let args: [&[u8]; 2] = [hex.as_bytes(), ms.as_bytes()];
-        let (script, keys): (&LuaScript, Vec<&str>) = match &fence_key {
-            Some(f) => (&i.scripts.acquire_fenced, vec![key, f.as_str()]),
-            None => (&i.scripts.acquire, vec![key]),
-        };
-        let call = Call::Script {
-            script,
-            keys: &keys,
-            args: &args,
-        };
-        let acquired = |v: &Value| status(v) == Some(1);
-        let (value, replication) = match &i.replica_ack {
-            Some(ack) => i.exec_acked("acquire", key, call, ack, acquired).await?,
-            None => (i.exec("acquire", key, Access::Write, call).await?, None),
-        };
-        let items = array(&value).ok_or_else(|| unexpected_reply("acquire", key, &value))?;
-        match int_at(items, 0) {
-            Some(1) => {
-                let fencing_token = if i.fencing {
-                    Some(FencingToken(
-                        u64_at(items, 1).ok_or_else(|| unexpected_reply("acquire", key, &value))?,
-                    ))
-                } else {
-                    None
-                };
-                if let (
-                    Some(ack),
-                    Some(Replication::Unconfirmed {
-                        acknowledged,
-                        requested,
-                    }),
-                ) = (&i.replica_ack, replication)
-                    && ack.on_shortfall == OnShortfall::ReleaseAndFail
-                {
-                    let released = i.release(key, token).await;
-                    let message = format!(
-                        "acquired {key:?} but only {acknowledged} of {requested} replicas acknowledged within {:?}; {}",
-                        ack.timeout,
-                        match &released {
-                            Ok(_) => "released it".to_owned(),
-                            Err(e) => format!("releasing it failed ({e})"),
-                        }
-                    );
-                    // If our release failed, the manager releases the token.
-                    return Err(match released {
-                        Ok(_) => Error::backend(BACKEND, message),
-                        Err(_) => Error::outcome_unknown(BACKEND, message),
-                    });
-                }
-                Ok(AcquireOutcome::Acquired(
-                    Lease::new()
-                        .with_fencing_token(fencing_token)
-                        .with_replication(replication.unwrap_or_default()),
-                ))
-            }
-            Some(0) => {
-                let retry_after = int_at(items, 1)
-                    .and_then(|ms| u64::try_from(ms).ok())
-                    .map(Duration::from_millis);
-                Ok(AcquireOutcome::Held { retry_after })
-            }
-            _ => Err(unexpected_reply("acquire", key, &value)),
-        }
+        i.acquire_script(key, token, ttl).await
     }
 
     async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
@@ -569,12 +776,12 @@ impl LockBackend for RedisLuaBackend {
     async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
         validate_key(key)?;
         validate_ttl(ttl)?;
-        let hex = token.to_hex();
-        let ms = ttl_millis(ttl).to_string();
+        let hex = token_hex(token);
+        let mut ms = [0u8; 20];
         let call = Call::Script {
             script: &self.inner.scripts.renew,
             keys: &[key],
-            args: &[hex.as_bytes(), ms.as_bytes()],
+            args: &[&hex, decimal(ttl_millis(ttl), &mut ms)],
         };
         match self.inner.exec("renew", key, Access::Write, call).await? {
             Value::Int(1) => Ok(RenewOutcome::Renewed),
@@ -586,7 +793,7 @@ impl LockBackend for RedisLuaBackend {
 
     async fn wait_for_release(&self, key: &str, max_wait: Duration) {
         match &self.inner.notifier {
-            Some(n) => n.wait(key, max_wait).await,
+            Some(n) => n.wait(key, max_wait, self.inner.mark_waiting(key, max_wait)).await,
             None => tokio::time::sleep(max_wait).await,
         }
     }
@@ -703,5 +910,38 @@ impl VersionedStore for RedisLuaBackend {
 
     fn store_name(&self) -> &str {
         BACKEND
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn tokens_and_numbers_are_written_as_before() {
+        let token = LockToken::generate().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(&token_hex(&token)[..], token.to_hex().as_bytes());
+        let mut buf = [0u8; 20];
+        for n in [0, 7, 10, 30_000, u64::MAX] {
+            assert_eq!(decimal(n, &mut buf), n.to_string().as_bytes());
+        }
+    }
+
+    #[test]
+    fn hello_replies_give_the_lowest_version() {
+        let resp3 = Value::Map(vec![(bulk("server"), bulk("redis")), (bulk("version"), bulk("7.0.15"))]);
+        assert_eq!(server_version(&resp3), Some((7, 0)));
+        let resp2 = Value::Array(vec![bulk("server"), bulk("valkey"), bulk("version"), bulk("8.1.0")]);
+        assert_eq!(server_version(&resp2), Some((8, 1)));
+        let cluster = Value::Map(vec![
+            (bulk("a:1"), resp3.clone()),
+            (bulk("b:2"), Value::Map(vec![(bulk("version"), bulk("6.2.14"))])),
+        ]);
+        assert_eq!(server_version(&cluster), Some((6, 2)));
+        assert_eq!(server_version(&Value::Okay), None);
     }
 }

@@ -1,6 +1,7 @@
-//! Release notifications (standalone only): the release script PUBLISHes on
-//! a per-key channel; waiters subscribe to it on a dedicated pub/sub
-//! connection and wake at once. Always a hint: a message lost before the
+//! Release notifications (standalone only): waiters subscribe to a per-key
+//! channel on a dedicated pub/sub connection, then leave a marker key; the
+//! release script PUBLISHes on the channel when it finds the marker, and
+//! the waiters wake at once. Always a hint: a message lost before the
 //! subscription is in place, or with the connection, costs the waiter its
 //! timed fallback (the holder's PTTL or the backoff), never correctness.
 
@@ -13,8 +14,8 @@ use futures::StreamExt;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-/// Channel prefix; the lock key follows.
-const CHANNEL_PREFIX: &str = "verrou:released:";
+/// Channel prefix; the lock key follows (the release script spells it too).
+pub(crate) const CHANNEL_PREFIX: &str = "verrou:released:";
 /// A channel nobody waited on for this long is unsubscribed.
 const LINGER: Duration = Duration::from_secs(5);
 /// How often the reader looks for idle channels (and for its owner).
@@ -79,7 +80,10 @@ impl Notifier {
     }
 
     /// Waits until a release of `key` is announced or `max_wait` passes.
-    pub(crate) async fn wait(self: &Arc<Self>, key: &str, max_wait: Duration) {
+    /// `mark` runs once subscribed (so no release after it goes unheard):
+    /// it leaves the waiter marker the release script looks for, and says
+    /// false when the lock is already free.
+    pub(crate) async fn wait(self: &Arc<Self>, key: &str, max_wait: Duration, mark: impl Future<Output = bool>) {
         let channel = channel(key);
         let notify = {
             let mut s = self.state();
@@ -100,8 +104,13 @@ impl Notifier {
         tokio::pin!(notified);
         notified.as_mut().enable();
         let _ = tokio::time::timeout(max_wait, async {
-            if let Err(e) = self.subscribe(&channel).await {
-                tracing::debug!(error = %e, "release notifications unavailable; waiting on the timer");
+            match self.subscribe(&channel).await {
+                Ok(()) => {
+                    if !mark.await {
+                        return;
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "release notifications unavailable; waiting on the timer"),
             }
             notified.await;
         })

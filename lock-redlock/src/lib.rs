@@ -52,7 +52,9 @@
 //!   their `try_acquire`), in the background, after the renewal reached the
 //!   quorum on its own. Re-seeded nodes never count toward that renewal's
 //!   quorum, and a renewal below the quorum never re-seeds anything.
-//! - **Release** deletes on every node; it answers
+//! - **Release** deletes on the nodes that granted, may have written or
+//!   were still in flight when the acquire returned (every node for a lock
+//!   this `Redlock` did not acquire); it answers
 //!   [`ReleaseOutcome::Released`] only when `M` nodes released (the lock was
 //!   verifiably held as a quorum lock up to the release), `HeldByOther` /
 //!   `Missing` when the answers rule that out, and
@@ -62,7 +64,12 @@
 //! - **Waiting** wakes once `M` nodes with release notifications signalled
 //!   a release (or all of them, when fewer than `M` have notifications),
 //!   bounded by the manager's delay: a holder releases all its nodes at once,
-//!   and retrying on the first signal would race its other deletes.
+//!   and retrying on the first signal would race its other deletes. For a
+//!   second after a split vote on the key (some grants, no quorum, too few
+//!   refusals for anyone else to hold one) it ignores the signals and sleeps
+//!   a random `½..1 ×` the manager's delay: the signals then mostly come
+//!   from contenders giving their partial grants back, and waking on them
+//!   retries in step and splits again.
 //!
 //! # What it guarantees, and what it does not
 //!
@@ -117,17 +124,21 @@ use lock_core::{
 };
 use tokio::time::Instant;
 
+mod holdings;
 mod inflight;
 mod options;
 mod round;
+mod splits;
 
 pub use options::{
     DEFAULT_DRIFT_FACTOR, DEFAULT_MAX_NODE_TIMEOUT, DEFAULT_MIN_NODE_TIMEOUT, DEFAULT_NODE_TIMEOUT_FACTOR,
     RedlockOptions,
 };
 
+use holdings::Holdings;
 use inflight::Inflight;
 use round::{NodeCall, Reply, Round, Vote, node_call};
+use splits::SplitVotes;
 
 /// The backend name used in errors and logs.
 const NAME: &str = "redlock";
@@ -148,6 +159,10 @@ struct Inner {
     /// Nodes whose `wait_for_release` wakes on release.
     notifying: Vec<usize>,
     inflight: Inflight,
+    /// Nodes each held lock may hold its key on.
+    holdings: Holdings,
+    /// Keys that recently had a split vote.
+    splits: SplitVotes,
 }
 
 impl std::fmt::Debug for Redlock {
@@ -240,6 +255,8 @@ impl Redlock {
                 capabilities,
                 notifying,
                 inflight: Inflight::default(),
+                holdings: Holdings::default(),
+                splits: SplitVotes::default(),
             }),
         })
     }
@@ -267,6 +284,7 @@ impl Redlock {
         validate_key(key)?;
         let inner = &self.inner;
         inner.inflight.mark_released(key, token);
+        inner.holdings.take(key, token);
         let mut round = inner.release_round(key, token);
         round.until_all_replied().await;
         Ok(ReleaseReport {
@@ -331,6 +349,24 @@ impl Inner {
     fn release_round(&self, key: &str, token: &LockToken) -> Round {
         let calls = (0..self.nodes.len()).map(|i| self.release_call(i, key, token, self.options.max_node_timeout));
         Round::start(self.quorum, calls.collect())
+    }
+
+    /// A release round on the nodes that may hold the key (`holders`: they
+    /// granted, may have written, or were in flight; every node when
+    /// unknown). Nodes that refused never had this token: they count as
+    /// `Missing` without a call.
+    fn release_round_on(&self, key: &str, token: &LockToken, holders: Option<&[usize]>) -> Round {
+        let mut replies = Vec::with_capacity(self.nodes.len());
+        let mut calls = Vec::with_capacity(self.nodes.len());
+        for i in 0..self.nodes.len() {
+            if holders.is_some_and(|h| !h.contains(&i)) {
+                replies.push(Some(Vote::Missing.into()));
+            } else {
+                replies.push(None);
+                calls.push(self.release_call(i, key, token, self.options.max_node_timeout));
+            }
+        }
+        Round::start_with(self.quorum, replies, calls)
     }
 
     fn release_call(&self, i: usize, key: &str, token: &LockToken, timeout: Duration) -> NodeCall {
@@ -469,10 +505,11 @@ async fn settle(inner: Arc<Inner>, key: String, token: LockToken, i: usize, vote
                 return;
             }
             // Checked after the write's reply: see the `inflight` module.
-            if inner.reseed_node(i, &key, &token, ttl).await.may_have_written()
-                && inner.inflight.is_released(&key, &token)
-            {
-                inner.release_node(i, &key, &token, timeout).await;
+            if inner.reseed_node(i, &key, &token, ttl).await.may_have_written() {
+                inner.holdings.add_node(&key, &token, i);
+                if inner.inflight.is_released(&key, &token) {
+                    inner.release_node(i, &key, &token, timeout).await;
+                }
             }
         }
         FollowUp::Drain => {}
@@ -571,6 +608,10 @@ impl LockBackend for Redlock {
         let mut round = attempt.disarm();
         let elapsed = sent_at.elapsed();
         if reached && elapsed < validity {
+            // Nodes still in flight may grant too: a release deletes there.
+            let mut holders = round.answered(Vote::may_have_written);
+            holders.extend(round.unanswered());
+            inner.holdings.record(key, token, holders, sent_at + ttl);
             spawn_follow_up(inner, key, *token, Vec::new(), round.take_pending(), FollowUp::Granted);
             return Ok(AcquireOutcome::Acquired(Lease::new().with_validity(Some(validity))));
         }
@@ -586,6 +627,10 @@ impl LockBackend for Redlock {
         } else if round.blocked_by_failures() {
             Some(Err(inner.unreachable(&round)))
         } else {
+            // Split: some grants, and too few refusals for anyone to hold a
+            // quorum. See the `splits` module.
+            let split = round.yes() > 0 && round.count(|v| *v == Vote::HeldByOther) < inner.quorum;
+            inner.splits.refused(key, split);
             Some(Ok(AcquireOutcome::Held {
                 retry_after: inner.retry_hint(&round),
             }))
@@ -621,7 +666,8 @@ impl LockBackend for Redlock {
         validate_key(key)?;
         let inner = &self.inner;
         inner.inflight.mark_released(key, token);
-        let mut round = inner.release_round(key, token);
+        let holders = inner.holdings.take(key, token);
+        let mut round = inner.release_round_on(key, token, holders.as_deref());
         let released = round.until_decided().await;
         if !released {
             round.until_classified().await;
@@ -663,6 +709,7 @@ impl LockBackend for Redlock {
             } else {
                 Vec::new()
             };
+            inner.holdings.renewed(key, token, sent_at + ttl);
             let missing = missing.into_iter().map(|i| (i, Vote::Missing)).collect();
             spawn_follow_up(
                 inner,
@@ -689,6 +736,13 @@ impl LockBackend for Redlock {
 
     async fn wait_for_release(&self, key: &str, max_wait: Duration) {
         let inner = &self.inner;
+        if inner.splits.recent(key) {
+            // Soon after a split vote, a release signal is most likely a
+            // contender giving its grants back: waking on it would retry in
+            // step with the others. Wait a random delay instead.
+            tokio::time::sleep(splits::jittered(max_wait)).await;
+            return;
+        }
         let mut waits: FuturesUnordered<_> = inner
             .notifying
             .iter()
@@ -709,8 +763,8 @@ impl LockBackend for Redlock {
         };
         if needed == 0 {
             tokio::time::sleep(max_wait).await;
-        } else {
-            let _ = tokio::time::timeout(max_wait, signals).await;
+        } else if tokio::time::timeout(max_wait, signals).await.is_ok() {
+            inner.splits.woken(key);
         }
     }
 

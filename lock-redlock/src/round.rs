@@ -116,6 +116,12 @@ pub(crate) struct Round {
 impl Round {
     pub(crate) fn start(quorum: usize, calls: Vec<NodeCall>) -> Self {
         let replies = vec![None; calls.len()];
+        Self::start_with(quorum, replies, calls)
+    }
+
+    /// A round over some nodes only: `replies` has one slot per node, the
+    /// nodes not called already answered (or `None`, left out).
+    pub(crate) fn start_with(quorum: usize, replies: Vec<Option<Reply>>, calls: Vec<NodeCall>) -> Self {
         Round {
             quorum,
             replies,
@@ -217,6 +223,15 @@ impl Round {
             .iter()
             .enumerate()
             .filter_map(|(i, r)| r.as_ref().filter(|r| pred(&r.vote)).map(|_| i))
+            .collect()
+    }
+
+    /// Indices of nodes that have not answered.
+    pub(crate) fn unanswered(&self) -> Vec<usize> {
+        self.replies
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| r.is_none().then_some(i))
             .collect()
     }
 

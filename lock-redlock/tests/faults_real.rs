@@ -187,10 +187,9 @@ async fn a_refused_acquire_leaves_only_the_holders_keys() {
     servers[2].cmd(&["DEL", "k"]).await.expect("DEL");
     let other = client(&servers).await;
     let outcome = other.try_acquire("k", &token(), TTL).await.expect("held");
-    assert!(
-        matches!(outcome, AcquireOutcome::Held { retry_after: Some(_) }),
-        "{outcome:?}"
-    );
+    // No `retry_after` check: whether a refusal carries the holder's PTTL is
+    // up to the node backend (the Lua one sends none on its `SET NX` path).
+    assert!(matches!(outcome, AcquireOutcome::Held { .. }), "{outcome:?}");
     for i in 0..2 {
         assert_eq!(keys(&servers[i]).await, vec!["k".to_owned()]);
         assert_eq!(stored(&servers[i], "k").await, Some(held.to_hex()));

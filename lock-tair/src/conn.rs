@@ -1,15 +1,15 @@
 //! Connections: building fred clients, sending commands with this backend's
 //! per-command options, and mapping fred errors into `lock_core::Error`.
 
+use std::sync::LazyLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use fred::clients::Client;
+use fred::clients::{Client, WithOptions};
 use fred::error::{Error as FredError, ErrorKind};
 use fred::interfaces::ClientLike;
 use fred::types::config::{Config, ConnectionConfig, Options, PerformanceConfig, TcpConfig, UnresponsiveConfig};
 use fred::types::{Builder, ClusterHash, CustomCommand, Value};
-use fred::util::redis_keyslot;
 use lock_core::{Error, Result};
 
 use crate::config::TairBuilder;
@@ -25,36 +25,74 @@ pub(crate) enum Access {
     Write,
 }
 
+/// A client that applies this backend's per-command options (one attempt,
+/// its timeout) to every command. Built once: `with_options` per call would
+/// clone the client and the options each time.
+pub(crate) type OptionsClient = WithOptions<Client>;
+
 /// A few clients used in turn.
 pub(crate) struct Clients {
-    list: Vec<Client>,
+    list: Vec<OptionsClient>,
     next: AtomicUsize,
 }
 
 impl Clients {
-    pub(crate) fn new(list: Vec<Client>) -> Result<Self> {
+    pub(crate) fn new(list: Vec<Client>, options: &Options) -> Result<Self> {
         if list.is_empty() {
             return Err(Error::invalid("a fred pool with no clients"));
         }
         Ok(Clients {
-            list,
+            list: list.iter().map(|client| client.with_options(options)).collect(),
             next: AtomicUsize::new(0),
         })
     }
 
-    pub(crate) fn next(&self) -> &Client {
+    pub(crate) fn next(&self) -> &OptionsClient {
+        if self.list.len() == 1 {
+            return &self.list[0];
+        }
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.list.len();
         &self.list[i]
     }
 
-    pub(crate) fn first(&self) -> &Client {
+    pub(crate) fn first(&self) -> &OptionsClient {
         &self.list[0]
     }
 
-    pub(crate) fn all(&self) -> &[Client] {
+    pub(crate) fn all(&self) -> &[OptionsClient] {
         &self.list
     }
 }
+
+/// The commands this backend sends with the key first, built once. On a
+/// cluster fred routes them by their first key (the slot is only computed
+/// there). Scripts are not here: fred applies a `CustomCommand`'s hash
+/// policy only when it is a fixed slot, so they are built per call.
+pub(crate) struct Commands {
+    pub(crate) set: CustomCommand,
+    pub(crate) cad: CustomCommand,
+    pub(crate) cas: CustomCommand,
+    pub(crate) pttl: CustomCommand,
+    pub(crate) exget: CustomCommand,
+    pub(crate) exset: CustomCommand,
+    pub(crate) excas: CustomCommand,
+    pub(crate) excad: CustomCommand,
+}
+
+/// See [`Commands`].
+pub(crate) static COMMANDS: LazyLock<Commands> = LazyLock::new(|| {
+    let keyed = |name: &'static str| CustomCommand::new_static(name, ClusterHash::FirstKey, false);
+    Commands {
+        set: keyed("SET"),
+        cad: keyed("CAD"),
+        cas: keyed("CAS"),
+        pttl: keyed("PTTL"),
+        exget: keyed("EXGET"),
+        exset: keyed("EXSET"),
+        excas: keyed("EXCAS"),
+        excad: keyed("EXCAD"),
+    }
+});
 
 /// A fred client built from a URL with this backend's settings: a reconnect
 /// policy (without one fred never reconnects), one write attempt (a write is
@@ -116,17 +154,13 @@ pub(crate) fn command_options(timeout: Duration) -> Options {
     }
 }
 
-/// Send `name args…`, routed on a cluster by `key`'s slot.
+/// Send `command args…` (see [`Commands`] for the routing on a cluster).
 pub(crate) async fn send(
-    client: &Client,
-    options: &Options,
-    name: &'static str,
-    key: &str,
+    client: &OptionsClient,
+    command: &CustomCommand,
     args: Vec<Value>,
 ) -> Result<Value, FredError> {
-    let slot = redis_keyslot(key.as_bytes());
-    let command = CustomCommand::new_static(name, ClusterHash::Custom(slot), false);
-    client.with_options(options).custom(command, args).await.map_err(|e| {
+    client.custom(command.clone(), args).await.map_err(|e| {
         if !is_server_reply(&e) && !client.is_connected() {
             // Say why a command timed out: the server is unreachable.
             FredError::new(

@@ -95,7 +95,7 @@ pub use config::{
 pub use fred;
 
 use config::Source;
-use conn::{Access, Clients, NAME, map_error, send, unexpected_reply};
+use conn::{Access, COMMANDS, Clients, NAME, OptionsClient, map_error, send, unexpected_reply};
 use replies::{FencedReply, TriState};
 
 /// Fenced acquire: refuse a held key (answering its PTTL as a retry hint),
@@ -179,7 +179,7 @@ impl std::fmt::Debug for TairBackend {
 
 /// What a write connection is: the shared one, or a dedicated WAIT one.
 struct Writer<'a> {
-    client: &'a Client,
+    client: &'a OptionsClient,
     ack: Option<&'a ReplicaAck>,
 }
 
@@ -201,14 +201,18 @@ impl TairBackend {
         settings.validate()?;
         let longest_wait = settings.replica_ack.map_or(Duration::ZERO, |a| a.timeout);
         let mut owned = Vec::new();
+        let options = conn::command_options(settings.command_timeout);
         let (commands, template) = match &settings.source {
             Source::Url(url) => {
                 let client = conn::build_client(url, &settings, Duration::ZERO)?;
                 owned.push(client.clone());
-                (Clients::new(vec![client])?, None)
+                (Clients::new(vec![client], &options)?, None)
             }
-            Source::Client(client) => (Clients::new(vec![client.clone()])?, Some(client.clone())),
-            Source::Pool(pool) => (Clients::new(pool.clients().to_vec())?, pool.clients().first().cloned()),
+            Source::Client(client) => (Clients::new(vec![client.clone()], &options)?, Some(client.clone())),
+            Source::Pool(pool) => (
+                Clients::new(pool.clients().to_vec(), &options)?,
+                pool.clients().first().cloned(),
+            ),
         };
         if let Some(app_client) = &template
             && !app_client.has_reconnect_policy()
@@ -228,7 +232,7 @@ impl TairBackend {
                     owned.push(client.clone());
                     list.push(client);
                 }
-                Some((Clients::new(list)?, ack))
+                Some((Clients::new(list, &options)?, ack))
             }
         };
         // Whatever fails from here on, the clients built so far are closed
@@ -237,7 +241,7 @@ impl TairBackend {
             clustered: commands.first().is_clustered(),
             commands,
             ack,
-            options: conn::command_options(settings.command_timeout),
+            options,
             command_timeout: settings.command_timeout,
             fence_prefix: settings.fence_prefix.clone(),
             script_sha: fred::util::sha1_hash(FENCED_ACQUIRE),
@@ -277,16 +281,6 @@ impl TairBackend {
         }
     }
 
-    async fn call(
-        &self,
-        client: &Client,
-        name: &'static str,
-        key: &str,
-        args: Vec<Value>,
-    ) -> Result<Value, fred::error::Error> {
-        send(client, &self.inner.options, name, key, args).await
-    }
-
     /// `WAIT replicas timeout` on `client`, routed to `key`'s node. A failed
     /// WAIT counts as no acknowledgement.
     async fn wait_for_replicas(&self, client: &Client, key: &str, ack: &ReplicaAck) -> u32 {
@@ -313,8 +307,7 @@ impl TairBackend {
         if !self.inner.retry_after_hint {
             return None;
         }
-        let reply = self
-            .call(self.inner.commands.next(), "PTTL", key, vec![key.into()])
+        let reply = send(self.inner.commands.next(), &COMMANDS.pttl, vec![key.into()])
             .await
             .ok()?;
         replies::pttl(&reply).map(Duration::from_millis)
@@ -344,12 +337,14 @@ impl TairBackend {
         ];
         let mut args: Vec<Value> = vec![self.inner.script_sha.as_str().into()];
         args.extend(tail.iter().cloned());
-        let reply = match self.call(writer.client, "EVALSHA", key, args).await {
+        let slot = ClusterHash::Custom(redis_keyslot(key.as_bytes()));
+        let evalsha = CustomCommand::new_static("EVALSHA", slot.clone(), false);
+        let reply = match send(writer.client, &evalsha, args).await {
             Err(e) if conn::is_no_script(&e) => {
                 // Not run: the script cache is empty (new or flushed server).
                 let mut args: Vec<Value> = vec![FENCED_ACQUIRE.into()];
                 args.extend(tail);
-                self.call(writer.client, "EVAL", key, args).await
+                send(writer.client, &CustomCommand::new_static("EVAL", slot, false), args).await
             }
             other => other,
         }
@@ -412,11 +407,11 @@ impl TairBackend {
 /// The TTL argument of a versioned write, exactly as the caller asked.
 fn push_expiry(args: &mut Vec<Value>, expiry: Expiry) -> Result<()> {
     match expiry {
-        Expiry::Keep => args.push("KEEPTTL".into()),
+        Expiry::Keep => args.push(Value::from_static_str("KEEPTTL")),
         Expiry::Persist => {} // no option: Tair removes the TTL, as asked
         Expiry::After(ttl) => {
             validate_ttl(ttl)?;
-            args.push("PX".into());
+            args.push(Value::from_static_str("PX"));
             args.push(px(ttl).into());
         }
         // A policy this version does not know must not fall back to "no
@@ -424,6 +419,11 @@ fn push_expiry(args: &mut Vec<Value>, expiry: Expiry) -> Result<()> {
         other => return Err(Error::invalid(format!("unsupported expiry {other:?}"))),
     }
     Ok(())
+}
+
+/// A token as stored: its hex form, moved into the argument (no copy).
+fn token_arg(token: &LockToken) -> Value {
+    Value::from(token.to_hex())
 }
 
 /// A TTL in whole milliseconds (rounded up) as a command argument.
@@ -442,14 +442,18 @@ impl LockBackend for TairBackend {
     async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
         validate_key(key)?;
         validate_ttl(ttl)?;
-        let hex = token.to_hex();
         let px = px(ttl);
         let writer = self.writer();
         let fence = match &self.inner.fence_prefix {
             None => {
-                let args: Vec<Value> = vec![key.into(), hex.as_str().into(), "NX".into(), "PX".into(), px.into()];
-                let reply = self
-                    .call(writer.client, "SET", key, args)
+                let args: Vec<Value> = vec![
+                    key.into(),
+                    token_arg(token),
+                    Value::from_static_str("NX"),
+                    Value::from_static_str("PX"),
+                    px.into(),
+                ];
+                let reply = send(writer.client, &COMMANDS.set, args)
                     .await
                     .map_err(|e| map_error("SET NX", key, Access::Write, e))?;
                 match replies::set_nx(&reply) {
@@ -462,7 +466,7 @@ impl LockBackend for TairBackend {
                     None => return Err(unexpected_reply("SET NX", key, Access::Write, &reply)),
                 }
             }
-            Some(prefix) => match self.fenced_acquire(&writer, key, &hex, px, prefix).await? {
+            Some(prefix) => match self.fenced_acquire(&writer, key, &token.to_hex(), px, prefix).await? {
                 FencedReply::Acquired { fence } => Some(FencingToken(fence)),
                 FencedReply::Held { pttl_ms } => {
                     return Ok(AcquireOutcome::Held {
@@ -479,8 +483,8 @@ impl LockBackend for TairBackend {
 
     async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
         validate_key(key)?;
-        let args: Vec<Value> = vec![key.into(), token.to_hex().into()];
-        let reply = match self.call(self.inner.commands.next(), "CAD", key, args).await {
+        let args: Vec<Value> = vec![key.into(), token_arg(token)];
+        let reply = match send(self.inner.commands.next(), &COMMANDS.cad, args).await {
             Ok(reply) => reply,
             Err(e) if conn::is_wrong_type(&e) => {
                 tracing::warn!(
@@ -502,17 +506,17 @@ impl LockBackend for TairBackend {
     async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
         validate_key(key)?;
         validate_ttl(ttl)?;
-        let hex = token.to_hex();
+        let hex = token_arg(token);
         // Always with PX: CAS without a TTL option (or with KEEPTTL) would
         // make the lock permanent.
         let args: Vec<Value> = vec![
             key.into(),
-            hex.as_str().into(),
-            hex.as_str().into(),
-            "PX".into(),
+            hex.clone(),
+            hex,
+            Value::from_static_str("PX"),
             px(ttl).into(),
         ];
-        let reply = match self.call(self.inner.commands.next(), "CAS", key, args).await {
+        let reply = match send(self.inner.commands.next(), &COMMANDS.cas, args).await {
             Ok(reply) => reply,
             Err(e) if conn::is_wrong_type(&e) => {
                 tracing::warn!(
@@ -544,8 +548,7 @@ impl LockBackend for TairBackend {
 impl VersionedStore for TairBackend {
     async fn get(&self, key: &str) -> Result<Option<Versioned>> {
         validate_key(key)?;
-        let reply = self
-            .call(self.inner.commands.next(), "EXGET", key, vec![key.into()])
+        let reply = send(self.inner.commands.next(), &COMMANDS.exget, vec![key.into()])
             .await
             .map_err(|e| map_error("EXGET", key, Access::Read, e))?;
         replies::exget(&reply).ok_or_else(|| unexpected_reply("EXGET", key, Access::Read, &reply))
@@ -557,14 +560,13 @@ impl VersionedStore for TairBackend {
         push_expiry(&mut args, expiry)?;
         let initial = keys::random_initial_version()?;
         args.extend([
-            "NX".into(),
-            "ABS".into(),
+            Value::from_static_str("NX"),
+            Value::from_static_str("ABS"),
             version_arg(initial)?.into(),
-            "WITHVERSION".into(),
+            Value::from_static_str("WITHVERSION"),
         ]);
         let writer = self.writer();
-        let reply = self
-            .call(writer.client, "EXSET", key, args)
+        let reply = send(writer.client, &COMMANDS.exset, args)
             .await
             .map_err(|e| map_error("EXSET NX", key, Access::Write, e))?;
         match replies::exset_nx(&reply) {
@@ -582,8 +584,7 @@ impl VersionedStore for TairBackend {
         let mut args: Vec<Value> = vec![key.into(), value.into(), version_arg(expected)?.into()];
         push_expiry(&mut args, expiry)?;
         let writer = self.writer();
-        let reply = self
-            .call(writer.client, "EXCAS", key, args)
+        let reply = send(writer.client, &COMMANDS.excas, args)
             .await
             .map_err(|e| map_error("EXCAS", key, Access::Write, e))?;
         let outcome = replies::excas(&reply).ok_or_else(|| unexpected_reply("EXCAS", key, Access::Write, &reply))?;
@@ -597,8 +598,7 @@ impl VersionedStore for TairBackend {
         validate_key(key)?;
         let args: Vec<Value> = vec![key.into(), version_arg(expected)?.into()];
         let writer = self.writer();
-        let reply = self
-            .call(writer.client, "EXCAD", key, args)
+        let reply = send(writer.client, &COMMANDS.excad, args)
             .await
             .map_err(|e| map_error("EXCAD", key, Access::Write, e))?;
         match replies::tri_state(&reply) {

@@ -1,0 +1,139 @@
+//! The uncontended path on Redis ≥ 7.0: a plain `SET NX PX GET` acquire, a
+//! release that publishes only to a subscribed waiter, and the safety of a
+//! re-sent acquire (our own token found: granted, TTL refreshed).
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
+
+use std::time::Duration;
+
+use lock_core::{AcquireOutcome, LockBackend, LockToken, ReleaseOutcome};
+use lock_redis_lua::RedisLuaBackend;
+use lock_testkit::server::RedisServer;
+use tokio::time::Instant;
+
+const TTL: Duration = Duration::from_millis(500);
+
+fn token() -> LockToken {
+    LockToken::generate().expect("token")
+}
+
+/// Calls of `command` since the last `CONFIG RESETSTAT`.
+async fn calls(server: &RedisServer, command: &str) -> u64 {
+    let info = server.cmd(&["INFO", "commandstats"]).await.unwrap();
+    let text = String::from_utf8_lossy(info.as_bytes().expect("INFO text")).into_owned();
+    let prefix = format!("cmdstat_{command}:calls=");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn server_version(server: &RedisServer) -> (u32, u32) {
+    let info = server.cmd(&["INFO", "server"]).await.unwrap();
+    let text = String::from_utf8_lossy(info.as_bytes().expect("INFO text")).into_owned();
+    let version = text
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .expect("redis_version");
+    let mut parts = version.trim().split('.').map(|p| p.parse::<u32>().unwrap());
+    (parts.next().unwrap(), parts.next().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uncontended_pair_is_set_nx_and_a_release_script_without_publish() {
+    let server = RedisServer::start().await.expect("start");
+    assert!(
+        server_version(&server).await >= (7, 0),
+        "this test needs Redis 7.0 or later"
+    );
+    let backend = RedisLuaBackend::builder_url(server.url())
+        .release_notifications(true)
+        .build()
+        .await
+        .unwrap();
+    // Warm-up: the release script cached.
+    let first = token();
+    backend.try_acquire("hot", &first, TTL).await.unwrap();
+    backend.release("hot", &first).await.unwrap();
+    assert!(server.cmd(&["CONFIG", "RESETSTAT"]).await.unwrap().is_ok());
+    let mine = token();
+    assert!(matches!(
+        backend.try_acquire("hot", &mine, TTL).await.unwrap(),
+        AcquireOutcome::Acquired(_)
+    ));
+    let theirs = token();
+    assert!(matches!(
+        backend.try_acquire("hot", &theirs, TTL).await.unwrap(),
+        AcquireOutcome::Held { retry_after: None }
+    ));
+    assert_eq!(backend.release("hot", &mine).await.unwrap(), ReleaseOutcome::Released);
+    assert_eq!(calls(&server, "set").await, 2, "acquires are plain SETs");
+    assert_eq!(calls(&server, "pttl").await, 0);
+    assert_eq!(calls(&server, "publish").await, 0, "nobody waited: no PUBLISH");
+    assert_eq!(calls(&server, "evalsha").await, 1, "the release");
+    assert_eq!(calls(&server, "eval").await, 0);
+
+    // A waiter in another backend (another process) subscribes, and the
+    // release wakes it long before its timer.
+    let holder = token();
+    assert!(matches!(
+        backend.try_acquire("hot", &holder, TTL * 10).await.unwrap(),
+        AcquireOutcome::Acquired(_)
+    ));
+    let other = RedisLuaBackend::builder_url(server.url())
+        .release_notifications(true)
+        .build()
+        .await
+        .unwrap();
+    let waiter = tokio::spawn(async move {
+        let started = Instant::now();
+        other.wait_for_release("hot", Duration::from_secs(5)).await;
+        started.elapsed()
+    });
+    let subscribed = Instant::now() + Duration::from_secs(3);
+    loop {
+        let n = server.cmd(&["PUBSUB", "NUMSUB", "verrou:released:hot"]).await.unwrap();
+        if n.as_array().and_then(|a| a.get(1)?.as_int()) == Some(1) {
+            break;
+        }
+        assert!(Instant::now() < subscribed, "the waiter never subscribed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(backend.release("hot", &holder).await.unwrap(), ReleaseOutcome::Released);
+    let waited = tokio::time::timeout(Duration::from_secs(4), waiter)
+        .await
+        .expect("the waiter woke")
+        .unwrap();
+    assert!(waited < Duration::from_secs(4), "woken by the release, not the timer");
+    assert_eq!(calls(&server, "publish").await, 1);
+    let marker = server.cmd(&["EXISTS", "{hot}:waiting"]).await.unwrap();
+    assert_eq!(marker.as_int(), Some(0), "the release removed the waiter's marker");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_acquire_finds_its_token_and_refreshes_the_ttl() {
+    let server = RedisServer::start().await.expect("start");
+    let backend = RedisLuaBackend::connect(&server.url()).await.unwrap();
+    let mine = token();
+    assert!(matches!(
+        backend.try_acquire("resent", &mine, TTL).await.unwrap(),
+        AcquireOutcome::Acquired(_)
+    ));
+    // As if the first acquire had been sent long ago: little TTL left.
+    assert_eq!(
+        server.cmd(&["PEXPIRE", "resent", "50"]).await.unwrap().as_int(),
+        Some(1)
+    );
+    assert!(matches!(
+        backend.try_acquire("resent", &mine, TTL * 10).await.unwrap(),
+        AcquireOutcome::Acquired(_)
+    ));
+    let pttl = server.cmd(&["PTTL", "resent"]).await.unwrap().as_int().unwrap();
+    assert!(
+        pttl > 1000,
+        "the TTL was refreshed from the second acquire, got {pttl} ms"
+    );
+    assert_eq!(
+        backend.release("resent", &mine).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+}
