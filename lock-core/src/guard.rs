@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::{LockBackend, ReleaseOutcome, RenewOutcome, Replication};
 use crate::error::{Error, LossReason, NotHeldReason, Result};
-use crate::lane::LaneRef;
+use crate::lane::Lanes;
 use crate::options::validate_ttl;
 use crate::token::{FencingToken, LockToken};
 
@@ -28,8 +28,8 @@ pub(crate) struct LeaseState {
     validity: Mutex<(Instant, Instant)>,
     lost: CancellationToken,
     loss_reason: OnceLock<LossReason>,
-    /// The manager's lane for this key: told when we release.
-    lane: Option<LaneRef>,
+    /// The manager's lanes: the head waiter for this key is told when we release.
+    lanes: Option<Lanes>,
 }
 
 /// What the manager knows right after a successful acquire.
@@ -44,7 +44,7 @@ pub(crate) struct Grant {
 }
 
 impl LeaseState {
-    pub(crate) fn new(backend: Arc<dyn LockBackend>, grant: Grant, drift_factor: f64, lane: Option<LaneRef>) -> Self {
+    pub(crate) fn new(backend: Arc<dyn LockBackend>, grant: Grant, drift_factor: f64, lanes: Option<Lanes>) -> Self {
         LeaseState {
             backend,
             key: grant.key,
@@ -56,7 +56,7 @@ impl LeaseState {
             validity: Mutex::new((grant.sent_at, grant.deadline)),
             lost: CancellationToken::new(),
             loss_reason: OnceLock::new(),
-            lane,
+            lanes,
         }
     }
 
@@ -292,8 +292,8 @@ impl LockGuard {
         if result.is_ok() {
             self.released = true;
         }
-        if let Some(lane) = &state.lane {
-            lane.released.notify_one();
+        if let Some(lanes) = &state.lanes {
+            lanes.notify_released(&state.key);
         }
         if !matches!(result, Ok(ReleaseOutcome::Released)) {
             state.mark_lost(LossReason::NotOwner);
@@ -315,20 +315,20 @@ impl Drop for LockGuard {
             state.key.clone(),
             state.token,
             op_timeout,
-            state.lane.clone(),
+            state.lanes.clone(),
         );
     }
 }
 
 /// Best-effort release on the current tokio runtime, if any. Owner-checked, so
 /// it is safe even if we never held the key.
-/// `lane`, if given, is told once the release is done.
+/// `lanes`, if given, wake the key's head waiter once the release is done.
 pub(crate) fn spawn_release(
     backend: Arc<dyn LockBackend>,
     key: String,
     token: LockToken,
     timeout: Duration,
-    lane: Option<LaneRef>,
+    lanes: Option<Lanes>,
 ) {
     if let Ok(handle) = tokio::runtime::Handle::try_current() {
         handle.spawn(async move {
@@ -337,8 +337,8 @@ pub(crate) fn spawn_release(
                 Ok(Err(e)) => tracing::debug!(key, error = %e, "background release failed; the TTL will free the key"),
                 Err(_) => tracing::debug!(key, "background release timed out; the TTL will free the key"),
             }
-            if let Some(lane) = lane {
-                lane.released.notify_one();
+            if let Some(lanes) = lanes {
+                lanes.notify_released(&key);
             }
         });
     }

@@ -22,7 +22,7 @@ type LaneMap = Mutex<HashMap<String, Arc<KeyLane>>>;
 /// Lanes by key. A lane lives exactly as long as someone uses it: the last
 /// [`LaneRef`] removes it from the map, so the map never grows with keys
 /// nobody waits for or holds.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(crate) struct Lanes {
     map: Arc<LaneMap>,
 }
@@ -52,6 +52,23 @@ impl Lanes {
         LaneRef {
             lane: Some(lane),
             map: self.map.clone(),
+        }
+    }
+
+    /// The lane of `key` if someone waits for it (no allocation otherwise).
+    pub(crate) fn existing(&self, key: &str) -> Option<LaneRef> {
+        let map = lock(&self.map);
+        let lane = map.get(key)?.clone();
+        Some(LaneRef {
+            lane: Some(lane),
+            map: self.map.clone(),
+        })
+    }
+
+    /// Wake the head of `key`'s line, if there is one.
+    pub(crate) fn notify_released(&self, key: &str) {
+        if let Some(lane) = lock(&self.map).get(key) {
+            lane.released.notify_one();
         }
     }
 

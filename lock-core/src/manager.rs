@@ -12,7 +12,7 @@ use crate::backend::{AcquireOutcome, LockBackend};
 use crate::batch::RenewBatcher;
 use crate::error::{Error, Result};
 use crate::guard::{Grant, LeaseHandle, LeaseState, LockGuard, spawn_release};
-use crate::lane::{LaneRef, Lanes};
+use crate::lane::Lanes;
 use crate::options::{LockOptions, Renewal, validate_key};
 use crate::token::LockToken;
 
@@ -185,24 +185,25 @@ impl LockManager {
         let ttl = options.ttl;
         let validity = ttl.saturating_sub(options.drift(ttl));
         let give_up = Instant::now() + options.acquire_timeout;
-        let lane = self.inner.lanes.get(key);
-        // Waiters of this manager queue in FIFO order; only the head polls.
-        // try_lock skips the queue: it makes one attempt whatever happens.
-        let _turn = if wait {
+        // Waiters of this manager queue per key in FIFO order; only the head
+        // polls. A caller that finds no line tries at once (the uncontended
+        // path allocates no lane) and joins the line only when it must wait.
+        // try_lock skips the line: it makes one attempt whatever happens.
+        let mut lane = if wait { self.inner.lanes.existing(key) } else { None };
+        let mut _turn = None;
+        if let Some(lane) = &lane {
             match tokio::time::timeout_at(give_up, lane.turn.clone().lock_owned()).await {
-                Ok(turn) => Some(turn),
+                Ok(turn) => _turn = Some(turn),
                 Err(_) => return Ok(None),
             }
-        } else {
-            None
-        };
+        }
         let mut attempt: u32 = 0;
         loop {
             // A fresh token per attempt: cleanup of an earlier attempt can
             // never touch a later grant.
             let token = LockToken::generate()?;
             let sent_at = Instant::now();
-            let mut cleanup = ReleaseOnDrop::new(backend.clone(), key, token, options.op_timeout);
+            let mut cleanup = ReleaseOnDrop::new(backend, key, token, options.op_timeout);
             let call = backend.try_acquire(key, &token, ttl);
             let (retry_after, failure) = match tokio::time::timeout(options.op_timeout.min(validity), call).await {
                 Ok(Ok(AcquireOutcome::Acquired(lease))) => {
@@ -220,7 +221,7 @@ impl LockManager {
                             sent_at,
                             deadline,
                         };
-                        return self.guard(grant, options, &lane).map(Some);
+                        return self.guard(grant, options).map(Some);
                     }
                 }
                 Ok(Ok(AcquireOutcome::Held { retry_after })) => {
@@ -256,26 +257,56 @@ impl LockManager {
                     None => Ok(None),
                 };
             }
+            if lane.is_none() {
+                // First wait: join the line. If others are ahead of us, our
+                // turn comes when they are done: try again at once then.
+                let joined = self.inner.lanes.get(key);
+                let queued = match joined.turn.clone().try_lock_owned() {
+                    Ok(turn) => {
+                        _turn = Some(turn);
+                        false
+                    }
+                    Err(_) => match tokio::time::timeout_at(give_up, joined.turn.clone().lock_owned()).await {
+                        Ok(turn) => {
+                            _turn = Some(turn);
+                            true
+                        }
+                        Err(_) => {
+                            return Err(Error::Timeout {
+                                key: key.to_owned(),
+                                waited: options.acquire_timeout,
+                            });
+                        }
+                    },
+                };
+                lane = Some(joined);
+                if queued {
+                    continue;
+                }
+            }
             let mut delay = options.backoff.delay(attempt);
             if let Some(hint) = retry_after {
                 // No point sleeping past the holder's expiry.
                 delay = delay.min(hint.max(Duration::from_millis(1)));
             }
             delay = delay.min(give_up - now);
-            tokio::select! {
-                () = backend.wait_for_release(key, delay) => {}
-                () = lane.released.notified() => {}
+            match &lane {
+                Some(lane) => tokio::select! {
+                    () = backend.wait_for_release(key, delay) => {}
+                    () = lane.released.notified() => {}
+                },
+                None => backend.wait_for_release(key, delay).await,
             }
             attempt = attempt.saturating_add(1);
         }
     }
 
-    fn guard(&self, grant: Grant, options: &LockOptions, lane: &LaneRef) -> Result<LockGuard> {
+    fn guard(&self, grant: Grant, options: &LockOptions) -> Result<LockGuard> {
         let state = Arc::new(LeaseState::new(
             self.inner.backend.clone(),
             grant,
             options.drift_factor,
-            Some(lane.clone()),
+            Some(self.inner.lanes.clone()),
         ));
         let stop = self.inner.shutdown.child_token();
         let guard = LockGuard {
@@ -304,19 +335,20 @@ impl LockManager {
 
 /// Releases a token on drop unless disarmed: an acquire that was cancelled,
 /// timed out, or failed with an unknown outcome must not leave a lock behind.
-struct ReleaseOnDrop {
-    backend: Arc<dyn LockBackend>,
-    key: String,
+/// Borrows, so the common disarmed case costs no allocation.
+struct ReleaseOnDrop<'a> {
+    backend: &'a Arc<dyn LockBackend>,
+    key: &'a str,
     token: LockToken,
     timeout: Duration,
     armed: bool,
 }
 
-impl ReleaseOnDrop {
-    fn new(backend: Arc<dyn LockBackend>, key: &str, token: LockToken, timeout: Duration) -> Self {
+impl<'a> ReleaseOnDrop<'a> {
+    fn new(backend: &'a Arc<dyn LockBackend>, key: &'a str, token: LockToken, timeout: Duration) -> Self {
         ReleaseOnDrop {
             backend,
-            key: key.to_owned(),
+            key,
             token,
             timeout,
             armed: true,
@@ -328,12 +360,12 @@ impl ReleaseOnDrop {
     }
 }
 
-impl Drop for ReleaseOnDrop {
+impl Drop for ReleaseOnDrop<'_> {
     fn drop(&mut self) {
         if self.armed {
             spawn_release(
                 self.backend.clone(),
-                std::mem::take(&mut self.key),
+                self.key.to_owned(),
                 self.token,
                 self.timeout,
                 None,
