@@ -24,10 +24,7 @@ pub(crate) fn command_error(e: RedisError, op: &str, key: &str, access: Access) 
         // The server answered with an error: the command was not applied
         // (our scripts fail, if at all, on their first read).
         if text.contains("WRONGTYPE") {
-            return Error::invalid(format!(
-                "{op}: key {key:?} holds a Redis value of another type (WRONGTYPE): a lock key must be a \
-                 string written by verrou, a versioned key a hash written by verrou"
-            ));
+            return wrong_type(op, key);
         }
         if is_missing_scripting(&e, &text) {
             return unsupported_scripting();
@@ -50,6 +47,39 @@ pub(crate) fn command_error(e: RedisError, op: &str, key: &str, access: Access) 
         Error::outcome_unknown(BACKEND, message).with_source(e)
     } else {
         Error::backend(BACKEND, message).with_source(e)
+    }
+}
+
+/// `key` holds a value of another type than `op` expects.
+pub(crate) fn wrong_type(op: &str, key: &str) -> Error {
+    Error::invalid(format!(
+        "{op}: key {key:?} holds a Redis value of another type (WRONGTYPE): a lock key must be a string written by \
+         verrou, a versioned key a hash written by verrou"
+    ))
+}
+
+/// The same failure again, for each other item of a batch that failed as a
+/// whole (errors are not `Clone`; the copy keeps everything but the source).
+pub(crate) fn same_error(e: &Error) -> Error {
+    match e {
+        Error::InvalidArgument(message) => Error::InvalidArgument(message.clone()),
+        Error::Unsupported { backend, what } => Error::Unsupported {
+            backend: backend.clone(),
+            what: what.clone(),
+        },
+        Error::Backend {
+            backend,
+            outcome_unknown,
+            message,
+            ..
+        } => Error::Backend {
+            backend: backend.clone(),
+            outcome_unknown: *outcome_unknown,
+            message: message.clone(),
+            source: None,
+        },
+        // Not produced by this backend's calls; keep the text, assume the worst.
+        other => Error::outcome_unknown(BACKEND, other.to_string()),
     }
 }
 

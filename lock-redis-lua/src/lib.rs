@@ -10,6 +10,7 @@
 //! | acquire (older servers, fencing) | script: `GET`; free → `SET token PX ttl` (+ fence); held → `PTTL` | 1 |
 //! | release | script: `GET == token` → `DEL` (+ `PUBLISH` when a waiter left its marker) | 1 |
 //! | renew | script: `GET == token` → `PEXPIRE` | 1 |
+//! | renew many (the manager's batched renewals) | one script per ≤ 128 keys (per hash slot in a cluster), sent concurrently | 1 |
 //! | versioned get | `HMGET key v n` | 1 |
 //! | create / CAS / delete | scripts on a hash `{v value, n version, w write id}` | 1 |
 //!
@@ -87,6 +88,7 @@ mod keys;
 mod notify;
 mod scripts;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -108,7 +110,7 @@ pub use builder::{
 pub use deadpool_redis;
 
 use connection::{Dedicated, Shared, pool_error, run_script};
-use error::{Access, BACKEND, command_error, op_timeout, unexpected_reply};
+use error::{Access, BACKEND, command_error, op_timeout, same_error, unexpected_reply, wrong_type};
 use notify::Notifier;
 use scripts::{LuaScript, Scripts};
 
@@ -497,6 +499,90 @@ impl Inner {
         }
     }
 
+    /// Renews `items` with one renew-many script call per chunk of at most
+    /// [`RENEW_MANY_CHUNK`] keys (per hash slot in a cluster, since one
+    /// script's keys must share a slot), the calls sent concurrently.
+    async fn renew_many(&self, items: &[(&str, &LockToken)], ttl: Duration) -> Vec<Result<RenewOutcome>> {
+        let mut results: Vec<Option<Result<RenewOutcome>>> = items
+            .iter()
+            .map(|(key, _)| validate_key(key).and_then(|()| validate_ttl(ttl)).err().map(Err))
+            .collect();
+        let valid = (0..items.len()).filter(|&i| results[i].is_none());
+        let groups: Vec<Vec<usize>> = if self.cluster {
+            let mut by_slot: HashMap<_, Vec<usize>> = HashMap::new();
+            for i in valid {
+                by_slot.entry(keys::slot(items[i].0)).or_default().push(i);
+            }
+            by_slot.into_values().collect()
+        } else {
+            vec![valid.collect()]
+        };
+        let mut ms = [0u8; 20];
+        let ms = decimal(ttl_millis(ttl), &mut ms);
+        let calls = groups
+            .iter()
+            .flat_map(|group| group.chunks(RENEW_MANY_CHUNK))
+            .map(|chunk| async move { (chunk, self.renew_chunk(items, chunk, ms).await) });
+        for (chunk, outcomes) in futures::future::join_all(calls).await {
+            for (&i, outcome) in chunk.iter().zip(outcomes) {
+                results[i] = Some(outcome);
+            }
+        }
+        results
+            .into_iter()
+            .zip(items)
+            .map(|(r, (key, _))| {
+                r.unwrap_or_else(|| Err(Error::outcome_unknown(BACKEND, format!("renew of {key:?}: no reply"))))
+            })
+            .collect()
+    }
+
+    /// One renew-many script call for the `items` at the indices `chunk`
+    /// (one hash slot): one result per index, in order. A failed call fails
+    /// each item as a single renew would have failed.
+    async fn renew_chunk(
+        &self,
+        items: &[(&str, &LockToken)],
+        chunk: &[usize],
+        ttl_ms: &[u8],
+    ) -> Vec<Result<RenewOutcome>> {
+        let keys: Vec<&str> = chunk.iter().map(|&i| items[i].0).collect();
+        let tokens: Vec<[u8; 32]> = chunk.iter().map(|&i| token_hex(items[i].1)).collect();
+        let mut args: Vec<&[u8]> = Vec::with_capacity(1 + tokens.len());
+        args.push(ttl_ms);
+        args.extend(tokens.iter().map(|t| &t[..]));
+        let call = Call::Script {
+            script: &self.scripts.renew_many,
+            keys: &keys,
+            args: &args,
+        };
+        let op = format!("renew of {} keys from", keys.len());
+        let first = keys.first().copied().unwrap_or_default();
+        match self.exec(&op, first, Access::Write, call).await {
+            Ok(Value::Array(codes)) if codes.len() == keys.len() => codes
+                .iter()
+                .zip(&keys)
+                .map(|(code, key)| match code {
+                    Value::Int(1) => Ok(RenewOutcome::Renewed),
+                    Value::Int(0) => Ok(RenewOutcome::Missing),
+                    Value::Int(2) => Ok(RenewOutcome::HeldByOther),
+                    Value::Int(-1) => Err(wrong_type("renew", key)),
+                    other => Err(unexpected_reply("renew", key, other)),
+                })
+                .collect(),
+            Ok(other) => keys
+                .iter()
+                .map(|key| Err(unexpected_reply("renew", key, &other)))
+                .collect(),
+            Err(e) => {
+                let mut failed: Vec<Result<RenewOutcome>> = Vec::with_capacity(keys.len());
+                failed.extend(keys.iter().skip(1).map(|_| Err(same_error(&e))));
+                failed.insert(0, Err(e));
+                failed
+            }
+        }
+    }
+
     /// `SET key token NX PX ttl GET`: `None` when the script must decide
     /// (our own token found, or the server refuses the command).
     async fn acquire_native(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<Option<AcquireOutcome>> {
@@ -618,6 +704,10 @@ impl Inner {
         ))
     }
 }
+
+/// Most keys in one renew-many script call: bounds how long one script
+/// holds the server (other clients wait behind it) and the command's size.
+const RENEW_MANY_CHUNK: usize = 128;
 
 /// Suffix of the key a waiter leaves so that the release publishes.
 const WAITING: &str = "waiting";
@@ -789,6 +879,13 @@ impl LockBackend for RedisLuaBackend {
             Value::Int(2) => Ok(RenewOutcome::HeldByOther),
             other => Err(unexpected_reply("renew", key, &other)),
         }
+    }
+
+    /// One renew-many script per chunk of up to 128 keys (per hash slot in a
+    /// cluster), with the codes of [`LockBackend::renew`]; a key of another
+    /// type fails alone, a failed call fails its chunk's items.
+    async fn renew_many(&self, items: &[(&str, &LockToken)], ttl: Duration) -> Vec<Result<RenewOutcome>> {
+        self.inner.renew_many(items, ttl).await
     }
 
     async fn wait_for_release(&self, key: &str, max_wait: Duration) {

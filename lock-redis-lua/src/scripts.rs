@@ -59,6 +59,7 @@ pub(crate) struct Scripts {
     pub(crate) mark_waiting: LuaScript,
     pub(crate) probe: LuaScript,
     pub(crate) renew: LuaScript,
+    pub(crate) renew_many: LuaScript,
     pub(crate) create: LuaScript,
     pub(crate) compare_and_set: LuaScript,
     pub(crate) delete: LuaScript,
@@ -74,6 +75,7 @@ impl Scripts {
             mark_waiting: LuaScript::new(MARK_WAITING),
             probe: LuaScript::new(PROBE),
             renew: LuaScript::new(RENEW),
+            renew_many: LuaScript::new(RENEW_MANY),
             create: LuaScript::new(CREATE),
             compare_and_set: LuaScript::new(COMPARE_AND_SET),
             delete: LuaScript::new(DELETE),
@@ -171,6 +173,28 @@ if not cur then return 0 end
 if cur ~= ARGV[1] then return 2 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
+";
+
+/// KEYS lock keys (one cluster slot); ARGV[1] ttl ms, ARGV[i + 1] the
+/// token of KEYS[i]. One code per key, as [`RENEW`] answers: 1 renewed,
+/// 0 missing, 2 held by another token; -1 the key holds another type
+/// (WRONGTYPE, caught so that the other keys are still renewed).
+const RENEW_MANY: &str = r"
+local out = {}
+for i, key in ipairs(KEYS) do
+  local ok, cur = pcall(redis.call, 'GET', key)
+  if not ok then
+    out[i] = -1
+  elseif not cur then
+    out[i] = 0
+  elseif cur ~= ARGV[i + 1] then
+    out[i] = 2
+  else
+    redis.call('PEXPIRE', key, ARGV[1])
+    out[i] = 1
+  end
+end
+return out
 ";
 
 /// KEYS[1] hash {v value, n version, w write id}; ARGV[1] value,

@@ -91,8 +91,11 @@ async fn uncontended_pair_is_set_nx_and_a_release_script_without_publish() {
     });
     let subscribed = Instant::now() + Duration::from_secs(3);
     loop {
+        // Subscribed, and the marker left (it follows the SUBSCRIBE): a
+        // release before the marker would not publish.
         let n = server.cmd(&["PUBSUB", "NUMSUB", "verrou:released:hot"]).await.unwrap();
-        if n.as_array().and_then(|a| a.get(1)?.as_int()) == Some(1) {
+        let marker = server.cmd(&["EXISTS", "{hot}:waiting"]).await.unwrap();
+        if n.as_array().and_then(|a| a.get(1)?.as_int()) == Some(1) && marker.as_int() == Some(1) {
             break;
         }
         assert!(Instant::now() < subscribed, "the waiter never subscribed");
