@@ -10,14 +10,17 @@
 //! | acquire | `SET key token NX PX ttl` | `OK` / nil |
 //! | release | `CAD key token` | 1 released, 0 held by another, -1 missing |
 //! | renew | `CAS key token token PX ttl` | 1 renewed, 0 held by another, -1 missing |
+//! | renew many (the manager's batched renewals) | one script running that `CAS` per key, per ≤ 128 keys (per hash slot in a cluster), sent concurrently | one code per key, as renew |
 //! | get | `EXGET key` | `[value, version]` / nil |
 //! | create | `EXSET key value [PX ms \| KEEPTTL] NX ABS <random> WITHVERSION` | version / nil |
 //! | compare-and-set | `EXCAS key value version [PX ms \| KEEPTTL]` | `[OK, "", version]` / `[CAS_FAILED, value, version]` / -1 |
 //! | delete | `EXCAD key version` | 1 / 0 / -1 (0 costs one `EXGET` more, for the current version) |
 //!
-//! Tokens are stored as [`LockToken::to_hex`]. No Lua runs on these paths;
-//! [fencing tokens](TairBuilder::fencing) are opt-in and make acquire one
-//! small script (still one round trip).
+//! Tokens are stored as [`LockToken::to_hex`]. No Lua runs on the
+//! single-key paths; [fencing tokens](TairBuilder::fencing) are opt-in and
+//! make acquire one small script (still one round trip), and batched renewals
+//! run one small script per chunk of keys, so that thousands of auto-renewed
+//! locks cost a few commands per renewal round instead of one each.
 //!
 //! # TTL safety
 //!
@@ -71,6 +74,7 @@ mod conn;
 mod keys;
 mod replies;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -111,6 +115,32 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {1, fence}
 ";
 
+/// Renew many locks: the single renew's `CAS key token token PX ttl` per key
+/// (ARGV[1] ttl ms, ARGV[i + 1] the token of KEYS[i]); one code per key:
+/// `CAS`'s 1 / 0 / -1, or -2 for a key of another type (`WRONGTYPE`, caught
+/// so that it fails that key alone). Any other error fails the call.
+const RENEW_MANY: &str = "\
+local out = {}
+for i, key in ipairs(KEYS) do
+  local ok, res = pcall(redis.call, 'CAS', key, ARGV[i + 1], ARGV[i + 1], 'PX', ARGV[1])
+  if ok then
+    out[i] = res
+  else
+    local msg = type(res) == 'table' and res.err or tostring(res)
+    if string.find(msg, 'WRONGTYPE', 1, true) then
+      out[i] = -2
+    else
+      return redis.error_reply(msg)
+    end
+  end
+end
+return out
+";
+
+/// Most keys in one renew-many script call: bounds how long one script
+/// holds the server (other clients wait behind it) and the command's size.
+const RENEW_MANY_CHUNK: usize = 128;
+
 /// The Tair backend: [`LockBackend`] on plain strings with `CAD`/`CAS`, and
 /// [`VersionedStore`] on exString keys. Cheap to clone; clones share the
 /// connections.
@@ -142,6 +172,8 @@ struct Inner {
     command_timeout: Duration,
     fence_prefix: Option<String>,
     script_sha: String,
+    /// SHA1 of [`RENEW_MANY`], for `EVALSHA`.
+    renew_many_sha: String,
     retry_after_hint: bool,
     clustered: bool,
     /// Clients this backend built (from a URL, or ack connections) and so
@@ -245,6 +277,7 @@ impl TairBackend {
             command_timeout: settings.command_timeout,
             fence_prefix: settings.fence_prefix.clone(),
             script_sha: fred::util::sha1_hash(FENCED_ACQUIRE),
+            renew_many_sha: fred::util::sha1_hash(RENEW_MANY),
             retry_after_hint: settings.retry_after_hint,
             owned,
         };
@@ -351,6 +384,69 @@ impl TairBackend {
         .map_err(|e| map_error("EVAL (fenced acquire)", key, Access::Write, e))?;
         replies::fenced_acquire(&reply)
             .ok_or_else(|| unexpected_reply("EVAL (fenced acquire)", key, Access::Write, &reply))
+    }
+
+    /// One renew-many script call for the `items` at the indices `chunk`
+    /// (one hash slot): one result per index, in order. A failed call fails
+    /// each item as a single renew would have failed.
+    async fn renew_chunk(&self, items: &[(&str, &LockToken)], chunk: &[usize], px: i64) -> Vec<Result<RenewOutcome>> {
+        let keys: Vec<&str> = chunk.iter().map(|&i| items[i].0).collect();
+        let Some(&first) = keys.first() else {
+            return Vec::new();
+        };
+        // EVALSHA sha numkeys keys… ttl tokens…: the script body follows
+        // only on NOSCRIPT.
+        let mut tail: Vec<Value> = Vec::with_capacity(2 + 2 * keys.len());
+        tail.push(i64::try_from(keys.len()).unwrap_or(i64::MAX).into());
+        tail.extend(keys.iter().map(|&key| Value::from(key)));
+        tail.push(px.into());
+        tail.extend(chunk.iter().map(|&i| token_arg(items[i].1)));
+        let slot = ClusterHash::Custom(redis_keyslot(first.as_bytes()));
+        let client = self.inner.commands.next();
+        let mut args: Vec<Value> = Vec::with_capacity(1 + tail.len());
+        args.push(self.inner.renew_many_sha.as_str().into());
+        args.extend(tail.iter().cloned());
+        let evalsha = CustomCommand::new_static("EVALSHA", slot.clone(), false);
+        let reply = match send(client, &evalsha, args).await {
+            Err(e) if conn::is_no_script(&e) => {
+                // Not run: the script cache is empty (new or flushed server).
+                let mut args: Vec<Value> = Vec::with_capacity(1 + tail.len());
+                args.push(RENEW_MANY.into());
+                args.extend(tail);
+                send(client, &CustomCommand::new_static("EVAL", slot, false), args).await
+            }
+            other => other,
+        };
+        let what = "EVAL (renew many)";
+        match reply {
+            Ok(Value::Array(codes)) if codes.len() == keys.len() => codes
+                .iter()
+                .zip(&keys)
+                .map(|(code, key)| match code {
+                    Value::Integer(-2) => {
+                        tracing::warn!(
+                            key,
+                            "renew: the lock key holds a non-string value (WRONGTYPE); not ours, left untouched"
+                        );
+                        Ok(RenewOutcome::HeldByOther)
+                    }
+                    code => match replies::tri_state(code) {
+                        Some(TriState::Done) => Ok(RenewOutcome::Renewed),
+                        Some(TriState::Mismatch) => Ok(RenewOutcome::HeldByOther),
+                        Some(TriState::Missing) => Ok(RenewOutcome::Missing),
+                        None => Err(unexpected_reply(what, key, Access::Write, code)),
+                    },
+                })
+                .collect(),
+            Ok(other) => keys
+                .iter()
+                .map(|key| Err(unexpected_reply(what, key, Access::Write, &other)))
+                .collect(),
+            Err(e) => keys
+                .iter()
+                .map(|key| Err(map_error(what, key, Access::Write, e.clone())))
+                .collect(),
+        }
     }
 
     /// After a granted acquire: WAIT, and apply the shortfall policy.
@@ -533,6 +629,43 @@ impl LockBackend for TairBackend {
             Some(TriState::Missing) => Ok(RenewOutcome::Missing),
             None => Err(unexpected_reply("CAS", key, Access::Write, &reply)),
         }
+    }
+
+    /// One script per chunk of up to 128 keys (per hash slot in a cluster),
+    /// sent concurrently, with the single renew's outcomes per key; a failed
+    /// call fails its chunk's items as a single renew would have failed.
+    async fn renew_many(&self, items: &[(&str, &LockToken)], ttl: Duration) -> Vec<Result<RenewOutcome>> {
+        let mut results: Vec<Option<Result<RenewOutcome>>> = items
+            .iter()
+            .map(|(key, _)| validate_key(key).and_then(|()| validate_ttl(ttl)).err().map(Err))
+            .collect();
+        let valid = (0..items.len()).filter(|&i| results[i].is_none());
+        let groups: Vec<Vec<usize>> = if self.inner.clustered {
+            let mut by_slot: HashMap<u16, Vec<usize>> = HashMap::new();
+            for i in valid {
+                by_slot.entry(redis_keyslot(items[i].0.as_bytes())).or_default().push(i);
+            }
+            by_slot.into_values().collect()
+        } else {
+            vec![valid.collect()]
+        };
+        let px = px(ttl);
+        let calls = groups
+            .iter()
+            .flat_map(|group| group.chunks(RENEW_MANY_CHUNK))
+            .map(|chunk| async move { (chunk, self.renew_chunk(items, chunk, px).await) });
+        for (chunk, outcomes) in futures::future::join_all(calls).await {
+            for (&i, outcome) in chunk.iter().zip(outcomes) {
+                results[i] = Some(outcome);
+            }
+        }
+        results
+            .into_iter()
+            .zip(items)
+            .map(|(r, (key, _))| {
+                r.unwrap_or_else(|| Err(Error::outcome_unknown(NAME, format!("renew of {key:?}: no reply"))))
+            })
+            .collect()
     }
 
     fn capabilities(&self) -> Capabilities {

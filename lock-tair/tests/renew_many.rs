@@ -1,0 +1,255 @@
+//! Batched renewal (`renew_many`): one script running `CAS` per key, per
+//! chunk of keys (per hash slot on a cluster), with the outcomes and TTLs of
+//! single renews.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use lock_core::{AcquireOutcome, Error, LockBackend, LockToken, RenewOutcome};
+use lock_tair::TairBackend;
+use lock_testkit::server::RedisServer;
+
+use common::{builder, cluster_url, connect, shared_cluster, tair_server};
+
+/// TTL the locks are taken with; renewals extend them to [`RENEWED`].
+const TAKEN: Duration = Duration::from_millis(400);
+const RENEWED: Duration = Duration::from_secs(5);
+
+fn token() -> LockToken {
+    LockToken::generate().expect("token")
+}
+
+async fn take(backend: &TairBackend, key: &str, token: &LockToken) {
+    assert!(
+        matches!(
+            backend.try_acquire(key, token, TAKEN).await.expect("acquire"),
+            AcquireOutcome::Acquired(_)
+        ),
+        "{key} is free"
+    );
+}
+
+async fn pttl(server: &RedisServer, key: &str) -> i64 {
+    server
+        .cmd(&["PTTL", key])
+        .await
+        .unwrap()
+        .as_int()
+        .expect("PTTL is an integer")
+}
+
+/// Calls of `command` since the last `CONFIG RESETSTAT`.
+async fn calls(server: &RedisServer, command: &str) -> u64 {
+    let info = server.cmd(&["INFO", "commandstats"]).await.unwrap();
+    let text = String::from_utf8_lossy(info.as_bytes().expect("INFO text")).into_owned();
+    let prefix = format!("cmdstat_{command}:calls=");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Owned keys are renewed to the new TTL; a key held by another token and a
+/// missing key keep what they had, each with its own outcome, in one call.
+async fn check_mixed_batch<F, Fut>(backend: &TairBackend, owned: &[&str], foreign: &str, missing: &str, pttl_of: F)
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = i64>,
+{
+    let mine = token();
+    for key in owned {
+        take(backend, key, &mine).await;
+    }
+    let theirs = token();
+    take(backend, foreign, &theirs).await;
+
+    let mut items: Vec<(&str, &LockToken)> = owned.iter().map(|k| (*k, &mine)).collect();
+    items.insert(1, (foreign, &mine));
+    items.insert(2, (missing, &mine));
+    let results = backend.renew_many(&items, RENEWED).await;
+    assert_eq!(results.len(), items.len());
+    for ((key, _), result) in items.iter().zip(&results) {
+        let want = if *key == foreign {
+            RenewOutcome::HeldByOther
+        } else if *key == missing {
+            RenewOutcome::Missing
+        } else {
+            RenewOutcome::Renewed
+        };
+        assert_eq!(result.as_ref().ok(), Some(&want), "{key}: {result:?}");
+    }
+    for key in owned {
+        let ttl = pttl_of((*key).to_owned()).await;
+        assert!(ttl > 4_000 && ttl <= 5_000, "{key} renewed to 5 s, PTTL {ttl}");
+    }
+    let ttl = pttl_of(foreign.to_owned()).await;
+    assert!(ttl > 0 && ttl <= 400, "another holder's TTL is untouched, PTTL {ttl}");
+    let ttl = pttl_of(missing.to_owned()).await;
+    assert_eq!(ttl, -2, "a missing key is not created");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renew_many_on_a_server_gives_per_key_outcomes_in_one_script_call() {
+    let server = tair_server().await;
+    let backend = connect(builder(&server.url())).await;
+
+    let owned = ["a", "b", "c", "d"];
+    check_mixed_batch(&backend, &owned, "foreign", "missing", |key| {
+        let server = &server;
+        async move { pttl(server, &key).await }
+    })
+    .await;
+
+    // A key of another type answers as a single renew does (not ours), an
+    // invalid key fails alone, and the rest of the batch is renewed.
+    assert!(
+        server
+            .cmd(&["HSET", "a-hash", "f", "v"])
+            .await
+            .unwrap()
+            .as_int()
+            .is_some()
+    );
+    let mine = token();
+    take(&backend, "e", &mine).await;
+    let items: [(&str, &LockToken); 3] = [("a-hash", &mine), ("", &mine), ("e", &mine)];
+    let results = backend.renew_many(&items, RENEWED).await;
+    assert_eq!(
+        results[0].as_ref().ok(),
+        backend.renew("a-hash", &mine, RENEWED).await.as_ref().ok(),
+        "same outcome as a single renew"
+    );
+    assert_eq!(results[0].as_ref().ok(), Some(&RenewOutcome::HeldByOther));
+    assert!(matches!(results[1], Err(Error::InvalidArgument(_))), "{:?}", results[1]);
+    assert_eq!(results[2].as_ref().ok(), Some(&RenewOutcome::Renewed));
+    assert_eq!(pttl(&server, "a-hash").await, -1, "the other key is left untouched");
+    // So does a TTL out of range, for every item.
+    let results = backend.renew_many(&items[2..], Duration::ZERO).await;
+    assert!(matches!(results[0], Err(Error::InvalidArgument(_))), "{:?}", results[0]);
+    assert!(backend.renew_many(&[], RENEWED).await.is_empty());
+
+    // A batch of 50 is one EVALSHA (50 CAS inside it); 300 are three chunks,
+    // sent together.
+    let keys: Vec<String> = (0..300).map(|i| format!("batch:{i}")).collect();
+    for key in &keys {
+        take(&backend, key, &mine).await;
+    }
+    assert!(server.cmd(&["CONFIG", "RESETSTAT"]).await.unwrap().is_ok());
+    let items: Vec<(&str, &LockToken)> = keys.iter().take(50).map(|k| (k.as_str(), &mine)).collect();
+    let results = backend.renew_many(&items, RENEWED).await;
+    assert!(
+        results.iter().all(|r| matches!(r, Ok(RenewOutcome::Renewed))),
+        "{results:?}"
+    );
+    assert_eq!(calls(&server, "evalsha").await, 1, "one script call for 50 leases");
+    assert_eq!(calls(&server, "eval").await, 0);
+    assert_eq!(calls(&server, "cas").await, 50);
+
+    assert!(server.cmd(&["CONFIG", "RESETSTAT"]).await.unwrap().is_ok());
+    let items: Vec<(&str, &LockToken)> = keys.iter().map(|k| (k.as_str(), &mine)).collect();
+    let results = backend.renew_many(&items, RENEWED).await;
+    assert!(
+        results.iter().all(|r| matches!(r, Ok(RenewOutcome::Renewed))),
+        "{results:?}"
+    );
+    assert_eq!(calls(&server, "evalsha").await, 3, "chunks of at most 128 keys");
+    let ttl = pttl(&server, "batch:299").await;
+    assert!(ttl > 4_000, "the last chunk renewed too, PTTL {ttl}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renew_many_after_a_script_flush_reloads_the_script() {
+    let server = tair_server().await;
+    let backend = connect(builder(&server.url())).await;
+    let mine = token();
+    take(&backend, "k", &mine).await;
+    assert!(server.cmd(&["SCRIPT", "FLUSH"]).await.unwrap().is_ok());
+    let results = backend.renew_many(&[("k", &mine), ("gone", &mine)], RENEWED).await;
+    assert_eq!(results[0].as_ref().ok(), Some(&RenewOutcome::Renewed));
+    assert_eq!(results[1].as_ref().ok(), Some(&RenewOutcome::Missing));
+    assert!(pttl(&server, "k").await > 4_000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_call_fails_every_item_of_the_batch() {
+    let server = tair_server().await;
+    let backend = connect(builder(&server.url()).command_timeout(Duration::from_millis(200))).await;
+    let mine = token();
+    take(&backend, "x", &mine).await;
+    take(&backend, "y", &mine).await;
+    server.pause().expect("pause");
+    let results = backend.renew_many(&[("x", &mine), ("y", &mine)], RENEWED).await;
+    server.resume().expect("resume");
+    assert_eq!(results.len(), 2);
+    for r in &results {
+        assert!(
+            matches!(r, Err(e) if e.is_outcome_unknown()),
+            "a timed-out renew has an unknown outcome: {r:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renew_many_on_a_cluster_sends_one_call_per_slot() {
+    let cluster = shared_cluster().await;
+    let backend = connect(builder(&cluster_url(&cluster))).await;
+
+    // Keys on several masters, two of them sharing a slot through a tag.
+    let owned = ["alpha", "{t}:one", "bravo", "{t}:two", "charlie", "delta"];
+    check_mixed_batch(&backend, &owned, "foreign", "missing", |key| {
+        let cluster = &cluster;
+        async move {
+            let node = cluster.master_for_key(key.as_bytes()).await.expect("node");
+            pttl(node, &key).await
+        }
+    })
+    .await;
+
+    // 50 tagged keys in two slots: two script calls in all.
+    let mine = token();
+    let keys: Vec<String> = (0..50)
+        .map(|i| {
+            if i % 2 == 0 {
+                format!("{{even}}:{i}")
+            } else {
+                format!("{{odd}}:{i}")
+            }
+        })
+        .collect();
+    for key in &keys {
+        take(&backend, key, &mine).await;
+    }
+    let mut slots = HashSet::new();
+    for key in &keys {
+        let node = cluster.master_for_key(key.as_bytes()).await.expect("node");
+        slots.insert(
+            node.cmd(&["CLUSTER", "KEYSLOT", key])
+                .await
+                .unwrap()
+                .as_int()
+                .expect("slot"),
+        );
+    }
+    for node in cluster.masters() {
+        assert!(node.cmd(&["CONFIG", "RESETSTAT"]).await.unwrap().is_ok());
+    }
+    let items: Vec<(&str, &LockToken)> = keys.iter().map(|k| (k.as_str(), &mine)).collect();
+    let results = backend.renew_many(&items, RENEWED).await;
+    assert!(
+        results.iter().all(|r| matches!(r, Ok(RenewOutcome::Renewed))),
+        "{results:?}"
+    );
+    let mut scripts = 0;
+    for node in cluster.masters() {
+        scripts += calls(node, "evalsha").await + calls(node, "eval").await;
+    }
+    assert_eq!(scripts, slots.len() as u64, "one script call per slot");
+    for key in &keys {
+        let node = cluster.master_for_key(key.as_bytes()).await.expect("node");
+        let ttl = pttl(node, key).await;
+        assert!(ttl > 4_000, "{key} renewed, PTTL {ttl}");
+    }
+}
