@@ -463,3 +463,86 @@ pub async fn invalid_arguments_are_rejected(s: &LockSuite) {
     let g = m.try_lock(&key).await.expect("try_lock").expect("key untouched");
     drop(g);
 }
+
+/// A batched renewal answers item by item exactly as `renew` would, and
+/// extends only the leases it reports renewed.
+pub async fn renew_many_matches_renew(s: &LockSuite) {
+    let backend = s.client().await;
+    let other = s.client().await;
+    let (a, b, theirs, missing) = (
+        s.key("batch-a"),
+        s.key("batch-b"),
+        s.key("batch-theirs"),
+        s.key("batch-missing"),
+    );
+    let mine = LockToken::generate().expect("token");
+    let foreign = LockToken::generate().expect("token");
+    for key in [&a, &b] {
+        assert!(matches!(
+            backend.try_acquire(key, &mine, s.ttl).await.expect("acquire"),
+            AcquireOutcome::Acquired(_)
+        ));
+    }
+    assert!(matches!(
+        other.try_acquire(&theirs, &foreign, s.ttl * 4).await.expect("acquire"),
+        AcquireOutcome::Acquired(_)
+    ));
+    let items = [
+        (a.as_str(), &mine),
+        (b.as_str(), &mine),
+        (theirs.as_str(), &mine),
+        (missing.as_str(), &mine),
+    ];
+    let results: Vec<RenewOutcome> = backend
+        .renew_many(&items, s.ttl * 4)
+        .await
+        .into_iter()
+        .map(|r| r.expect("renew_many item"))
+        .collect();
+    assert_eq!(results.len(), 4);
+    assert_eq!(
+        &results[..3],
+        &[RenewOutcome::Renewed, RenewOutcome::Renewed, RenewOutcome::HeldByOther]
+    );
+    if backend.capabilities().distinguishes_missing {
+        assert_eq!(results[3], RenewOutcome::Missing);
+    } else {
+        assert_ne!(results[3], RenewOutcome::Renewed);
+    }
+    assert!(backend.renew_many(&[], s.ttl).await.is_empty());
+    let invalid = backend.renew_many(&items[..2], Duration::ZERO).await;
+    assert!(
+        invalid.iter().all(|r| matches!(r, Err(Error::InvalidArgument(_)))),
+        "{invalid:?}"
+    );
+    // Past the original TTL: the renewed leases hold, nothing was created.
+    tokio::time::sleep(s.ttl * 2).await;
+    let probe = LockToken::generate().expect("token");
+    for key in [&a, &b, &theirs] {
+        assert!(
+            matches!(
+                other.try_acquire(key, &probe, s.ttl).await.expect("probe"),
+                AcquireOutcome::Held { .. }
+            ),
+            "{key} must still be held"
+        );
+    }
+    assert!(matches!(
+        other.try_acquire(&missing, &probe, s.ttl).await.expect("probe"),
+        AcquireOutcome::Acquired(_)
+    ));
+    for key in [&a, &b] {
+        assert_eq!(
+            backend.release(key, &mine).await.expect("release"),
+            ReleaseOutcome::Released
+        );
+    }
+    assert_eq!(
+        other.release(&theirs, &foreign).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    assert_eq!(
+        other.release(&missing, &probe).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+}
