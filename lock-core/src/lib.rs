@@ -22,6 +22,7 @@ pub use backend::{
     AcquireOutcome, Capabilities, Lease, LockBackend, OnShortfall, ReleaseOutcome, RenewOutcome, ReplicaAck,
     Replication,
 };
+pub use batch::RenewBatch;
 pub use error::{BoxError, Error, LossReason, NodeOutcome, NodeReports, NotHeldReason, Result};
 pub use guard::{LeaseHandle, LockGuard};
 pub use manager::LockManager;

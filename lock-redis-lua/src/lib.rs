@@ -88,7 +88,7 @@ mod keys;
 mod notify;
 mod scripts;
 
-use std::collections::HashMap;
+use lock_core::RenewBatch;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -503,38 +503,13 @@ impl Inner {
     /// [`RENEW_MANY_CHUNK`] keys (per hash slot in a cluster, since one
     /// script's keys must share a slot), the calls sent concurrently.
     async fn renew_many(&self, items: &[(&str, &LockToken)], ttl: Duration) -> Vec<Result<RenewOutcome>> {
-        let mut results: Vec<Option<Result<RenewOutcome>>> = items
-            .iter()
-            .map(|(key, _)| validate_key(key).and_then(|()| validate_ttl(ttl)).err().map(Err))
-            .collect();
-        let valid = (0..items.len()).filter(|&i| results[i].is_none());
-        let groups: Vec<Vec<usize>> = if self.cluster {
-            let mut by_slot: HashMap<_, Vec<usize>> = HashMap::new();
-            for i in valid {
-                by_slot.entry(keys::slot(items[i].0)).or_default().push(i);
-            }
-            by_slot.into_values().collect()
-        } else {
-            vec![valid.collect()]
-        };
+        let cluster = self.cluster;
+        let batch = RenewBatch::new(items, ttl, RENEW_MANY_CHUNK, |key| cluster.then(|| keys::slot(key)));
         let mut ms = [0u8; 20];
         let ms = decimal(ttl_millis(ttl), &mut ms);
-        let calls = groups
-            .iter()
-            .flat_map(|group| group.chunks(RENEW_MANY_CHUNK))
-            .map(|chunk| async move { (chunk, self.renew_chunk(items, chunk, ms).await) });
-        for (chunk, outcomes) in futures::future::join_all(calls).await {
-            for (&i, outcome) in chunk.iter().zip(outcomes) {
-                results[i] = Some(outcome);
-            }
-        }
-        results
-            .into_iter()
-            .zip(items)
-            .map(|(r, (key, _))| {
-                r.unwrap_or_else(|| Err(Error::outcome_unknown(BACKEND, format!("renew of {key:?}: no reply"))))
-            })
-            .collect()
+        let calls = batch.chunks().iter().map(|chunk| self.renew_chunk(items, chunk, ms));
+        let outcomes = futures::future::join_all(calls).await;
+        batch.finish(items, outcomes, BACKEND)
     }
 
     /// One renew-many script call for the `items` at the indices `chunk`

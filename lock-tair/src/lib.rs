@@ -74,7 +74,7 @@ mod conn;
 mod keys;
 mod replies;
 
-use std::collections::HashMap;
+use lock_core::RenewBatch;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -635,37 +635,14 @@ impl LockBackend for TairBackend {
     /// sent concurrently, with the single renew's outcomes per key; a failed
     /// call fails its chunk's items as a single renew would have failed.
     async fn renew_many(&self, items: &[(&str, &LockToken)], ttl: Duration) -> Vec<Result<RenewOutcome>> {
-        let mut results: Vec<Option<Result<RenewOutcome>>> = items
-            .iter()
-            .map(|(key, _)| validate_key(key).and_then(|()| validate_ttl(ttl)).err().map(Err))
-            .collect();
-        let valid = (0..items.len()).filter(|&i| results[i].is_none());
-        let groups: Vec<Vec<usize>> = if self.inner.clustered {
-            let mut by_slot: HashMap<u16, Vec<usize>> = HashMap::new();
-            for i in valid {
-                by_slot.entry(redis_keyslot(items[i].0.as_bytes())).or_default().push(i);
-            }
-            by_slot.into_values().collect()
-        } else {
-            vec![valid.collect()]
-        };
+        let clustered = self.inner.clustered;
+        let batch = RenewBatch::new(items, ttl, RENEW_MANY_CHUNK, |key| {
+            clustered.then(|| redis_keyslot(key.as_bytes()))
+        });
         let px = px(ttl);
-        let calls = groups
-            .iter()
-            .flat_map(|group| group.chunks(RENEW_MANY_CHUNK))
-            .map(|chunk| async move { (chunk, self.renew_chunk(items, chunk, px).await) });
-        for (chunk, outcomes) in futures::future::join_all(calls).await {
-            for (&i, outcome) in chunk.iter().zip(outcomes) {
-                results[i] = Some(outcome);
-            }
-        }
-        results
-            .into_iter()
-            .zip(items)
-            .map(|(r, (key, _))| {
-                r.unwrap_or_else(|| Err(Error::outcome_unknown(NAME, format!("renew of {key:?}: no reply"))))
-            })
-            .collect()
+        let calls = batch.chunks().iter().map(|chunk| self.renew_chunk(items, chunk, px));
+        let outcomes = futures::future::join_all(calls).await;
+        batch.finish(items, outcomes, NAME)
     }
 
     fn capabilities(&self) -> Capabilities {
