@@ -69,10 +69,7 @@ impl LeaseState {
 
     /// The deadline a successful renewal sent at `sent_at` with `ttl` earns.
     pub(crate) fn deadline_for(&self, sent_at: Instant, ttl: Duration) -> Instant {
-        let drift = ttl
-            .mul_f64(self.drift_factor.clamp(0.0, 1.0))
-            .saturating_add(Duration::from_millis(2));
-        sent_at + ttl.saturating_sub(drift)
+        sent_at + ttl.saturating_sub(crate::options::clock_drift(ttl, self.drift_factor))
     }
 
     pub(crate) fn renewed(&self, sent_at: Instant, ttl: Duration) {

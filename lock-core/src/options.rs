@@ -175,8 +175,7 @@ impl LockOptions {
 
     /// The drift allowance for a TTL: `ttl × drift_factor + 2 ms`.
     pub fn drift(&self, ttl: Duration) -> Duration {
-        ttl.mul_f64(self.drift_factor.clamp(0.0, 1.0))
-            .saturating_add(Duration::from_millis(2))
+        clock_drift(ttl, self.drift_factor)
     }
 
     /// Check every setting; called when the manager is built.
@@ -201,6 +200,13 @@ impl LockOptions {
         }
         self.backoff.validate()
     }
+}
+
+/// The clock-drift allowance of a lease: `ttl × factor + 2 ms` (the Redlock
+/// rule; `factor` clamped to [0, 1]).
+pub fn clock_drift(ttl: Duration, factor: f64) -> Duration {
+    ttl.mul_f64(factor.clamp(0.0, 1.0))
+        .saturating_add(Duration::from_millis(2))
 }
 
 /// Check a TTL against [`MIN_TTL`] and [`MAX_TTL`].

@@ -112,8 +112,7 @@ impl RedlockOptions {
 
     /// The drift allowance for a TTL: `ttl × drift_factor + 2 ms`.
     pub fn drift(&self, ttl: Duration) -> Duration {
-        ttl.mul_f64(self.drift_factor.clamp(0.0, 1.0))
-            .saturating_add(Duration::from_millis(2))
+        lock_core::options::clock_drift(ttl, self.drift_factor)
     }
 
     /// Check every setting for `nodes` nodes; returns the quorum in force.
