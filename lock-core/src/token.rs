@@ -31,13 +31,18 @@ impl LockToken {
 
     /// Lower-case hex, 32 characters: the form stored on servers.
     pub fn to_hex(&self) -> String {
+        self.hex_bytes().iter().map(|&c| char::from(c)).collect()
+    }
+
+    /// [`LockToken::to_hex`] as ASCII bytes, without allocating (hot paths).
+    pub fn hex_bytes(&self) -> [u8; 32] {
         const HEX: &[u8; 16] = b"0123456789abcdef";
-        let mut s = String::with_capacity(32);
-        for b in self.0 {
-            s.push(HEX[usize::from(b >> 4)] as char);
-            s.push(HEX[usize::from(b & 0x0f)] as char);
+        let mut out = [0u8; 32];
+        for (pair, b) in out.chunks_exact_mut(2).zip(self.0) {
+            pair[0] = HEX[usize::from(b >> 4)];
+            pair[1] = HEX[usize::from(b & 0x0f)];
         }
-        s
+        out
     }
 }
 

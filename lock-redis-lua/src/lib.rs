@@ -457,7 +457,7 @@ impl Inner {
 
     async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
         validate_key(key)?;
-        let hex = token_hex(token);
+        let hex = token.hex_bytes();
         let marker = self.notifier.as_ref().map(|_| keys::companion(key, WAITING));
         let (script, keys): (&LuaScript, &[&str]) = match &marker {
             Some(marker) => (&self.scripts.release_notify, &[key, marker.as_str()]),
@@ -522,7 +522,7 @@ impl Inner {
         ttl_ms: &[u8],
     ) -> Vec<Result<RenewOutcome>> {
         let keys: Vec<&str> = chunk.iter().map(|&i| items[i].0).collect();
-        let tokens: Vec<[u8; 32]> = chunk.iter().map(|&i| token_hex(items[i].1)).collect();
+        let tokens: Vec<[u8; 32]> = chunk.iter().map(|&i| items[i].1.hex_bytes()).collect();
         let mut args: Vec<&[u8]> = Vec::with_capacity(1 + tokens.len());
         args.push(ttl_ms);
         args.extend(tokens.iter().map(|t| &t[..]));
@@ -561,7 +561,7 @@ impl Inner {
     /// `SET key token NX PX ttl GET`: `None` when the script must decide
     /// (our own token found, or the server refuses the command).
     async fn acquire_native(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<Option<AcquireOutcome>> {
-        let hex = token_hex(token);
+        let hex = token.hex_bytes();
         let mut ms = [0u8; 20];
         let ms = decimal(ttl_millis(ttl), &mut ms);
         let mut cmd = Cmd::with_capacity(7, 3 + key.len() + hex.len() + 2 + 2 + ms.len() + 3);
@@ -600,7 +600,7 @@ impl Inner {
                  give it a hash tag, e.g. {{tag}}:rest"
             )));
         }
-        let hex = token_hex(token);
+        let hex = token.hex_bytes();
         let mut ms = [0u8; 20];
         let args: [&[u8]; 2] = [&hex, decimal(ttl_millis(ttl), &mut ms)];
         let (script, keys): (&LuaScript, &[&str]) = match &fence_key {
@@ -688,17 +688,6 @@ const RENEW_MANY_CHUNK: usize = 128;
 const WAITING: &str = "waiting";
 /// How much longer than its wait a waiter's marker lives.
 const WAITING_MARGIN_MS: u64 = 100;
-
-/// `token` as [`LockToken::to_hex`] writes it, without allocating.
-fn token_hex(token: &LockToken) -> [u8; 32] {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut out = [0u8; 32];
-    for (pair, b) in out.chunks_exact_mut(2).zip(token.as_bytes()) {
-        pair[0] = HEX[usize::from(b >> 4)];
-        pair[1] = HEX[usize::from(b & 0x0f)];
-    }
-    out
-}
 
 /// `n` in decimal, written into `buf`, without allocating.
 fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
@@ -841,7 +830,7 @@ impl LockBackend for RedisLuaBackend {
     async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
         validate_key(key)?;
         validate_ttl(ttl)?;
-        let hex = token_hex(token);
+        let hex = token.hex_bytes();
         let mut ms = [0u8; 20];
         let call = Call::Script {
             script: &self.inner.scripts.renew,
@@ -996,7 +985,7 @@ mod tests {
     #[test]
     fn tokens_and_numbers_are_written_as_before() {
         let token = LockToken::generate().unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(&token_hex(&token)[..], token.to_hex().as_bytes());
+        assert_eq!(&token.hex_bytes()[..], token.to_hex().as_bytes());
         let mut buf = [0u8; 20];
         for n in [0, 7, 10, 30_000, u64::MAX] {
             assert_eq!(decimal(n, &mut buf), n.to_string().as_bytes());
