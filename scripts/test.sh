@@ -7,22 +7,39 @@ cd "$(dirname "$0")/.."
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
-# System packages: a real redis-server (+ redis-cli) for the backend tests, and
-# libclang for the redis-module bindings of the TairString-compatible module.
+# System packages, each detected by what the build and the tests actually
+# load (scripts/prereqs.sh; its detection is tested by scripts/test-prereqs.sh):
+# a real redis-server (+ redis-cli) for the backend tests, and the libclang C
+# library plus clang's resource headers for the redis-module bindings (bindgen)
+# of the TairString-compatible module.
+# shellcheck source=prereqs.sh
+. scripts/prereqs.sh
 missing=()
-command -v "${VERROU_REDIS_SERVER:-redis-server}" >/dev/null 2>&1 || missing+=(redis-server)
-command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
-if ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 && ! ls /usr/lib/x86_64-linux-gnu/libclang*.so* >/dev/null 2>&1; then
-  missing+=(libclang1-14)
-fi
-if ! ls /usr/lib/llvm-*/lib/clang/*/include/stddef.h >/dev/null 2>&1; then
-  missing+=(libclang-common-14-dev)
-fi
+command -v "${VERROU_REDIS_SERVER:-redis-server}" >/dev/null 2>&1 || { echo "==> missing: redis-server (the backend tests start real servers)"; missing+=(redis-server); }
+command -v redis-cli >/dev/null 2>&1 || { echo "==> missing: redis-cli (redis-benchmark ceilings in verrou-bench)"; missing+=(redis-tools); }
+while read -r pkg why; do
+  [ -n "$pkg" ] || continue
+  echo "==> missing: $why"
+  missing+=("$pkg")
+done < <(libclang_plan)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "==> installing: ${missing[*]}"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  if ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"; then
+    # A versioned libclang package this release does not have: Debian's
+    # default libclang (libclang-dev pulls the C library and the headers).
+    echo "==> retrying with Debian's default libclang-dev"
+    rest=()
+    for p in "${missing[@]}"; do case "$p" in libclang*) ;; *) rest+=("$p") ;; esac; done
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${rest[@]}" libclang-dev
+  fi
+  lib=$(find_libclang) || { echo "libclang is still missing after the install; install libclang1-<N> for your LLVM by hand"; exit 1; }
+  echo "==> libclang: $lib"
 fi
+
+echo "==> prerequisite detection tests"
+scripts/test-prereqs.sh
+
 # Debian's redis-server package starts a service on 6379; the tests never use it.
 
 echo "==> toolchain: $(cargo --version)"

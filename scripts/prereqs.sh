@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Prerequisite detection for scripts/test.sh, by what the build actually loads.
+# Sourced by scripts/test.sh; tested by scripts/test-prereqs.sh against fake
+# library folders (VERROU_PREREQ_ROOT points the search at such a folder).
+#
+# - bindgen (through clang-sys) dlopens the libclang *C* library:
+#   libclang.so*, or libclang-<version>.so* — never libclang-cpp.so*, which is
+#   the C++ interface and is what Debian's libclang-cpp<N> package ships.
+# - clang needs its resource headers (stddef.h, stdarg.h) to parse the module
+#   headers: <llvm>/lib/clang/<version>/include/stddef.h.
+
+prereq_root() { printf '%s' "${VERROU_PREREQ_ROOT:-}"; }
+
+# The library folders clang-sys searches on Debian.
+libclang_dirs() {
+  local root; root=$(prereq_root)
+  local d
+  for d in "$root"/usr/lib/llvm-*/lib "$root"/usr/lib/x86_64-linux-gnu "$root"/usr/lib/aarch64-linux-gnu "$root"/usr/lib "$root"/usr/local/lib; do
+    [ -d "$d" ] && printf '%s\n' "$d"
+  done
+}
+
+# Prints the path of a loadable libclang C library, or nothing.
+find_libclang() {
+  if [ -n "${LIBCLANG_PATH:-}" ] && [ -z "$(prereq_root)" ]; then
+    local f
+    for f in "$LIBCLANG_PATH"/libclang.so* "$LIBCLANG_PATH"/libclang-[0-9]*.so*; do
+      [ -e "$f" ] && { printf '%s\n' "$f"; return 0; }
+    done
+  fi
+  local dir f
+  while IFS= read -r dir; do
+    # libclang.so, libclang.so.1, libclang.so.14.0.6, libclang-14.so.1 ...
+    # The digit after "libclang-" is what keeps libclang-cpp.so.* out.
+    for f in "$dir"/libclang.so* "$dir"/libclang-[0-9]*.so*; do
+      [ -e "$f" ] && { printf '%s\n' "$f"; return 0; }
+    done
+  done < <(libclang_dirs)
+  return 1
+}
+
+# Prints clang's stddef.h from a resource folder, or nothing.
+find_clang_headers() {
+  local root; root=$(prereq_root)
+  local f
+  for f in "$root"/usr/lib/llvm-*/lib/clang/*/include/stddef.h "$root"/usr/lib/clang/*/include/stddef.h; do
+    [ -e "$f" ] && { printf '%s\n' "$f"; return 0; }
+  done
+  return 1
+}
+
+# The LLVM major version to install for: the newest LLVM already on the
+# machine (so libclang matches the installed LLVM), else Debian 12's 14.
+llvm_version() {
+  local root; root=$(prereq_root)
+  local best="" d v
+  for d in "$root"/usr/lib/llvm-*; do
+    [ -d "$d" ] || continue
+    v=${d##*/llvm-}
+    case "$v" in ''|*[!0-9]*) continue ;; esac
+    if [ -z "$best" ] || [ "$v" -gt "$best" ]; then best=$v; fi
+  done
+  printf '%s' "${best:-${VERROU_DEFAULT_LLVM:-14}}"
+}
+
+# Prints one line per missing prerequisite: "<package> <why>".
+libclang_plan() {
+  local v; v=$(llvm_version)
+  if ! find_libclang >/dev/null; then
+    printf 'libclang1-%s the libclang C library bindgen loads (libclang.so* / libclang-<N>.so*; libclang-cpp does not count)\n' "$v"
+  fi
+  if ! find_clang_headers >/dev/null; then
+    printf 'libclang-common-%s-dev clang resource headers (lib/clang/<N>/include/stddef.h)\n' "$v"
+  fi
+}

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Tests scripts/prereqs.sh against fake library folders: for each machine
+# shape, the detection must pick the right packages to install (or none).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=prereqs.sh
+. scripts/prereqs.sh
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+
+machine() { # name, then files to create under the fake root
+  local root="$tmp/$1"; shift
+  mkdir -p "$root/usr/lib/x86_64-linux-gnu"
+  local f
+  for f in "$@"; do mkdir -p "$root/$(dirname "$f")"; : > "$root/$f"; done
+  printf '%s' "$root"
+}
+
+expect() { # name, root, expected plan (package names, space-separated)
+  local name=$1 root=$2 want=$3 got
+  got=$(VERROU_PREREQ_ROOT=$root libclang_plan | awk '{print $1}' | xargs)
+  if [ "$got" = "$want" ]; then
+    echo "ok   $name: ${got:-nothing to install}"
+  else
+    echo "FAIL $name: planned '${got}', expected '${want}'"
+    failures=$((failures + 1))
+  fi
+}
+
+headers14=usr/lib/llvm-14/lib/clang/14.0.6/include/stddef.h
+
+expect "nothing installed" "$(machine none)" "libclang1-14 libclang-common-14-dev"
+expect "only libclang-cpp14 (the reported machine)" \
+  "$(machine cpp-only usr/lib/llvm-14/lib/libclang-cpp.so.14 usr/lib/x86_64-linux-gnu/libclang-cpp.so.14)" \
+  "libclang1-14 libclang-common-14-dev"
+expect "libclang-cpp14 and headers, no C library" \
+  "$(machine cpp-headers usr/lib/llvm-14/lib/libclang-cpp.so.14 "$headers14")" \
+  "libclang1-14"
+expect "libclang1-14 present" \
+  "$(machine l14 usr/lib/llvm-14/lib/libclang.so.1 usr/lib/x86_64-linux-gnu/libclang-14.so.1 "$headers14")" \
+  ""
+expect "libclang1-14 in the multiarch folder only" \
+  "$(machine l14-multiarch usr/lib/x86_64-linux-gnu/libclang-14.so.14.0.6 "$headers14")" \
+  ""
+expect "libclang1-14 without resource headers" \
+  "$(machine l14-noheaders usr/lib/llvm-14/lib/libclang.so.1)" \
+  "libclang-common-14-dev"
+expect "newer LLVM 16 present" \
+  "$(machine l16 usr/lib/llvm-16/lib/libclang.so.1 usr/lib/llvm-16/lib/clang/16/include/stddef.h)" \
+  ""
+expect "LLVM 15 with only libclang-cpp15" \
+  "$(machine cpp15 usr/lib/llvm-15/lib/libclang-cpp.so.15 usr/lib/llvm-15/lib/clang/15.0.7/include/stddef.h)" \
+  "libclang1-15"
+
+if [ "$failures" -gt 0 ]; then
+  echo "prerequisite detection: $failures case(s) failed"
+  exit 1
+fi
+echo "prerequisite detection: all cases pass"
