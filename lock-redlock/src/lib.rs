@@ -1,7 +1,7 @@
 //! Redlock for verrou: one [`LockBackend`] over N independent inner backends
 //! (`Arc<dyn LockBackend>`: Lua-on-Redis, Tair and memory nodes can be mixed),
-//! holding a lock while a quorum `M` of them (`1 < M ≤ N`, default
-//! `N / 2 + 1`) hold it for the same token.
+//! holding a lock while a quorum `M` of them (a majority: `2M > N`,
+//! default `N / 2 + 1`) hold it for the same token.
 //!
 //! ```
 //! # async fn demo() -> lock_core::Result<()> {
@@ -213,7 +213,8 @@ impl Redlock {
     /// A Redlock over `nodes` with `options` (validated).
     ///
     /// Errors: [`Error::InvalidArgument`] for fewer than 2 nodes, a quorum
-    /// outside `1 < M ≤ N`, or invalid timeouts or drift.
+    /// that is not a majority (`2M > N`, `M ≤ N`), or invalid timeouts or
+    /// drift.
     pub fn with_options(
         nodes: impl IntoIterator<Item = Arc<dyn LockBackend>>,
         options: RedlockOptions,
