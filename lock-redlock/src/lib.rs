@@ -284,7 +284,7 @@ impl Redlock {
     pub async fn release_report(&self, key: &str, token: &LockToken) -> Result<ReleaseReport> {
         validate_key(key)?;
         let inner = &self.inner;
-        inner.inflight.mark_released(key, token);
+        inner.mark_released(key, token);
         inner.holdings.take(key, token);
         let mut round = inner.release_round(key, token);
         round.until_all_replied().await;
@@ -306,7 +306,15 @@ impl Inner {
                 self.capabilities.max_ttl
             )));
         }
+        self.inflight.note_ttl(ttl);
         Ok(())
+    }
+
+    /// Remember the release long enough for every renewal or acquire sent
+    /// before it to answer, and for a re-seed it triggers to complete.
+    fn mark_released(&self, key: &str, token: &LockToken) {
+        self.inflight
+            .mark_released(key, token, self.options.max_node_timeout.saturating_mul(2));
     }
 
     /// `ttl − drift`: how long a grant stays usable from the first send.
@@ -462,10 +470,6 @@ fn spawn_follow_up(
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
-    let tracked = matches!(kind, FollowUp::Granted | FollowUp::Renewed { .. });
-    if tracked {
-        inner.inflight.begin(key, &token);
-    }
     let inner = inner.clone();
     let key = key.to_owned();
     runtime.spawn(async move {
@@ -481,9 +485,6 @@ fn spawn_follow_up(
             }));
         }
         while work.next().await.is_some() {}
-        if tracked {
-            inner.inflight.end(&key, &token);
-        }
     });
 }
 
@@ -666,7 +667,7 @@ impl LockBackend for Redlock {
     async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
         validate_key(key)?;
         let inner = &self.inner;
-        inner.inflight.mark_released(key, token);
+        inner.mark_released(key, token);
         let holders = inner.holdings.take(key, token);
         let mut round = inner.release_round_on(key, token, holders.as_deref());
         let released = round.until_decided().await;
