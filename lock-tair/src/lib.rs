@@ -103,15 +103,22 @@ use conn::{Access, COMMANDS, Clients, NAME, OptionsClient, map_error, send, unex
 use replies::{FencedReply, TriState};
 
 /// Fenced acquire: refuse a held key (answering its PTTL as a retry hint),
-/// else increment the fence counter and set the lock. The `INCR` comes
-/// before the `SET`, so if it fails (a counter key of the wrong type)
-/// nothing was written.
+/// else set the lock and hand out the next fence, the Lua backend's rule:
+/// `max(counter + 1, server time in µs)`. The counter alone would restart at
+/// 1 when its key is lost (eviction, a restart without data, a failover that
+/// lost it); the server clock keeps the tokens above the lost ones. Every
+/// read (and the only command that can fail, `GET` on a counter of the
+/// wrong type) comes before the first write.
 const FENCED_ACQUIRE: &str = "\
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return {0, redis.call('PTTL', KEYS[1])}
 end
-local fence = redis.call('INCR', KEYS[2])
+local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local t = redis.call('TIME')
+local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if fence <= last then fence = last + 1 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SET', KEYS[2], string.format('%.0f', fence))
 return {1, fence}
 ";
 
@@ -381,9 +388,9 @@ impl TairBackend {
             }
             other => other,
         }
-        .map_err(|e| map_error("EVAL (fenced acquire)", key, Access::Write, e))?;
+        .map_err(|e| map_error("EVAL (fenced acquire)", key, Access::Script, e))?;
         replies::fenced_acquire(&reply)
-            .ok_or_else(|| unexpected_reply("EVAL (fenced acquire)", key, Access::Write, &reply))
+            .ok_or_else(|| unexpected_reply("EVAL (fenced acquire)", key, Access::Script, &reply))
     }
 
     /// One renew-many script call for the `items` at the indices `chunk`
@@ -442,9 +449,10 @@ impl TairBackend {
                 .iter()
                 .map(|key| Err(unexpected_reply(what, key, Access::Write, &other)))
                 .collect(),
+            // The script may have renewed some keys before it failed.
             Err(e) => keys
                 .iter()
-                .map(|key| Err(map_error(what, key, Access::Write, e.clone())))
+                .map(|key| Err(map_error(what, key, Access::Script, e.clone())))
                 .collect(),
         }
     }
