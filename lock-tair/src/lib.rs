@@ -73,6 +73,7 @@ mod config;
 mod conn;
 mod keys;
 mod replies;
+mod unsettled;
 
 use lock_core::RenewBatch;
 use std::sync::Arc;
@@ -101,6 +102,7 @@ pub use fred;
 use config::Source;
 use conn::{Access, COMMANDS, Clients, NAME, OptionsClient, map_error, send, unexpected_reply};
 use replies::{FencedReply, TriState};
+use unsettled::{Pending, Unsettled};
 
 /// Fenced acquire: refuse a held key (answering its PTTL as a retry hint),
 /// else set the lock and hand out the next fence, the Lua backend's rule:
@@ -186,6 +188,8 @@ struct Inner {
     /// Clients this backend built (from a URL, or ack connections) and so
     /// closes when the last clone is dropped.
     owned: Vec<Client>,
+    /// Acquires that may still run, for their clean-up to follow them.
+    unsettled: Unsettled,
 }
 
 impl Drop for Inner {
@@ -287,6 +291,7 @@ impl TairBackend {
             renew_many_sha: fred::util::sha1_hash(RENEW_MANY),
             retry_after_hint: settings.retry_after_hint,
             owned,
+            unsettled: Unsettled::default(),
         };
         for client in inner.commands.all() {
             conn::ensure_connected(client, settings.connect_timeout).await?;
@@ -457,6 +462,15 @@ impl TairBackend {
         }
     }
 
+    /// How long an unanswered acquire with `ttl` may still matter: it may
+    /// stay queued until fred gives up on its connection, then hold the key
+    /// for `ttl`.
+    fn unsettled_for(&self, ttl: Duration) -> Duration {
+        let wait = self.inner.ack.as_ref().map_or(Duration::ZERO, |(_, a)| a.timeout);
+        ttl.saturating_add(self.inner.command_timeout.saturating_mul(2))
+            .saturating_add(wait)
+    }
+
     /// After a granted acquire: WAIT, and apply the shortfall policy.
     async fn confirm_acquire(&self, writer: &Writer<'_>, key: &str, token: &LockToken) -> Result<Replication> {
         let Some(ack) = writer.ack else {
@@ -548,6 +562,9 @@ impl LockBackend for TairBackend {
         validate_ttl(ttl)?;
         let px = px(ttl);
         let writer = self.writer();
+        // Until the server answers, a clean-up release must follow this
+        // write on its connection: see the `unsettled` module.
+        let pending = Pending::new(&self.inner.unsettled, *token, writer.client, self.unsettled_for(ttl));
         let fence = match &self.inner.fence_prefix {
             None => {
                 let args: Vec<Value> = vec![
@@ -560,6 +577,7 @@ impl LockBackend for TairBackend {
                 let reply = send(writer.client, &COMMANDS.set, args)
                     .await
                     .map_err(|e| map_error("SET NX", key, Access::Write, e))?;
+                pending.settle();
                 match replies::set_nx(&reply) {
                     Some(true) => None,
                     Some(false) => {
@@ -570,14 +588,18 @@ impl LockBackend for TairBackend {
                     None => return Err(unexpected_reply("SET NX", key, Access::Write, &reply)),
                 }
             }
-            Some(prefix) => match self.fenced_acquire(&writer, key, &token.to_hex(), px, prefix).await? {
-                FencedReply::Acquired { fence } => Some(FencingToken(fence)),
-                FencedReply::Held { pttl_ms } => {
-                    return Ok(AcquireOutcome::Held {
-                        retry_after: pttl_ms.map(Duration::from_millis),
-                    });
+            Some(prefix) => {
+                let reply = self.fenced_acquire(&writer, key, &token.to_hex(), px, prefix).await?;
+                pending.settle();
+                match reply {
+                    FencedReply::Acquired { fence } => Some(FencingToken(fence)),
+                    FencedReply::Held { pttl_ms } => {
+                        return Ok(AcquireOutcome::Held {
+                            retry_after: pttl_ms.map(Duration::from_millis),
+                        });
+                    }
                 }
-            },
+            }
         };
         let replication = self.confirm_acquire(&writer, key, token).await?;
         Ok(AcquireOutcome::Acquired(
@@ -588,7 +610,10 @@ impl LockBackend for TairBackend {
     async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
         validate_key(key)?;
         let args: Vec<Value> = vec![key.into(), token_arg(token)];
-        let reply = match send(self.inner.commands.next(), &COMMANDS.cad, args).await {
+        // The clean-up of an acquire that may still be queued goes after it.
+        let after_acquire = self.inner.unsettled.take(token);
+        let client = after_acquire.as_ref().unwrap_or_else(|| self.inner.commands.next());
+        let reply = match send(client, &COMMANDS.cad, args).await {
             Ok(reply) => reply,
             Err(e) if conn::is_wrong_type(&e) => {
                 tracing::warn!(

@@ -9,8 +9,9 @@ mod common;
 
 use std::time::Duration;
 
-use lock_core::{AcquireOutcome, LockBackend, LockToken};
-use lock_tair::TairBackend;
+use lock_core::{AcquireOutcome, LockBackend, LockManager, LockOptions, LockToken};
+use lock_tair::{ReplicaAck, TairBackend};
+use lock_testkit::server::RedisServer;
 
 /// Generous bound for anything a loaded machine should finish well within.
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -60,4 +61,82 @@ async fn fencing_tokens_keep_increasing_after_a_restart_without_data() {
 /// The backend reconnects after a restart: errors meanwhile are expected.
 fn tracing_free_note(e: &lock_core::Error) {
     eprintln!("acquire after restart failed (reconnecting): {e}");
+}
+
+async fn info_field(server: &RedisServer, section: &str, field: &str) -> Option<String> {
+    server.info(section).await.ok()?.get(field).cloned()
+}
+
+/// `calls` of one command in `INFO commandstats`.
+async fn calls(server: &RedisServer, command: &str) -> u64 {
+    info_field(server, "commandstats", &format!("cmdstat_{command}"))
+        .await
+        .and_then(|v| {
+            v.split(',')
+                .find_map(|kv| kv.strip_prefix("calls=").and_then(|n| n.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+async fn wait_for(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    let give_up = tokio::time::Instant::now() + PATIENCE;
+    while !done().await {
+        assert!(tokio::time::Instant::now() < give_up, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// One write connection for WAITs and no replica, so every WAIT blocks for
+/// its whole timeout: client A's acquire waits there, client B's `SET NX`
+/// queues behind A's WAIT and times out locally. B's manager then cleans
+/// up; that clean-up must run after B's `SET NX`, or the `SET NX` lands
+/// afterwards and the key stays held by a token nobody owns.
+#[tokio::test]
+async fn a_cleanup_release_never_overtakes_the_acquire_it_cleans_up() {
+    let server = common::tair_server().await;
+    let wait = Duration::from_millis(500);
+    let backend = common::connect(
+        common::builder(&server.url())
+            .command_timeout(Duration::from_millis(100))
+            .replica_ack(ReplicaAck::new(1, wait))
+            .ack_connections(1),
+    )
+    .await;
+    let ttl = Duration::from_secs(5);
+
+    let a = {
+        let backend = backend.clone();
+        tokio::spawn(async move {
+            let token = LockToken::generate().expect("token");
+            backend.try_acquire("a", &token, ttl).await
+        })
+    };
+    // A's WAIT is blocking the write connection.
+    wait_for("A's WAIT to block", async || {
+        info_field(&server, "clients", "blocked_clients").await.as_deref() == Some("1")
+    })
+    .await;
+
+    let locks = LockManager::with_options(backend.clone(), LockOptions::with_ttl(ttl)).expect("manager");
+    let b = locks.try_lock("b").await;
+    assert!(
+        matches!(&b, Err(e) if e.is_outcome_unknown()),
+        "B's SET NX should time out behind A's WAIT: {:?}",
+        b.as_ref().map(Option::is_some)
+    );
+    // A: no replica acknowledged, so it gave its lock back and failed.
+    let a = a.await.expect("task A");
+    assert!(a.is_err(), "no replica: A's acquire must fail, got {a:?}");
+
+    // Both SETs ran, and both releases (A's and B's clean-up) ran.
+    wait_for("both SET NX and both CAD to run", async || {
+        calls(&server, "set").await >= 2 && calls(&server, "cad").await >= 2
+    })
+    .await;
+    let exists = server.cmd(&["EXISTS", "b"]).await.expect("EXISTS");
+    assert_eq!(
+        exists.as_int(),
+        Some(0),
+        "key b is held by a token nobody owns: the clean-up ran before B's SET NX"
+    );
 }
