@@ -81,7 +81,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fred::clients::Client;
-use fred::interfaces::ClientLike;
+use fred::interfaces::{ClientLike, EventInterface};
 use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use fred::util::redis_keyslot;
@@ -224,6 +224,19 @@ impl std::fmt::Debug for TairBackend {
 struct Writer<'a> {
     client: &'a OptionsClient,
     ack: Option<&'a ReplicaAck>,
+    /// With `ack`: reconnects of `client` since before the write. `WAIT` on
+    /// a new connection has no write offset to wait for and would confirm
+    /// at once.
+    reconnects: Option<tokio::sync::broadcast::Receiver<fred::types::config::Server>>,
+}
+
+impl Writer<'_> {
+    /// True when the connection reconnected since the writer was taken.
+    fn reconnected(&mut self) -> bool {
+        self.reconnects
+            .as_mut()
+            .is_some_and(|rx| !matches!(rx.try_recv(), Err(tokio::sync::broadcast::error::TryRecvError::Empty)))
+    }
 }
 
 impl TairBackend {
@@ -315,20 +328,38 @@ impl TairBackend {
 
     fn writer(&self) -> Writer<'_> {
         match &self.inner.ack {
-            Some((clients, ack)) => Writer {
-                client: clients.next(),
-                ack: Some(ack),
-            },
+            Some((clients, ack)) => {
+                let client = clients.next();
+                Writer {
+                    client,
+                    ack: Some(ack),
+                    reconnects: Some(client.reconnect_rx()),
+                }
+            }
             None => Writer {
                 client: self.inner.commands.next(),
                 ack: None,
+                reconnects: None,
             },
         }
     }
 
-    /// `WAIT replicas timeout` on `client`, routed to `key`'s node. A failed
-    /// WAIT counts as no acknowledgement.
-    async fn wait_for_replicas(&self, client: &Client, key: &str, ack: &ReplicaAck) -> u32 {
+    /// `WAIT replicas timeout` on the writer's connection, routed to `key`'s
+    /// node. A failed WAIT, or one after the connection was replaced since
+    /// the write, counts as no acknowledgement.
+    async fn wait_for_replicas(&self, writer: &mut Writer<'_>, key: &str, ack: &ReplicaAck) -> u32 {
+        let acknowledged = self.wait_on(writer.client, key, ack).await;
+        if acknowledged > 0 && writer.reconnected() {
+            tracing::debug!(
+                key,
+                "the write connection reconnected between the write and WAIT; counted as no acknowledgement"
+            );
+            return 0;
+        }
+        acknowledged
+    }
+
+    async fn wait_on(&self, client: &Client, key: &str, ack: &ReplicaAck) -> u32 {
         let slot = redis_keyslot(key.as_bytes());
         let mut options = self.inner.options.clone();
         options.timeout = Some(ack.timeout + self.inner.command_timeout);
@@ -401,7 +432,13 @@ impl TairBackend {
     /// One renew-many script call for the `items` at the indices `chunk`
     /// (one hash slot): one result per index, in order. A failed call fails
     /// each item as a single renew would have failed.
-    async fn renew_chunk(&self, items: &[(&str, &LockToken)], chunk: &[usize], px: i64) -> Vec<Result<RenewOutcome>> {
+    async fn renew_chunk(
+        &self,
+        client: &OptionsClient,
+        items: &[(&str, &LockToken)],
+        chunk: &[usize],
+        px: i64,
+    ) -> Vec<Result<RenewOutcome>> {
         let keys: Vec<&str> = chunk.iter().map(|&i| items[i].0).collect();
         let Some(&first) = keys.first() else {
             return Vec::new();
@@ -414,7 +451,6 @@ impl TairBackend {
         tail.push(px.into());
         tail.extend(chunk.iter().map(|&i| token_arg(items[i].1)));
         let slot = ClusterHash::Custom(redis_keyslot(first.as_bytes()));
-        let client = self.inner.commands.next();
         let mut args: Vec<Value> = Vec::with_capacity(1 + tail.len());
         args.push(self.inner.renew_many_sha.as_str().into());
         args.extend(tail.iter().cloned());
@@ -471,12 +507,69 @@ impl TairBackend {
             .saturating_add(wait)
     }
 
+    /// After a batched renewal: one WAIT per server written to (one on a
+    /// single server), and the shortfall policy for the keys it renewed.
+    async fn confirm_renewals(
+        &self,
+        writer: &mut Writer<'_>,
+        ack: &ReplicaAck,
+        items: &[(&str, &LockToken)],
+        chunks: &[Vec<usize>],
+        outcomes: &mut [Vec<Result<RenewOutcome>>],
+    ) {
+        let renewed: Vec<usize> = outcomes
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| o.iter().any(|r| matches!(r, Ok(RenewOutcome::Renewed))))
+            .map(|(c, _)| c)
+            .collect();
+        let key_of = |c: usize| {
+            chunks
+                .get(c)
+                .and_then(|chunk| chunk.first())
+                .map_or("", |&i| items[i].0)
+        };
+        // A chunk is one hash slot: on a cluster, WAIT on each chunk's node
+        // (chunks of one node are waited on more than once, concurrently).
+        let waits: Vec<usize> = if self.inner.clustered {
+            renewed.clone()
+        } else {
+            renewed.first().copied().into_iter().collect()
+        };
+        let client = writer.client;
+        let acks = futures::future::join_all(waits.iter().map(|&c| self.wait_on(client, key_of(c), ack))).await;
+        let replaced = writer.reconnected();
+        for &c in &renewed {
+            let acknowledged = if replaced {
+                0
+            } else if self.inner.clustered {
+                waits
+                    .iter()
+                    .position(|&w| w == c)
+                    .and_then(|p| acks.get(p).copied())
+                    .unwrap_or(0)
+            } else {
+                acks.first().copied().unwrap_or(0)
+            };
+            let (Some(chunk), Some(results)) = (chunks.get(c), outcomes.get_mut(c)) else {
+                continue;
+            };
+            for (&i, result) in chunk.iter().zip(results.iter_mut()) {
+                if matches!(result, Ok(RenewOutcome::Renewed))
+                    && let Err(e) = renewal_shortfall(ack, acknowledged, items[i].0)
+                {
+                    *result = Err(e);
+                }
+            }
+        }
+    }
+
     /// After a granted acquire: WAIT, and apply the shortfall policy.
-    async fn confirm_acquire(&self, writer: &Writer<'_>, key: &str, token: &LockToken) -> Result<Replication> {
+    async fn confirm_acquire(&self, writer: &mut Writer<'_>, key: &str, token: &LockToken) -> Result<Replication> {
         let Some(ack) = writer.ack else {
             return Ok(Replication::NotChecked);
         };
-        let acknowledged = self.wait_for_replicas(writer.client, key, ack).await;
+        let acknowledged = self.wait_for_replicas(writer, key, ack).await;
         if acknowledged >= ack.replicas {
             return Ok(Replication::Confirmed { replicas: acknowledged });
         }
@@ -501,9 +594,9 @@ impl TairBackend {
     }
 
     /// After a successful versioned write: WAIT, and apply the shortfall policy.
-    async fn confirm_write(&self, writer: &Writer<'_>, what: &str, key: &str) -> Result<()> {
+    async fn confirm_write(&self, writer: &mut Writer<'_>, what: &str, key: &str) -> Result<()> {
         let Some(ack) = writer.ack else { return Ok(()) };
-        let acknowledged = self.wait_for_replicas(writer.client, key, ack).await;
+        let acknowledged = self.wait_for_replicas(writer, key, ack).await;
         if acknowledged >= ack.replicas {
             return Ok(());
         }
@@ -549,6 +642,32 @@ fn px(ttl: Duration) -> i64 {
     i64::try_from(ttl_millis(ttl)).unwrap_or(i64::MAX)
 }
 
+/// A renewal on the primary that `acknowledged` replicas have: an
+/// outcome-unknown error below the requested count with
+/// [`OnShortfall::ReleaseAndFail`] (the caller must not move its deadline:
+/// a failover could bring back the older expiry), a warning with
+/// [`OnShortfall::MarkUnconfirmed`].
+fn renewal_shortfall(ack: &ReplicaAck, acknowledged: u32, key: &str) -> Result<()> {
+    if acknowledged >= ack.replicas {
+        return Ok(());
+    }
+    let message = format!(
+        "the renewal of {key:?} is on the primary, but only {acknowledged} of {} replicas acknowledged it within \
+         {:?}: a failover could bring back the older expiry",
+        ack.replicas, ack.timeout
+    );
+    match ack.on_shortfall {
+        OnShortfall::MarkUnconfirmed => {
+            tracing::warn!("{message}");
+            Ok(())
+        }
+        OnShortfall::ReleaseAndFail => Err(Error::outcome_unknown(
+            NAME,
+            format!("{message}; not counted as renewed"),
+        )),
+    }
+}
+
 /// A version as a command argument: Tair parses versions as signed 64-bit.
 fn version_arg(version: u64) -> Result<i64> {
     i64::try_from(version)
@@ -561,7 +680,7 @@ impl LockBackend for TairBackend {
         validate_key(key)?;
         validate_ttl(ttl)?;
         let px = px(ttl);
-        let writer = self.writer();
+        let mut writer = self.writer();
         // Until the server answers, a clean-up release must follow this
         // write on its connection: see the `unsettled` module.
         let pending = Pending::new(&self.inner.unsettled, *token, writer.client, self.unsettled_for(ttl));
@@ -601,7 +720,7 @@ impl LockBackend for TairBackend {
                 }
             }
         };
-        let replication = self.confirm_acquire(&writer, key, token).await?;
+        let replication = self.confirm_acquire(&mut writer, key, token).await?;
         Ok(AcquireOutcome::Acquired(
             Lease::new().with_fencing_token(fence).with_replication(replication),
         ))
@@ -645,7 +764,10 @@ impl LockBackend for TairBackend {
             Value::from_static_str("PX"),
             px(ttl).into(),
         ];
-        let reply = match send(self.inner.commands.next(), &COMMANDS.cas, args).await {
+        // With replica acks, on a WAIT connection: the renewal counts only
+        // once replicas have it.
+        let mut writer = self.writer();
+        let reply = match send(writer.client, &COMMANDS.cas, args).await {
             Ok(reply) => reply,
             Err(e) if conn::is_wrong_type(&e) => {
                 tracing::warn!(
@@ -657,7 +779,13 @@ impl LockBackend for TairBackend {
             Err(e) => return Err(map_error("CAS", key, Access::Write, e)),
         };
         match replies::tri_state(&reply) {
-            Some(TriState::Done) => Ok(RenewOutcome::Renewed),
+            Some(TriState::Done) => {
+                if let Some(ack) = writer.ack {
+                    let acknowledged = self.wait_for_replicas(&mut writer, key, ack).await;
+                    renewal_shortfall(ack, acknowledged, key)?;
+                }
+                Ok(RenewOutcome::Renewed)
+            }
             Some(TriState::Mismatch) => Ok(RenewOutcome::HeldByOther),
             Some(TriState::Missing) => Ok(RenewOutcome::Missing),
             None => Err(unexpected_reply("CAS", key, Access::Write, &reply)),
@@ -673,8 +801,19 @@ impl LockBackend for TairBackend {
             clustered.then(|| redis_keyslot(key.as_bytes()))
         });
         let px = px(ttl);
-        let calls = batch.chunks().iter().map(|chunk| self.renew_chunk(items, chunk, px));
-        let outcomes = futures::future::join_all(calls).await;
+        // With replica acks, every chunk on one WAIT connection, then one
+        // WAIT per server written to.
+        let mut writer = self.writer();
+        let client = writer.client;
+        let calls = batch
+            .chunks()
+            .iter()
+            .map(|chunk| self.renew_chunk(client, items, chunk, px));
+        let mut outcomes = futures::future::join_all(calls).await;
+        if let Some(ack) = writer.ack {
+            self.confirm_renewals(&mut writer, ack, items, batch.chunks(), &mut outcomes)
+                .await;
+        }
         batch.finish(items, outcomes, NAME)
     }
 
@@ -708,13 +847,13 @@ impl VersionedStore for TairBackend {
             version_arg(initial)?.into(),
             Value::from_static_str("WITHVERSION"),
         ]);
-        let writer = self.writer();
+        let mut writer = self.writer();
         let reply = send(writer.client, &COMMANDS.exset, args)
             .await
             .map_err(|e| map_error("EXSET NX", key, Access::Write, e))?;
         match replies::exset_nx(&reply) {
             Some(Some(version)) => {
-                self.confirm_write(&writer, "EXSET NX", key).await?;
+                self.confirm_write(&mut writer, "EXSET NX", key).await?;
                 Ok(CreateOutcome::Created { version })
             }
             Some(None) => Ok(CreateOutcome::Exists),
@@ -726,13 +865,13 @@ impl VersionedStore for TairBackend {
         validate_key(key)?;
         let mut args: Vec<Value> = vec![key.into(), value.into(), version_arg(expected)?.into()];
         push_expiry(&mut args, expiry)?;
-        let writer = self.writer();
+        let mut writer = self.writer();
         let reply = send(writer.client, &COMMANDS.excas, args)
             .await
             .map_err(|e| map_error("EXCAS", key, Access::Write, e))?;
         let outcome = replies::excas(&reply).ok_or_else(|| unexpected_reply("EXCAS", key, Access::Write, &reply))?;
         if let CasOutcome::Written { .. } = outcome {
-            self.confirm_write(&writer, "EXCAS", key).await?;
+            self.confirm_write(&mut writer, "EXCAS", key).await?;
         }
         Ok(outcome)
     }
@@ -740,13 +879,13 @@ impl VersionedStore for TairBackend {
     async fn delete(&self, key: &str, expected: u64) -> Result<DeleteOutcome> {
         validate_key(key)?;
         let args: Vec<Value> = vec![key.into(), version_arg(expected)?.into()];
-        let writer = self.writer();
+        let mut writer = self.writer();
         let reply = send(writer.client, &COMMANDS.excad, args)
             .await
             .map_err(|e| map_error("EXCAD", key, Access::Write, e))?;
         match replies::tri_state(&reply) {
             Some(TriState::Done) => {
-                self.confirm_write(&writer, "EXCAD", key).await?;
+                self.confirm_write(&mut writer, "EXCAD", key).await?;
                 Ok(DeleteOutcome::Deleted)
             }
             Some(TriState::Missing) => Ok(DeleteOutcome::Missing),

@@ -9,9 +9,9 @@ mod common;
 
 use std::time::Duration;
 
-use lock_core::{AcquireOutcome, LockBackend, LockManager, LockOptions, LockToken};
+use lock_core::{AcquireOutcome, LockBackend, LockManager, LockOptions, LockToken, RenewOutcome, Replication};
 use lock_tair::{ReplicaAck, TairBackend};
-use lock_testkit::server::RedisServer;
+use lock_testkit::server::{RedisServer, ReplicatedPair};
 
 /// Generous bound for anything a loaded machine should finish well within.
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -139,4 +139,47 @@ async fn a_cleanup_release_never_overtakes_the_acquire_it_cleans_up() {
         Some(0),
         "key b is held by a token nobody owns: the clean-up ran before B's SET NX"
     );
+}
+
+/// A renewal the replica did not acknowledge must not count: a failover
+/// would promote a replica with the older expiry.
+#[tokio::test]
+async fn renewals_count_only_once_replicas_acknowledged_them() {
+    let pair = ReplicatedPair::start(common::tair()).await.expect("primary + replica");
+    let backend = common::connect(
+        // Generous: a loaded machine's replica must not fall short by itself.
+        common::builder(&pair.primary().url()).replica_ack(ReplicaAck::new(1, Duration::from_secs(2))),
+    )
+    .await;
+    let ttl = Duration::from_secs(5);
+    let token = LockToken::generate().expect("token");
+    match backend.try_acquire("renewed", &token, ttl).await.expect("acquire") {
+        AcquireOutcome::Acquired(lease) => {
+            assert!(matches!(lease.replication, Replication::Confirmed { .. }), "{lease:?}");
+        }
+        other => panic!("should be free: {other:?}"),
+    }
+    assert_eq!(
+        backend.renew("renewed", &token, ttl).await.expect("renew"),
+        RenewOutcome::Renewed,
+        "the replica is up: the renewal is confirmed"
+    );
+
+    pair.replica().pause().expect("pause the replica");
+    let single = backend.renew("renewed", &token, ttl).await;
+    let many = backend.renew_many(&[("renewed", &token)], ttl).await;
+    pair.replica().resume().expect("resume the replica");
+
+    assert!(
+        matches!(&single, Err(e) if e.is_outcome_unknown()),
+        "a renewal no replica acknowledged was reported as {single:?}"
+    );
+    assert!(
+        matches!(many.as_slice(), [Err(e)] if e.is_outcome_unknown()),
+        "a batched renewal no replica acknowledged was reported as {many:?}"
+    );
+    wait_for("the replica to answer again", async || {
+        matches!(backend.renew("renewed", &token, ttl).await, Ok(RenewOutcome::Renewed))
+    })
+    .await;
 }
