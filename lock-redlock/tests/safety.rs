@@ -16,7 +16,9 @@ use lock_redlock::{Redlock, RedlockOptions};
 use tokio::sync::{Notify, watch};
 
 fn memory_nodes(n: usize) -> Vec<Arc<dyn LockBackend>> {
-    (0..n).map(|_| Arc::new(MemoryBackend::new()) as Arc<dyn LockBackend>).collect()
+    (0..n)
+        .map(|_| Arc::new(MemoryBackend::new()) as Arc<dyn LockBackend>)
+        .collect()
 }
 
 #[test]
@@ -49,7 +51,10 @@ fn the_default_quorum_is_a_majority() {
         let redlock = Redlock::new(memory_nodes(nodes)).expect("valid redlock");
         let quorum = redlock.quorum();
         assert!(2 * quorum > nodes, "{quorum} of {nodes}");
-        assert!(2 * (quorum - 1) <= nodes, "{quorum} of {nodes} is more than the smallest majority");
+        assert!(
+            2 * (quorum - 1) <= nodes,
+            "{quorum} of {nodes} is more than the smallest majority"
+        );
     }
 }
 
@@ -115,7 +120,10 @@ async fn a_release_during_a_renewal_leaves_no_key_on_any_node() {
         Ok(AcquireOutcome::Acquired(_))
     ));
     // Node 2 loses the key (restarted without its data).
-    assert_eq!(memory[2].release(key, &token).await.expect("release"), ReleaseOutcome::Released);
+    assert_eq!(
+        memory[2].release(key, &token).await.expect("release"),
+        ReleaseOutcome::Released
+    );
 
     // A renewal goes out; nodes 0 and 1 apply it, their answers are slow.
     let renewing = {
@@ -130,9 +138,16 @@ async fn a_release_during_a_renewal_leaves_no_key_on_any_node() {
         notified.await;
     }
     // The holder releases meanwhile.
-    assert_eq!(redlock.release(key, &token).await.expect("release"), ReleaseOutcome::Released);
+    assert_eq!(
+        redlock.release(key, &token).await.expect("release"),
+        ReleaseOutcome::Released
+    );
     for (i, m) in memory.iter().enumerate() {
-        assert_eq!(m.lock_ttl(key), None, "node {i} still has the key right after the release");
+        assert_eq!(
+            m.lock_ttl(key),
+            None,
+            "node {i} still has the key right after the release"
+        );
     }
     // Now the renewal's answers arrive: "renewed" by a quorum (as applied
     // before the release), "missing" from node 2.
