@@ -170,7 +170,8 @@ impl TairBuilder {
         self
     }
 
-    /// Wait for replica acknowledgement after acquires and versioned writes.
+    /// Wait for replica acknowledgement after acquires, renewals and
+    /// versioned writes (see the crate docs for what a shortfall does).
     #[must_use]
     pub fn replica_ack(mut self, ack: ReplicaAck) -> Self {
         self.replica_ack = Some(ack);

@@ -46,7 +46,9 @@
 //! fred is set up with a reconnect policy, a timeout on every command, and a
 //! single attempt per command: a write is never silently re-sent after a
 //! reconnect. A write that fails in transport (timeout, connection lost) is
-//! [`Error::Backend`] with `outcome_unknown: true`. A server without the
+//! [`Error::Backend`] with `outcome_unknown: true`, and so is any error of
+//! a write script (fenced acquire, batched renewals): Redis does not roll a
+//! script back, so it may have written before failing. A server without the
 //! TairString commands is refused at connect with [`Error::Unsupported`].
 //! A key of the wrong type (e.g. a versioned exString key used as a lock, or
 //! the reverse): versioned operations fail with [`Error::InvalidArgument`];
@@ -55,9 +57,28 @@
 //!
 //! # Replica acknowledgement
 //!
-//! [`ReplicaAck`] adds `WAIT` after acquires and versioned writes, on a
-//! dedicated connection; see there. Tair's semi-synchronous replication is
-//! the server-side alternative.
+//! [`ReplicaAck`] adds `WAIT` after acquires, renewals (one `WAIT` per
+//! batch) and versioned writes, on a dedicated connection; see there. A
+//! renewal counts only once confirmed: with [`OnShortfall::ReleaseAndFail`]
+//! a shortfall makes it an outcome-unknown error, so the manager does not
+//! move the lease's deadline past what a promoted replica knows. A `WAIT`
+//! on a connection that reconnected since the write counts as no
+//! acknowledgement (it would have no write offset to wait for). An acquire
+//! that ends without the server's answer has its clean-up release sent on
+//! the same connection, after it: a `SET NX` still queued behind another
+//! caller's `WAIT` can no longer run after its own clean-up.
+//!
+//! Tair's semi-synchronous replication is the server-side alternative, with
+//! the same limit as `WAIT`: when the replica does not answer within its
+//! timeout, Tair degrades to asynchronous replication, and a failover then
+//! can lose the latest grants and renewals.
+//!
+//! # Fencing tokens across failover
+//!
+//! See [`TairBuilder::fencing`]: the fence is `max(counter + 1, server time
+//! in µs)`, so a lost counter (eviction, restart without data, failover)
+//! does not restart the tokens; across a failover they stay increasing
+//! only while the new primary's clock is not behind the old one's.
 //!
 //! # Servers and tests
 //!
