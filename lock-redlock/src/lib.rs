@@ -73,8 +73,10 @@
 //!
 //! # What it guarantees, and what it does not
 //!
-//! Mutual exclusion holds while each holder stays inside its local validity
-//! window, node clocks drift by less than the allowance, and fewer than
+//! With a majority quorum (`2M > N`: any other quorum is refused when the
+//! `Redlock` is built, since two clients could each win a disjoint set of
+//! nodes), mutual exclusion holds while each holder stays inside its local
+//! validity window, node clocks drift by less than the allowance, and fewer than
 //! `H + M − N` of the `H` nodes holding the key lose it before the holder's
 //! next renewal. With every node holding it (`H = N`) that is any minority
 //! below `M`: one node of 3, two of 5. A lock granted by the bare quorum
@@ -103,8 +105,10 @@
 //! instances without relying on replication, at the price of `N` servers and
 //! `N` parallel calls per operation (latency of the `M`-th fastest node). One
 //! instance with replica acknowledgement (`WAIT`; `ReplicaAck` on the Lua and
-//! Tair backends) or Tair's semi-synchronous replication covers the common
-//! failure — a failover losing a just-granted lock — far more cheaply. Pick
+//! Tair backends) or Tair's semi-synchronous replication narrows the common
+//! failure — a failover losing a just-granted lock — far more cheaply (both
+//! give up after their timeout; semi-synchronous replication then silently
+//! degrades to asynchronous). Pick
 //! Redlock when the instances are independent anyway and replica
 //! acknowledgement is not available; either way it is an efficiency lock in
 //! Kleppmann's sense, so protect correctness-critical writes with
