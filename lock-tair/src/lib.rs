@@ -63,7 +63,10 @@
 //! a shortfall makes it an outcome-unknown error, so the manager does not
 //! move the lease's deadline past what a promoted replica knows. A `WAIT`
 //! on a connection that reconnected since the write counts as no
-//! acknowledgement (it would have no write offset to wait for). An acquire
+//! acknowledgement (it would have no write offset to wait for). On a
+//! cluster, `WAIT` goes to the slot's owner: a write that fred sent to
+//! another node after an `ASK` redirect (a slot being migrated) is not what
+//! it waits for, so such a confirmation can be false. An acquire
 //! that ends without the server's answer has its clean-up release sent on
 //! the same connection, after it: a `SET NX` still queued behind another
 //! caller's `WAIT` can no longer run after its own clean-up.
