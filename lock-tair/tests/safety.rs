@@ -141,6 +141,49 @@ async fn a_cleanup_release_never_overtakes_the_acquire_it_cleans_up() {
     );
 }
 
+/// The server stops (SIGSTOP) while `lock()` sends its `SET NX`: the
+/// acquire times out locally and the manager cleans up while both commands
+/// wait in the server's socket buffers. Once it resumes, the clean-up must
+/// still run after the `SET NX`.
+#[tokio::test]
+async fn a_cleanup_release_sent_while_the_server_is_paused_runs_after_the_acquire() {
+    let server = common::tair_server().await;
+    let backend = common::connect(
+        common::builder(&server.url())
+            .command_timeout(Duration::from_millis(100))
+            // Long enough that fred keeps the paused connection (it gives up
+            // on one after twice the command timeout plus this).
+            .replica_ack(ReplicaAck::new(1, Duration::from_secs(3))),
+    )
+    .await;
+    let locks =
+        LockManager::with_options(backend.clone(), LockOptions::with_ttl(Duration::from_secs(5))).expect("manager");
+    for round in 0..3 {
+        let key = format!("paused-{round}");
+        let (sets, cads) = (calls(&server, "set").await, calls(&server, "cad").await);
+        server.pause().expect("pause");
+        let attempt = locks.try_lock(&key).await;
+        // Give the manager's clean-up time to be sent (it is spawned).
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        server.resume().expect("resume");
+        assert!(
+            matches!(&attempt, Err(e) if e.is_outcome_unknown()),
+            "round {round}: the acquire should time out on the paused server: {:?}",
+            attempt.as_ref().map(Option::is_some)
+        );
+        wait_for("the SET NX and its clean-up to run", async || {
+            calls(&server, "set").await > sets && calls(&server, "cad").await > cads
+        })
+        .await;
+        let exists = server.cmd(&["EXISTS", key.as_str()]).await.expect("EXISTS");
+        assert_eq!(
+            exists.as_int(),
+            Some(0),
+            "round {round}: {key} is held by a token nobody owns: the clean-up ran before the SET NX"
+        );
+    }
+}
+
 /// A renewal the replica did not acknowledge must not count: a failover
 /// would promote a replica with the older expiry.
 #[tokio::test]
