@@ -129,7 +129,8 @@ pub enum Replication {
 /// after every versioned write, the backend sends `WAIT replicas timeout` on
 /// the connection that made the write (a dedicated one: WAIT blocks the
 /// server-side connection and would stall everything multiplexed behind it).
-/// Release and renew never wait: a late release breaks nothing.
+/// Release never waits: a late release breaks nothing. Whether renewals
+/// wait is per backend (Tair: one `WAIT` per renewal batch; see its docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ReplicaAck {

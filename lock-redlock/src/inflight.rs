@@ -1,76 +1,91 @@
-//! Writes that outlive the call that started them, so a release can stop
-//! them from leaving a key behind.
+//! Releases remembered long enough that no write started before them can
+//! leave a key behind.
 //!
 //! An acquire returns as soon as the quorum granted, and a renewal re-seeds
 //! nodes after it returned; their node calls finish in a background task.
-//! If the lock is released meanwhile, a late `SET NX` could land after the
-//! release's delete. `release` marks the (key, token) released here; the
-//! background task checks the mark after each write completes and deletes
-//! what it wrote. Checking after the write's reply is what makes this sound:
-//! either the mark was set first (we delete), or the release's deletes are
-//! sent after our write was applied.
+//! A renewal can also be in flight when the lock is released (the manager's
+//! batched renewals run on their own schedule), and answer "renewed" by a
+//! quorum afterwards: its writes were applied before the release's deletes.
+//! If anything then wrote the key again (a late `SET NX`, a re-seed), it
+//! would stay for a full TTL with nobody holding it.
+//!
+//! So `release` marks the (key, token) released here, whether or not a
+//! background task exists yet, and the mark lasts for the longest TTL this
+//! `Redlock` has used plus the node calls' time bound: any renewal or
+//! acquire started before the release has answered by then. Background work
+//! checks the mark before and after each write; checking after the write's
+//! reply is what makes this sound: either the mark was set first (we
+//! delete), or the release's deletes are sent after our write was applied.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 use lock_core::LockToken;
+use tokio::time::Instant;
+
+/// Fewest marks before expired ones are swept (sweeps are amortised: the
+/// next one waits until the map has doubled).
+const MIN_SWEEP: usize = 1_024;
 
 #[derive(Debug, Default)]
-struct Watch {
-    released: bool,
-    /// Background tasks still working on this (key, token).
-    tasks: usize,
+struct Marks {
+    /// (key, token) → when the mark may be forgotten.
+    until: HashMap<(String, LockToken), Instant>,
+    /// Sweep expired marks once the map reaches this size.
+    sweep_at: usize,
 }
 
-/// The registry; one per [`crate::Redlock`] (clones share it). Entries live
-/// only while a background task works on them.
+/// The registry; one per [`crate::Redlock`] (clones share it). Holds one
+/// entry per release for about one TTL.
 #[derive(Debug, Default)]
 pub(crate) struct Inflight {
-    map: Mutex<HashMap<(String, LockToken), Watch>>,
+    marks: Mutex<Marks>,
+    /// Longest TTL of any acquire or renewal so far, in milliseconds.
+    longest_ttl_ms: AtomicU64,
 }
 
 impl Inflight {
-    fn map(&self) -> MutexGuard<'_, HashMap<(String, LockToken), Watch>> {
+    fn marks(&self) -> MutexGuard<'_, Marks> {
         // Every update is a single map operation: a poisoned map is consistent.
-        match self.map.lock() {
+        match self.marks.lock() {
             Ok(m) => m,
             Err(poisoned) => poisoned.into_inner(),
         }
     }
 
-    /// A background task starts working on (key, token). Call before the
-    /// foreground call returns, so a release right after sees it.
-    pub(crate) fn begin(&self, key: &str, token: &LockToken) {
-        self.map().entry((key.to_owned(), *token)).or_default().tasks += 1;
+    /// An acquire or renewal with `ttl` is about to start.
+    pub(crate) fn note_ttl(&self, ttl: Duration) {
+        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).saturating_add(1);
+        self.longest_ttl_ms.fetch_max(ms, Ordering::Relaxed);
     }
 
-    /// The task is done.
-    pub(crate) fn end(&self, key: &str, token: &LockToken) {
-        let mut map = self.map();
-        let id = (key.to_owned(), *token);
-        if let Some(watch) = map.get_mut(&id) {
-            watch.tasks = watch.tasks.saturating_sub(1);
-            if watch.tasks == 0 {
-                map.remove(&id);
-            }
+    /// A release of (key, token) has started: remember it for the longest
+    /// TTL plus `margin` (the time bound of the node calls still to come).
+    pub(crate) fn mark_released(&self, key: &str, token: &LockToken, margin: Duration) {
+        let now = Instant::now();
+        let ttl = Duration::from_millis(self.longest_ttl_ms.load(Ordering::Relaxed));
+        let until = now + ttl.saturating_add(margin).min(lock_core::MAX_TTL.saturating_mul(2));
+        let mut marks = self.marks();
+        marks.until.insert((key.to_owned(), *token), until);
+        if marks.until.len() >= marks.sweep_at {
+            marks.until.retain(|_, until| *until > now);
+            marks.sweep_at = (marks.until.len() * 2).max(MIN_SWEEP);
         }
     }
 
-    /// A release of (key, token) has started.
-    pub(crate) fn mark_released(&self, key: &str, token: &LockToken) {
-        if let Some(watch) = self.map().get_mut(&(key.to_owned(), *token)) {
-            watch.released = true;
-        }
-    }
-
-    /// True once a release of (key, token) started while a task was working.
+    /// True when a release of (key, token) started within its mark's life.
     pub(crate) fn is_released(&self, key: &str, token: &LockToken) -> bool {
-        self.map().get(&(key.to_owned(), *token)).is_some_and(|w| w.released)
+        self.marks()
+            .until
+            .get(&(key.to_owned(), *token))
+            .is_some_and(|until| *until > Instant::now())
     }
 
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.map().len()
+        self.marks().until.len()
     }
 }
 
@@ -78,21 +93,30 @@ impl Inflight {
 mod tests {
     use super::*;
 
-    #[test]
-    fn entries_live_only_while_tasks_run() {
+    #[tokio::test(start_paused = true)]
+    async fn marks_last_one_ttl_whatever_runs() {
         let reg = Inflight::default();
         let t = LockToken::from_bytes([7; 16]);
-        reg.mark_released("k", &t);
-        assert!(!reg.is_released("k", &t), "no task: nothing to mark");
-        reg.begin("k", &t);
-        reg.begin("k", &t);
+        reg.note_ttl(Duration::from_secs(10));
         assert!(!reg.is_released("k", &t));
-        reg.mark_released("k", &t);
-        assert!(reg.is_released("k", &t));
+        reg.mark_released("k", &t, Duration::from_secs(1));
+        assert!(reg.is_released("k", &t), "marked with no task running");
         assert!(!reg.is_released("other", &t));
-        reg.end("k", &t);
-        assert!(reg.is_released("k", &t));
-        reg.end("k", &t);
-        assert_eq!(reg.len(), 0);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(reg.is_released("k", &t), "still within the TTL and the margin");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(!reg.is_released("k", &t), "forgotten after the TTL and the margin");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn expired_marks_are_swept() {
+        let reg = Inflight::default();
+        reg.note_ttl(Duration::from_millis(100));
+        for i in 0..MIN_SWEEP - 1 {
+            reg.mark_released(&format!("k{i}"), &LockToken::from_bytes([1; 16]), Duration::ZERO);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        reg.mark_released("last", &LockToken::from_bytes([1; 16]), Duration::ZERO);
+        assert!(reg.len() < 10, "{} marks left", reg.len());
     }
 }

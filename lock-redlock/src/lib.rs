@@ -1,7 +1,7 @@
 //! Redlock for verrou: one [`LockBackend`] over N independent inner backends
 //! (`Arc<dyn LockBackend>`: Lua-on-Redis, Tair and memory nodes can be mixed),
-//! holding a lock while a quorum `M` of them (`1 < M ≤ N`, default
-//! `N / 2 + 1`) hold it for the same token.
+//! holding a lock while a quorum `M` of them (a majority: `2M > N`,
+//! default `N / 2 + 1`) hold it for the same token.
 //!
 //! ```
 //! # async fn demo() -> lock_core::Result<()> {
@@ -73,8 +73,10 @@
 //!
 //! # What it guarantees, and what it does not
 //!
-//! Mutual exclusion holds while each holder stays inside its local validity
-//! window, node clocks drift by less than the allowance, and fewer than
+//! With a majority quorum (`2M > N`: any other quorum is refused when the
+//! `Redlock` is built, since two clients could each win a disjoint set of
+//! nodes), mutual exclusion holds while each holder stays inside its local
+//! validity window, node clocks drift by less than the allowance, and fewer than
 //! `H + M − N` of the `H` nodes holding the key lose it before the holder's
 //! next renewal. With every node holding it (`H = N`) that is any minority
 //! below `M`: one node of 3, two of 5. A lock granted by the bare quorum
@@ -103,8 +105,10 @@
 //! instances without relying on replication, at the price of `N` servers and
 //! `N` parallel calls per operation (latency of the `M`-th fastest node). One
 //! instance with replica acknowledgement (`WAIT`; `ReplicaAck` on the Lua and
-//! Tair backends) or Tair's semi-synchronous replication covers the common
-//! failure — a failover losing a just-granted lock — far more cheaply. Pick
+//! Tair backends) or Tair's semi-synchronous replication narrows the common
+//! failure — a failover losing a just-granted lock — far more cheaply (both
+//! give up after their timeout; semi-synchronous replication then silently
+//! degrades to asynchronous). Pick
 //! Redlock when the instances are independent anyway and replica
 //! acknowledgement is not available; either way it is an efficiency lock in
 //! Kleppmann's sense, so protect correctness-critical writes with
@@ -213,7 +217,8 @@ impl Redlock {
     /// A Redlock over `nodes` with `options` (validated).
     ///
     /// Errors: [`Error::InvalidArgument`] for fewer than 2 nodes, a quorum
-    /// outside `1 < M ≤ N`, or invalid timeouts or drift.
+    /// that is not a majority (`2M > N`, `M ≤ N`), or invalid timeouts or
+    /// drift.
     pub fn with_options(
         nodes: impl IntoIterator<Item = Arc<dyn LockBackend>>,
         options: RedlockOptions,
@@ -283,7 +288,7 @@ impl Redlock {
     pub async fn release_report(&self, key: &str, token: &LockToken) -> Result<ReleaseReport> {
         validate_key(key)?;
         let inner = &self.inner;
-        inner.inflight.mark_released(key, token);
+        inner.mark_released(key, token);
         inner.holdings.take(key, token);
         let mut round = inner.release_round(key, token);
         round.until_all_replied().await;
@@ -305,7 +310,15 @@ impl Inner {
                 self.capabilities.max_ttl
             )));
         }
+        self.inflight.note_ttl(ttl);
         Ok(())
+    }
+
+    /// Remember the release long enough for every renewal or acquire sent
+    /// before it to answer, and for a re-seed it triggers to complete.
+    fn mark_released(&self, key: &str, token: &LockToken) {
+        self.inflight
+            .mark_released(key, token, self.options.max_node_timeout.saturating_mul(2));
     }
 
     /// `ttl − drift`: how long a grant stays usable from the first send.
@@ -461,10 +474,6 @@ fn spawn_follow_up(
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
-    let tracked = matches!(kind, FollowUp::Granted | FollowUp::Renewed { .. });
-    if tracked {
-        inner.inflight.begin(key, &token);
-    }
     let inner = inner.clone();
     let key = key.to_owned();
     runtime.spawn(async move {
@@ -480,9 +489,6 @@ fn spawn_follow_up(
             }));
         }
         while work.next().await.is_some() {}
-        if tracked {
-            inner.inflight.end(&key, &token);
-        }
     });
 }
 
@@ -665,7 +671,7 @@ impl LockBackend for Redlock {
     async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
         validate_key(key)?;
         let inner = &self.inner;
-        inner.inflight.mark_released(key, token);
+        inner.mark_released(key, token);
         let holders = inner.holdings.take(key, token);
         let mut round = inner.release_round_on(key, token, holders.as_deref());
         let released = round.until_decided().await;

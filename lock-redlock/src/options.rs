@@ -28,7 +28,8 @@ pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct RedlockOptions {
-    /// Nodes that must agree, `1 < quorum ≤ N`; `None` means `N / 2 + 1`.
+    /// Nodes that must agree: a majority (`2 × quorum > N`, `1 < quorum ≤
+    /// N`); `None` means `N / 2 + 1`.
     pub quorum: Option<usize>,
     /// Per-node timeout as a fraction of the TTL of the call.
     pub node_timeout_factor: f64,
@@ -119,13 +120,16 @@ impl RedlockOptions {
     pub fn validate(&self, nodes: usize) -> Result<usize> {
         if nodes < 2 {
             return Err(Error::invalid(format!(
-                "redlock needs at least 2 nodes (quorum 1 < M <= N), got {nodes}"
+                "redlock needs at least 2 nodes (quorum 2M > N, 1 < M <= N), got {nodes}"
             )));
         }
         let quorum = self.quorum.unwrap_or(nodes / 2 + 1);
-        if quorum < 2 || quorum > nodes {
+        // Two quorums must share a node, or two clients can each win a
+        // disjoint set of nodes and both hold the lock with no fault at all.
+        if quorum < 2 || quorum > nodes || 2 * quorum <= nodes {
             return Err(Error::invalid(format!(
-                "redlock quorum {quorum} is outside 1 < M <= N for {nodes} nodes"
+                "redlock quorum {quorum} of {nodes} nodes breaks the rule 2M > N, 1 < M <= N (a majority): two \
+                 clients could each win {quorum} different nodes"
             )));
         }
         if !(self.node_timeout_factor.is_finite() && self.node_timeout_factor > 0.0) {
@@ -164,6 +168,7 @@ mod tests {
         assert!(invalid(RedlockOptions::default().quorum(0).validate(3)));
         assert!(invalid(RedlockOptions::default().quorum(4).validate(3)));
         assert!(matches!(RedlockOptions::default().quorum(3).validate(3), Ok(3)));
+        assert!(invalid(RedlockOptions::default().quorum(2).validate(4)));
         assert!(invalid(RedlockOptions::default().drift_factor(f64::NAN).validate(3)));
         assert!(invalid(RedlockOptions::default().drift_factor(0.5).validate(3)));
         assert!(invalid(

@@ -142,12 +142,21 @@ impl TairBuilder {
     }
 
     /// Issue fencing tokens (default off). Acquire then runs one small Lua
-    /// script (Tair runs `EVAL` too) that checks the key, increments the fence
-    /// counter and sets the lock, atomically: still one round trip, but a
+    /// script (Tair runs `EVAL` too) that checks the key, sets the lock and
+    /// hands out the next fence, atomically: still one round trip, but a
     /// script instead of one native command. Release and renew stay `CAD` and
     /// `CAS`. The counter lives at [`DEFAULT_FENCE_PREFIX`]` + key` (the key
     /// wrapped in `{}` when it has no hash tag, so both share a cluster slot),
     /// has no TTL and is never deleted: one small key per lock name.
+    ///
+    /// The fence is `max(counter + 1, server time in µs)`, as on the Lua
+    /// backend: strictly increasing while the counter survives, and still
+    /// above every earlier token when the counter is lost (evicted, a
+    /// restart without data), as long as the server clock has not gone back.
+    /// A failover that loses the counter (asynchronous replication) keeps
+    /// the tokens increasing only if the new primary's clock is ahead of the
+    /// old one's at its last grant: clocks skewed by more than the time
+    /// between that grant and the failover can hand out a smaller token.
     #[must_use]
     pub fn fencing(mut self, on: bool) -> Self {
         self.fence_prefix = on.then(|| DEFAULT_FENCE_PREFIX.to_owned());
@@ -161,7 +170,8 @@ impl TairBuilder {
         self
     }
 
-    /// Wait for replica acknowledgement after acquires and versioned writes.
+    /// Wait for replica acknowledgement after acquires, renewals and
+    /// versioned writes (see the crate docs for what a shortfall does).
     #[must_use]
     pub fn replica_ack(mut self, ack: ReplicaAck) -> Self {
         self.replica_ack = Some(ack);

@@ -23,6 +23,9 @@ pub(crate) const NAME: &str = "tair";
 pub(crate) enum Access {
     Read,
     Write,
+    /// A write script: it may have written before failing (Redis does not
+    /// roll a script back), so any error leaves the outcome unknown.
+    Script,
 }
 
 /// A client that applies this backend's per-command options (one attempt,
@@ -208,7 +211,7 @@ pub(crate) const MODULE_HINT: &str = "load the TairString module into the server
 
 /// Map a fred error of command `what` on `key` into `lock_core::Error`.
 pub(crate) fn map_error(what: &str, key: &str, access: Access, e: FredError) -> Error {
-    if is_wrong_type(&e) {
+    if access != Access::Script && is_wrong_type(&e) {
         return Error::invalid(format!(
             "{what} on {key:?}: the key holds another type of value (WRONGTYPE). Lock keys are plain strings and \
              versioned keys are exString values: never use one key name for both"
@@ -221,7 +224,11 @@ pub(crate) fn map_error(what: &str, key: &str, access: Access, e: FredError) -> 
             what: format!("command {command}; {MODULE_HINT}"),
         };
     }
-    let unknown = access == Access::Write && !is_server_reply(&e);
+    let unknown = match access {
+        Access::Read => false,
+        Access::Write => !is_server_reply(&e),
+        Access::Script => true,
+    };
     let message = format!("{what} on {key:?}: {}", e.details());
     let err = if unknown {
         Error::outcome_unknown(NAME, message)
@@ -236,7 +243,7 @@ pub(crate) fn unexpected_reply(what: &str, key: &str, access: Access, reply: &Va
     let message = format!("{what} on {key:?}: unexpected reply {reply:?}");
     match access {
         // Something ran and answered oddly: we cannot say what it did.
-        Access::Write => Error::outcome_unknown(NAME, message),
+        Access::Write | Access::Script => Error::outcome_unknown(NAME, message),
         Access::Read => Error::backend(NAME, message),
     }
 }
@@ -323,6 +330,10 @@ mod tests {
             ErrorKind::Unknown,
             "ERR unknown command 'CAD', with args beginning with: ",
         );
+        let script_error = FredError::new(ErrorKind::Unknown, "ERR Error running script: @user_script:5");
+        assert!(map_error("EVAL", "k", Access::Script, script_error).is_outcome_unknown());
+        let script_wrongtype = FredError::new(ErrorKind::InvalidArgument, "WRONGTYPE Operation against a key");
+        assert!(map_error("EVAL", "k", Access::Script, script_wrongtype).is_outcome_unknown());
         let err = map_error("CAD", "k", Access::Write, unknown);
         assert!(
             matches!(&err, Error::Unsupported { what, .. } if what.starts_with("command CAD")),

@@ -46,7 +46,9 @@
 //! fred is set up with a reconnect policy, a timeout on every command, and a
 //! single attempt per command: a write is never silently re-sent after a
 //! reconnect. A write that fails in transport (timeout, connection lost) is
-//! [`Error::Backend`] with `outcome_unknown: true`. A server without the
+//! [`Error::Backend`] with `outcome_unknown: true`, and so is any error of
+//! a write script (fenced acquire, batched renewals): Redis does not roll a
+//! script back, so it may have written before failing. A server without the
 //! TairString commands is refused at connect with [`Error::Unsupported`].
 //! A key of the wrong type (e.g. a versioned exString key used as a lock, or
 //! the reverse): versioned operations fail with [`Error::InvalidArgument`];
@@ -55,9 +57,31 @@
 //!
 //! # Replica acknowledgement
 //!
-//! [`ReplicaAck`] adds `WAIT` after acquires and versioned writes, on a
-//! dedicated connection; see there. Tair's semi-synchronous replication is
-//! the server-side alternative.
+//! [`ReplicaAck`] adds `WAIT` after acquires, renewals (one `WAIT` per
+//! batch) and versioned writes, on a dedicated connection; see there. A
+//! renewal counts only once confirmed: with [`OnShortfall::ReleaseAndFail`]
+//! a shortfall makes it an outcome-unknown error, so the manager does not
+//! move the lease's deadline past what a promoted replica knows. A `WAIT`
+//! on a connection that reconnected since the write counts as no
+//! acknowledgement (it would have no write offset to wait for). On a
+//! cluster, `WAIT` goes to the slot's owner: a write that fred sent to
+//! another node after an `ASK` redirect (a slot being migrated) is not what
+//! it waits for, so such a confirmation can be false. An acquire
+//! that ends without the server's answer has its clean-up release sent on
+//! the same connection, after it: a `SET NX` still queued behind another
+//! caller's `WAIT` can no longer run after its own clean-up.
+//!
+//! Tair's semi-synchronous replication is the server-side alternative, with
+//! the same limit as `WAIT`: when the replica does not answer within its
+//! timeout, Tair degrades to asynchronous replication, and a failover then
+//! can lose the latest grants and renewals.
+//!
+//! # Fencing tokens across failover
+//!
+//! See [`TairBuilder::fencing`]: the fence is `max(counter + 1, server time
+//! in µs)`, so a lost counter (eviction, restart without data, failover)
+//! does not restart the tokens; across a failover they stay increasing
+//! only while the new primary's clock is not behind the old one's.
 //!
 //! # Servers and tests
 //!
@@ -73,6 +97,7 @@ mod config;
 mod conn;
 mod keys;
 mod replies;
+mod unsettled;
 
 use lock_core::RenewBatch;
 use std::sync::Arc;
@@ -80,7 +105,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fred::clients::Client;
-use fred::interfaces::ClientLike;
+use fred::interfaces::{ClientLike, EventInterface};
 use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use fred::util::redis_keyslot;
@@ -101,17 +126,25 @@ pub use fred;
 use config::Source;
 use conn::{Access, COMMANDS, Clients, NAME, OptionsClient, map_error, send, unexpected_reply};
 use replies::{FencedReply, TriState};
+use unsettled::{Pending, Unsettled};
 
 /// Fenced acquire: refuse a held key (answering its PTTL as a retry hint),
-/// else increment the fence counter and set the lock. The `INCR` comes
-/// before the `SET`, so if it fails (a counter key of the wrong type)
-/// nothing was written.
+/// else set the lock and hand out the next fence, the Lua backend's rule:
+/// `max(counter + 1, server time in µs)`. The counter alone would restart at
+/// 1 when its key is lost (eviction, a restart without data, a failover that
+/// lost it); the server clock keeps the tokens above the lost ones. Every
+/// read (and the only command that can fail, `GET` on a counter of the
+/// wrong type) comes before the first write.
 const FENCED_ACQUIRE: &str = "\
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return {0, redis.call('PTTL', KEYS[1])}
 end
-local fence = redis.call('INCR', KEYS[2])
+local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local t = redis.call('TIME')
+local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if fence <= last then fence = last + 1 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SET', KEYS[2], string.format('%.0f', fence))
 return {1, fence}
 ";
 
@@ -179,6 +212,8 @@ struct Inner {
     /// Clients this backend built (from a URL, or ack connections) and so
     /// closes when the last clone is dropped.
     owned: Vec<Client>,
+    /// Acquires that may still run, for their clean-up to follow them.
+    unsettled: Unsettled,
 }
 
 impl Drop for Inner {
@@ -213,6 +248,19 @@ impl std::fmt::Debug for TairBackend {
 struct Writer<'a> {
     client: &'a OptionsClient,
     ack: Option<&'a ReplicaAck>,
+    /// With `ack`: reconnects of `client` since before the write. `WAIT` on
+    /// a new connection has no write offset to wait for and would confirm
+    /// at once.
+    reconnects: Option<tokio::sync::broadcast::Receiver<fred::types::config::Server>>,
+}
+
+impl Writer<'_> {
+    /// True when the connection reconnected since the writer was taken.
+    fn reconnected(&mut self) -> bool {
+        self.reconnects
+            .as_mut()
+            .is_some_and(|rx| !matches!(rx.try_recv(), Err(tokio::sync::broadcast::error::TryRecvError::Empty)))
+    }
 }
 
 impl TairBackend {
@@ -280,6 +328,7 @@ impl TairBackend {
             renew_many_sha: fred::util::sha1_hash(RENEW_MANY),
             retry_after_hint: settings.retry_after_hint,
             owned,
+            unsettled: Unsettled::default(),
         };
         for client in inner.commands.all() {
             conn::ensure_connected(client, settings.connect_timeout).await?;
@@ -303,20 +352,38 @@ impl TairBackend {
 
     fn writer(&self) -> Writer<'_> {
         match &self.inner.ack {
-            Some((clients, ack)) => Writer {
-                client: clients.next(),
-                ack: Some(ack),
-            },
+            Some((clients, ack)) => {
+                let client = clients.next();
+                Writer {
+                    client,
+                    ack: Some(ack),
+                    reconnects: Some(client.reconnect_rx()),
+                }
+            }
             None => Writer {
                 client: self.inner.commands.next(),
                 ack: None,
+                reconnects: None,
             },
         }
     }
 
-    /// `WAIT replicas timeout` on `client`, routed to `key`'s node. A failed
-    /// WAIT counts as no acknowledgement.
-    async fn wait_for_replicas(&self, client: &Client, key: &str, ack: &ReplicaAck) -> u32 {
+    /// `WAIT replicas timeout` on the writer's connection, routed to `key`'s
+    /// node. A failed WAIT, or one after the connection was replaced since
+    /// the write, counts as no acknowledgement.
+    async fn wait_for_replicas(&self, writer: &mut Writer<'_>, key: &str, ack: &ReplicaAck) -> u32 {
+        let acknowledged = self.wait_on(writer.client, key, ack).await;
+        if acknowledged > 0 && writer.reconnected() {
+            tracing::debug!(
+                key,
+                "the write connection reconnected between the write and WAIT; counted as no acknowledgement"
+            );
+            return 0;
+        }
+        acknowledged
+    }
+
+    async fn wait_on(&self, client: &Client, key: &str, ack: &ReplicaAck) -> u32 {
         let slot = redis_keyslot(key.as_bytes());
         let mut options = self.inner.options.clone();
         options.timeout = Some(ack.timeout + self.inner.command_timeout);
@@ -381,15 +448,21 @@ impl TairBackend {
             }
             other => other,
         }
-        .map_err(|e| map_error("EVAL (fenced acquire)", key, Access::Write, e))?;
+        .map_err(|e| map_error("EVAL (fenced acquire)", key, Access::Script, e))?;
         replies::fenced_acquire(&reply)
-            .ok_or_else(|| unexpected_reply("EVAL (fenced acquire)", key, Access::Write, &reply))
+            .ok_or_else(|| unexpected_reply("EVAL (fenced acquire)", key, Access::Script, &reply))
     }
 
     /// One renew-many script call for the `items` at the indices `chunk`
     /// (one hash slot): one result per index, in order. A failed call fails
     /// each item as a single renew would have failed.
-    async fn renew_chunk(&self, items: &[(&str, &LockToken)], chunk: &[usize], px: i64) -> Vec<Result<RenewOutcome>> {
+    async fn renew_chunk(
+        &self,
+        client: &OptionsClient,
+        items: &[(&str, &LockToken)],
+        chunk: &[usize],
+        px: i64,
+    ) -> Vec<Result<RenewOutcome>> {
         let keys: Vec<&str> = chunk.iter().map(|&i| items[i].0).collect();
         let Some(&first) = keys.first() else {
             return Vec::new();
@@ -402,7 +475,6 @@ impl TairBackend {
         tail.push(px.into());
         tail.extend(chunk.iter().map(|&i| token_arg(items[i].1)));
         let slot = ClusterHash::Custom(redis_keyslot(first.as_bytes()));
-        let client = self.inner.commands.next();
         let mut args: Vec<Value> = Vec::with_capacity(1 + tail.len());
         args.push(self.inner.renew_many_sha.as_str().into());
         args.extend(tail.iter().cloned());
@@ -442,19 +514,86 @@ impl TairBackend {
                 .iter()
                 .map(|key| Err(unexpected_reply(what, key, Access::Write, &other)))
                 .collect(),
+            // The script may have renewed some keys before it failed.
             Err(e) => keys
                 .iter()
-                .map(|key| Err(map_error(what, key, Access::Write, e.clone())))
+                .map(|key| Err(map_error(what, key, Access::Script, e.clone())))
                 .collect(),
         }
     }
 
+    /// How long an unanswered acquire with `ttl` may still matter: it may
+    /// stay queued until fred gives up on its connection, then hold the key
+    /// for `ttl`.
+    fn unsettled_for(&self, ttl: Duration) -> Duration {
+        let wait = self.inner.ack.as_ref().map_or(Duration::ZERO, |(_, a)| a.timeout);
+        ttl.saturating_add(self.inner.command_timeout.saturating_mul(2))
+            .saturating_add(wait)
+    }
+
+    /// After a batched renewal: one WAIT per server written to (one on a
+    /// single server), and the shortfall policy for the keys it renewed.
+    async fn confirm_renewals(
+        &self,
+        writer: &mut Writer<'_>,
+        ack: &ReplicaAck,
+        items: &[(&str, &LockToken)],
+        chunks: &[Vec<usize>],
+        outcomes: &mut [Vec<Result<RenewOutcome>>],
+    ) {
+        let renewed: Vec<usize> = outcomes
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| o.iter().any(|r| matches!(r, Ok(RenewOutcome::Renewed))))
+            .map(|(c, _)| c)
+            .collect();
+        let key_of = |c: usize| {
+            chunks
+                .get(c)
+                .and_then(|chunk| chunk.first())
+                .map_or("", |&i| items[i].0)
+        };
+        // A chunk is one hash slot: on a cluster, WAIT on each chunk's node
+        // (chunks of one node are waited on more than once, concurrently).
+        let waits: Vec<usize> = if self.inner.clustered {
+            renewed.clone()
+        } else {
+            renewed.first().copied().into_iter().collect()
+        };
+        let client = writer.client;
+        let acks = futures::future::join_all(waits.iter().map(|&c| self.wait_on(client, key_of(c), ack))).await;
+        let replaced = writer.reconnected();
+        for &c in &renewed {
+            let acknowledged = if replaced {
+                0
+            } else if self.inner.clustered {
+                waits
+                    .iter()
+                    .position(|&w| w == c)
+                    .and_then(|p| acks.get(p).copied())
+                    .unwrap_or(0)
+            } else {
+                acks.first().copied().unwrap_or(0)
+            };
+            let (Some(chunk), Some(results)) = (chunks.get(c), outcomes.get_mut(c)) else {
+                continue;
+            };
+            for (&i, result) in chunk.iter().zip(results.iter_mut()) {
+                if matches!(result, Ok(RenewOutcome::Renewed))
+                    && let Err(e) = renewal_shortfall(ack, acknowledged, items[i].0)
+                {
+                    *result = Err(e);
+                }
+            }
+        }
+    }
+
     /// After a granted acquire: WAIT, and apply the shortfall policy.
-    async fn confirm_acquire(&self, writer: &Writer<'_>, key: &str, token: &LockToken) -> Result<Replication> {
+    async fn confirm_acquire(&self, writer: &mut Writer<'_>, key: &str, token: &LockToken) -> Result<Replication> {
         let Some(ack) = writer.ack else {
             return Ok(Replication::NotChecked);
         };
-        let acknowledged = self.wait_for_replicas(writer.client, key, ack).await;
+        let acknowledged = self.wait_for_replicas(writer, key, ack).await;
         if acknowledged >= ack.replicas {
             return Ok(Replication::Confirmed { replicas: acknowledged });
         }
@@ -479,9 +618,9 @@ impl TairBackend {
     }
 
     /// After a successful versioned write: WAIT, and apply the shortfall policy.
-    async fn confirm_write(&self, writer: &Writer<'_>, what: &str, key: &str) -> Result<()> {
+    async fn confirm_write(&self, writer: &mut Writer<'_>, what: &str, key: &str) -> Result<()> {
         let Some(ack) = writer.ack else { return Ok(()) };
-        let acknowledged = self.wait_for_replicas(writer.client, key, ack).await;
+        let acknowledged = self.wait_for_replicas(writer, key, ack).await;
         if acknowledged >= ack.replicas {
             return Ok(());
         }
@@ -527,6 +666,32 @@ fn px(ttl: Duration) -> i64 {
     i64::try_from(ttl_millis(ttl)).unwrap_or(i64::MAX)
 }
 
+/// A renewal on the primary that `acknowledged` replicas have: an
+/// outcome-unknown error below the requested count with
+/// [`OnShortfall::ReleaseAndFail`] (the caller must not move its deadline:
+/// a failover could bring back the older expiry), a warning with
+/// [`OnShortfall::MarkUnconfirmed`].
+fn renewal_shortfall(ack: &ReplicaAck, acknowledged: u32, key: &str) -> Result<()> {
+    if acknowledged >= ack.replicas {
+        return Ok(());
+    }
+    let message = format!(
+        "the renewal of {key:?} is on the primary, but only {acknowledged} of {} replicas acknowledged it within \
+         {:?}: a failover could bring back the older expiry",
+        ack.replicas, ack.timeout
+    );
+    match ack.on_shortfall {
+        OnShortfall::MarkUnconfirmed => {
+            tracing::warn!("{message}");
+            Ok(())
+        }
+        OnShortfall::ReleaseAndFail => Err(Error::outcome_unknown(
+            NAME,
+            format!("{message}; not counted as renewed"),
+        )),
+    }
+}
+
 /// A version as a command argument: Tair parses versions as signed 64-bit.
 fn version_arg(version: u64) -> Result<i64> {
     i64::try_from(version)
@@ -539,7 +704,10 @@ impl LockBackend for TairBackend {
         validate_key(key)?;
         validate_ttl(ttl)?;
         let px = px(ttl);
-        let writer = self.writer();
+        let mut writer = self.writer();
+        // Until the server answers, a clean-up release must follow this
+        // write on its connection: see the `unsettled` module.
+        let pending = Pending::new(&self.inner.unsettled, *token, writer.client, self.unsettled_for(ttl));
         let fence = match &self.inner.fence_prefix {
             None => {
                 let args: Vec<Value> = vec![
@@ -552,6 +720,7 @@ impl LockBackend for TairBackend {
                 let reply = send(writer.client, &COMMANDS.set, args)
                     .await
                     .map_err(|e| map_error("SET NX", key, Access::Write, e))?;
+                pending.settle();
                 match replies::set_nx(&reply) {
                     Some(true) => None,
                     Some(false) => {
@@ -562,16 +731,20 @@ impl LockBackend for TairBackend {
                     None => return Err(unexpected_reply("SET NX", key, Access::Write, &reply)),
                 }
             }
-            Some(prefix) => match self.fenced_acquire(&writer, key, &token.to_hex(), px, prefix).await? {
-                FencedReply::Acquired { fence } => Some(FencingToken(fence)),
-                FencedReply::Held { pttl_ms } => {
-                    return Ok(AcquireOutcome::Held {
-                        retry_after: pttl_ms.map(Duration::from_millis),
-                    });
+            Some(prefix) => {
+                let reply = self.fenced_acquire(&writer, key, &token.to_hex(), px, prefix).await?;
+                pending.settle();
+                match reply {
+                    FencedReply::Acquired { fence } => Some(FencingToken(fence)),
+                    FencedReply::Held { pttl_ms } => {
+                        return Ok(AcquireOutcome::Held {
+                            retry_after: pttl_ms.map(Duration::from_millis),
+                        });
+                    }
                 }
-            },
+            }
         };
-        let replication = self.confirm_acquire(&writer, key, token).await?;
+        let replication = self.confirm_acquire(&mut writer, key, token).await?;
         Ok(AcquireOutcome::Acquired(
             Lease::new().with_fencing_token(fence).with_replication(replication),
         ))
@@ -580,7 +753,10 @@ impl LockBackend for TairBackend {
     async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
         validate_key(key)?;
         let args: Vec<Value> = vec![key.into(), token_arg(token)];
-        let reply = match send(self.inner.commands.next(), &COMMANDS.cad, args).await {
+        // The clean-up of an acquire that may still be queued goes after it.
+        let after_acquire = self.inner.unsettled.take(token);
+        let client = after_acquire.as_ref().unwrap_or_else(|| self.inner.commands.next());
+        let reply = match send(client, &COMMANDS.cad, args).await {
             Ok(reply) => reply,
             Err(e) if conn::is_wrong_type(&e) => {
                 tracing::warn!(
@@ -612,7 +788,10 @@ impl LockBackend for TairBackend {
             Value::from_static_str("PX"),
             px(ttl).into(),
         ];
-        let reply = match send(self.inner.commands.next(), &COMMANDS.cas, args).await {
+        // With replica acks, on a WAIT connection: the renewal counts only
+        // once replicas have it.
+        let mut writer = self.writer();
+        let reply = match send(writer.client, &COMMANDS.cas, args).await {
             Ok(reply) => reply,
             Err(e) if conn::is_wrong_type(&e) => {
                 tracing::warn!(
@@ -624,7 +803,13 @@ impl LockBackend for TairBackend {
             Err(e) => return Err(map_error("CAS", key, Access::Write, e)),
         };
         match replies::tri_state(&reply) {
-            Some(TriState::Done) => Ok(RenewOutcome::Renewed),
+            Some(TriState::Done) => {
+                if let Some(ack) = writer.ack {
+                    let acknowledged = self.wait_for_replicas(&mut writer, key, ack).await;
+                    renewal_shortfall(ack, acknowledged, key)?;
+                }
+                Ok(RenewOutcome::Renewed)
+            }
             Some(TriState::Mismatch) => Ok(RenewOutcome::HeldByOther),
             Some(TriState::Missing) => Ok(RenewOutcome::Missing),
             None => Err(unexpected_reply("CAS", key, Access::Write, &reply)),
@@ -640,8 +825,19 @@ impl LockBackend for TairBackend {
             clustered.then(|| redis_keyslot(key.as_bytes()))
         });
         let px = px(ttl);
-        let calls = batch.chunks().iter().map(|chunk| self.renew_chunk(items, chunk, px));
-        let outcomes = futures::future::join_all(calls).await;
+        // With replica acks, every chunk on one WAIT connection, then one
+        // WAIT per server written to.
+        let mut writer = self.writer();
+        let client = writer.client;
+        let calls = batch
+            .chunks()
+            .iter()
+            .map(|chunk| self.renew_chunk(client, items, chunk, px));
+        let mut outcomes = futures::future::join_all(calls).await;
+        if let Some(ack) = writer.ack {
+            self.confirm_renewals(&mut writer, ack, items, batch.chunks(), &mut outcomes)
+                .await;
+        }
         batch.finish(items, outcomes, NAME)
     }
 
@@ -675,13 +871,13 @@ impl VersionedStore for TairBackend {
             version_arg(initial)?.into(),
             Value::from_static_str("WITHVERSION"),
         ]);
-        let writer = self.writer();
+        let mut writer = self.writer();
         let reply = send(writer.client, &COMMANDS.exset, args)
             .await
             .map_err(|e| map_error("EXSET NX", key, Access::Write, e))?;
         match replies::exset_nx(&reply) {
             Some(Some(version)) => {
-                self.confirm_write(&writer, "EXSET NX", key).await?;
+                self.confirm_write(&mut writer, "EXSET NX", key).await?;
                 Ok(CreateOutcome::Created { version })
             }
             Some(None) => Ok(CreateOutcome::Exists),
@@ -693,13 +889,13 @@ impl VersionedStore for TairBackend {
         validate_key(key)?;
         let mut args: Vec<Value> = vec![key.into(), value.into(), version_arg(expected)?.into()];
         push_expiry(&mut args, expiry)?;
-        let writer = self.writer();
+        let mut writer = self.writer();
         let reply = send(writer.client, &COMMANDS.excas, args)
             .await
             .map_err(|e| map_error("EXCAS", key, Access::Write, e))?;
         let outcome = replies::excas(&reply).ok_or_else(|| unexpected_reply("EXCAS", key, Access::Write, &reply))?;
         if let CasOutcome::Written { .. } = outcome {
-            self.confirm_write(&writer, "EXCAS", key).await?;
+            self.confirm_write(&mut writer, "EXCAS", key).await?;
         }
         Ok(outcome)
     }
@@ -707,13 +903,13 @@ impl VersionedStore for TairBackend {
     async fn delete(&self, key: &str, expected: u64) -> Result<DeleteOutcome> {
         validate_key(key)?;
         let args: Vec<Value> = vec![key.into(), version_arg(expected)?.into()];
-        let writer = self.writer();
+        let mut writer = self.writer();
         let reply = send(writer.client, &COMMANDS.excad, args)
             .await
             .map_err(|e| map_error("EXCAD", key, Access::Write, e))?;
         match replies::tri_state(&reply) {
             Some(TriState::Done) => {
-                self.confirm_write(&writer, "EXCAD", key).await?;
+                self.confirm_write(&mut writer, "EXCAD", key).await?;
                 Ok(DeleteOutcome::Deleted)
             }
             Some(TriState::Missing) => Ok(DeleteOutcome::Missing),
