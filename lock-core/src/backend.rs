@@ -239,6 +239,9 @@ pub struct Capabilities {
     pub distinguishes_missing: bool,
     /// Longest TTL the backend accepts.
     pub max_ttl: Duration,
+    /// Implements [`crate::SemaphoreBackend`] with a sound bound (leased
+    /// permits, counted on one server).
+    pub semaphores: bool,
 }
 
 impl Capabilities {
@@ -252,6 +255,7 @@ impl Capabilities {
             release_notifications: false,
             distinguishes_missing: true,
             max_ttl: crate::options::MAX_TTL,
+            semaphores: false,
         }
     }
 }

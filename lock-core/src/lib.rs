@@ -11,6 +11,7 @@ mod batch;
 pub mod error;
 pub mod guard;
 mod jitter;
+pub mod kinds;
 mod lane;
 pub mod manager;
 pub mod options;
@@ -25,6 +26,7 @@ pub use backend::{
 pub use batch::RenewBatch;
 pub use error::{BoxError, Error, LossReason, NodeOutcome, NodeReports, NotHeldReason, Result};
 pub use guard::{LeaseHandle, LockGuard};
+pub use kinds::semaphore::{Permit, PermitRequest, Semaphore, SemaphoreBackend, SemaphoreManager};
 pub use manager::LockManager;
 pub use options::{Backoff, LockOptions, MAX_TTL, MIN_TTL, Renewal, UpdateOptions};
 pub use token::{FencingToken, LockToken};

@@ -1,0 +1,6 @@
+//! Lock kinds beyond the mutex, each a small primitive backend trait plus a
+//! manager-level guard that reuses the mutex's lifecycle (renewal, `lost()`,
+//! scoped helpers, cancellation safety, fencing tokens).
+
+pub mod semaphore;
+pub mod semaphore_lua;

@@ -1,0 +1,417 @@
+//! Counting semaphore with leased permits.
+//!
+//! Each holder is one lease (a fresh [`LockToken`]) that takes `permits` of a
+//! semaphore of `size` permits. The backend stores a per-holder deadline in
+//! **server** time, so a crashed holder's permits come back when its lease
+//! expires; the size is stored with the holders and a request with another
+//! size fails with [`Error::InvalidArgument`] while any permit is held.
+//!
+//! The [`SemaphoreManager`] runs each holder through a [`LockManager`] (an
+//! adapter presents "holder of `name`" as a lock key), so a [`Permit`] has
+//! exactly the mutex's lifecycle: background renewal through the batcher,
+//! [`LeaseHandle::lost`] at the local deadline, release on drop, fencing
+//! tokens, and local FIFO waiters per name (the head of the line polls, the
+//! others queue behind it, as in `tokio::sync::Semaphore`).
+//!
+//! Fencing tokens strictly increase per semaphore name across grants; since
+//! up to `size` holders are legal at once, a resource cannot reject "older"
+//! tokens as it would for a mutex: use them to order or deduplicate writes.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::backend::{AcquireOutcome, Capabilities, LockBackend, ReleaseOutcome, RenewOutcome};
+use crate::error::{Error, Result};
+use crate::guard::{LeaseHandle, LockGuard};
+use crate::manager::LockManager;
+use crate::options::LockOptions;
+use crate::token::LockToken;
+
+/// Largest semaphore size accepted (keeps every count exact in Lua and small
+/// enough to be a plausible request rather than a unit mistake).
+pub const MAX_SEMAPHORE_SIZE: u32 = 1 << 20;
+
+/// What one holder asks for: `permits` of a semaphore of `size`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PermitRequest {
+    /// Total permits of the semaphore (fixed per name while any is held).
+    pub size: u32,
+    /// Permits this holder takes, `1..=size`.
+    pub permits: u32,
+}
+
+impl PermitRequest {
+    /// `permits` of a semaphore of `size` (checked by [`PermitRequest::validate`]).
+    pub fn new(size: u32, permits: u32) -> Self {
+        PermitRequest { size, permits }
+    }
+
+    /// Check `1 <= permits <= size <= MAX_SEMAPHORE_SIZE`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the bad value.
+    pub fn validate(&self) -> Result<()> {
+        if self.size == 0 || self.size > MAX_SEMAPHORE_SIZE {
+            return Err(Error::invalid(format!(
+                "semaphore size {} must be in 1..={MAX_SEMAPHORE_SIZE}",
+                self.size
+            )));
+        }
+        if self.permits == 0 || self.permits > self.size {
+            return Err(Error::invalid(format!(
+                "permits {} must be in 1..={} (the semaphore's size)",
+                self.permits, self.size
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The error for a request whose size differs from the stored one.
+pub fn size_mismatch(name: &str, requested: u32, stored: u64) -> Error {
+    Error::invalid(format!(
+        "semaphore {name:?} has size {stored} while permits are held; this request said {requested}"
+    ))
+}
+
+/// Primitive, owner-checked semaphore operations: one round trip each on
+/// remote backends. Holders are identified by `(name, holder)`; a holder's
+/// permits count until its lease expires by the server's clock.
+///
+/// Release and renew answer `Released`/`Renewed` or `Missing` (a holder whose
+/// lease expired, or that never held); they never touch another holder.
+#[async_trait]
+pub trait SemaphoreBackend: LockBackend {
+    /// Take `request.permits` of `name` for `holder` for `ttl` if that many
+    /// are free. A repeated call for a holder that already holds refreshes its
+    /// lease (a re-sent request is harmless). `Held { retry_after }` hints
+    /// when the earliest current lease expires.
+    async fn acquire_permits(
+        &self,
+        name: &str,
+        holder: &LockToken,
+        request: PermitRequest,
+        ttl: Duration,
+    ) -> Result<AcquireOutcome>;
+
+    /// Return `holder`'s permits of `name`, if its lease is still live.
+    async fn release_permits(&self, name: &str, holder: &LockToken) -> Result<ReleaseOutcome>;
+
+    /// Reset `holder`'s lease on `name` to `ttl`, if it is still live (an
+    /// expired lease is never revived).
+    async fn renew_permits(&self, name: &str, holder: &LockToken, ttl: Duration) -> Result<RenewOutcome>;
+
+    /// Renew many holders for the same `ttl`, one result per item, in order.
+    /// The default renews each concurrently.
+    async fn renew_permits_many(&self, items: &[(&str, &LockToken)], ttl: Duration) -> Vec<Result<RenewOutcome>> {
+        futures::future::join_all(items.iter().map(|(name, holder)| self.renew_permits(name, holder, ttl))).await
+    }
+
+    /// Wait until permits of `name` may have been returned, or `max_wait`
+    /// passes. A hint only; the default sleeps.
+    async fn wait_for_permits(&self, name: &str, max_wait: Duration) {
+        let _ = name;
+        tokio::time::sleep(max_wait).await;
+    }
+}
+
+tokio::task_local! {
+    /// The request of the acquire running on this task. The manager's acquire
+    /// loop (which knows only keys) awaits `try_acquire` inline, so the
+    /// adapter reads the size and permits from here instead of encoding them
+    /// in the key.
+    static REQUEST: PermitRequest;
+}
+
+/// Presents semaphore holders as lock leases to a [`LockManager`]: key =
+/// semaphore name, token = holder.
+struct HolderAsLock {
+    backend: Arc<dyn SemaphoreBackend>,
+}
+
+#[async_trait]
+impl LockBackend for HolderAsLock {
+    async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        let Ok(request) = REQUEST.try_with(|r| *r) else {
+            return Err(Error::invalid("a semaphore acquire must go through SemaphoreManager"));
+        };
+        self.backend.acquire_permits(key, token, request, ttl).await
+    }
+    async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
+        self.backend.release_permits(key, token).await
+    }
+    async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
+        self.backend.renew_permits(key, token, ttl).await
+    }
+    async fn renew_many(&self, items: &[(&str, &LockToken)], ttl: Duration) -> Vec<Result<RenewOutcome>> {
+        self.backend.renew_permits_many(items, ttl).await
+    }
+    async fn wait_for_release(&self, key: &str, max_wait: Duration) {
+        self.backend.wait_for_permits(key, max_wait).await;
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.backend.capabilities()
+    }
+}
+
+/// Hands out [`Semaphore`]s over one backend; they share its renewal batcher
+/// and local waiting lines. Cheap to clone.
+///
+/// ```
+/// # async fn demo(backend: impl lock_core::kinds::semaphore::SemaphoreBackend) -> lock_core::Result<()> {
+/// use lock_core::kinds::semaphore::SemaphoreManager;
+/// let semaphores = SemaphoreManager::new(backend)?;
+/// let api = semaphores.semaphore("partner-api", 4)?; // at most 4 permits at once
+/// let permit = api.acquire(1).await?;               // leased and renewed
+/// // ... call the rate-limited API ...
+/// permit.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct SemaphoreManager {
+    locks: LockManager,
+}
+
+impl SemaphoreManager {
+    /// A manager with the default [`LockOptions`].
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] when the backend's [`Capabilities::semaphores`]
+    /// is false.
+    pub fn new(backend: impl SemaphoreBackend) -> Result<Self> {
+        Self::with_options(backend, LockOptions::default())
+    }
+
+    /// A manager with custom options (validated as for [`LockManager`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for bad options, [`Error::Unsupported`] as
+    /// for [`SemaphoreManager::new`].
+    pub fn with_options(backend: impl SemaphoreBackend, options: LockOptions) -> Result<Self> {
+        let caps = backend.capabilities();
+        if !caps.semaphores {
+            return Err(Error::Unsupported {
+                backend: caps.name,
+                what: "leased semaphores".to_owned(),
+            });
+        }
+        let adapter = HolderAsLock {
+            backend: Arc::new(backend),
+        };
+        Ok(SemaphoreManager {
+            locks: LockManager::from_arc(Arc::new(adapter), options)?,
+        })
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> &LockOptions {
+        self.locks.options()
+    }
+
+    /// Stop every renewer started by this manager.
+    pub fn shutdown(&self) {
+        self.locks.shutdown();
+    }
+
+    /// The semaphore `name` of `size` permits.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty name or a size outside
+    /// `1..=MAX_SEMAPHORE_SIZE`.
+    pub fn semaphore(&self, name: &str, size: u32) -> Result<Semaphore> {
+        crate::options::validate_key(name)?;
+        PermitRequest::new(size, 1).validate()?;
+        Ok(Semaphore {
+            name: name.to_owned(),
+            size,
+            locks: self.locks.clone(),
+        })
+    }
+}
+
+/// One named semaphore of a fixed size. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Semaphore {
+    name: String,
+    size: u32,
+    locks: LockManager,
+}
+
+impl Semaphore {
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its size.
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// Take `permits`, waiting up to the acquire timeout for them to be free.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when they stayed taken, [`Error::InvalidArgument`]
+    /// for `permits` outside `1..=size` or a size that differs from the one
+    /// stored by current holders, the last backend error when it kept failing.
+    ///
+    /// # Cancel safety
+    /// Dropping the future gives back anything it may have taken (an
+    /// owner-checked release is sent in the background).
+    pub async fn acquire(&self, permits: u32) -> Result<Permit> {
+        self.acquire_opts(permits, self.locks.options()).await
+    }
+
+    /// [`Semaphore::acquire`] with per-call options.
+    ///
+    /// # Errors
+    /// As [`Semaphore::acquire`].
+    ///
+    /// # Cancel safety
+    /// As [`Semaphore::acquire`].
+    pub async fn acquire_opts(&self, permits: u32, options: &LockOptions) -> Result<Permit> {
+        let request = self.request(permits)?;
+        let guard = REQUEST
+            .scope(request, self.locks.lock_with(&self.name, options))
+            .await?;
+        Ok(Permit { guard, permits })
+    }
+
+    /// One attempt, no waiting: `Ok(None)` when not enough permits are free.
+    ///
+    /// # Errors
+    /// As [`Semaphore::acquire`], without the timeout.
+    ///
+    /// # Cancel safety
+    /// As [`Semaphore::acquire`].
+    pub async fn try_acquire(&self, permits: u32) -> Result<Option<Permit>> {
+        let request = self.request(permits)?;
+        let guard = REQUEST.scope(request, self.locks.try_lock(&self.name)).await?;
+        Ok(guard.map(|guard| Permit { guard, permits }))
+    }
+
+    /// Run `body` while holding `permits`. If the lease is lost, the body is
+    /// dropped at its next await point and [`Error::Lost`] is returned;
+    /// otherwise the permits are returned and the body's output given back.
+    ///
+    /// # Errors
+    /// As [`Semaphore::acquire`], plus [`Error::Lost`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the permit, which releases it in the
+    /// background.
+    pub async fn with_permits<F, Fut, T>(&self, permits: u32, body: F) -> Result<T>
+    where
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let permit = self.acquire(permits).await?;
+        let lost = permit.lost();
+        let handle = permit.handle();
+        let out = tokio::select! {
+            biased;
+            reason = lost => {
+                let held_for = permit.acquired_at().elapsed();
+                drop(permit);
+                return Err(Error::Lost { key: self.name.clone(), held_for, reason });
+            }
+            out = body(handle) => out,
+        };
+        if let Err(e) = permit.release().await {
+            tracing::debug!(name = %self.name, error = %e, "release after with_permits failed; the lease will expire");
+        }
+        Ok(out)
+    }
+
+    fn request(&self, permits: u32) -> Result<PermitRequest> {
+        let request = PermitRequest::new(self.size, permits);
+        request.validate()?;
+        Ok(request)
+    }
+}
+
+/// Held permits of a semaphore: a leased, renewed holder. Owned and
+/// `'static`; dropping it returns the permits in the background.
+#[must_use = "dropping the permit returns it"]
+#[derive(Debug)]
+pub struct Permit {
+    guard: LockGuard,
+    permits: u32,
+}
+
+impl std::ops::Deref for Permit {
+    type Target = LeaseHandle;
+    fn deref(&self) -> &LeaseHandle {
+        &self.guard
+    }
+}
+
+impl Permit {
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        self.guard.key()
+    }
+
+    /// How many permits this holder has.
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// A cloneable view of the lease (for `select!`, tasks, logging).
+    pub fn handle(&self) -> LeaseHandle {
+        self.guard.handle()
+    }
+
+    /// Reset the lease to `ttl` now (owner-checked).
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when the lease is lost; a transport error leaves
+    /// the lease's deadline as it was.
+    ///
+    /// # Cancel safety
+    /// Safe: at worst the renewal happens without moving the local deadline.
+    pub async fn extend(&self, ttl: Duration) -> Result<()> {
+        self.guard.extend(ttl).await
+    }
+
+    /// Stop renewing and return the permits if this lease still holds them.
+    /// `Missing` means the lease had already expired (nothing else touched).
+    ///
+    /// # Errors
+    /// The backend's error; the lease then expires on its own.
+    ///
+    /// # Cancel safety
+    /// Safe: if dropped mid-flight, the release is sent again in the background.
+    pub async fn release(self) -> Result<ReleaseOutcome> {
+        self.guard.release().await
+    }
+}
+
+#[async_trait]
+impl<B: SemaphoreBackend + ?Sized> SemaphoreBackend for Arc<B> {
+    async fn acquire_permits(
+        &self,
+        name: &str,
+        holder: &LockToken,
+        request: PermitRequest,
+        ttl: Duration,
+    ) -> Result<AcquireOutcome> {
+        (**self).acquire_permits(name, holder, request, ttl).await
+    }
+    async fn release_permits(&self, name: &str, holder: &LockToken) -> Result<ReleaseOutcome> {
+        (**self).release_permits(name, holder).await
+    }
+    async fn renew_permits(&self, name: &str, holder: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
+        (**self).renew_permits(name, holder, ttl).await
+    }
+    async fn renew_permits_many(&self, items: &[(&str, &LockToken)], ttl: Duration) -> Vec<Result<RenewOutcome>> {
+        (**self).renew_permits_many(items, ttl).await
+    }
+    async fn wait_for_permits(&self, name: &str, max_wait: Duration) {
+        (**self).wait_for_permits(name, max_wait).await;
+    }
+}

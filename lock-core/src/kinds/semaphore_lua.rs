@@ -1,0 +1,230 @@
+//! The semaphore's Lua scripts and key layout, shared by every backend whose
+//! server runs Lua (Redis/Valkey, Tair): one script per operation, one round
+//! trip, server time only.
+//!
+//! Keys of semaphore `name`, all in `name`'s cluster slot (see
+//! [`SemaphoreKeys::new`]):
+//! - `holders`: sorted set, holder token (hex) → lease deadline, server ms;
+//! - `info`: hash, holder token → its permits, plus `_size` and `_used`;
+//! - `fence`: the fencing counter (no TTL, so tokens never repeat).
+//!
+//! Every script first drops holders whose deadline passed (returning their
+//! permits), and `holders`/`info` expire together at the latest deadline, so
+//! an abandoned semaphore leaves nothing behind but its fence counter. The
+//! deadlines are `TIME`-based: scripts replicate by effects (Redis ≥ 5 by
+//! default, only mode since 7.0), so replicas store the same numbers.
+
+use crate::backend::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
+use crate::error::{Error, Result};
+use crate::token::FencingToken;
+
+/// The three keys of one semaphore.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SemaphoreKeys {
+    /// Sorted set of holder deadlines.
+    pub holders: String,
+    /// Hash of holder permits, `_size` and `_used`.
+    pub info: String,
+    /// Fencing counter.
+    pub fence: String,
+}
+
+/// The hash tag of `key` as Redis Cluster computes it, if non-empty.
+fn hash_tag(key: &str) -> Option<&str> {
+    let open = key.find('{')?;
+    let rest = &key[open + 1..];
+    let close = rest.find('}')?;
+    (close > 0).then(|| &rest[..close])
+}
+
+impl SemaphoreKeys {
+    /// The keys of `name`: `name` keeps its hash tag if it has one
+    /// (`{a}x` → `{a}x:sem`), else it becomes the tag (`x` → `{x}:sem`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a name without a tag that contains `}`:
+    /// wrapping it would not give one slot.
+    pub fn new(name: &str) -> Result<Self> {
+        let base = if hash_tag(name).is_some() {
+            name.to_owned()
+        } else if name.contains('}') {
+            return Err(Error::invalid(format!(
+                "semaphore name {name:?} contains '}}' without a hash tag: its keys could not share a cluster slot"
+            )));
+        } else {
+            format!("{{{name}}}")
+        };
+        Ok(SemaphoreKeys {
+            holders: format!("{base}:sem"),
+            info: format!("{base}:sem:info"),
+            fence: format!("{base}:sem:fence"),
+        })
+    }
+}
+
+/// Shared prologue: `now` in server ms, then drop expired holders.
+const PRUNE: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
+for _, h in ipairs(dead) do
+  local n = tonumber(redis.call('HGET', KEYS[2], h) or '0') or 0
+  redis.call('HDEL', KEYS[2], h)
+  redis.call('HINCRBY', KEYS[2], '_used', -n)
+end
+if #dead > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now) end
+if redis.call('ZCARD', KEYS[1]) == 0 then redis.call('DEL', KEYS[2]) end
+local function expire_with_last()
+  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  if last[2] then
+    redis.call('PEXPIREAT', KEYS[1], last[2])
+    redis.call('PEXPIREAT', KEYS[2], last[2])
+  end
+end
+";
+
+/// KEYS holders, info, fence; ARGV holder, ttl ms, size, permits.
+/// `{1, fence}` granted (or refreshed, for a re-sent request);
+/// `{0, retry_ms}` not enough free; `{-1, stored_size}` size mismatch.
+pub const ACQUIRE_BODY: &str = r"
+local ttl = tonumber(ARGV[2])
+local size = tonumber(ARGV[3])
+local k = tonumber(ARGV[4])
+local stored = redis.call('HGET', KEYS[2], '_size')
+if stored and tonumber(stored) ~= size then return {-1, tonumber(stored)} end
+if redis.call('HGET', KEYS[2], ARGV[1]) then
+  redis.call('ZADD', KEYS[1], 'XX', now + ttl, ARGV[1])
+  expire_with_last()
+  return {1, tonumber(redis.call('GET', KEYS[3]) or '0') or 0}
+end
+local used = tonumber(redis.call('HGET', KEYS[2], '_used') or '0') or 0
+if used + k > size then
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  local wait = 1
+  if first[2] then wait = math.max(1, tonumber(first[2]) - now) end
+  return {0, wait}
+end
+redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+redis.call('HSET', KEYS[2], ARGV[1], k, '_size', size)
+redis.call('HINCRBY', KEYS[2], '_used', k)
+expire_with_last()
+local last = tonumber(redis.call('GET', KEYS[3]) or '0') or 0
+local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if fence <= last then fence = last + 1 end
+redis.call('SET', KEYS[3], string.format('%.0f', fence))
+return {1, fence}
+";
+
+/// KEYS holders, info; ARGV holder. `1` released, `0` missing (expired or
+/// never held).
+pub const RELEASE_BODY: &str = r"
+local n = redis.call('HGET', KEYS[2], ARGV[1])
+if not n then return 0 end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HINCRBY', KEYS[2], '_used', -tonumber(n))
+if redis.call('ZCARD', KEYS[1]) == 0 then redis.call('DEL', KEYS[2]) end
+return 1
+";
+
+/// KEYS holders, info; ARGV holder, ttl ms. `1` renewed, `0` missing (an
+/// expired lease was pruned above, so it is never revived).
+pub const RENEW_BODY: &str = r"
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1])
+expire_with_last()
+return 1
+";
+
+/// The full acquire script (prologue + body).
+pub fn acquire_script() -> String {
+    format!("{PRUNE}{ACQUIRE_BODY}")
+}
+
+/// The full release script.
+pub fn release_script() -> String {
+    format!("{PRUNE}{RELEASE_BODY}")
+}
+
+/// The full renew script.
+pub fn renew_script() -> String {
+    format!("{PRUNE}{RENEW_BODY}")
+}
+
+/// Decode the acquire script's reply (already read as integers).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] on a size mismatch; [`Error::Backend`]
+/// (outcome unknown) on a reply of the wrong shape.
+pub fn acquire_outcome(
+    backend: &str,
+    name: &str,
+    requested_size: u32,
+    reply: &[i64],
+    fencing: bool,
+) -> Result<AcquireOutcome> {
+    match reply {
+        [1, fence] => {
+            let token = (fencing && *fence > 0).then(|| FencingToken(fence.unsigned_abs()));
+            Ok(AcquireOutcome::Acquired(Lease::new().with_fencing_token(token)))
+        }
+        [0, wait] => Ok(AcquireOutcome::Held {
+            retry_after: Some(std::time::Duration::from_millis(wait.unsigned_abs())),
+        }),
+        [-1, stored] => Err(super::semaphore::size_mismatch(
+            name,
+            requested_size,
+            stored.unsigned_abs(),
+        )),
+        other => Err(Error::outcome_unknown(
+            backend,
+            format!("semaphore acquire on {name:?}: unexpected reply {other:?}"),
+        )),
+    }
+}
+
+/// Decode the release script's reply.
+///
+/// # Errors
+/// [`Error::Backend`] on an unexpected reply.
+pub fn release_outcome(backend: &str, name: &str, reply: i64) -> Result<ReleaseOutcome> {
+    match reply {
+        1 => Ok(ReleaseOutcome::Released),
+        0 => Ok(ReleaseOutcome::Missing),
+        other => Err(Error::outcome_unknown(
+            backend,
+            format!("semaphore release on {name:?}: unexpected reply {other}"),
+        )),
+    }
+}
+
+/// Decode the renew script's reply.
+///
+/// # Errors
+/// [`Error::Backend`] on an unexpected reply.
+pub fn renew_outcome(backend: &str, name: &str, reply: i64) -> Result<RenewOutcome> {
+    match reply {
+        1 => Ok(RenewOutcome::Renewed),
+        0 => Ok(RenewOutcome::Missing),
+        other => Err(Error::outcome_unknown(
+            backend,
+            format!("semaphore renew on {name:?}: unexpected reply {other}"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_the_name_slot_tag() {
+        let k = SemaphoreKeys::new("api").expect("plain name");
+        assert_eq!(k.holders, "{api}:sem");
+        assert_eq!(k.info, "{api}:sem:info");
+        assert_eq!(k.fence, "{api}:sem:fence");
+        let k = SemaphoreKeys::new("{t}x").expect("tagged name");
+        assert_eq!(k.holders, "{t}x:sem");
+        assert!(SemaphoreKeys::new("a}b").is_err());
+    }
+}
