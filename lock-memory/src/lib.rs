@@ -9,6 +9,8 @@
 //!
 //! Clones share state: hand a clone to each "client" in a test.
 
+mod semaphore;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -26,6 +28,7 @@ use tokio::time::Instant;
 #[derive(Clone, Default)]
 pub struct MemoryBackend {
     state: Arc<Mutex<State>>,
+    semaphores: Arc<Mutex<semaphore::Semaphores>>,
 }
 
 impl std::fmt::Debug for MemoryBackend {
@@ -122,6 +125,14 @@ impl MemoryBackend {
         }
     }
 
+    fn lock_semaphores(&self) -> MutexGuard<'_, semaphore::Semaphores> {
+        // Every update is a single map operation, as for `lock_state`.
+        match self.semaphores.lock() {
+            Ok(s) => s,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
     /// Remaining TTL of a held lock (tests and diagnostics).
     pub fn lock_ttl(&self, key: &str) -> Option<Duration> {
         let now = Instant::now();
@@ -212,6 +223,7 @@ impl LockBackend for MemoryBackend {
         caps.fencing_tokens = true;
         caps.native_compare_and_delete = true;
         caps.release_notifications = true;
+        caps.semaphores = true;
         caps
     }
 }
