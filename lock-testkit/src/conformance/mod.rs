@@ -9,9 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use lock_core::{LockBackend, LockManager, LockOptions, Renewal, VersionedStore};
+use lock_core::{LockBackend, LockManager, LockOptions, Renewal, SemaphoreBackend, SemaphoreManager, VersionedStore};
 
 pub mod lock_cases;
+pub mod semaphore_cases;
 pub mod versioned_cases;
 
 type Connect<T> = Arc<dyn Fn() -> BoxFuture<'static, Arc<T>> + Send + Sync>;
@@ -126,6 +127,77 @@ impl LockSuite {
     }
 }
 
+/// How a semaphore backend is reached by the suite.
+pub struct SemaphoreSuite {
+    clients: Clients<dyn SemaphoreBackend>,
+    /// Base TTL of the cases (default 400 ms).
+    pub ttl: Duration,
+    /// How long each of the contention case's holders keeps its permits.
+    pub hold: Duration,
+    /// Slack allowed between a lost() signal and the local deadline.
+    pub slack: Duration,
+}
+
+impl SemaphoreSuite {
+    /// See [`LockSuite::new`].
+    pub fn new<F, Fut, B>(connect: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = B> + Send + 'static,
+        B: SemaphoreBackend,
+    {
+        let connect = Arc::new(connect);
+        SemaphoreSuite {
+            clients: Clients::new(Arc::new(move || {
+                let fut = connect();
+                Box::pin(async move { Arc::new(fut.await) as Arc<dyn SemaphoreBackend> })
+            })),
+            ttl: Duration::from_millis(400),
+            hold: Duration::from_millis(10),
+            slack: Duration::from_millis(250),
+        }
+    }
+
+    /// Keep `thing` alive as long as the suite.
+    #[must_use]
+    pub fn keep_alive(mut self, thing: impl Any + Send + Sync) -> Self {
+        self.clients.keep_alive.push(Box::new(thing));
+        self
+    }
+
+    /// Set the base TTL.
+    #[must_use]
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// A new client.
+    pub async fn client(&self) -> Arc<dyn SemaphoreBackend> {
+        (self.clients.connect)().await
+    }
+
+    /// A namespaced name for this run.
+    pub fn key(&self, name: &str) -> String {
+        self.clients.key(name)
+    }
+
+    /// Options with the base TTL and automatic renewal.
+    pub fn options(&self) -> LockOptions {
+        LockOptions::with_ttl(self.ttl).acquire_timeout(self.ttl * 4)
+    }
+
+    /// Options with the base TTL and no renewal.
+    pub fn manual(&self) -> LockOptions {
+        self.options().renewal(Renewal::Manual)
+    }
+
+    /// A semaphore manager over a new client.
+    pub async fn manager(&self, options: LockOptions) -> SemaphoreManager {
+        SemaphoreManager::with_options(self.client().await, options).expect("valid options")
+    }
+}
+
 /// How a versioned store is reached by the suite.
 pub struct VersionedSuite {
     clients: Clients<dyn VersionedStore>,
@@ -201,6 +273,30 @@ macro_rules! versioned_conformance {
     };
     (real, $suite:expr) => {
         $crate::__versioned_cases!((flavor = "multi_thread", worker_threads = 2), $suite);
+    };
+}
+
+/// Expands to one `#[tokio::test]` per semaphore case (see
+/// [`lock_conformance!`] for the arguments).
+#[macro_export]
+macro_rules! semaphore_conformance {
+    (paused, $suite:expr) => {
+        $crate::__semaphore_cases!((start_paused = true), $suite);
+    };
+    (real, $suite:expr) => {
+        $crate::__semaphore_cases!((flavor = "multi_thread", worker_threads = 2), $suite);
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __semaphore_cases {
+    ($attr:tt, $suite:expr) => {
+        $crate::__conformance_cases!($attr, $suite, semaphore_cases:
+            bound_never_exceeded, try_acquire_never_waits, expiry_returns_dead_holders_permits,
+            stale_holder_cannot_release_or_renew, size_mismatch_is_an_error, invalid_requests_are_rejected,
+            auto_renew_keeps_permits, drop_returns_permits, lost_fires_by_deadline_when_backend_hangs,
+            with_permits_returns_output, fencing_tokens_increase);
     };
 }
 
