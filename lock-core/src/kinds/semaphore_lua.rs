@@ -62,8 +62,11 @@ impl SemaphoreKeys {
     }
 }
 
-/// Shared prologue: `now` in server ms, then drop expired holders.
-const PRUNE: &str = r"
+/// Shared prologue: `now` in server ms, then drop expired holders (a macro,
+/// so that `concat!` builds each full script at compile time).
+macro_rules! prune {
+    () => {
+        r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
@@ -81,12 +84,16 @@ local function expire_with_last()
     redis.call('PEXPIREAT', KEYS[2], last[2])
   end
 end
-";
+"
+    };
+}
 
 /// KEYS holders, info, fence; ARGV holder, ttl ms, size, permits.
 /// `{1, fence}` granted (or refreshed, for a re-sent request);
 /// `{0, retry_ms}` not enough free; `{-1, stored_size}` size mismatch.
-pub const ACQUIRE_BODY: &str = r"
+pub const ACQUIRE: &str = concat!(
+    prune!(),
+    r"
 local ttl = tonumber(ARGV[2])
 local size = tonumber(ARGV[3])
 local k = tonumber(ARGV[4])
@@ -113,11 +120,14 @@ local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
 if fence <= last then fence = last + 1 end
 redis.call('SET', KEYS[3], string.format('%.0f', fence))
 return {1, fence}
-";
+"
+);
 
 /// KEYS holders, info; ARGV holder. `1` released, `0` missing (expired or
 /// never held).
-pub const RELEASE_BODY: &str = r"
+pub const RELEASE: &str = concat!(
+    prune!(),
+    r"
 local n = redis.call('HGET', KEYS[2], ARGV[1])
 if not n then return 0 end
 redis.call('ZREM', KEYS[1], ARGV[1])
@@ -125,31 +135,20 @@ redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HINCRBY', KEYS[2], '_used', -tonumber(n))
 if redis.call('ZCARD', KEYS[1]) == 0 then redis.call('DEL', KEYS[2]) end
 return 1
-";
+"
+);
 
 /// KEYS holders, info; ARGV holder, ttl ms. `1` renewed, `0` missing (an
 /// expired lease was pruned above, so it is never revived).
-pub const RENEW_BODY: &str = r"
+pub const RENEW: &str = concat!(
+    prune!(),
+    r"
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
 redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1])
 expire_with_last()
 return 1
-";
-
-/// The full acquire script (prologue + body).
-pub fn acquire_script() -> String {
-    format!("{PRUNE}{ACQUIRE_BODY}")
-}
-
-/// The full release script.
-pub fn release_script() -> String {
-    format!("{PRUNE}{RELEASE_BODY}")
-}
-
-/// The full renew script.
-pub fn renew_script() -> String {
-    format!("{PRUNE}{RENEW_BODY}")
-}
+"
+);
 
 /// Decode the acquire script's reply (already read as integers).
 ///
