@@ -87,6 +87,7 @@ mod error;
 mod keys;
 mod notify;
 mod scripts;
+mod semaphore;
 
 use lock_core::RenewBatch;
 use std::sync::Arc;
@@ -864,6 +865,7 @@ impl LockBackend for RedisLuaBackend {
         caps.fencing_tokens = self.inner.fencing;
         caps.replica_ack = self.inner.replica_ack.is_some();
         caps.release_notifications = self.inner.notifier.is_some();
+        caps.semaphores = true;
         caps
     }
 }

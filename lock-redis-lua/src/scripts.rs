@@ -18,7 +18,7 @@ pub(crate) struct LuaScript {
 }
 
 impl LuaScript {
-    fn new(source: &'static str) -> Self {
+    pub(crate) fn new(source: &'static str) -> Self {
         LuaScript {
             source,
             sha: redis::Script::new(source).get_hash().to_owned(),
