@@ -25,7 +25,13 @@ pub(crate) struct Semaphores {
     fences: HashMap<String, u64>,
     /// Woken on every release, one per name with waiters.
     waiters: HashMap<String, Arc<Notify>>,
+    /// Holders released while missing, refused by acquires until the instant
+    /// (as the Lua scripts' `gone` set: a clean-up that overtook its acquire).
+    gone: HashMap<(String, LockToken), Instant>,
 }
+
+/// How long a holder released while missing stays refused.
+const GONE_WINDOW: Duration = Duration::from_millis(lock_core::kinds::semaphore_lua::GONE_WINDOW_MS);
 
 /// The live holders of one semaphore.
 struct Held {
@@ -80,6 +86,7 @@ impl SemaphoreBackend for MemoryBackend {
         request.validate()?;
         let now = Instant::now();
         let mut s = self.lock_semaphores();
+        s.gone.retain(|_, until| *until > now);
         if let Some(held) = s.live(name, now) {
             if held.size != request.size {
                 return Err(lock_core::kinds::semaphore::size_mismatch(
@@ -102,6 +109,11 @@ impl SemaphoreBackend for MemoryBackend {
                     retry_after: Some(first.saturating_duration_since(now)),
                 });
             }
+        }
+        if s.gone.contains_key(&(name.to_owned(), *holder)) {
+            return Ok(AcquireOutcome::Held {
+                retry_after: Some(Duration::from_millis(1)),
+            });
         }
         let held = s.by_name.entry(name.to_owned()).or_insert_with(|| Held {
             size: request.size,
@@ -130,6 +142,8 @@ impl SemaphoreBackend for MemoryBackend {
             .live(name, now)
             .is_some_and(|held| held.holders.remove(holder).is_some());
         if !removed {
+            s.gone.retain(|_, until| *until > now);
+            s.gone.insert((name.to_owned(), *holder), now + GONE_WINDOW);
             return Ok(ReleaseOutcome::Missing);
         }
         let _ = s.live(name, now); // drop the entry if it emptied

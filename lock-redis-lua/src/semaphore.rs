@@ -71,7 +71,7 @@ impl SemaphoreBackend for RedisLuaBackend {
         ];
         let call = Call::Script {
             script: &scripts().acquire,
-            keys: &[&keys.holders, &keys.info, &keys.fence],
+            keys: &[&keys.holders, &keys.info, &keys.fence, &keys.gone],
             args: &args,
         };
         let i = &self.inner;
@@ -122,7 +122,7 @@ impl SemaphoreBackend for RedisLuaBackend {
         let hex = holder.hex_bytes();
         let call = Call::Script {
             script: &scripts().release,
-            keys: &[&keys.holders, &keys.info],
+            keys: &[&keys.holders, &keys.info, &keys.gone],
             args: &[&hex],
         };
         match self

@@ -6,7 +6,17 @@
 //! [`SemaphoreKeys::new`]):
 //! - `holders`: sorted set, holder token (hex) → lease deadline, server ms;
 //! - `info`: hash, holder token → its permits, plus `_size` and `_used`;
-//! - `fence`: the fencing counter (no TTL, so tokens never repeat).
+//! - `fence`: the fencing counter (no TTL, so tokens never repeat);
+//! - `gone`: sorted set, holder token → server ms until which an acquire for
+//!   it is refused: written by a release that found nothing to release.
+//!
+//! Why `gone`: when an acquire's reply is lost, the manager sends a clean-up
+//! release for the same token. If the client switched connections in
+//! between, the release can reach the server *before* the acquire; without
+//! `gone` the late acquire would then take permits nobody owns until its
+//! lease ends. A token is never reused, so refusing it for
+//! [`GONE_WINDOW_MS`] is harmless; the window bounds how late an acquire
+//! may arrive (the client gave up on it after one operation timeout).
 //!
 //! Every script first drops holders whose deadline passed (returning their
 //! permits), and `holders`/`info` expire together at the latest deadline, so
@@ -27,7 +37,12 @@ pub struct SemaphoreKeys {
     pub info: String,
     /// Fencing counter.
     pub fence: String,
+    /// Tokens released before their acquire arrived.
+    pub gone: String,
 }
+
+/// How long a token released while missing is refused by later acquires.
+pub const GONE_WINDOW_MS: u64 = 60_000;
 
 /// The hash tag of `key` as Redis Cluster computes it, if non-empty.
 fn hash_tag(key: &str) -> Option<&str> {
@@ -58,6 +73,7 @@ impl SemaphoreKeys {
             holders: format!("{base}:sem"),
             info: format!("{base}:sem:info"),
             fence: format!("{base}:sem:fence"),
+            gone: format!("{base}:sem:gone"),
         })
     }
 }
@@ -88,9 +104,10 @@ end
     };
 }
 
-/// KEYS holders, info, fence; ARGV holder, ttl ms, size, permits.
+/// KEYS holders, info, fence, gone; ARGV holder, ttl ms, size, permits.
 /// `{1, fence}` granted (or refreshed, for a re-sent request);
-/// `{0, retry_ms}` not enough free; `{-1, stored_size}` size mismatch.
+/// `{0, retry_ms}` not enough free (or the token was already released);
+/// `{-1, stored_size}` size mismatch.
 pub const ACQUIRE: &str = concat!(
     prune!(),
     r"
@@ -99,6 +116,8 @@ local size = tonumber(ARGV[3])
 local k = tonumber(ARGV[4])
 local stored = redis.call('HGET', KEYS[2], '_size')
 if stored and tonumber(stored) ~= size then return {-1, tonumber(stored)} end
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+if redis.call('ZSCORE', KEYS[4], ARGV[1]) then return {0, 1} end
 if redis.call('HGET', KEYS[2], ARGV[1]) then
   redis.call('ZADD', KEYS[1], 'XX', now + ttl, ARGV[1])
   expire_with_last()
@@ -123,13 +142,20 @@ return {1, fence}
 "
 );
 
-/// KEYS holders, info; ARGV holder. `1` released, `0` missing (expired or
-/// never held).
+/// KEYS holders, info, gone; ARGV holder. `1` released, `0` missing
+/// (expired or never held: the token is then refused by acquires for
+/// [`GONE_WINDOW_MS`]).
 pub const RELEASE: &str = concat!(
     prune!(),
     r"
 local n = redis.call('HGET', KEYS[2], ARGV[1])
-if not n then return 0 end
+if not n then
+  local until_ms = now + 60000
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  redis.call('ZADD', KEYS[3], until_ms, ARGV[1])
+  redis.call('PEXPIREAT', KEYS[3], until_ms)
+  return 0
+end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HINCRBY', KEYS[2], '_used', -tonumber(n))
@@ -222,6 +248,8 @@ mod tests {
         assert_eq!(k.holders, "{api}:sem");
         assert_eq!(k.info, "{api}:sem:info");
         assert_eq!(k.fence, "{api}:sem:fence");
+        assert_eq!(k.gone, "{api}:sem:gone");
+        assert!(RELEASE.contains(&format!("now + {GONE_WINDOW_MS}")));
         let k = SemaphoreKeys::new("{t}x").expect("tagged name");
         assert_eq!(k.holders, "{t}x:sem");
         assert!(SemaphoreKeys::new("a}b").is_err());

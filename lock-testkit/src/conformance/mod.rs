@@ -294,7 +294,8 @@ macro_rules! __semaphore_cases {
     ($attr:tt, $suite:expr) => {
         $crate::__conformance_cases!($attr, $suite, semaphore_cases:
             bound_never_exceeded, try_acquire_never_waits, expiry_returns_dead_holders_permits,
-            stale_holder_cannot_release_or_renew, size_mismatch_is_an_error, invalid_requests_are_rejected,
+            stale_holder_cannot_release_or_renew, release_before_acquire_refuses_the_late_acquire,
+            size_mismatch_is_an_error, invalid_requests_are_rejected,
             auto_renew_keeps_permits, drop_returns_permits, lost_fires_by_deadline_when_backend_hangs,
             with_permits_returns_output, fencing_tokens_increase);
     };

@@ -139,6 +139,27 @@ pub async fn stale_holder_cannot_release_or_renew(s: &SemaphoreSuite) {
     assert_eq!(holder.release().await.expect("release"), ReleaseOutcome::Released);
 }
 
+/// A clean-up release that reaches the server before its own acquire (the
+/// acquire's reply was lost and the client switched connections) makes that
+/// late acquire fail: no permit is taken that nobody owns.
+pub async fn release_before_acquire_refuses_the_late_acquire(s: &SemaphoreSuite) {
+    let name = s.key("overtaken");
+    let backend = s.client().await;
+    let token = LockToken::generate().expect("token");
+    assert_eq!(
+        backend.release_permits(&name, &token).await.expect("release"),
+        ReleaseOutcome::Missing
+    );
+    let late = backend
+        .acquire_permits(&name, &token, PermitRequest::new(1, 1), s.ttl)
+        .await
+        .expect("acquire");
+    assert!(matches!(late, AcquireOutcome::Held { .. }), "{late:?}");
+    let sem = s.manager(s.options()).await.semaphore(&name, 1).expect("semaphore");
+    let p = sem.try_acquire(1).await.expect("try").expect("the permit is free");
+    p.release().await.expect("release");
+}
+
 /// The size is fixed while any permit is held: another size is a typed
 /// error, and once the semaphore is empty a new size is accepted.
 pub async fn size_mismatch_is_an_error(s: &SemaphoreSuite) {

@@ -1,0 +1,218 @@
+//! Semaphore faults against real servers: a server paused (SIGSTOP) past the
+//! TTL, a server killed and restarted with its data while permits are held,
+//! and an acquire whose reply is lost (outcome unknown) leaking no permit.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::kinds::semaphore_lua::SemaphoreKeys;
+use lock_core::{
+    AcquireOutcome, Capabilities, LockBackend, LockOptions, LockToken, LossReason, PermitRequest, ReleaseOutcome,
+    RenewOutcome, Result, SemaphoreBackend, SemaphoreManager,
+};
+use lock_redis_lua::RedisLuaBackend;
+use lock_testkit::server::{RedisServer, TcpProxy};
+use tokio::time::Instant;
+
+const TTL: Duration = Duration::from_millis(500);
+
+async fn backend(url: String) -> RedisLuaBackend {
+    RedisLuaBackend::builder_url(url)
+        .connect_timeout(Duration::from_millis(150))
+        .response_timeout(Duration::from_millis(150))
+        .build()
+        .await
+        .expect("connect")
+}
+
+fn options() -> LockOptions {
+    LockOptions::with_ttl(TTL)
+        .acquire_timeout(TTL)
+        .op_timeout(Duration::from_millis(300))
+}
+
+/// Holders of `name` on the server, read directly (not through the proxy).
+async fn holders(server: &RedisServer, name: &str) -> i64 {
+    let keys = SemaphoreKeys::new(name).unwrap();
+    server
+        .cmd(&["ZCARD", keys.holders.as_str()])
+        .await
+        .expect("ZCARD")
+        .as_int()
+        .expect("an integer")
+}
+
+/// EVAL + EVALSHA calls the server has run (INFO commandstats).
+async fn script_calls(server: &RedisServer) -> u64 {
+    let stats = server.info("commandstats").await.expect("INFO");
+    ["cmdstat_eval", "cmdstat_evalsha"]
+        .iter()
+        .filter_map(|k| stats.get(*k))
+        .filter_map(|v| v.split(',').find_map(|f| f.strip_prefix("calls=")))
+        .filter_map(|n| n.parse::<u64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_server_past_the_ttl_signals_loss_by_the_local_deadline() {
+    let server = RedisServer::start().await.expect("start");
+    let sems = SemaphoreManager::with_options(backend(server.url()).await, options()).unwrap();
+    let sem = sems.semaphore("paused", 2).unwrap();
+    let permit = sem.acquire(1).await.expect("acquire");
+    server.pause().expect("SIGSTOP");
+    let deadline = permit.deadline();
+    let reason = tokio::time::timeout(TTL * 10, permit.lost())
+        .await
+        .expect("lost() must fire while the server is paused");
+    let fired = Instant::now();
+    server.resume().expect("SIGCONT");
+    assert_eq!(reason, LossReason::DeadlinePassed);
+    assert!(
+        fired <= deadline + TTL,
+        "lost() fired {:?} after the local deadline",
+        fired.saturating_duration_since(deadline)
+    );
+    drop(permit);
+    // The server's clock ran while it was stopped: the lease is over, both
+    // permits are free again.
+    let both = sem.acquire(2).await.expect("permits back after the pause");
+    both.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_and_restarted_server_keeps_the_held_permits_until_their_leases_end() {
+    let server = RedisServer::builder().persistence(true).start().await.expect("start");
+    let raw = backend(server.url()).await;
+    let dead = LockToken::generate().unwrap();
+    let lease = Duration::from_secs(3);
+    let granted = raw
+        .acquire_permits("restart", &dead, PermitRequest::new(2, 2), lease)
+        .await
+        .expect("acquire");
+    assert!(matches!(granted, AcquireOutcome::Acquired(_)));
+    let taken_at = Instant::now();
+    server.kill().expect("kill");
+    server.restart_keeping_data().await.expect("restart with data");
+    assert_eq!(holders(&server, "restart").await, 1, "the holder survived the restart");
+    let sems =
+        SemaphoreManager::with_options(backend(server.url()).await, options().acquire_timeout(lease * 4)).unwrap();
+    let sem = sems.semaphore("restart", 2).unwrap();
+    let mut refused = false;
+    for _ in 0..50 {
+        match sem.try_acquire(1).await {
+            Ok(None) => {
+                refused = true;
+                break;
+            }
+            Ok(Some(_)) => panic!("a permit was granted while the restarted server still had both taken"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await, // reconnecting
+        }
+    }
+    assert!(refused, "no answer from the restarted server");
+    let permit = sem.acquire(2).await.expect("the dead holder's lease ends");
+    assert!(
+        Instant::now() >= taken_at + lease / 2,
+        "permits came back before the lease ended"
+    );
+    permit.release().await.expect("release");
+}
+
+/// Counts the semaphore calls the manager makes (clean-ups included).
+struct Counting {
+    inner: RedisLuaBackend,
+    acquires: Arc<AtomicU64>,
+    releases: Arc<AtomicU64>,
+}
+
+#[async_trait]
+impl LockBackend for Counting {
+    async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        self.inner.try_acquire(key, token, ttl).await
+    }
+    async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
+        self.inner.release(key, token).await
+    }
+    async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
+        self.inner.renew(key, token, ttl).await
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+}
+
+#[async_trait]
+impl SemaphoreBackend for Counting {
+    async fn acquire_permits(
+        &self,
+        name: &str,
+        holder: &LockToken,
+        request: PermitRequest,
+        ttl: Duration,
+    ) -> Result<AcquireOutcome> {
+        self.acquires.fetch_add(1, Ordering::SeqCst);
+        self.inner.acquire_permits(name, holder, request, ttl).await
+    }
+    async fn release_permits(&self, name: &str, holder: &LockToken) -> Result<ReleaseOutcome> {
+        self.releases.fetch_add(1, Ordering::SeqCst);
+        self.inner.release_permits(name, holder).await
+    }
+    async fn renew_permits(&self, name: &str, holder: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
+        self.inner.renew_permits(name, holder, ttl).await
+    }
+}
+
+/// Acquires whose replies come too late (outcome unknown) are cleaned up by
+/// owner-checked releases; after the connection is replaced, a clean-up can
+/// reach the server before its acquire. Once every call made has reached
+/// the server, no permit may be left taken (the lease is 20 s: only the
+/// clean-up can have freed it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_with_a_lost_reply_leaks_no_permit() {
+    let server = RedisServer::start().await.expect("start");
+    let proxy = TcpProxy::start(server.addr()).await.expect("proxy");
+    let acquires = Arc::new(AtomicU64::new(0));
+    let releases = Arc::new(AtomicU64::new(0));
+    let counting = Counting {
+        inner: backend(proxy.url()).await,
+        acquires: acquires.clone(),
+        releases: releases.clone(),
+    };
+    let sems = SemaphoreManager::with_options(
+        counting,
+        LockOptions::with_ttl(Duration::from_secs(20))
+            .acquire_timeout(Duration::from_millis(200))
+            .op_timeout(Duration::from_millis(300)),
+    )
+    .unwrap();
+    let sem = sems.semaphore("unknown", 1).unwrap();
+    // Load the scripts first, so that each call below is one EVALSHA.
+    let warm = sem.try_acquire(1).await.expect("try").expect("free");
+    warm.release().await.expect("release");
+    let before = script_calls(&server).await;
+    let (a0, r0) = (acquires.load(Ordering::SeqCst), releases.load(Ordering::SeqCst));
+    // Requests reach the server 600 ms late, after the client gave up.
+    proxy.set_latency(Duration::from_millis(600));
+    let err = sem.acquire(1).await.expect_err("the replies come too late");
+    assert!(err.is_outcome_unknown(), "{err}");
+    proxy.set_latency(Duration::ZERO);
+    let give_up = Instant::now() + Duration::from_secs(10);
+    let attempts = acquires.load(Ordering::SeqCst) - a0;
+    while releases.load(Ordering::SeqCst) - r0 < attempts {
+        assert!(Instant::now() < give_up, "an unknown-outcome acquire got no clean-up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    while script_calls(&server).await < before + 2 * attempts {
+        assert!(Instant::now() < give_up, "some calls never reached the server");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        holders(&server, "unknown").await,
+        0,
+        "an unknown-outcome acquire left its permit taken ({attempts} attempts)"
+    );
+    let permit = sem.try_acquire(1).await.expect("try").expect("the permit is free");
+    permit.release().await.expect("release");
+}
