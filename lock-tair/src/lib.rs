@@ -97,6 +97,7 @@ mod config;
 mod conn;
 mod keys;
 mod replies;
+mod semaphore;
 mod unsettled;
 
 use lock_core::RenewBatch;
@@ -846,6 +847,7 @@ impl LockBackend for TairBackend {
         caps.fencing_tokens = self.inner.fence_prefix.is_some();
         caps.native_compare_and_delete = true;
         caps.replica_ack = self.inner.ack.is_some();
+        caps.semaphores = self.inner.ack.is_none();
         caps
     }
 }

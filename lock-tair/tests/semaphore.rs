@@ -1,0 +1,89 @@
+//! The semaphore conformance suite against real servers with the Tair
+//! module (the shared Lua scripts): one server (plain and with fencing
+//! tokens) and a 3-master cluster; a server paused past the TTL; and the
+//! refusal with replica acknowledgement.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::Duration;
+
+use lock_core::{Error, LockOptions, LossReason, SemaphoreManager};
+use lock_tair::ReplicaAck;
+use lock_testkit::SemaphoreSuite;
+use tokio::time::Instant;
+
+mod single {
+    use super::*;
+
+    async fn suite() -> SemaphoreSuite {
+        let server = common::tair_server().await;
+        let url = server.url();
+        SemaphoreSuite::new(move || common::connect(common::builder(&url))).keep_alive(server)
+    }
+
+    lock_testkit::semaphore_conformance!(real, suite());
+}
+
+mod single_fenced {
+    use super::*;
+
+    async fn suite() -> SemaphoreSuite {
+        let server = common::tair_server().await;
+        let url = server.url();
+        SemaphoreSuite::new(move || common::connect(common::builder(&url).fencing(true))).keep_alive(server)
+    }
+
+    lock_testkit::semaphore_conformance!(real, suite());
+}
+
+mod cluster {
+    use super::*;
+
+    async fn suite() -> SemaphoreSuite {
+        let cluster = common::shared_cluster().await;
+        let url = common::cluster_url(&cluster);
+        SemaphoreSuite::new(move || common::connect(common::builder(&url).fencing(true))).keep_alive(cluster)
+    }
+
+    lock_testkit::semaphore_conformance!(real, suite());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_server_past_the_ttl_signals_loss_by_the_local_deadline() {
+    let ttl = Duration::from_millis(500);
+    let server = common::tair_server().await;
+    let backend = common::connect(common::builder(&server.url())).await;
+    let sems = SemaphoreManager::with_options(backend, LockOptions::with_ttl(ttl).acquire_timeout(ttl)).unwrap();
+    let sem = sems.semaphore("paused", 2).unwrap();
+    let permit = sem.acquire(1).await.expect("acquire");
+    server.pause().expect("SIGSTOP");
+    let deadline = permit.deadline();
+    let reason = tokio::time::timeout(ttl * 10, permit.lost())
+        .await
+        .expect("lost() must fire while the server is paused");
+    let fired = Instant::now();
+    server.resume().expect("SIGCONT");
+    assert_eq!(reason, LossReason::DeadlinePassed);
+    assert!(
+        fired <= deadline + ttl,
+        "lost() fired {:?} after the local deadline",
+        fired.saturating_duration_since(deadline)
+    );
+    drop(permit);
+    let both = sem.acquire(2).await.expect("permits back after the pause");
+    both.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_ack_refuses_semaphores_with_a_typed_error() {
+    let server = common::tair_server().await;
+    let backend =
+        common::connect(common::builder(&server.url()).replica_ack(ReplicaAck::new(1, Duration::from_millis(100))))
+            .await;
+    match SemaphoreManager::new(backend) {
+        Err(Error::Unsupported { what, .. }) => assert!(what.contains("semaphore"), "{what}"),
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+}
