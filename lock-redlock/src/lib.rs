@@ -132,6 +132,7 @@ mod holdings;
 mod inflight;
 mod options;
 mod round;
+mod semaphore;
 mod splits;
 
 pub use options::{

@@ -1,0 +1,31 @@
+//! Redlock refuses semaphores with a typed error: a majority vote does not
+//! bound a semaphore of 2 or more permits.
+
+#![allow(clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{Error, LockBackend, LockToken, PermitRequest, SemaphoreBackend, SemaphoreManager};
+use lock_memory::MemoryBackend;
+use lock_redlock::Redlock;
+
+fn redlock() -> Redlock {
+    let nodes: Vec<Arc<dyn LockBackend>> = (0..3).map(|_| Arc::new(MemoryBackend::new()) as _).collect();
+    Redlock::new(nodes).expect("valid redlock")
+}
+
+#[tokio::test(start_paused = true)]
+async fn semaphores_are_unsupported_with_a_capability_flag() {
+    let r = redlock();
+    assert!(!r.capabilities().semaphores);
+    let token = LockToken::generate().expect("token");
+    let raw = r
+        .acquire_permits("s", &token, PermitRequest::new(2, 1), Duration::from_secs(1))
+        .await;
+    assert!(matches!(raw, Err(Error::Unsupported { .. })), "{raw:?}");
+    match SemaphoreManager::new(r) {
+        Err(Error::Unsupported { what, .. }) => assert!(what.contains("semaphore"), "{what}"),
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+}
