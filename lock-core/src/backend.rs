@@ -242,6 +242,8 @@ pub struct Capabilities {
     /// Implements [`crate::SemaphoreBackend`] with a sound bound (leased
     /// permits, counted on one server).
     pub semaphores: bool,
+    /// Implements [`crate::MultiLockBackend`] (all-or-nothing over keys).
+    pub multi_key_locks: bool,
 }
 
 impl Capabilities {
@@ -256,6 +258,7 @@ impl Capabilities {
             distinguishes_missing: true,
             max_ttl: crate::options::MAX_TTL,
             semaphores: false,
+            multi_key_locks: false,
         }
     }
 }

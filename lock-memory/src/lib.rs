@@ -9,6 +9,7 @@
 //!
 //! Clones share state: hand a clone to each "client" in a test.
 
+mod multi;
 mod semaphore;
 
 use std::collections::HashMap;
@@ -224,6 +225,7 @@ impl LockBackend for MemoryBackend {
         caps.native_compare_and_delete = true;
         caps.release_notifications = true;
         caps.semaphores = true;
+        caps.multi_key_locks = true;
         caps
     }
 }

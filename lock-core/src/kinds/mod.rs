@@ -2,5 +2,7 @@
 //! manager-level guard that reuses the mutex's lifecycle (renewal, `lost()`,
 //! scoped helpers, cancellation safety, fencing tokens).
 
+pub mod multi;
+pub mod multi_lua;
 pub mod semaphore;
 pub mod semaphore_lua;

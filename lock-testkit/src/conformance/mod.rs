@@ -9,9 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use lock_core::{LockBackend, LockManager, LockOptions, Renewal, SemaphoreBackend, SemaphoreManager, VersionedStore};
+use lock_core::{
+    LockBackend, LockManager, LockOptions, MultiLockBackend, MultiLockManager, Renewal, SemaphoreBackend,
+    SemaphoreManager, VersionedStore,
+};
 
 pub mod lock_cases;
+pub mod multi_cases;
 pub mod semaphore_cases;
 pub mod versioned_cases;
 
@@ -200,6 +204,66 @@ impl SemaphoreSuite {
     }
 }
 
+/// How a multi-key lock backend is reached by the suite.
+pub struct MultiSuite {
+    clients: Clients<dyn MultiLockBackend>,
+    /// Base TTL of the cases (default 400 ms).
+    pub ttl: Duration,
+    /// How long each of the contention case's holders keeps its keys.
+    pub hold: Duration,
+    /// Slack allowed between a lost() signal and the local deadline.
+    pub slack: Duration,
+}
+
+impl MultiSuite {
+    /// See [`LockSuite::new`].
+    pub fn new<F, Fut, B>(connect: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = B> + Send + 'static,
+        B: MultiLockBackend,
+    {
+        let connect = Arc::new(connect);
+        MultiSuite {
+            clients: Clients::new(Arc::new(move || {
+                let fut = connect();
+                Box::pin(async move { Arc::new(fut.await) as Arc<dyn MultiLockBackend> })
+            })),
+            ttl: Duration::from_millis(400),
+            hold: Duration::from_millis(10),
+            slack: Duration::from_millis(800),
+        }
+    }
+
+    /// Keep `thing` alive as long as the suite.
+    #[must_use]
+    pub fn keep_alive(mut self, thing: impl Any + Send + Sync) -> Self {
+        self.clients.keep_alive.push(Box::new(thing));
+        self
+    }
+
+    /// A new client.
+    pub async fn client(&self) -> Arc<dyn MultiLockBackend> {
+        (self.clients.connect)().await
+    }
+
+    /// `n` keys of this run sharing one hash tag (one cluster slot).
+    pub fn keys(&self, name: &str, n: usize) -> Vec<String> {
+        let tag = self.clients.key(name);
+        (0..n).map(|i| format!("{{{tag}}}:{i}")).collect()
+    }
+
+    /// Options with the base TTL and automatic renewal.
+    pub fn options(&self) -> LockOptions {
+        LockOptions::with_ttl(self.ttl).acquire_timeout(self.ttl * 4)
+    }
+
+    /// A multi-key lock manager over a new client.
+    pub async fn manager(&self, options: LockOptions) -> MultiLockManager {
+        MultiLockManager::with_options(self.client().await, options).expect("valid options")
+    }
+}
+
 /// How a versioned store is reached by the suite.
 pub struct VersionedSuite {
     clients: Clients<dyn VersionedStore>,
@@ -287,6 +351,29 @@ macro_rules! semaphore_conformance {
     };
     (real, $suite:expr) => {
         $crate::__semaphore_cases!((flavor = "multi_thread", worker_threads = 2), $suite);
+    };
+}
+
+/// Expands to one `#[tokio::test]` per multi-key lock case (see
+/// [`lock_conformance!`] for the arguments).
+#[macro_export]
+macro_rules! multi_conformance {
+    (paused, $suite:expr) => {
+        $crate::__multi_cases!((start_paused = true), $suite);
+    };
+    (real, $suite:expr) => {
+        $crate::__multi_cases!((flavor = "multi_thread", worker_threads = 2), $suite);
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __multi_cases {
+    ($attr:tt, $suite:expr) => {
+        $crate::__conformance_cases!($attr, $suite, multi_cases:
+            no_key_held_twice, all_or_nothing, excludes_plain_locks, expiry_returns_dead_holders_keys,
+            stale_holder_cannot_release_or_renew, lost_fires_by_deadline_when_backend_hangs,
+            invalid_key_sets_are_rejected, with_locks_returns_output);
     };
 }
 

@@ -1,0 +1,333 @@
+//! Multi-key lock: all-or-nothing over a set of keys.
+//!
+//! The keys are the mutex's own keys (same storage, same token format), so a
+//! multi-key lock over `{a, b}` excludes a plain [`LockManager::lock`] of `a`
+//! on the same backend, and the other way round. The backend checks and
+//! takes every key in one atomic step, so a caller never holds some keys
+//! while waiting for others: two callers locking overlapping sets cannot
+//! deadlock. Keys are deduplicated and sorted, so the set, not the order the
+//! caller wrote, names the lock. On a cluster all keys must share one hash
+//! slot (give them a common hash tag, e.g. `{acct}:1`, `{acct}:2`), or the
+//! backend answers [`Error::InvalidArgument`].
+//!
+//! The [`MultiLockManager`] runs each acquisition through a [`LockManager`]
+//! (an adapter presents the key set as one lock key), so a [`MultiLockGuard`]
+//! has the mutex's lifecycle: renewal of all keys at once, `lost()` at the
+//! local deadline or when any key is found lost, release on drop, local FIFO
+//! waiters per key set. No fencing tokens (one token per set would not order
+//! writes per key).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::backend::{AcquireOutcome, Capabilities, LockBackend, ReleaseOutcome, RenewOutcome};
+use crate::error::{Error, Result};
+use crate::guard::{LeaseHandle, LockGuard};
+use crate::manager::LockManager;
+use crate::options::{LockOptions, validate_key};
+use crate::token::LockToken;
+
+/// Most keys in one multi-key lock (one script holds the server while it
+/// checks them all).
+pub const MAX_KEYS: usize = 64;
+
+/// Primitive, owner-checked operations over a set of keys (sorted, no
+/// duplicates, at most [`MAX_KEYS`]): one round trip each.
+#[async_trait]
+pub trait MultiLockBackend: LockBackend {
+    /// Take every key for `token` if none is held by another token (keys
+    /// already ours are refreshed: a re-sent request is harmless); else take
+    /// none and answer `Held` with the blocking key's remaining TTL.
+    async fn try_acquire_all(&self, keys: &[&str], token: &LockToken, ttl: Duration) -> Result<AcquireOutcome>;
+
+    /// Delete each key `token` still holds. `Released` when all were ours;
+    /// else `HeldByOther` if any is held by another token, else `Missing`.
+    async fn release_all(&self, keys: &[&str], token: &LockToken) -> Result<ReleaseOutcome>;
+
+    /// Reset every key's TTL if `token` holds them all; else touch none and
+    /// answer `HeldByOther` or `Missing`.
+    async fn renew_all(&self, keys: &[&str], token: &LockToken, ttl: Duration) -> Result<RenewOutcome>;
+}
+
+/// Check, deduplicate and sort `keys`.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for no keys, more than [`MAX_KEYS`], or an
+/// invalid key.
+pub fn key_set<S: AsRef<str>>(keys: &[S]) -> Result<Vec<String>> {
+    let mut set: Vec<String> = Vec::with_capacity(keys.len());
+    for key in keys {
+        validate_key(key.as_ref())?;
+        set.push(key.as_ref().to_owned());
+    }
+    set.sort();
+    set.dedup();
+    if set.is_empty() {
+        return Err(Error::invalid("a multi-key lock needs at least one key"));
+    }
+    if set.len() > MAX_KEYS {
+        return Err(Error::invalid(format!(
+            "a multi-key lock takes at most {MAX_KEYS} keys, got {}",
+            set.len()
+        )));
+    }
+    Ok(set)
+}
+
+/// The set as one lock key: each key length-prefixed (`3:abc1:d`), so any
+/// bytes round-trip.
+fn encode(keys: &[String]) -> String {
+    let mut out = String::with_capacity(keys.iter().map(|k| k.len() + 6).sum());
+    for key in keys {
+        out.push_str(&key.len().to_string());
+        out.push(':');
+        out.push_str(key);
+    }
+    out
+}
+
+fn decode(encoded: &str) -> Result<Vec<&str>> {
+    let bad = || Error::invalid(format!("not a multi-key lock name: {encoded:?}"));
+    let mut keys = Vec::new();
+    let mut rest = encoded;
+    while !rest.is_empty() {
+        let (len, tail) = rest.split_once(':').ok_or_else(bad)?;
+        let len: usize = len.parse().map_err(|_| bad())?;
+        let key = tail.get(..len).ok_or_else(bad)?;
+        keys.push(key);
+        rest = &tail[len..];
+    }
+    Ok(keys)
+}
+
+/// Presents a key set as one lock key to a [`LockManager`].
+struct SetAsLock {
+    backend: Arc<dyn MultiLockBackend>,
+}
+
+#[async_trait]
+impl LockBackend for SetAsLock {
+    async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        self.backend.try_acquire_all(&decode(key)?, token, ttl).await
+    }
+    async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
+        self.backend.release_all(&decode(key)?, token).await
+    }
+    async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
+        self.backend.renew_all(&decode(key)?, token, ttl).await
+    }
+    fn capabilities(&self) -> Capabilities {
+        let mut caps = self.backend.capabilities();
+        caps.fencing_tokens = false;
+        caps.release_notifications = false;
+        caps
+    }
+}
+
+/// Hands out [`MultiLockGuard`]s over one backend. Cheap to clone.
+///
+/// ```
+/// # async fn demo(backend: impl lock_core::MultiLockBackend) -> lock_core::Result<()> {
+/// use lock_core::MultiLockManager;
+/// let locks = MultiLockManager::new(backend)?;
+/// // Both accounts or neither; the order written does not matter.
+/// let guard = locks.lock(&["{acct}:7", "{acct}:3"]).await?;
+/// // ... move money between the two accounts ...
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct MultiLockManager {
+    locks: LockManager,
+}
+
+impl MultiLockManager {
+    /// A manager with the default [`LockOptions`].
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] when [`Capabilities::multi_key_locks`] is false.
+    pub fn new(backend: impl MultiLockBackend) -> Result<Self> {
+        Self::with_options(backend, LockOptions::default())
+    }
+
+    /// A manager with custom options (validated as for [`LockManager`]).
+    ///
+    /// # Errors
+    /// As [`MultiLockManager::new`], and [`Error::InvalidArgument`] for bad
+    /// options.
+    pub fn with_options(backend: impl MultiLockBackend, options: LockOptions) -> Result<Self> {
+        let caps = backend.capabilities();
+        if !caps.multi_key_locks {
+            return Err(Error::Unsupported {
+                backend: caps.name,
+                what: "multi-key locks".to_owned(),
+            });
+        }
+        let adapter = SetAsLock {
+            backend: Arc::new(backend),
+        };
+        Ok(MultiLockManager {
+            locks: LockManager::from_arc(Arc::new(adapter), options)?,
+        })
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> &LockOptions {
+        self.locks.options()
+    }
+
+    /// Take every key of `keys`, waiting up to the acquire timeout.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when some key stayed held; [`Error::InvalidArgument`]
+    /// for a bad key set (or keys in several cluster slots); the last backend
+    /// error when it kept failing.
+    ///
+    /// # Cancel safety
+    /// Dropping the future releases whatever it may have taken (owner-checked,
+    /// in the background).
+    pub async fn lock<S: AsRef<str>>(&self, keys: &[S]) -> Result<MultiLockGuard> {
+        self.lock_opts(keys, self.locks.options()).await
+    }
+
+    /// [`MultiLockManager::lock`] with per-call options.
+    ///
+    /// # Errors
+    /// As [`MultiLockManager::lock`].
+    ///
+    /// # Cancel safety
+    /// As [`MultiLockManager::lock`].
+    pub async fn lock_opts<S: AsRef<str>>(&self, keys: &[S], options: &LockOptions) -> Result<MultiLockGuard> {
+        let keys = key_set(keys)?;
+        let guard = self.locks.lock_with(&encode(&keys), options).await?;
+        Ok(MultiLockGuard { guard, keys })
+    }
+
+    /// One attempt, no waiting: `Ok(None)` when some key is held.
+    ///
+    /// # Errors
+    /// As [`MultiLockManager::lock`], without the timeout.
+    ///
+    /// # Cancel safety
+    /// As [`MultiLockManager::lock`].
+    pub async fn try_lock<S: AsRef<str>>(&self, keys: &[S]) -> Result<Option<MultiLockGuard>> {
+        let keys = key_set(keys)?;
+        let guard = self.locks.try_lock(&encode(&keys)).await?;
+        Ok(guard.map(|guard| MultiLockGuard { guard, keys }))
+    }
+
+    /// Run `body` while holding every key; on loss the body is dropped at its
+    /// next await point and [`Error::Lost`] returned.
+    ///
+    /// # Errors
+    /// As [`MultiLockManager::lock`], plus [`Error::Lost`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the guard, which releases in the background.
+    pub async fn with_locks<S, F, Fut, T>(&self, keys: &[S], body: F) -> Result<T>
+    where
+        S: AsRef<str>,
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.lock(keys).await?;
+        let lost = guard.lost();
+        let handle = guard.handle();
+        let out = tokio::select! {
+            biased;
+            reason = lost => {
+                let held_for = guard.acquired_at().elapsed();
+                let key = guard.keys.join(",");
+                drop(guard);
+                return Err(Error::Lost { key, held_for, reason });
+            }
+            out = body(handle) => out,
+        };
+        if let Err(e) = guard.release().await {
+            tracing::debug!(error = %e, "release after with_locks failed; the TTL will free the keys");
+        }
+        Ok(out)
+    }
+}
+
+/// A held multi-key lock. Owned and `'static`; dropping it releases every
+/// key in the background.
+#[must_use = "dropping the guard releases the keys"]
+#[derive(Debug)]
+pub struct MultiLockGuard {
+    guard: LockGuard,
+    keys: Vec<String>,
+}
+
+impl std::ops::Deref for MultiLockGuard {
+    type Target = LeaseHandle;
+    fn deref(&self) -> &LeaseHandle {
+        &self.guard
+    }
+}
+
+impl MultiLockGuard {
+    /// The locked keys, sorted.
+    pub fn keys(&self) -> &[String] {
+        &self.keys
+    }
+
+    /// A cloneable view of the lease.
+    pub fn handle(&self) -> LeaseHandle {
+        self.guard.handle()
+    }
+
+    /// Reset every key's TTL to `ttl` now (owner-checked).
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when the lease is lost.
+    ///
+    /// # Cancel safety
+    /// Safe: at worst the renewal happens without moving the local deadline.
+    pub async fn extend(&self, ttl: Duration) -> Result<()> {
+        self.guard.extend(ttl).await
+    }
+
+    /// Stop renewing and release every key this lease still holds.
+    ///
+    /// # Errors
+    /// The backend's error; the TTL then frees the keys.
+    ///
+    /// # Cancel safety
+    /// Safe: if dropped mid-flight, the release is sent again in the background.
+    pub async fn release(self) -> Result<ReleaseOutcome> {
+        self.guard.release().await
+    }
+}
+
+#[async_trait]
+impl<B: MultiLockBackend + ?Sized> MultiLockBackend for Arc<B> {
+    async fn try_acquire_all(&self, keys: &[&str], token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        (**self).try_acquire_all(keys, token, ttl).await
+    }
+    async fn release_all(&self, keys: &[&str], token: &LockToken) -> Result<ReleaseOutcome> {
+        (**self).release_all(keys, token).await
+    }
+    async fn renew_all(&self, keys: &[&str], token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
+        (**self).renew_all(keys, token, ttl).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_sets_round_trip_through_one_key() {
+        let set = key_set(&["b", "a:1", "b", "{x}:3:4", "ü"]).expect("valid");
+        assert_eq!(set, ["a:1", "b", "{x}:3:4", "ü"]);
+        let encoded = encode(&set);
+        assert_eq!(decode(&encoded).expect("decodes"), set);
+        assert!(key_set::<&str>(&[]).is_err());
+        assert!(key_set(&["a", ""]).is_err());
+        assert!(decode("3:ab").is_err());
+    }
+}

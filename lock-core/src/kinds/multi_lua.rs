@@ -1,0 +1,50 @@
+//! The multi-key lock's Lua scripts, shared by every backend whose server
+//! runs Lua (Redis/Valkey, Tair). Keys hold the token as a plain string, as
+//! the mutex's keys do, so both kinds exclude each other. Every `GET` runs
+//! before the first write: a key of another type fails the script before it
+//! changed anything.
+
+/// KEYS the sorted keys; ARGV token, ttl ms. `{1}` took them all; `{0, pttl}`
+/// a key is held by another token (nothing written).
+pub const ACQUIRE_ALL: &str = r"
+for _, k in ipairs(KEYS) do
+  local cur = redis.call('GET', k)
+  if cur and cur ~= ARGV[1] then return {0, redis.call('PTTL', k)} end
+end
+for _, k in ipairs(KEYS) do
+  redis.call('SET', k, ARGV[1], 'PX', ARGV[2])
+end
+return {1}
+";
+
+/// KEYS the keys; ARGV token. Deletes each key the token holds; `1` all were
+/// ours, `2` some key is another token's, `0` otherwise (some missing).
+pub const RELEASE_ALL: &str = r"
+local mine, other = 0, 0
+for _, k in ipairs(KEYS) do
+  local cur = redis.call('GET', k)
+  if cur == ARGV[1] then
+    redis.call('DEL', k)
+    mine = mine + 1
+  elseif cur then
+    other = other + 1
+  end
+end
+if mine == #KEYS then return 1 end
+if other > 0 then return 2 end
+return 0
+";
+
+/// KEYS the keys; ARGV token, ttl ms. `1` renewed all; `2` some key is
+/// another token's, `0` some key is missing (nothing renewed in either case).
+pub const RENEW_ALL: &str = r"
+for _, k in ipairs(KEYS) do
+  local cur = redis.call('GET', k)
+  if not cur then return 0 end
+  if cur ~= ARGV[1] then return 2 end
+end
+for _, k in ipairs(KEYS) do
+  redis.call('PEXPIRE', k, ARGV[2])
+end
+return 1
+";

@@ -1,0 +1,92 @@
+//! [`MultiLockBackend`] for the in-process backend: the mutex's own map, so
+//! multi-key locks and plain locks on the same keys exclude each other.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::options::{validate_key, validate_ttl};
+use lock_core::{AcquireOutcome, Lease, LockToken, MultiLockBackend, ReleaseOutcome, RenewOutcome, Result};
+use tokio::time::Instant;
+
+use crate::{HeldLock, MemoryBackend};
+
+fn validate(keys: &[&str]) -> Result<()> {
+    if keys.is_empty() {
+        return Err(lock_core::Error::invalid("a multi-key lock needs at least one key"));
+    }
+    keys.iter().try_for_each(|k| validate_key(k))
+}
+
+#[async_trait]
+impl MultiLockBackend for MemoryBackend {
+    async fn try_acquire_all(&self, keys: &[&str], token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        validate(keys)?;
+        validate_ttl(ttl)?;
+        let now = Instant::now();
+        let mut s = self.lock_state();
+        for key in keys {
+            if let Some(held) = s.live_lock(key, now)
+                && held.token != *token
+            {
+                return Ok(AcquireOutcome::Held {
+                    retry_after: Some(held.expires_at - now),
+                });
+            }
+        }
+        for key in keys {
+            s.locks.insert(
+                (*key).to_owned(),
+                HeldLock {
+                    token: *token,
+                    expires_at: now + ttl,
+                },
+            );
+        }
+        Ok(AcquireOutcome::Acquired(Lease::new()))
+    }
+
+    async fn release_all(&self, keys: &[&str], token: &LockToken) -> Result<ReleaseOutcome> {
+        validate(keys)?;
+        let now = Instant::now();
+        let mut s = self.lock_state();
+        let (mut mine, mut other) = (0, 0);
+        for key in keys {
+            match s.live_lock(key, now) {
+                Some(held) if held.token == *token => {
+                    s.locks.remove(*key);
+                    s.notify_release(key);
+                    mine += 1;
+                }
+                Some(_) => other += 1,
+                None => {}
+            }
+        }
+        Ok(if mine == keys.len() {
+            ReleaseOutcome::Released
+        } else if other > 0 {
+            ReleaseOutcome::HeldByOther
+        } else {
+            ReleaseOutcome::Missing
+        })
+    }
+
+    async fn renew_all(&self, keys: &[&str], token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
+        validate(keys)?;
+        validate_ttl(ttl)?;
+        let now = Instant::now();
+        let mut s = self.lock_state();
+        for key in keys {
+            match s.live_lock(key, now) {
+                None => return Ok(RenewOutcome::Missing),
+                Some(held) if held.token != *token => return Ok(RenewOutcome::HeldByOther),
+                Some(_) => {}
+            }
+        }
+        for key in keys {
+            if let Some(held) = s.locks.get_mut(*key) {
+                held.expires_at = now + ttl;
+            }
+        }
+        Ok(RenewOutcome::Renewed)
+    }
+}
