@@ -85,6 +85,7 @@ mod builder;
 mod connection;
 mod error;
 mod keys;
+mod multi;
 mod notify;
 mod scripts;
 mod semaphore;
@@ -866,6 +867,7 @@ impl LockBackend for RedisLuaBackend {
         caps.replica_ack = self.inner.replica_ack.is_some();
         caps.release_notifications = self.inner.notifier.is_some();
         caps.semaphores = true;
+        caps.multi_key_locks = self.inner.replica_ack.is_none();
         caps
     }
 }

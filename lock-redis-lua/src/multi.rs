@@ -1,0 +1,119 @@
+//! [`MultiLockBackend`] on Redis/Valkey: the shared scripts of
+//! `lock_core::kinds::multi_lua`, one per operation, over the mutex's own
+//! keys. On a cluster all keys must share one slot (one script touches them
+//! all); otherwise the call fails with `InvalidArgument` before anything is
+//! sent. Grants are not followed by `WAIT`: with [`crate::ReplicaAck`] the
+//! backend says `multi_key_locks: false` and refuses.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use deadpool_redis::redis::Value;
+use lock_core::kinds::multi_lua;
+use lock_core::options::{ttl_millis, validate_key, validate_ttl};
+use lock_core::{AcquireOutcome, Error, Lease, LockToken, MultiLockBackend, ReleaseOutcome, RenewOutcome, Result};
+
+use crate::error::{Access, BACKEND, unexpected_reply};
+use crate::scripts::LuaScript;
+use crate::{Call, RedisLuaBackend, decimal, keys};
+
+struct MultiScripts {
+    acquire: LuaScript,
+    release: LuaScript,
+    renew: LuaScript,
+}
+
+fn scripts() -> &'static MultiScripts {
+    static SCRIPTS: OnceLock<MultiScripts> = OnceLock::new();
+    SCRIPTS.get_or_init(|| MultiScripts {
+        acquire: LuaScript::new(multi_lua::ACQUIRE_ALL),
+        release: LuaScript::new(multi_lua::RELEASE_ALL),
+        renew: LuaScript::new(multi_lua::RENEW_ALL),
+    })
+}
+
+impl RedisLuaBackend {
+    fn check_multi(&self, set: &[&str]) -> Result<()> {
+        if self.inner.replica_ack.is_some() {
+            return Err(Error::Unsupported {
+                backend: BACKEND.to_owned(),
+                what: "multi-key locks with replica acknowledgement".to_owned(),
+            });
+        }
+        let Some(first) = set.first() else {
+            return Err(Error::invalid("a multi-key lock needs at least one key"));
+        };
+        set.iter().try_for_each(|k| validate_key(k))?;
+        if self.inner.cluster && set.iter().any(|k| keys::slot(k) != keys::slot(first)) {
+            return Err(Error::invalid(format!(
+                "multi-key lock over {set:?}: on a cluster every key must be in one hash slot; give them a common \
+                 hash tag, e.g. {{account}}:1 and {{account}}:2"
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl MultiLockBackend for RedisLuaBackend {
+    async fn try_acquire_all(&self, set: &[&str], token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        self.check_multi(set)?;
+        validate_ttl(ttl)?;
+        let hex = token.hex_bytes();
+        let mut ms = [0u8; 20];
+        let call = Call::Script {
+            script: &scripts().acquire,
+            keys: set,
+            args: &[&hex, decimal(ttl_millis(ttl), &mut ms)],
+        };
+        let op = "multi-key acquire";
+        let value = self.inner.exec(op, set[0], Access::Write, call).await?;
+        match &value {
+            Value::Array(items) => match items.as_slice() {
+                [Value::Int(1)] => Ok(AcquireOutcome::Acquired(Lease::new())),
+                [Value::Int(0), Value::Int(pttl)] => Ok(AcquireOutcome::Held {
+                    retry_after: u64::try_from(*pttl).ok().map(Duration::from_millis),
+                }),
+                _ => Err(unexpected_reply(op, set[0], &value)),
+            },
+            _ => Err(unexpected_reply(op, set[0], &value)),
+        }
+    }
+
+    async fn release_all(&self, set: &[&str], token: &LockToken) -> Result<ReleaseOutcome> {
+        self.check_multi(set)?;
+        let hex = token.hex_bytes();
+        let call = Call::Script {
+            script: &scripts().release,
+            keys: set,
+            args: &[&hex],
+        };
+        let op = "multi-key release";
+        match self.inner.exec(op, set[0], Access::Write, call).await? {
+            Value::Int(1) => Ok(ReleaseOutcome::Released),
+            Value::Int(2) => Ok(ReleaseOutcome::HeldByOther),
+            Value::Int(0) => Ok(ReleaseOutcome::Missing),
+            other => Err(unexpected_reply(op, set[0], &other)),
+        }
+    }
+
+    async fn renew_all(&self, set: &[&str], token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
+        self.check_multi(set)?;
+        validate_ttl(ttl)?;
+        let hex = token.hex_bytes();
+        let mut ms = [0u8; 20];
+        let call = Call::Script {
+            script: &scripts().renew,
+            keys: set,
+            args: &[&hex, decimal(ttl_millis(ttl), &mut ms)],
+        };
+        let op = "multi-key renew";
+        match self.inner.exec(op, set[0], Access::Write, call).await? {
+            Value::Int(1) => Ok(RenewOutcome::Renewed),
+            Value::Int(2) => Ok(RenewOutcome::HeldByOther),
+            Value::Int(0) => Ok(RenewOutcome::Missing),
+            other => Err(unexpected_reply(op, set[0], &other)),
+        }
+    }
+}
