@@ -96,7 +96,9 @@
 mod config;
 mod conn;
 mod keys;
+mod multi;
 mod replies;
+mod script;
 mod semaphore;
 mod unsettled;
 
@@ -848,6 +850,7 @@ impl LockBackend for TairBackend {
         caps.native_compare_and_delete = true;
         caps.replica_ack = self.inner.ack.is_some();
         caps.semaphores = self.inner.ack.is_none();
+        caps.multi_key_locks = self.inner.ack.is_none();
         caps
     }
 }

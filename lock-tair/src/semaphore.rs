@@ -13,22 +13,16 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fred::types::{ClusterHash, CustomCommand, Value};
-use fred::util::redis_keyslot;
+use fred::types::Value;
 use lock_core::kinds::semaphore_lua::{self as lua, SemaphoreKeys};
 use lock_core::options::{validate_key, validate_ttl};
 use lock_core::{
     AcquireOutcome, Error, LockToken, PermitRequest, ReleaseOutcome, RenewOutcome, Result, SemaphoreBackend,
 };
 
-use crate::conn::{Access, NAME, is_no_script, map_error, send, unexpected_reply};
+use crate::conn::{Access, NAME, unexpected_reply};
+use crate::script::Script;
 use crate::{TairBackend, px, token_arg};
-
-/// A script and its SHA1, computed once.
-struct Script {
-    source: &'static str,
-    sha: String,
-}
 
 struct Scripts {
     acquire: Script,
@@ -38,52 +32,20 @@ struct Scripts {
 
 fn scripts() -> &'static Scripts {
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
-    SCRIPTS.get_or_init(|| {
-        let script = |source: &'static str| Script {
-            source,
-            sha: fred::util::sha1_hash(source),
-        };
-        Scripts {
-            acquire: script(lua::ACQUIRE),
-            release: script(lua::RELEASE),
-            renew: script(lua::RENEW),
-        }
+    SCRIPTS.get_or_init(|| Scripts {
+        acquire: Script::new(lua::ACQUIRE),
+        release: Script::new(lua::RELEASE),
+        renew: Script::new(lua::RENEW),
     })
 }
 
 impl TairBackend {
-    /// `EVALSHA` of `script` on `keys` (one slot) with `args`, `EVAL` after
-    /// `NOSCRIPT`. Any failure is outcome-unknown (a script may have written
-    /// before failing).
+    /// Runs a semaphore script (refused under replica acknowledgement).
     async fn semaphore_script(&self, what: &str, script: &Script, keys: &[&str], args: Vec<Value>) -> Result<Value> {
         if self.inner.ack.is_some() {
             return Err(unsupported());
         }
-        let first = keys.first().copied().unwrap_or_default();
-        let mut tail: Vec<Value> = Vec::with_capacity(1 + keys.len() + args.len());
-        tail.push(i64::try_from(keys.len()).unwrap_or(i64::MAX).into());
-        tail.extend(keys.iter().map(|&k| Value::from(k)));
-        tail.extend(args);
-        let slot = ClusterHash::Custom(redis_keyslot(first.as_bytes()));
-        let client = self.inner.commands.next();
-        let mut with_sha = vec![Value::from(script.sha.as_str())];
-        with_sha.extend(tail.iter().cloned());
-        match send(
-            client,
-            &CustomCommand::new_static("EVALSHA", slot.clone(), false),
-            with_sha,
-        )
-        .await
-        {
-            Err(e) if is_no_script(&e) => {
-                // Not run: the script cache is empty (new or flushed server).
-                let mut with_source = vec![Value::from(script.source)];
-                with_source.extend(tail);
-                send(client, &CustomCommand::new_static("EVAL", slot, false), with_source).await
-            }
-            other => other,
-        }
-        .map_err(|e| map_error(what, first, Access::Script, e))
+        self.run_script(what, script, keys, args).await
     }
 }
 
