@@ -130,6 +130,7 @@ use tokio::time::Instant;
 
 mod holdings;
 mod inflight;
+mod multi;
 mod options;
 mod round;
 mod semaphore;

@@ -1,12 +1,16 @@
-//! Redlock refuses semaphores with a typed error: a majority vote does not
-//! bound a semaphore of 2 or more permits.
+//! Redlock refuses the other lock kinds with a typed error and capability
+//! flags: a majority vote does not bound a semaphore of 2 or more permits,
+//! and its nodes have no all-or-nothing operation for multi-key locks.
 
 #![allow(clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{Error, LockBackend, LockToken, PermitRequest, SemaphoreBackend, SemaphoreManager};
+use lock_core::{
+    Error, LockBackend, LockToken, MultiLockBackend, MultiLockManager, PermitRequest, SemaphoreBackend,
+    SemaphoreManager,
+};
 use lock_memory::MemoryBackend;
 use lock_redlock::Redlock;
 
@@ -28,4 +32,14 @@ async fn semaphores_are_unsupported_with_a_capability_flag() {
         Err(Error::Unsupported { what, .. }) => assert!(what.contains("semaphore"), "{what}"),
         other => panic!("expected Unsupported, got {other:?}"),
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn multi_key_locks_are_unsupported_with_a_capability_flag() {
+    let r = redlock();
+    assert!(!r.capabilities().multi_key_locks);
+    let token = LockToken::generate().expect("token");
+    let raw = r.try_acquire_all(&["a", "b"], &token, Duration::from_secs(1)).await;
+    assert!(matches!(raw, Err(Error::Unsupported { .. })), "{raw:?}");
+    assert!(matches!(MultiLockManager::new(r), Err(Error::Unsupported { .. })));
 }
