@@ -244,6 +244,8 @@ pub struct Capabilities {
     pub semaphores: bool,
     /// Implements [`crate::MultiLockBackend`] (all-or-nothing over keys).
     pub multi_key_locks: bool,
+    /// Implements [`crate::RwLockBackend`] (writer-preferring).
+    pub rw_locks: bool,
 }
 
 impl Capabilities {
@@ -259,6 +261,7 @@ impl Capabilities {
             max_ttl: crate::options::MAX_TTL,
             semaphores: false,
             multi_key_locks: false,
+            rw_locks: false,
         }
     }
 }

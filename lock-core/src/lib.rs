@@ -27,6 +27,7 @@ pub use batch::RenewBatch;
 pub use error::{BoxError, Error, LossReason, NodeOutcome, NodeReports, NotHeldReason, Result};
 pub use guard::{LeaseHandle, LockGuard};
 pub use kinds::multi::{MultiLockBackend, MultiLockGuard, MultiLockManager};
+pub use kinds::rw::{RwLockBackend, RwLockGuard, RwLockManager, RwMode};
 pub use kinds::semaphore::{Permit, PermitRequest, Semaphore, SemaphoreBackend, SemaphoreManager};
 pub use manager::LockManager;
 pub use options::{Backoff, LockOptions, MAX_TTL, MIN_TTL, Renewal, UpdateOptions};

@@ -10,6 +10,7 @@
 //! Clones share state: hand a clone to each "client" in a test.
 
 mod multi;
+mod rw;
 mod semaphore;
 
 use std::collections::HashMap;
@@ -30,6 +31,7 @@ use tokio::time::Instant;
 pub struct MemoryBackend {
     state: Arc<Mutex<State>>,
     semaphores: Arc<Mutex<semaphore::Semaphores>>,
+    rw_locks: Arc<Mutex<rw::RwLocks>>,
 }
 
 impl std::fmt::Debug for MemoryBackend {
@@ -134,6 +136,13 @@ impl MemoryBackend {
         }
     }
 
+    fn lock_rw(&self) -> MutexGuard<'_, rw::RwLocks> {
+        match self.rw_locks.lock() {
+            Ok(s) => s,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
     /// Remaining TTL of a held lock (tests and diagnostics).
     pub fn lock_ttl(&self, key: &str) -> Option<Duration> {
         let now = Instant::now();
@@ -226,6 +235,7 @@ impl LockBackend for MemoryBackend {
         caps.release_notifications = true;
         caps.semaphores = true;
         caps.multi_key_locks = true;
+        caps.rw_locks = true;
         caps
     }
 }

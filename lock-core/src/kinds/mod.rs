@@ -4,5 +4,7 @@
 
 pub mod multi;
 pub mod multi_lua;
+pub mod rw;
+pub mod rw_lua;
 pub mod semaphore;
 pub mod semaphore_lua;

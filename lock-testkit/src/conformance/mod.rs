@@ -10,12 +10,13 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use lock_core::{
-    LockBackend, LockManager, LockOptions, MultiLockBackend, MultiLockManager, Renewal, SemaphoreBackend,
-    SemaphoreManager, VersionedStore,
+    LockBackend, LockManager, LockOptions, MultiLockBackend, MultiLockManager, Renewal, RwLockBackend, RwLockManager,
+    SemaphoreBackend, SemaphoreManager, VersionedStore,
 };
 
 pub mod lock_cases;
 pub mod multi_cases;
+pub mod rw_cases;
 pub mod semaphore_cases;
 pub mod versioned_cases;
 
@@ -264,6 +265,65 @@ impl MultiSuite {
     }
 }
 
+/// How a read-write lock backend is reached by the suite.
+pub struct RwSuite {
+    clients: Clients<dyn RwLockBackend>,
+    /// Base TTL of the cases (default 400 ms).
+    pub ttl: Duration,
+    /// How long each of the contention case's holders keeps the lock.
+    pub hold: Duration,
+    /// Slack allowed between a lost() signal and the local deadline.
+    pub slack: Duration,
+}
+
+impl RwSuite {
+    /// See [`LockSuite::new`].
+    pub fn new<F, Fut, B>(connect: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = B> + Send + 'static,
+        B: RwLockBackend,
+    {
+        let connect = Arc::new(connect);
+        RwSuite {
+            clients: Clients::new(Arc::new(move || {
+                let fut = connect();
+                Box::pin(async move { Arc::new(fut.await) as Arc<dyn RwLockBackend> })
+            })),
+            ttl: Duration::from_millis(400),
+            hold: Duration::from_millis(10),
+            slack: Duration::from_millis(800),
+        }
+    }
+
+    /// Keep `thing` alive as long as the suite.
+    #[must_use]
+    pub fn keep_alive(mut self, thing: impl Any + Send + Sync) -> Self {
+        self.clients.keep_alive.push(Box::new(thing));
+        self
+    }
+
+    /// A new client.
+    pub async fn client(&self) -> Arc<dyn RwLockBackend> {
+        (self.clients.connect)().await
+    }
+
+    /// A namespaced name for this run.
+    pub fn key(&self, name: &str) -> String {
+        self.clients.key(name)
+    }
+
+    /// Options with the base TTL and automatic renewal.
+    pub fn options(&self) -> LockOptions {
+        LockOptions::with_ttl(self.ttl).acquire_timeout(self.ttl * 4)
+    }
+
+    /// A read-write lock manager over a new client.
+    pub async fn manager(&self, options: LockOptions) -> RwLockManager {
+        RwLockManager::with_options(self.client().await, options).expect("valid options")
+    }
+}
+
 /// How a versioned store is reached by the suite.
 pub struct VersionedSuite {
     clients: Clients<dyn VersionedStore>,
@@ -374,6 +434,30 @@ macro_rules! __multi_cases {
             no_key_held_twice, all_or_nothing, excludes_plain_locks, expiry_returns_dead_holders_keys,
             stale_holder_cannot_release_or_renew, lost_fires_by_deadline_when_backend_hangs,
             invalid_key_sets_are_rejected, with_locks_returns_output);
+    };
+}
+
+/// Expands to one `#[tokio::test]` per read-write lock case (see
+/// [`lock_conformance!`] for the arguments).
+#[macro_export]
+macro_rules! rw_conformance {
+    (paused, $suite:expr) => {
+        $crate::__rw_cases!((start_paused = true), $suite);
+    };
+    (real, $suite:expr) => {
+        $crate::__rw_cases!((flavor = "multi_thread", worker_threads = 2), $suite);
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __rw_cases {
+    ($attr:tt, $suite:expr) => {
+        $crate::__conformance_cases!($attr, $suite, rw_cases:
+            one_writer_or_many_readers, readers_share, writer_excludes_everyone,
+            waiting_writer_holds_new_readers_back, expiry_returns_dead_holders_lock,
+            stale_holder_cannot_release_or_renew, lost_fires_by_deadline_when_backend_hangs,
+            with_rw_returns_output);
     };
 }
 

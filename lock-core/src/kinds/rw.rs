@@ -1,0 +1,307 @@
+//! Read-write lock: many readers or one writer, each a leased holder.
+//!
+//! **Policy: writer-preferring.** A writer that finds the lock busy leaves
+//! an *intent* (its token, with its TTL); while a live intent of another
+//! token exists, new readers are refused, so a stream of readers cannot
+//! starve a waiting writer. Readers already inside keep renewing until they
+//! leave; the writer gets the lock once the last one is gone. Any writer may
+//! take a free lock (an intent only holds readers back) and taking it clears
+//! the intent; a writer still waiting sets it again at its next attempt.
+//! `try_lock` leaves no intent; the intent of a writer that gave up lapses
+//! within one TTL. Readers' and the writer's deadlines
+//! are server time.
+//!
+//! The [`RwLockManager`] runs each holder through a [`LockManager`] (an
+//! adapter presents "reader of `name`" / "writer of `name`" as lock keys), so
+//! an [`RwLockGuard`] has the mutex's lifecycle: renewal, `lost()` at the
+//! local deadline, release on drop, local FIFO waiters (readers and writers
+//! of one manager queue in separate lines). No fencing tokens.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::backend::{AcquireOutcome, Capabilities, LockBackend, ReleaseOutcome, RenewOutcome};
+use crate::error::{Error, Result};
+use crate::guard::{LeaseHandle, LockGuard};
+use crate::manager::LockManager;
+use crate::options::{LockOptions, validate_key};
+use crate::token::LockToken;
+
+/// Read or write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RwMode {
+    /// Shared with other readers.
+    Read,
+    /// Exclusive.
+    Write,
+}
+
+/// Primitive, owner-checked read-write lock operations: one round trip each.
+#[async_trait]
+pub trait RwLockBackend: LockBackend {
+    /// Take `name` in `mode` for `token` if the policy allows (see the module
+    /// docs). A refused writer that is `waiting` (it will try again) leaves
+    /// its intent; a granted writer clears any intent. A repeated call for a
+    /// holder refreshes its lease.
+    async fn try_acquire_rw(
+        &self,
+        name: &str,
+        mode: RwMode,
+        waiting: bool,
+        token: &LockToken,
+        ttl: Duration,
+    ) -> Result<AcquireOutcome>;
+
+    /// Drop `token`'s hold (either mode) and its intent, if any.
+    /// `Released` when it held; `Missing` otherwise.
+    async fn release_rw(&self, name: &str, token: &LockToken) -> Result<ReleaseOutcome>;
+
+    /// Reset `token`'s lease (either mode) if still live; else `Missing`.
+    async fn renew_rw(&self, name: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome>;
+}
+
+/// The lock key: a one-letter prefix (`r` read, `w` waiting writer, `W`
+/// writer without intent), then the name.
+fn encode(mode: RwMode, waiting: bool, name: &str) -> String {
+    match (mode, waiting) {
+        (RwMode::Read, _) => format!("r{name}"),
+        (RwMode::Write, true) => format!("w{name}"),
+        (RwMode::Write, false) => format!("W{name}"),
+    }
+}
+
+fn decode(key: &str) -> Result<(RwMode, bool, &str)> {
+    match key.split_at_checked(1) {
+        Some(("r", name)) => Ok((RwMode::Read, true, name)),
+        Some(("w", name)) => Ok((RwMode::Write, true, name)),
+        Some(("W", name)) => Ok((RwMode::Write, false, name)),
+        _ => Err(Error::invalid(format!("not a read-write lock key: {key:?}"))),
+    }
+}
+
+struct RwAsLock {
+    backend: Arc<dyn RwLockBackend>,
+}
+
+#[async_trait]
+impl LockBackend for RwAsLock {
+    async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        let (mode, waiting, name) = decode(key)?;
+        self.backend.try_acquire_rw(name, mode, waiting, token, ttl).await
+    }
+    async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
+        self.backend.release_rw(decode(key)?.2, token).await
+    }
+    async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
+        self.backend.renew_rw(decode(key)?.2, token, ttl).await
+    }
+    fn capabilities(&self) -> Capabilities {
+        let mut caps = self.backend.capabilities();
+        caps.fencing_tokens = false;
+        caps.release_notifications = false;
+        caps
+    }
+}
+
+/// Hands out read and write guards over one backend. Cheap to clone.
+///
+/// ```
+/// # async fn demo(backend: impl lock_core::RwLockBackend) -> lock_core::Result<()> {
+/// use lock_core::RwLockManager;
+/// let locks = RwLockManager::new(backend)?;
+/// let r1 = locks.read("config").await?;  // readers share
+/// let r2 = locks.read("config").await?;
+/// drop((r1, r2));
+/// let w = locks.write("config").await?;  // one writer, no readers
+/// w.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct RwLockManager {
+    locks: LockManager,
+}
+
+impl RwLockManager {
+    /// A manager with the default [`LockOptions`].
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] when [`Capabilities::rw_locks`] is false.
+    pub fn new(backend: impl RwLockBackend) -> Result<Self> {
+        Self::with_options(backend, LockOptions::default())
+    }
+
+    /// A manager with custom options.
+    ///
+    /// # Errors
+    /// As [`RwLockManager::new`], and [`Error::InvalidArgument`] for bad options.
+    pub fn with_options(backend: impl RwLockBackend, options: LockOptions) -> Result<Self> {
+        let caps = backend.capabilities();
+        if !caps.rw_locks {
+            return Err(Error::Unsupported {
+                backend: caps.name,
+                what: "read-write locks".to_owned(),
+            });
+        }
+        let adapter = RwAsLock {
+            backend: Arc::new(backend),
+        };
+        Ok(RwLockManager {
+            locks: LockManager::from_arc(Arc::new(adapter), options)?,
+        })
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> &LockOptions {
+        self.locks.options()
+    }
+
+    /// Take `name` for reading, waiting up to the acquire timeout.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`], [`Error::InvalidArgument`], or the last backend error.
+    ///
+    /// # Cancel safety
+    /// Dropping the future releases whatever it may have taken (in the background).
+    pub async fn read(&self, name: &str) -> Result<RwLockGuard> {
+        self.acquire(name, RwMode::Read, self.locks.options()).await
+    }
+
+    /// Take `name` for writing, waiting up to the acquire timeout.
+    ///
+    /// # Errors
+    /// As [`RwLockManager::read`].
+    ///
+    /// # Cancel safety
+    /// As [`RwLockManager::read`].
+    pub async fn write(&self, name: &str) -> Result<RwLockGuard> {
+        self.acquire(name, RwMode::Write, self.locks.options()).await
+    }
+
+    /// Take `name` in `mode` with per-call options.
+    ///
+    /// # Errors
+    /// As [`RwLockManager::read`].
+    ///
+    /// # Cancel safety
+    /// As [`RwLockManager::read`].
+    pub async fn lock_opts(&self, name: &str, mode: RwMode, options: &LockOptions) -> Result<RwLockGuard> {
+        self.acquire(name, mode, options).await
+    }
+
+    /// One attempt in `mode`, no waiting: `Ok(None)` when refused.
+    ///
+    /// # Errors
+    /// As [`RwLockManager::read`], without the timeout.
+    ///
+    /// # Cancel safety
+    /// As [`RwLockManager::read`].
+    pub async fn try_lock(&self, name: &str, mode: RwMode) -> Result<Option<RwLockGuard>> {
+        validate_key(name)?;
+        let guard = self.locks.try_lock(&encode(mode, false, name)).await?;
+        Ok(guard.map(|guard| RwLockGuard { guard, mode }))
+    }
+
+    /// Run `body` holding `name` in `mode`; on loss the body is dropped and
+    /// [`Error::Lost`] returned.
+    ///
+    /// # Errors
+    /// As [`RwLockManager::read`], plus [`Error::Lost`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the guard, which releases in the background.
+    pub async fn with_rw<F, Fut, T>(&self, name: &str, mode: RwMode, body: F) -> Result<T>
+    where
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.acquire(name, mode, self.locks.options()).await?;
+        let lost = guard.lost();
+        let handle = guard.handle();
+        let out = tokio::select! {
+            biased;
+            reason = lost => {
+                let held_for = guard.acquired_at().elapsed();
+                drop(guard);
+                return Err(Error::Lost { key: name.to_owned(), held_for, reason });
+            }
+            out = body(handle) => out,
+        };
+        if let Err(e) = guard.release().await {
+            tracing::debug!(name, error = %e, "release after with_rw failed; the lease will expire");
+        }
+        Ok(out)
+    }
+
+    async fn acquire(&self, name: &str, mode: RwMode, options: &LockOptions) -> Result<RwLockGuard> {
+        validate_key(name)?;
+        let guard = self.locks.lock_with(&encode(mode, true, name), options).await?;
+        Ok(RwLockGuard { guard, mode })
+    }
+}
+
+/// A held read or write lock. Owned and `'static`; dropping it releases in
+/// the background.
+#[must_use = "dropping the guard releases the lock"]
+#[derive(Debug)]
+pub struct RwLockGuard {
+    guard: LockGuard,
+    mode: RwMode,
+}
+
+impl std::ops::Deref for RwLockGuard {
+    type Target = LeaseHandle;
+    fn deref(&self) -> &LeaseHandle {
+        &self.guard
+    }
+}
+
+impl RwLockGuard {
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.guard.key().get(1..).unwrap_or_default()
+    }
+
+    /// Read or write.
+    pub fn mode(&self) -> RwMode {
+        self.mode
+    }
+
+    /// A cloneable view of the lease.
+    pub fn handle(&self) -> LeaseHandle {
+        self.guard.handle()
+    }
+
+    /// Stop renewing and release (owner-checked).
+    ///
+    /// # Errors
+    /// The backend's error; the lease then expires on its own.
+    ///
+    /// # Cancel safety
+    /// Safe: if dropped mid-flight, the release is sent again in the background.
+    pub async fn release(self) -> Result<ReleaseOutcome> {
+        self.guard.release().await
+    }
+}
+
+#[async_trait]
+impl<B: RwLockBackend + ?Sized> RwLockBackend for Arc<B> {
+    async fn try_acquire_rw(
+        &self,
+        name: &str,
+        mode: RwMode,
+        waiting: bool,
+        token: &LockToken,
+        ttl: Duration,
+    ) -> Result<AcquireOutcome> {
+        (**self).try_acquire_rw(name, mode, waiting, token, ttl).await
+    }
+    async fn release_rw(&self, name: &str, token: &LockToken) -> Result<ReleaseOutcome> {
+        (**self).release_rw(name, token).await
+    }
+    async fn renew_rw(&self, name: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
+        (**self).renew_rw(name, token, ttl).await
+    }
+}

@@ -1,0 +1,140 @@
+//! The read-write lock's Lua scripts and keys, shared by the Lua and Tair
+//! backends. Keys of `name`, all in its slot: `readers` (sorted set, token →
+//! deadline in server ms), `writer` (string: token, with a TTL), `intent`
+//! (string: a waiting writer's token, with its TTL; see the policy in
+//! [`super::rw`]).
+
+use super::semaphore_lua::SemaphoreKeys;
+use crate::error::Result;
+
+/// The three keys of one read-write lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RwKeys {
+    /// Sorted set of reader deadlines.
+    pub readers: String,
+    /// The writer's token.
+    pub writer: String,
+    /// A waiting writer's token.
+    pub intent: String,
+}
+
+impl RwKeys {
+    /// The keys of `name`, with the same hash-tag rule as the semaphore's.
+    ///
+    /// # Errors
+    /// As [`SemaphoreKeys::new`].
+    pub fn new(name: &str) -> Result<Self> {
+        let base = SemaphoreKeys::new(name)?.holders;
+        let base = base.strip_suffix(":sem").unwrap_or(&base);
+        Ok(RwKeys {
+            readers: format!("{base}:rw:readers"),
+            writer: format!("{base}:rw:writer"),
+            intent: format!("{base}:rw:intent"),
+        })
+    }
+}
+
+macro_rules! rw_prologue {
+    () => {
+        r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local function expire_readers()
+  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  if last[2] then redis.call('PEXPIREAT', KEYS[1], last[2]) end
+end
+"
+    };
+}
+
+/// KEYS readers, writer, intent; ARGV token, ttl ms, mode (`r` read, `w`
+/// waiting writer, `W` writer without intent). `{1}` granted (a writer
+/// clears the intent); `{0, retry_ms}` refused (a refused waiting writer
+/// leaves its intent unless another writer's is live).
+pub const ACQUIRE: &str = concat!(
+    rw_prologue!(),
+    r"
+local ttl = tonumber(ARGV[2])
+local writer = redis.call('GET', KEYS[2])
+if ARGV[3] == 'r' then
+  if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+    redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+    expire_readers()
+    return {1}
+  end
+  if writer then return {0, math.max(1, redis.call('PTTL', KEYS[2]))} end
+  local intent = redis.call('GET', KEYS[3])
+  if intent and intent ~= ARGV[1] then return {0, math.max(1, redis.call('PTTL', KEYS[3]))} end
+  redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+  expire_readers()
+  return {1}
+end
+if writer == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[2], ttl)
+  return {1}
+end
+if writer or redis.call('ZCARD', KEYS[1]) > 0 then
+  local intent = redis.call('GET', KEYS[3])
+  if ARGV[3] == 'w' and (not intent or intent == ARGV[1]) then
+    redis.call('SET', KEYS[3], ARGV[1], 'PX', ttl)
+  end
+  local wait = 1
+  if writer then
+    wait = redis.call('PTTL', KEYS[2])
+  else
+    local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+    wait = tonumber(first[2]) - now
+  end
+  return {0, math.max(1, wait)}
+end
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ttl)
+redis.call('DEL', KEYS[3])
+return {1}
+"
+);
+
+/// KEYS readers, writer, intent; ARGV token. `1` released, `0` missing.
+/// Also drops the token's intent.
+pub const RELEASE: &str = concat!(
+    rw_prologue!(),
+    r"
+if redis.call('GET', KEYS[3]) == ARGV[1] then redis.call('DEL', KEYS[3]) end
+if redis.call('GET', KEYS[2]) == ARGV[1] then
+  redis.call('DEL', KEYS[2])
+  return 1
+end
+return redis.call('ZREM', KEYS[1], ARGV[1])
+"
+);
+
+/// KEYS readers, writer; ARGV token, ttl ms. `1` renewed, `0` missing (an
+/// expired reader was pruned above: never revived).
+pub const RENEW: &str = concat!(
+    rw_prologue!(),
+    r"
+if redis.call('GET', KEYS[2]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+  return 1
+end
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1])
+  expire_readers()
+  return 1
+end
+return 0
+"
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_the_name_slot_tag() {
+        let k = RwKeys::new("cfg").expect("plain name");
+        assert_eq!(k.readers, "{cfg}:rw:readers");
+        assert_eq!(k.writer, "{cfg}:rw:writer");
+        assert_eq!(k.intent, "{cfg}:rw:intent");
+    }
+}

@@ -1,0 +1,151 @@
+//! [`RwLockBackend`] for the in-process backend, with the writer-preferring
+//! policy of the Lua scripts (a refused writer's intent holds new readers
+//! back), on tokio's clock.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::options::{validate_key, validate_ttl};
+use lock_core::{AcquireOutcome, Lease, LockToken, ReleaseOutcome, RenewOutcome, Result, RwLockBackend, RwMode};
+use tokio::time::Instant;
+
+use crate::MemoryBackend;
+
+/// Every read-write lock of one backend.
+#[derive(Default)]
+pub(crate) struct RwLocks {
+    by_name: HashMap<String, RwState>,
+}
+
+#[derive(Default)]
+struct RwState {
+    readers: HashMap<LockToken, Instant>,
+    writer: Option<(LockToken, Instant)>,
+    intent: Option<(LockToken, Instant)>,
+}
+
+impl RwState {
+    fn prune(&mut self, now: Instant) {
+        self.readers.retain(|_, until| *until > now);
+        if self.writer.is_some_and(|(_, until)| until <= now) {
+            self.writer = None;
+        }
+        if self.intent.is_some_and(|(_, until)| until <= now) {
+            self.intent = None;
+        }
+    }
+
+    /// Time until the earliest holder blocking a writer leaves.
+    fn writer_wait(&self, now: Instant) -> Duration {
+        let first = match self.writer {
+            Some((_, until)) => until,
+            None => self.readers.values().copied().min().unwrap_or(now),
+        };
+        first.saturating_duration_since(now).max(Duration::from_millis(1))
+    }
+}
+
+#[async_trait]
+impl RwLockBackend for MemoryBackend {
+    async fn try_acquire_rw(
+        &self,
+        name: &str,
+        mode: RwMode,
+        waiting: bool,
+        token: &LockToken,
+        ttl: Duration,
+    ) -> Result<AcquireOutcome> {
+        validate_key(name)?;
+        validate_ttl(ttl)?;
+        let now = Instant::now();
+        let mut all = self.lock_rw();
+        let s = all.by_name.entry(name.to_owned()).or_default();
+        s.prune(now);
+        let granted = Ok(AcquireOutcome::Acquired(Lease::new()));
+        match mode {
+            RwMode::Read => {
+                if let Some(until) = s.readers.get_mut(token) {
+                    *until = now + ttl;
+                    return granted;
+                }
+                let blocker = s.writer.or(s.intent.filter(|(t, _)| t != token));
+                if let Some((_, until)) = blocker {
+                    return Ok(AcquireOutcome::Held {
+                        retry_after: Some(until.saturating_duration_since(now).max(Duration::from_millis(1))),
+                    });
+                }
+                s.readers.insert(*token, now + ttl);
+                granted
+            }
+            RwMode::Write => {
+                if let Some((holder, until)) = &mut s.writer
+                    && holder == token
+                {
+                    *until = now + ttl;
+                    return granted;
+                }
+                if s.writer.is_some() || !s.readers.is_empty() {
+                    if waiting && s.intent.is_none_or(|(t, _)| t == *token) {
+                        s.intent = Some((*token, now + ttl));
+                    }
+                    return Ok(AcquireOutcome::Held {
+                        retry_after: Some(s.writer_wait(now)),
+                    });
+                }
+                s.writer = Some((*token, now + ttl));
+                s.intent = None;
+                granted
+            }
+        }
+    }
+
+    async fn release_rw(&self, name: &str, token: &LockToken) -> Result<ReleaseOutcome> {
+        validate_key(name)?;
+        let now = Instant::now();
+        let mut all = self.lock_rw();
+        let Some(s) = all.by_name.get_mut(name) else {
+            return Ok(ReleaseOutcome::Missing);
+        };
+        s.prune(now);
+        if s.intent.is_some_and(|(t, _)| t == *token) {
+            s.intent = None;
+        }
+        let released = if s.writer.is_some_and(|(t, _)| t == *token) {
+            s.writer = None;
+            true
+        } else {
+            s.readers.remove(token).is_some()
+        };
+        if s.readers.is_empty() && s.writer.is_none() && s.intent.is_none() {
+            all.by_name.remove(name);
+        }
+        Ok(if released {
+            ReleaseOutcome::Released
+        } else {
+            ReleaseOutcome::Missing
+        })
+    }
+
+    async fn renew_rw(&self, name: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
+        validate_key(name)?;
+        validate_ttl(ttl)?;
+        let now = Instant::now();
+        let mut all = self.lock_rw();
+        let Some(s) = all.by_name.get_mut(name) else {
+            return Ok(RenewOutcome::Missing);
+        };
+        s.prune(now);
+        if let Some((holder, until)) = &mut s.writer
+            && holder == token
+        {
+            *until = now + ttl;
+            return Ok(RenewOutcome::Renewed);
+        }
+        if let Some(until) = s.readers.get_mut(token) {
+            *until = now + ttl;
+            return Ok(RenewOutcome::Renewed);
+        }
+        Ok(RenewOutcome::Missing)
+    }
+}

@@ -1,0 +1,257 @@
+//! Read-write lock cases: one writer or many readers under contention
+//! (checked from recorded intervals), the writer-preferring policy, expiry of
+//! dead holders, stale holders, loss at the local deadline.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::{
+    AcquireOutcome, Capabilities, LockBackend, LockToken, LossReason, ReleaseOutcome, RenewOutcome, Result,
+    RwLockBackend, RwLockManager, RwMode,
+};
+use tokio::time::Instant;
+
+use super::RwSuite;
+
+/// 32 tasks over 4 clients, one in four a writer: no writer's recorded
+/// interval (lock returned → release sent, cut at the local deadline)
+/// overlaps any other holder's.
+pub async fn one_writer_or_many_readers(s: &RwSuite) {
+    const TASKS: usize = 32;
+    let name = s.key("bound");
+    let mut managers = Vec::new();
+    for _ in 0..4 {
+        managers.push(s.manager(s.options().acquire_timeout(s.ttl * 80)).await);
+    }
+    let mut tasks = Vec::new();
+    for i in 0..TASKS {
+        let m = managers[i % managers.len()].clone();
+        let name = name.clone();
+        let mode = if i % 4 == 0 { RwMode::Write } else { RwMode::Read };
+        let hold = s.hold;
+        tasks.push(tokio::spawn(async move {
+            let g = m.lock_opts(&name, mode, m.options()).await.expect("lock");
+            let start = Instant::now();
+            tokio::time::sleep(hold).await;
+            let end = Instant::now().min(g.deadline());
+            assert!(!g.is_lost(), "a lease was lost while held");
+            assert_eq!(g.release().await.expect("release"), ReleaseOutcome::Released);
+            (mode, start, end)
+        }));
+    }
+    let mut spans = Vec::new();
+    for t in tasks {
+        spans.push(t.await.expect("task"));
+    }
+    for (i, &(mode, a0, a1)) in spans.iter().enumerate() {
+        if mode != RwMode::Write {
+            continue;
+        }
+        for (j, &(_, b0, b1)) in spans.iter().enumerate() {
+            if i != j {
+                assert!(a1 <= b0 || b1 <= a0, "a writer overlapped another holder");
+            }
+        }
+    }
+}
+
+/// Two readers hold at once.
+pub async fn readers_share(s: &RwSuite) {
+    let name = s.key("share");
+    let a = s.manager(s.options()).await;
+    let b = s.manager(s.options()).await;
+    let r1 = a.read(&name).await.expect("read");
+    let r2 = b
+        .try_lock(&name, RwMode::Read)
+        .await
+        .expect("try")
+        .expect("readers share");
+    assert!(
+        b.try_lock(&name, RwMode::Write).await.expect("try").is_none(),
+        "readers hold"
+    );
+    r1.release().await.expect("release");
+    r2.release().await.expect("release");
+}
+
+/// A writer excludes readers and other writers.
+pub async fn writer_excludes_everyone(s: &RwSuite) {
+    let name = s.key("excl");
+    let a = s.manager(s.options()).await;
+    let b = s.manager(s.options()).await;
+    let w = a.write(&name).await.expect("write");
+    assert!(b.try_lock(&name, RwMode::Read).await.expect("try").is_none());
+    assert!(b.try_lock(&name, RwMode::Write).await.expect("try").is_none());
+    w.release().await.expect("release");
+    let r = b.try_lock(&name, RwMode::Read).await.expect("try").expect("free again");
+    r.release().await.expect("release");
+}
+
+/// Writer preference: once a writer waits, new readers are refused (while
+/// the reader inside keeps its lock), and the writer gets the lock when
+/// that reader leaves.
+pub async fn waiting_writer_holds_new_readers_back(s: &RwSuite) {
+    let name = s.key("prefer");
+    let a = s.manager(s.options()).await;
+    let writer = s.manager(s.options().acquire_timeout(s.ttl * 40)).await;
+    let c = s.manager(s.options()).await;
+    let inside = a.read(&name).await.expect("read");
+    let w = {
+        let name = name.clone();
+        tokio::spawn(async move { writer.write(&name).await.expect("the writer gets its turn") })
+    };
+    let mut refused = false;
+    for _ in 0..200 {
+        match c.try_lock(&name, RwMode::Read).await.expect("try") {
+            None => {
+                refused = true;
+                break;
+            }
+            Some(r) => {
+                r.release().await.expect("release");
+                tokio::time::sleep(s.ttl / 20).await;
+            }
+        }
+    }
+    assert!(refused, "new readers were still admitted while a writer waited");
+    assert!(!inside.is_lost(), "the reader inside keeps its lock");
+    inside.release().await.expect("release");
+    let g = w.await.expect("writer task");
+    assert_eq!(g.mode(), RwMode::Write);
+    g.release().await.expect("release");
+}
+
+/// A dead reader's lease ends by the server's clock; then a writer gets in.
+pub async fn expiry_returns_dead_holders_lock(s: &RwSuite) {
+    let name = s.key("dead");
+    let raw = s.client().await;
+    let token = LockToken::generate().expect("token");
+    let r = raw
+        .try_acquire_rw(&name, RwMode::Read, false, &token, s.ttl)
+        .await
+        .expect("acquire");
+    assert!(matches!(r, AcquireOutcome::Acquired(_)));
+    let m = s.manager(s.options()).await;
+    let sent = Instant::now();
+    let w = m.write(&name).await.expect("the dead reader's lease ends");
+    assert!(
+        Instant::now() >= sent + s.ttl / 2,
+        "the writer got in long before the TTL"
+    );
+    w.release().await.expect("release");
+}
+
+/// A stale writer can neither renew nor release after another took over.
+pub async fn stale_holder_cannot_release_or_renew(s: &RwSuite) {
+    let name = s.key("stale");
+    let raw = s.client().await;
+    let stale = LockToken::generate().expect("token");
+    raw.try_acquire_rw(&name, RwMode::Write, false, &stale, s.ttl)
+        .await
+        .expect("acquire");
+    tokio::time::sleep(s.ttl * 2).await;
+    let m = s.manager(s.options()).await;
+    let g = m.try_lock(&name, RwMode::Write).await.expect("try").expect("expired");
+    assert_eq!(
+        raw.renew_rw(&name, &stale, s.ttl).await.expect("renew"),
+        RenewOutcome::Missing
+    );
+    assert_eq!(
+        raw.release_rw(&name, &stale).await.expect("release"),
+        ReleaseOutcome::Missing
+    );
+    assert!(
+        m.try_lock(&name, RwMode::Read).await.expect("try").is_none(),
+        "still written"
+    );
+    assert_eq!(g.release().await.expect("release"), ReleaseOutcome::Released);
+}
+
+/// When the backend stops answering, `lost()` fires at the local deadline.
+pub async fn lost_fires_by_deadline_when_backend_hangs(s: &RwSuite) {
+    let name = s.key("hang");
+    let hang = Arc::new(AtomicBool::new(false));
+    let backend = Hanging {
+        inner: s.client().await,
+        hang: hang.clone(),
+    };
+    let m = RwLockManager::with_options(backend, s.options()).expect("manager");
+    let sent = Instant::now();
+    let g = m.read(&name).await.expect("read");
+    hang.store(true, Ordering::SeqCst);
+    let deadline = g.deadline();
+    assert!(deadline <= sent + s.ttl);
+    let reason = tokio::time::timeout(s.ttl * 4, g.lost())
+        .await
+        .expect("lost() must fire");
+    let fired = Instant::now();
+    assert_eq!(reason, LossReason::DeadlinePassed);
+    assert!(fired >= deadline, "lost() fired before the deadline it reports");
+    assert!(
+        fired <= deadline + s.slack,
+        "lost() fired {:?} after the deadline",
+        fired.saturating_duration_since(deadline)
+    );
+    hang.store(false, Ordering::SeqCst);
+    drop(g);
+}
+
+/// `with_rw` returns the body's output and releases.
+pub async fn with_rw_returns_output(s: &RwSuite) {
+    let name = s.key("with");
+    let m = s.manager(s.options()).await;
+    let out = m
+        .with_rw(&name, RwMode::Write, |_lease| async { 5 })
+        .await
+        .expect("with_rw");
+    assert_eq!(out, 5);
+    let again = m.try_lock(&name, RwMode::Write).await.expect("try").expect("released");
+    again.release().await.expect("release");
+}
+
+/// Passes every call through, except that renewals hang while `hang` is set.
+struct Hanging {
+    inner: Arc<dyn RwLockBackend>,
+    hang: Arc<AtomicBool>,
+}
+
+#[async_trait]
+impl LockBackend for Hanging {
+    async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        self.inner.try_acquire(key, token, ttl).await
+    }
+    async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
+        self.inner.release(key, token).await
+    }
+    async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
+        self.inner.renew(key, token, ttl).await
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+}
+
+#[async_trait]
+impl RwLockBackend for Hanging {
+    async fn try_acquire_rw(
+        &self,
+        name: &str,
+        mode: RwMode,
+        waiting: bool,
+        token: &LockToken,
+        ttl: Duration,
+    ) -> Result<AcquireOutcome> {
+        self.inner.try_acquire_rw(name, mode, waiting, token, ttl).await
+    }
+    async fn release_rw(&self, name: &str, token: &LockToken) -> Result<ReleaseOutcome> {
+        self.inner.release_rw(name, token).await
+    }
+    async fn renew_rw(&self, name: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
+        if self.hang.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        self.inner.renew_rw(name, token, ttl).await
+    }
+}
