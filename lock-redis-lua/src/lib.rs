@@ -87,6 +87,7 @@ mod error;
 mod keys;
 mod multi;
 mod notify;
+mod rw;
 mod scripts;
 mod semaphore;
 
@@ -868,6 +869,7 @@ impl LockBackend for RedisLuaBackend {
         caps.release_notifications = self.inner.notifier.is_some();
         caps.semaphores = true;
         caps.multi_key_locks = self.inner.replica_ack.is_none();
+        caps.rw_locks = self.inner.replica_ack.is_none();
         caps
     }
 }
