@@ -98,6 +98,7 @@ mod conn;
 mod keys;
 mod multi;
 mod replies;
+mod rw;
 mod script;
 mod semaphore;
 mod unsettled;
@@ -851,6 +852,7 @@ impl LockBackend for TairBackend {
         caps.replica_ack = self.inner.ack.is_some();
         caps.semaphores = self.inner.ack.is_none();
         caps.multi_key_locks = self.inner.ack.is_none();
+        caps.rw_locks = self.inner.ack.is_none();
         caps
     }
 }
