@@ -133,6 +133,7 @@ mod inflight;
 mod multi;
 mod options;
 mod round;
+mod rw;
 mod semaphore;
 mod splits;
 

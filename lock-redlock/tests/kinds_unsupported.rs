@@ -1,6 +1,7 @@
 //! Redlock refuses the other lock kinds with a typed error and capability
 //! flags: a majority vote does not bound a semaphore of 2 or more permits,
-//! and its nodes have no all-or-nothing operation for multi-key locks.
+//! and its nodes have neither an all-or-nothing operation (multi-key locks)
+//! nor reader sets (read-write locks).
 
 #![allow(clippy::expect_used, clippy::panic)]
 
@@ -42,4 +43,14 @@ async fn multi_key_locks_are_unsupported_with_a_capability_flag() {
     let raw = r.try_acquire_all(&["a", "b"], &token, Duration::from_secs(1)).await;
     assert!(matches!(raw, Err(Error::Unsupported { .. })), "{raw:?}");
     assert!(matches!(MultiLockManager::new(r), Err(Error::Unsupported { .. })));
+}
+
+#[tokio::test(start_paused = true)]
+async fn read_write_locks_are_unsupported_with_a_capability_flag() {
+    let r = redlock();
+    assert!(!r.capabilities().rw_locks);
+    assert!(matches!(
+        lock_core::RwLockManager::new(r),
+        Err(Error::Unsupported { .. })
+    ));
 }
