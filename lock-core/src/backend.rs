@@ -246,6 +246,8 @@ pub struct Capabilities {
     pub multi_key_locks: bool,
     /// Implements [`crate::RwLockBackend`] (writer-preferring).
     pub rw_locks: bool,
+    /// Implements [`crate::ElectionBackend`].
+    pub leader_election: bool,
 }
 
 impl Capabilities {
@@ -262,6 +264,7 @@ impl Capabilities {
             semaphores: false,
             multi_key_locks: false,
             rw_locks: false,
+            leader_election: false,
         }
     }
 }

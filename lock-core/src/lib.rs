@@ -26,6 +26,7 @@ pub use backend::{
 pub use batch::RenewBatch;
 pub use error::{BoxError, Error, LossReason, NodeOutcome, NodeReports, NotHeldReason, Result};
 pub use guard::{LeaseHandle, LockGuard};
+pub use kinds::election::{ElectionBackend, ElectionManager, LeaderInfo, Leadership};
 pub use kinds::multi::{MultiLockBackend, MultiLockGuard, MultiLockManager};
 pub use kinds::rw::{RwLockBackend, RwLockGuard, RwLockManager, RwMode};
 pub use kinds::semaphore::{Permit, PermitRequest, Semaphore, SemaphoreBackend, SemaphoreManager};

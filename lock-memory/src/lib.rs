@@ -9,6 +9,7 @@
 //!
 //! Clones share state: hand a clone to each "client" in a test.
 
+mod election;
 mod multi;
 mod rw;
 mod semaphore;
@@ -32,6 +33,7 @@ pub struct MemoryBackend {
     state: Arc<Mutex<State>>,
     semaphores: Arc<Mutex<semaphore::Semaphores>>,
     rw_locks: Arc<Mutex<rw::RwLocks>>,
+    elections: Arc<Mutex<election::Elections>>,
 }
 
 impl std::fmt::Debug for MemoryBackend {
@@ -131,6 +133,13 @@ impl MemoryBackend {
     fn lock_semaphores(&self) -> MutexGuard<'_, semaphore::Semaphores> {
         // Every update is a single map operation, as for `lock_state`.
         match self.semaphores.lock() {
+            Ok(s) => s,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    fn lock_elections(&self) -> MutexGuard<'_, election::Elections> {
+        match self.elections.lock() {
             Ok(s) => s,
             Err(poisoned) => poisoned.into_inner(),
         }
@@ -236,6 +245,7 @@ impl LockBackend for MemoryBackend {
         caps.semaphores = true;
         caps.multi_key_locks = true;
         caps.rw_locks = true;
+        caps.leader_election = true;
         caps
     }
 }

@@ -15,7 +15,7 @@ pub mod conformance;
 pub mod faulty;
 pub mod server;
 
-pub use conformance::{LockSuite, MultiSuite, RwSuite, SemaphoreSuite, VersionedSuite};
+pub use conformance::{ElectionSuite, LockSuite, MultiSuite, RwSuite, SemaphoreSuite, VersionedSuite};
 pub use faulty::{CallCounts, Fault, FaultControl, FaultyBackend};
 
 #[doc(hidden)]

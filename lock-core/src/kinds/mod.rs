@@ -2,6 +2,8 @@
 //! manager-level guard that reuses the mutex's lifecycle (renewal, `lost()`,
 //! scoped helpers, cancellation safety, fencing tokens).
 
+pub mod election;
+pub mod election_lua;
 pub mod multi;
 pub mod multi_lua;
 pub mod rw;

@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use lock_core::{
-    LockBackend, LockManager, LockOptions, MultiLockBackend, MultiLockManager, Renewal, RwLockBackend, RwLockManager,
-    SemaphoreBackend, SemaphoreManager, VersionedStore,
+    ElectionBackend, ElectionManager, LockBackend, LockManager, LockOptions, MultiLockBackend, MultiLockManager,
+    Renewal, RwLockBackend, RwLockManager, SemaphoreBackend, SemaphoreManager, VersionedStore,
 };
 
+pub mod election_cases;
 pub mod lock_cases;
 pub mod multi_cases;
 pub mod rw_cases;
@@ -324,6 +325,65 @@ impl RwSuite {
     }
 }
 
+/// How an election backend is reached by the suite.
+pub struct ElectionSuite {
+    clients: Clients<dyn ElectionBackend>,
+    /// Base TTL of the cases (default 400 ms).
+    pub ttl: Duration,
+    /// How long each of the contention case's leaders leads.
+    pub hold: Duration,
+    /// Slack allowed between a lost() signal and the local deadline.
+    pub slack: Duration,
+}
+
+impl ElectionSuite {
+    /// See [`LockSuite::new`].
+    pub fn new<F, Fut, B>(connect: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = B> + Send + 'static,
+        B: ElectionBackend,
+    {
+        let connect = Arc::new(connect);
+        ElectionSuite {
+            clients: Clients::new(Arc::new(move || {
+                let fut = connect();
+                Box::pin(async move { Arc::new(fut.await) as Arc<dyn ElectionBackend> })
+            })),
+            ttl: Duration::from_millis(400),
+            hold: Duration::from_millis(10),
+            slack: Duration::from_millis(800),
+        }
+    }
+
+    /// Keep `thing` alive as long as the suite.
+    #[must_use]
+    pub fn keep_alive(mut self, thing: impl Any + Send + Sync) -> Self {
+        self.clients.keep_alive.push(Box::new(thing));
+        self
+    }
+
+    /// A new client.
+    pub async fn client(&self) -> Arc<dyn ElectionBackend> {
+        (self.clients.connect)().await
+    }
+
+    /// A namespaced name for this run.
+    pub fn key(&self, name: &str) -> String {
+        self.clients.key(name)
+    }
+
+    /// Options with the base TTL and automatic renewal.
+    pub fn options(&self) -> LockOptions {
+        LockOptions::with_ttl(self.ttl).acquire_timeout(self.ttl * 4)
+    }
+
+    /// An election manager over a new client.
+    pub async fn manager(&self, options: LockOptions) -> ElectionManager {
+        ElectionManager::with_options(self.client().await, options).expect("valid options")
+    }
+}
+
 /// How a versioned store is reached by the suite.
 pub struct VersionedSuite {
     clients: Clients<dyn VersionedStore>,
@@ -458,6 +518,29 @@ macro_rules! __rw_cases {
             waiting_writer_holds_new_readers_back, expiry_returns_dead_holders_lock,
             stale_holder_cannot_release_or_renew, lost_fires_by_deadline_when_backend_hangs,
             with_rw_returns_output);
+    };
+}
+
+/// Expands to one `#[tokio::test]` per leader-election case (see
+/// [`lock_conformance!`] for the arguments).
+#[macro_export]
+macro_rules! election_conformance {
+    (paused, $suite:expr) => {
+        $crate::__election_cases!((start_paused = true), $suite);
+    };
+    (real, $suite:expr) => {
+        $crate::__election_cases!((flavor = "multi_thread", worker_threads = 2), $suite);
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __election_cases {
+    ($attr:tt, $suite:expr) => {
+        $crate::__conformance_cases!($attr, $suite, election_cases:
+            one_leader_at_a_time, leader_reads_identity_and_term, every_observer_sees_the_change,
+            expiry_hands_over, stale_leader_cannot_resign_or_renew, lost_fires_by_deadline_when_backend_hangs,
+            invalid_campaigns_are_rejected);
     };
 }
 

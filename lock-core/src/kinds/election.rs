@@ -1,0 +1,326 @@
+//! Leader election: one leader per name, its caller-supplied identity stored
+//! with its lease, a term that increases with every new leader.
+//!
+//! `campaign` waits until it wins and returns a [`Leadership`]: the mutex's
+//! lifecycle (renewal, `lost()` at the local deadline, resignation on drop),
+//! with the term as its fencing token. `leader` reads the current leader;
+//! `observe` is a stream of leader changes, by polling (every backend can
+//! answer it; a missed change between two polls is collapsed, never
+//! invented).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::Stream;
+
+use crate::backend::{AcquireOutcome, Capabilities, LockBackend, ReleaseOutcome, RenewOutcome};
+use crate::error::{Error, Result};
+use crate::guard::{LeaseHandle, LockGuard};
+use crate::manager::LockManager;
+use crate::options::{LockOptions, validate_key};
+use crate::token::LockToken;
+
+/// Longest identity accepted.
+pub const MAX_IDENTITY: usize = 4096;
+
+/// The current leader of a name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaderInfo {
+    /// The identity it campaigned with.
+    pub identity: Vec<u8>,
+    /// Its term: strictly increasing per name with every new leader.
+    pub term: u64,
+}
+
+impl LeaderInfo {
+    /// A leader with `identity` in `term`.
+    pub fn new(identity: Vec<u8>, term: u64) -> Self {
+        LeaderInfo { identity, term }
+    }
+}
+
+/// Primitive, owner-checked election operations: one round trip each.
+#[async_trait]
+pub trait ElectionBackend: LockBackend {
+    /// Become leader of `name` with `identity` for `ttl` if there is none
+    /// (a holder of `token` is refreshed). `Acquired` carries the term as
+    /// its fencing token.
+    async fn try_lead(&self, name: &str, token: &LockToken, identity: &[u8], ttl: Duration) -> Result<AcquireOutcome>;
+
+    /// Step down if `token` leads.
+    async fn resign(&self, name: &str, token: &LockToken) -> Result<ReleaseOutcome>;
+
+    /// Extend `token`'s leadership.
+    async fn renew_lead(&self, name: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome>;
+
+    /// The current leader, if any.
+    async fn leader(&self, name: &str) -> Result<Option<LeaderInfo>>;
+}
+
+/// Check an identity: 1 to [`MAX_IDENTITY`] bytes.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] otherwise.
+pub fn validate_identity(identity: &[u8]) -> Result<()> {
+    if identity.is_empty() || identity.len() > MAX_IDENTITY {
+        return Err(Error::invalid(format!(
+            "an identity must be 1 to {MAX_IDENTITY} bytes, got {}",
+            identity.len()
+        )));
+    }
+    Ok(())
+}
+
+tokio::task_local! {
+    /// The identity of the campaign running on this task: the manager's
+    /// acquire loop (which knows only keys) awaits `try_acquire` inline.
+    static IDENTITY: Arc<[u8]>;
+}
+
+struct LeadAsLock {
+    backend: Arc<dyn ElectionBackend>,
+}
+
+#[async_trait]
+impl LockBackend for LeadAsLock {
+    async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        let Ok(identity) = IDENTITY.try_with(Arc::clone) else {
+            return Err(Error::invalid("a campaign must go through ElectionManager"));
+        };
+        self.backend.try_lead(key, token, &identity, ttl).await
+    }
+    async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
+        self.backend.resign(key, token).await
+    }
+    async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
+        self.backend.renew_lead(key, token, ttl).await
+    }
+    fn capabilities(&self) -> Capabilities {
+        let mut caps = self.backend.capabilities();
+        caps.fencing_tokens = true;
+        caps.release_notifications = false;
+        caps
+    }
+}
+
+/// Campaigns, reads and observes leaders over one backend. Cheap to clone.
+///
+/// ```
+/// # async fn demo(backend: impl lock_core::ElectionBackend) -> lock_core::Result<()> {
+/// use lock_core::ElectionManager;
+/// let election = ElectionManager::new(backend)?;
+/// let leadership = election.campaign("scheduler", b"node-a").await?; // waits to win
+/// assert_eq!(election.leader("scheduler").await?.map(|l| l.identity), Some(b"node-a".to_vec()));
+/// // ... lead until leadership.lost() fires, or step down:
+/// leadership.resign().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct ElectionManager {
+    locks: LockManager,
+    backend: Arc<dyn ElectionBackend>,
+}
+
+impl std::fmt::Debug for ElectionManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ElectionManager").field("locks", &self.locks).finish()
+    }
+}
+
+impl ElectionManager {
+    /// A manager with the default [`LockOptions`].
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] when [`Capabilities::leader_election`] is false.
+    pub fn new(backend: impl ElectionBackend) -> Result<Self> {
+        Self::with_options(backend, LockOptions::default())
+    }
+
+    /// A manager with custom options.
+    ///
+    /// # Errors
+    /// As [`ElectionManager::new`], and [`Error::InvalidArgument`] for bad options.
+    pub fn with_options(backend: impl ElectionBackend, options: LockOptions) -> Result<Self> {
+        let caps = backend.capabilities();
+        if !caps.leader_election {
+            return Err(Error::Unsupported {
+                backend: caps.name,
+                what: "leader election".to_owned(),
+            });
+        }
+        let backend: Arc<dyn ElectionBackend> = Arc::new(backend);
+        let adapter = LeadAsLock {
+            backend: backend.clone(),
+        };
+        Ok(ElectionManager {
+            locks: LockManager::from_arc(Arc::new(adapter), options)?,
+            backend,
+        })
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> &LockOptions {
+        self.locks.options()
+    }
+
+    /// Campaign for `name` with `identity`, waiting up to the acquire timeout.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] while another leads; [`Error::InvalidArgument`] for
+    /// a bad name or identity; the last backend error.
+    ///
+    /// # Cancel safety
+    /// Dropping the future resigns anything it may have won (in the background).
+    pub async fn campaign(&self, name: &str, identity: &[u8]) -> Result<Leadership> {
+        self.campaign_opts(name, identity, self.locks.options()).await
+    }
+
+    /// [`ElectionManager::campaign`] with per-call options.
+    ///
+    /// # Errors
+    /// As [`ElectionManager::campaign`].
+    ///
+    /// # Cancel safety
+    /// As [`ElectionManager::campaign`].
+    pub async fn campaign_opts(&self, name: &str, identity: &[u8], options: &LockOptions) -> Result<Leadership> {
+        validate_key(name)?;
+        validate_identity(identity)?;
+        let guard = IDENTITY
+            .scope(Arc::from(identity), self.locks.lock_with(name, options))
+            .await?;
+        Ok(Leadership { guard })
+    }
+
+    /// One attempt: `Ok(None)` when another leads.
+    ///
+    /// # Errors
+    /// As [`ElectionManager::campaign`], without the timeout.
+    ///
+    /// # Cancel safety
+    /// As [`ElectionManager::campaign`].
+    pub async fn try_campaign(&self, name: &str, identity: &[u8]) -> Result<Option<Leadership>> {
+        validate_key(name)?;
+        validate_identity(identity)?;
+        let guard = IDENTITY.scope(Arc::from(identity), self.locks.try_lock(name)).await?;
+        Ok(guard.map(|guard| Leadership { guard }))
+    }
+
+    /// The current leader of `name`, if any.
+    ///
+    /// # Errors
+    /// The backend's error.
+    ///
+    /// # Cancel safety
+    /// Safe (a read).
+    pub async fn leader(&self, name: &str) -> Result<Option<LeaderInfo>> {
+        validate_key(name)?;
+        self.backend.leader(name).await
+    }
+
+    /// Run `body` while leading `name`; on loss the body is dropped and
+    /// [`Error::Lost`] returned.
+    ///
+    /// # Errors
+    /// As [`ElectionManager::campaign`], plus [`Error::Lost`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the leadership, which resigns in the background.
+    pub async fn with_leadership<F, Fut, T>(&self, name: &str, identity: &[u8], body: F) -> Result<T>
+    where
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let leadership = self.campaign(name, identity).await?;
+        let lost = leadership.lost();
+        let handle = leadership.guard.handle();
+        let out = tokio::select! {
+            biased;
+            reason = lost => {
+                let held_for = leadership.acquired_at().elapsed();
+                drop(leadership);
+                return Err(Error::Lost { key: name.to_owned(), held_for, reason });
+            }
+            out = body(handle) => out,
+        };
+        if let Err(e) = leadership.resign().await {
+            tracing::debug!(name, error = %e, "resigning after with_leadership failed; the lease will expire");
+        }
+        Ok(out)
+    }
+
+    /// Leader changes of `name`, polled every `interval`: the first item is
+    /// the current leader (or `None`), then one item per observed change.
+    /// Read errors are skipped (the next poll tries again).
+    pub fn observe(&self, name: &str, interval: Duration) -> impl Stream<Item = Option<LeaderInfo>> + Send + 'static {
+        let backend = self.backend.clone();
+        let name = name.to_owned();
+        let interval = interval.max(Duration::from_millis(1));
+        futures::stream::unfold((backend, name, None), move |(backend, name, last)| async move {
+            loop {
+                match backend.leader(&name).await {
+                    Ok(now) if last.as_ref() != Some(&now) => {
+                        return Some((now.clone(), (backend, name, Some(now))));
+                    }
+                    _ => tokio::time::sleep(interval).await,
+                }
+            }
+        })
+    }
+}
+
+/// Held leadership. Owned and `'static`; dropping it resigns in the
+/// background.
+#[must_use = "dropping the leadership resigns it"]
+#[derive(Debug)]
+pub struct Leadership {
+    guard: LockGuard,
+}
+
+impl std::ops::Deref for Leadership {
+    type Target = LeaseHandle;
+    fn deref(&self) -> &LeaseHandle {
+        &self.guard
+    }
+}
+
+impl Leadership {
+    /// The term of this leadership (its fencing token).
+    pub fn term(&self) -> Option<u64> {
+        self.guard.fencing_token().map(|t| t.0)
+    }
+
+    /// A cloneable view of the lease.
+    pub fn handle(&self) -> LeaseHandle {
+        self.guard.handle()
+    }
+
+    /// Step down (owner-checked).
+    ///
+    /// # Errors
+    /// The backend's error; the lease then expires on its own.
+    ///
+    /// # Cancel safety
+    /// Safe: if dropped mid-flight, the resignation is sent again in the background.
+    pub async fn resign(self) -> Result<ReleaseOutcome> {
+        self.guard.release().await
+    }
+}
+
+#[async_trait]
+impl<B: ElectionBackend + ?Sized> ElectionBackend for Arc<B> {
+    async fn try_lead(&self, name: &str, token: &LockToken, identity: &[u8], ttl: Duration) -> Result<AcquireOutcome> {
+        (**self).try_lead(name, token, identity, ttl).await
+    }
+    async fn resign(&self, name: &str, token: &LockToken) -> Result<ReleaseOutcome> {
+        (**self).resign(name, token).await
+    }
+    async fn renew_lead(&self, name: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
+        (**self).renew_lead(name, token, ttl).await
+    }
+    async fn leader(&self, name: &str) -> Result<Option<LeaderInfo>> {
+        (**self).leader(name).await
+    }
+}

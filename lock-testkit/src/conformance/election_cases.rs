@@ -1,0 +1,257 @@
+//! Leader-election cases: one leader at a time under contention (checked
+//! from recorded intervals, terms increasing), reads, observers, expiry,
+//! stale leaders, loss at the local deadline.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use lock_core::{
+    AcquireOutcome, Capabilities, ElectionBackend, ElectionManager, Error, LeaderInfo, LockBackend, LockToken,
+    LossReason, ReleaseOutcome, RenewOutcome, Result,
+};
+use tokio::time::Instant;
+
+use super::ElectionSuite;
+
+/// 32 campaigners over 4 clients: the recorded leadership intervals (won →
+/// resign sent, cut at the local deadline) never overlap, and terms increase
+/// in the order of the intervals.
+pub async fn one_leader_at_a_time(s: &ElectionSuite) {
+    const TASKS: usize = 32;
+    let name = s.key("one");
+    let mut managers = Vec::new();
+    for _ in 0..4 {
+        managers.push(s.manager(s.options().acquire_timeout(s.ttl * 80)).await);
+    }
+    let mut tasks = Vec::new();
+    for i in 0..TASKS {
+        let m = managers[i % managers.len()].clone();
+        let name = name.clone();
+        let hold = s.hold;
+        tasks.push(tokio::spawn(async move {
+            let l = m
+                .campaign(&name, format!("node-{i}").as_bytes())
+                .await
+                .expect("campaign");
+            let start = Instant::now();
+            tokio::time::sleep(hold).await;
+            let end = Instant::now().min(l.deadline());
+            assert!(!l.is_lost(), "leadership lost while held");
+            let term = l.term().expect("a term");
+            assert_eq!(l.resign().await.expect("resign"), ReleaseOutcome::Released);
+            (start, end, term)
+        }));
+    }
+    let mut spans = Vec::new();
+    for t in tasks {
+        spans.push(t.await.expect("task"));
+    }
+    spans.sort();
+    for w in spans.windows(2) {
+        assert!(w[0].1 <= w[1].0, "two leaders at once: {:?} and {:?}", w[0], w[1]);
+        assert!(w[0].2 < w[1].2, "terms must increase: {} then {}", w[0].2, w[1].2);
+    }
+}
+
+/// `leader` reads the identity and term of the current leader, and `None`
+/// once it resigned.
+pub async fn leader_reads_identity_and_term(s: &ElectionSuite) {
+    let name = s.key("read");
+    let a = s.manager(s.options()).await;
+    let b = s.manager(s.options()).await;
+    assert_eq!(b.leader(&name).await.expect("read"), None);
+    let l = a.campaign(&name, b"node-a\x00\xff").await.expect("campaign");
+    let info = b.leader(&name).await.expect("read").expect("a leader");
+    assert_eq!(info.identity, b"node-a\x00\xff");
+    assert_eq!(Some(info.term), l.term());
+    assert!(b.try_campaign(&name, b"node-b").await.expect("try").is_none());
+    l.resign().await.expect("resign");
+    assert_eq!(b.leader(&name).await.expect("read"), None);
+}
+
+/// Three observers each see leader A, then leader B after A resigns and B
+/// wins.
+pub async fn every_observer_sees_the_change(s: &ElectionSuite) {
+    let name = s.key("observe");
+    let a = s.manager(s.options()).await;
+    let b = s.manager(s.options()).await;
+    let first = a.campaign(&name, b"a").await.expect("campaign");
+    let mut observers = Vec::new();
+    let (ready_tx, mut ready) = tokio::sync::mpsc::unbounded_channel::<()>();
+    for _ in 0..3 {
+        let ready_tx = ready_tx.clone();
+        let m = s.manager(s.options()).await;
+        let stream = m.observe(&name, s.ttl / 10);
+        let within = s.ttl * 20;
+        observers.push(tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            let mut seen: Vec<Option<Vec<u8>>> = Vec::new();
+            let until_b = async {
+                while let Some(item) = stream.next().await {
+                    let id = item.map(|l: LeaderInfo| l.identity);
+                    let done = id.as_deref() == Some(b"b".as_slice());
+                    seen.push(id);
+                    if seen.len() == 1 {
+                        let _ = ready_tx.send(());
+                    }
+                    if done {
+                        break;
+                    }
+                }
+            };
+            tokio::time::timeout(within, until_b)
+                .await
+                .expect("observer saw leader b");
+            seen
+        }));
+    }
+    // Change the leader only once every observer has read the first one.
+    for _ in 0..3 {
+        tokio::time::timeout(s.ttl * 20, ready.recv())
+            .await
+            .expect("every observer reads the leader");
+    }
+    first.resign().await.expect("resign");
+    let second = b.campaign(&name, b"b").await.expect("campaign");
+    for o in observers {
+        let seen = o.await.expect("observer");
+        assert_eq!(seen.first(), Some(&Some(b"a".to_vec())), "{seen:?}");
+        assert_eq!(seen.last(), Some(&Some(b"b".to_vec())), "{seen:?}");
+    }
+    second.resign().await.expect("resign");
+}
+
+/// A dead leader's lease ends by the server's clock; the next campaigner
+/// wins with a higher term.
+pub async fn expiry_hands_over(s: &ElectionSuite) {
+    let name = s.key("dead");
+    let raw = s.client().await;
+    let token = LockToken::generate().expect("token");
+    let won = raw.try_lead(&name, &token, b"dead", s.ttl).await.expect("lead");
+    let AcquireOutcome::Acquired(lease) = won else {
+        panic!("the first campaign wins");
+    };
+    let m = s.manager(s.options()).await;
+    let sent = Instant::now();
+    let l = m.campaign(&name, b"next").await.expect("the dead leader's lease ends");
+    assert!(Instant::now() >= sent + s.ttl / 2, "took over long before the TTL");
+    assert!(l.term() > lease.fencing_token.map(|t| t.0), "terms increase");
+    l.resign().await.expect("resign");
+}
+
+/// A stale leader cannot resign or renew its successor's leadership.
+pub async fn stale_leader_cannot_resign_or_renew(s: &ElectionSuite) {
+    let name = s.key("stale");
+    let raw = s.client().await;
+    let stale = LockToken::generate().expect("token");
+    raw.try_lead(&name, &stale, b"old", s.ttl).await.expect("lead");
+    tokio::time::sleep(s.ttl * 2).await;
+    let m = s.manager(s.options()).await;
+    let l = m.try_campaign(&name, b"new").await.expect("try").expect("expired");
+    assert_eq!(
+        raw.renew_lead(&name, &stale, s.ttl).await.expect("renew"),
+        RenewOutcome::HeldByOther
+    );
+    assert_eq!(
+        raw.resign(&name, &stale).await.expect("resign"),
+        ReleaseOutcome::HeldByOther
+    );
+    let info = m.leader(&name).await.expect("read").expect("a leader");
+    assert_eq!(info.identity, b"new");
+    assert_eq!(l.resign().await.expect("resign"), ReleaseOutcome::Released);
+}
+
+/// When the backend stops answering, `lost()` fires at the local deadline.
+pub async fn lost_fires_by_deadline_when_backend_hangs(s: &ElectionSuite) {
+    let name = s.key("hang");
+    let hang = Arc::new(AtomicBool::new(false));
+    let backend = Hanging {
+        inner: s.client().await,
+        hang: hang.clone(),
+    };
+    let m = ElectionManager::with_options(backend, s.options()).expect("manager");
+    let sent = Instant::now();
+    let l = m.campaign(&name, b"a").await.expect("campaign");
+    hang.store(true, Ordering::SeqCst);
+    let deadline = l.deadline();
+    assert!(deadline <= sent + s.ttl);
+    let reason = tokio::time::timeout(s.ttl * 4, l.lost())
+        .await
+        .expect("lost() must fire");
+    let fired = Instant::now();
+    assert_eq!(reason, LossReason::DeadlinePassed);
+    assert!(fired >= deadline, "lost() fired before the deadline it reports");
+    assert!(
+        fired <= deadline + s.slack,
+        "lost() fired {:?} after the deadline",
+        fired.saturating_duration_since(deadline)
+    );
+    hang.store(false, Ordering::SeqCst);
+    drop(l);
+}
+
+/// Empty or oversized identities and empty names are `InvalidArgument`.
+pub async fn invalid_campaigns_are_rejected(s: &ElectionSuite) {
+    let name = s.key("invalid");
+    let m = s.manager(s.options()).await;
+    assert!(matches!(
+        m.try_campaign(&name, b"").await,
+        Err(Error::InvalidArgument(_))
+    ));
+    let big = vec![b'x'; lock_core::kinds::election::MAX_IDENTITY + 1];
+    assert!(matches!(
+        m.try_campaign(&name, &big).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(m.try_campaign("", b"a").await, Err(Error::InvalidArgument(_))));
+    let raw = s.client().await;
+    let token = LockToken::generate().expect("token");
+    assert!(matches!(
+        raw.try_lead(&name, &token, b"", s.ttl).await,
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+/// Passes every call through, except that renewals hang while `hang` is set.
+struct Hanging {
+    inner: Arc<dyn ElectionBackend>,
+    hang: Arc<AtomicBool>,
+}
+
+#[async_trait]
+impl LockBackend for Hanging {
+    async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        self.inner.try_acquire(key, token, ttl).await
+    }
+    async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
+        self.inner.release(key, token).await
+    }
+    async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
+        self.inner.renew(key, token, ttl).await
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+}
+
+#[async_trait]
+impl ElectionBackend for Hanging {
+    async fn try_lead(&self, name: &str, token: &LockToken, identity: &[u8], ttl: Duration) -> Result<AcquireOutcome> {
+        self.inner.try_lead(name, token, identity, ttl).await
+    }
+    async fn resign(&self, name: &str, token: &LockToken) -> Result<ReleaseOutcome> {
+        self.inner.resign(name, token).await
+    }
+    async fn renew_lead(&self, name: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
+        if self.hang.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        self.inner.renew_lead(name, token, ttl).await
+    }
+    async fn leader(&self, name: &str) -> Result<Option<LeaderInfo>> {
+        self.inner.leader(name).await
+    }
+}
