@@ -83,6 +83,7 @@
 
 mod builder;
 mod connection;
+mod election;
 mod error;
 mod keys;
 mod multi;
@@ -870,6 +871,7 @@ impl LockBackend for RedisLuaBackend {
         caps.semaphores = true;
         caps.multi_key_locks = self.inner.replica_ack.is_none();
         caps.rw_locks = self.inner.replica_ack.is_none();
+        caps.leader_election = self.inner.replica_ack.is_none();
         caps
     }
 }

@@ -1,0 +1,147 @@
+//! [`ElectionBackend`] on Redis/Valkey: the shared scripts of
+//! `lock_core::kinds::election_lua` (the leader's hash with its TTL, a term
+//! counter without one; both in the name's slot). `leader` is one `HMGET`.
+//! Refused under [`crate::ReplicaAck`] (grants are not followed by `WAIT`).
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use deadpool_redis::redis::{self, Value};
+use lock_core::kinds::election::validate_identity;
+use lock_core::kinds::election_lua::{self, ElectionKeys};
+use lock_core::options::{ttl_millis, validate_key, validate_ttl};
+use lock_core::{
+    AcquireOutcome, ElectionBackend, Error, FencingToken, LeaderInfo, Lease, LockToken, ReleaseOutcome, RenewOutcome,
+    Result,
+};
+
+use crate::error::{Access, BACKEND, unexpected_reply};
+use crate::scripts::LuaScript;
+use crate::{Call, RedisLuaBackend, bytes_of, decimal};
+
+struct ElectionScripts {
+    lead: LuaScript,
+    resign: LuaScript,
+    renew: LuaScript,
+}
+
+fn scripts() -> &'static ElectionScripts {
+    static SCRIPTS: OnceLock<ElectionScripts> = OnceLock::new();
+    SCRIPTS.get_or_init(|| ElectionScripts {
+        lead: LuaScript::new(election_lua::LEAD),
+        resign: LuaScript::new(election_lua::RESIGN),
+        renew: LuaScript::new(election_lua::RENEW),
+    })
+}
+
+impl RedisLuaBackend {
+    fn election_keys(&self, name: &str) -> Result<ElectionKeys> {
+        if self.inner.replica_ack.is_some() {
+            return Err(Error::Unsupported {
+                backend: BACKEND.to_owned(),
+                what: "leader election with replica acknowledgement".to_owned(),
+            });
+        }
+        validate_key(name)?;
+        ElectionKeys::new(name)
+    }
+}
+
+fn owner_code(op: &str, name: &str, value: &Value) -> Result<i64> {
+    match value {
+        Value::Int(n @ 0..=2) => Ok(*n),
+        other => Err(unexpected_reply(op, name, other)),
+    }
+}
+
+#[async_trait]
+impl ElectionBackend for RedisLuaBackend {
+    async fn try_lead(&self, name: &str, token: &LockToken, identity: &[u8], ttl: Duration) -> Result<AcquireOutcome> {
+        let keys = self.election_keys(name)?;
+        validate_ttl(ttl)?;
+        validate_identity(identity)?;
+        let hex = token.hex_bytes();
+        let mut ms = [0u8; 20];
+        let call = Call::Script {
+            script: &scripts().lead,
+            keys: &[&keys.lead, &keys.term],
+            args: &[&hex, identity, decimal(ttl_millis(ttl), &mut ms)],
+        };
+        let op = "campaign";
+        let value = self.inner.exec(op, &keys.lead, Access::Write, call).await?;
+        match &value {
+            Value::Array(items) => match items.as_slice() {
+                [Value::Int(1), Value::Int(term)] => Ok(AcquireOutcome::Acquired(
+                    Lease::new().with_fencing_token(Some(FencingToken(term.unsigned_abs()))),
+                )),
+                [Value::Int(0), Value::Int(pttl)] => Ok(AcquireOutcome::Held {
+                    retry_after: u64::try_from(*pttl).ok().map(Duration::from_millis),
+                }),
+                _ => Err(unexpected_reply(op, name, &value)),
+            },
+            _ => Err(unexpected_reply(op, name, &value)),
+        }
+    }
+
+    async fn resign(&self, name: &str, token: &LockToken) -> Result<ReleaseOutcome> {
+        let keys = self.election_keys(name)?;
+        let hex = token.hex_bytes();
+        let call = Call::Script {
+            script: &scripts().resign,
+            keys: &[&keys.lead],
+            args: &[&hex],
+        };
+        let value = self.inner.exec("resign", &keys.lead, Access::Write, call).await?;
+        Ok(match owner_code("resign", name, &value)? {
+            1 => ReleaseOutcome::Released,
+            2 => ReleaseOutcome::HeldByOther,
+            _ => ReleaseOutcome::Missing,
+        })
+    }
+
+    async fn renew_lead(&self, name: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
+        let keys = self.election_keys(name)?;
+        validate_ttl(ttl)?;
+        let hex = token.hex_bytes();
+        let mut ms = [0u8; 20];
+        let call = Call::Script {
+            script: &scripts().renew,
+            keys: &[&keys.lead],
+            args: &[&hex, decimal(ttl_millis(ttl), &mut ms)],
+        };
+        let value = self
+            .inner
+            .exec("leadership renew", &keys.lead, Access::Write, call)
+            .await?;
+        Ok(match owner_code("leadership renew", name, &value)? {
+            1 => RenewOutcome::Renewed,
+            2 => RenewOutcome::HeldByOther,
+            _ => RenewOutcome::Missing,
+        })
+    }
+
+    async fn leader(&self, name: &str) -> Result<Option<LeaderInfo>> {
+        let keys = self.election_keys(name)?;
+        let cmd = redis::cmd("HMGET").arg(&keys.lead).arg("id").arg("term").to_owned();
+        let value = self
+            .inner
+            .exec("leader", &keys.lead, Access::Read, Call::Command(cmd))
+            .await?;
+        let Value::Array(items) = &value else {
+            return Err(unexpected_reply("leader", name, &value));
+        };
+        match items.as_slice() {
+            [Value::Nil, _] => Ok(None),
+            [id, term] => {
+                let identity = bytes_of(id).ok_or_else(|| unexpected_reply("leader", name, &value))?;
+                let term = bytes_of(term)
+                    .and_then(|t| String::from_utf8(t).ok())
+                    .and_then(|t| t.parse::<u64>().ok())
+                    .ok_or_else(|| unexpected_reply("leader", name, &value))?;
+                Ok(Some(LeaderInfo::new(identity, term)))
+            }
+            _ => Err(unexpected_reply("leader", name, &value)),
+        }
+    }
+}
