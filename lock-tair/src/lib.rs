@@ -95,6 +95,7 @@
 
 mod config;
 mod conn;
+mod election;
 mod keys;
 mod multi;
 mod replies;
@@ -853,6 +854,7 @@ impl LockBackend for TairBackend {
         caps.semaphores = self.inner.ack.is_none();
         caps.multi_key_locks = self.inner.ack.is_none();
         caps.rw_locks = self.inner.ack.is_none();
+        caps.leader_election = self.inner.ack.is_none();
         caps
     }
 }

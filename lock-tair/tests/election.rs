@@ -1,0 +1,44 @@
+//! The leader-election conformance suite against real servers with the Tair
+//! module (the shared Lua scripts): one server and a 3-master cluster.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use lock_testkit::ElectionSuite;
+
+mod single {
+    use super::*;
+
+    async fn suite() -> ElectionSuite {
+        let server = common::tair_server().await;
+        let url = server.url();
+        ElectionSuite::new(move || common::connect(common::builder(&url))).keep_alive(server)
+    }
+
+    lock_testkit::election_conformance!(real, suite());
+}
+
+mod cluster {
+    use super::*;
+
+    async fn suite() -> ElectionSuite {
+        let cluster = common::shared_cluster().await;
+        let url = common::cluster_url(&cluster);
+        ElectionSuite::new(move || common::connect(common::builder(&url))).keep_alive(cluster)
+    }
+
+    lock_testkit::election_conformance!(real, suite());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_ack_refuses_leader_election_with_a_typed_error() {
+    use lock_core::{ElectionManager, Error};
+    let server = common::tair_server().await;
+    let backend = common::connect(
+        common::builder(&server.url())
+            .replica_ack(lock_tair::ReplicaAck::new(1, std::time::Duration::from_millis(100))),
+    )
+    .await;
+    assert!(matches!(ElectionManager::new(backend), Err(Error::Unsupported { .. })));
+}
