@@ -128,6 +128,7 @@ use lock_core::{
 };
 use tokio::time::Instant;
 
+mod election;
 mod holdings;
 mod inflight;
 mod multi;

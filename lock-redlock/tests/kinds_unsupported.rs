@@ -1,7 +1,7 @@
 //! Redlock refuses the other lock kinds with a typed error and capability
 //! flags: a majority vote does not bound a semaphore of 2 or more permits,
 //! and its nodes have neither an all-or-nothing operation (multi-key locks)
-//! nor reader sets (read-write locks).
+//! nor reader sets (read-write locks), nor a strict term (leader election).
 
 #![allow(clippy::expect_used, clippy::panic)]
 
@@ -51,6 +51,16 @@ async fn read_write_locks_are_unsupported_with_a_capability_flag() {
     assert!(!r.capabilities().rw_locks);
     assert!(matches!(
         lock_core::RwLockManager::new(r),
+        Err(Error::Unsupported { .. })
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn leader_election_is_unsupported_with_a_capability_flag() {
+    let r = redlock();
+    assert!(!r.capabilities().leader_election);
+    assert!(matches!(
+        lock_core::ElectionManager::new(r),
         Err(Error::Unsupported { .. })
     ));
 }
