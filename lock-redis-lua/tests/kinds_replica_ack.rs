@@ -1,0 +1,55 @@
+//! The other lock kinds under replica acknowledgement: semaphore grants WAIT
+//! like mutex acquires (a replica holds the permit when the grant returns);
+//! multi-key locks, read-write locks and leader election are refused with a
+//! typed error and their capability flags off.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
+
+use std::time::Duration;
+
+use lock_core::kinds::semaphore_lua::SemaphoreKeys;
+use lock_core::{ElectionManager, Error, LockBackend, MultiLockManager, Replication, RwLockManager, SemaphoreManager};
+use lock_redis_lua::{RedisLuaBackend, ReplicaAck};
+use lock_testkit::server::{RedisServer, ReplicatedPair};
+
+async fn acked(url: String) -> RedisLuaBackend {
+    RedisLuaBackend::builder_url(url)
+        .response_timeout(Duration::from_millis(500))
+        .replica_ack(ReplicaAck::new(1, Duration::from_secs(2)))
+        .build()
+        .await
+        .expect("connect")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_grants_wait_for_the_replica() {
+    let pair = ReplicatedPair::start(RedisServer::builder())
+        .await
+        .expect("start a primary and a replica");
+    let backend = acked(pair.primary().url()).await;
+    assert!(backend.capabilities().semaphores);
+    let sems = SemaphoreManager::new(backend).expect("manager");
+    let permit = sems.semaphore("acked", 2).unwrap().acquire(1).await.expect("acquire");
+    assert_eq!(permit.replication(), Replication::Confirmed { replicas: 1 });
+    // WAIT returned, so the replica already counts the holder.
+    let holders = SemaphoreKeys::new("acked").unwrap().holders;
+    let on_replica = pair.replica().cmd(&["ZCARD", holders.as_str()]).await.expect("ZCARD");
+    assert_eq!(on_replica.as_int(), Some(1));
+    permit.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_kinds_are_refused_with_a_typed_error() {
+    let server = RedisServer::start().await.expect("start");
+    let backend = acked(server.url()).await;
+    let caps = backend.capabilities();
+    assert!(!caps.multi_key_locks && !caps.rw_locks && !caps.leader_election);
+    assert!(matches!(
+        MultiLockManager::new(backend.clone()),
+        Err(Error::Unsupported { .. })
+    ));
+    assert!(matches!(
+        RwLockManager::new(backend.clone()),
+        Err(Error::Unsupported { .. })
+    ));
+    assert!(matches!(ElectionManager::new(backend), Err(Error::Unsupported { .. })));
+}
