@@ -234,21 +234,7 @@ impl ElectionManager {
         Fut: Future<Output = T>,
     {
         let leadership = self.campaign(name, identity).await?;
-        let lost = leadership.lost();
-        let handle = leadership.guard.handle();
-        let out = tokio::select! {
-            biased;
-            reason = lost => {
-                let held_for = leadership.acquired_at().elapsed();
-                drop(leadership);
-                return Err(Error::Lost { key: name.to_owned(), held_for, reason });
-            }
-            out = body(handle) => out,
-        };
-        if let Err(e) = leadership.resign().await {
-            tracing::debug!(name, error = %e, "resigning after with_leadership failed; the lease will expire");
-        }
-        Ok(out)
+        super::while_held(leadership.guard, name.to_owned(), body).await
     }
 
     /// Leader changes of `name`, polled every `interval`: the first item is

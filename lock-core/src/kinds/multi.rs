@@ -234,22 +234,8 @@ impl MultiLockManager {
         Fut: Future<Output = T>,
     {
         let guard = self.lock(keys).await?;
-        let lost = guard.lost();
-        let handle = guard.handle();
-        let out = tokio::select! {
-            biased;
-            reason = lost => {
-                let held_for = guard.acquired_at().elapsed();
-                let key = guard.keys.join(",");
-                drop(guard);
-                return Err(Error::Lost { key, held_for, reason });
-            }
-            out = body(handle) => out,
-        };
-        if let Err(e) = guard.release().await {
-            tracing::debug!(error = %e, "release after with_locks failed; the TTL will free the keys");
-        }
-        Ok(out)
+        let what = guard.keys.join(",");
+        super::while_held(guard.guard, what, body).await
     }
 }
 

@@ -218,21 +218,7 @@ impl RwLockManager {
         Fut: Future<Output = T>,
     {
         let guard = self.acquire(name, mode, self.locks.options()).await?;
-        let lost = guard.lost();
-        let handle = guard.handle();
-        let out = tokio::select! {
-            biased;
-            reason = lost => {
-                let held_for = guard.acquired_at().elapsed();
-                drop(guard);
-                return Err(Error::Lost { key: name.to_owned(), held_for, reason });
-            }
-            out = body(handle) => out,
-        };
-        if let Err(e) = guard.release().await {
-            tracing::debug!(name, error = %e, "release after with_rw failed; the lease will expire");
-        }
-        Ok(out)
+        super::while_held(guard.guard, name.to_owned(), body).await
     }
 
     async fn acquire(&self, name: &str, mode: RwMode, options: &LockOptions) -> Result<RwLockGuard> {

@@ -310,21 +310,7 @@ impl Semaphore {
         Fut: Future<Output = T>,
     {
         let permit = self.acquire(permits).await?;
-        let lost = permit.lost();
-        let handle = permit.handle();
-        let out = tokio::select! {
-            biased;
-            reason = lost => {
-                let held_for = permit.acquired_at().elapsed();
-                drop(permit);
-                return Err(Error::Lost { key: self.name.clone(), held_for, reason });
-            }
-            out = body(handle) => out,
-        };
-        if let Err(e) = permit.release().await {
-            tracing::debug!(name = %self.name, error = %e, "release after with_permits failed; the lease will expire");
-        }
-        Ok(out)
+        super::while_held(permit.guard, self.name.clone(), body).await
     }
 
     fn request(&self, permits: u32) -> Result<PermitRequest> {
