@@ -2,19 +2,16 @@
 //! from recorded intervals, terms increasing), reads, observers, expiry,
 //! stale leaders, loss at the local deadline.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::atomic::Ordering;
 
-use async_trait::async_trait;
 use futures::StreamExt;
 use lock_core::{
-    AcquireOutcome, Capabilities, ElectionBackend, ElectionManager, Error, LeaderInfo, LockBackend, LockToken,
-    LossReason, ReleaseOutcome, RenewOutcome, Result,
+    AcquireOutcome, ElectionBackend, ElectionManager, Error, LeaderInfo, LockToken, ReleaseOutcome, RenewOutcome,
 };
 use tokio::time::Instant;
 
 use super::ElectionSuite;
+use super::hanging::{Hanging, assert_lost_by_deadline};
 
 /// 32 campaigners over 4 clients: the recorded leadership intervals (won →
 /// resign sent, cut at the local deadline) never overlap, and terms increase
@@ -167,28 +164,12 @@ pub async fn stale_leader_cannot_resign_or_renew(s: &ElectionSuite) {
 /// When the backend stops answering, `lost()` fires at the local deadline.
 pub async fn lost_fires_by_deadline_when_backend_hangs(s: &ElectionSuite) {
     let name = s.key("hang");
-    let hang = Arc::new(AtomicBool::new(false));
-    let backend = Hanging {
-        inner: s.client().await,
-        hang: hang.clone(),
-    };
+    let (backend, hang) = Hanging::new(s.client().await);
     let m = ElectionManager::with_options(backend, s.options()).expect("manager");
     let sent = Instant::now();
     let l = m.campaign(&name, b"a").await.expect("campaign");
     hang.store(true, Ordering::SeqCst);
-    let deadline = l.deadline();
-    assert!(deadline <= sent + s.ttl);
-    let reason = tokio::time::timeout(s.ttl * 4, l.lost())
-        .await
-        .expect("lost() must fire");
-    let fired = Instant::now();
-    assert_eq!(reason, LossReason::DeadlinePassed);
-    assert!(fired >= deadline, "lost() fired before the deadline it reports");
-    assert!(
-        fired <= deadline + s.slack,
-        "lost() fired {:?} after the deadline",
-        fired.saturating_duration_since(deadline)
-    );
+    assert_lost_by_deadline(&l.handle(), sent, s.ttl, s.slack).await;
     hang.store(false, Ordering::SeqCst);
     drop(l);
 }
@@ -213,45 +194,4 @@ pub async fn invalid_campaigns_are_rejected(s: &ElectionSuite) {
         raw.try_lead(&name, &token, b"", s.ttl).await,
         Err(Error::InvalidArgument(_))
     ));
-}
-
-/// Passes every call through, except that renewals hang while `hang` is set.
-struct Hanging {
-    inner: Arc<dyn ElectionBackend>,
-    hang: Arc<AtomicBool>,
-}
-
-#[async_trait]
-impl LockBackend for Hanging {
-    async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
-        self.inner.try_acquire(key, token, ttl).await
-    }
-    async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
-        self.inner.release(key, token).await
-    }
-    async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
-        self.inner.renew(key, token, ttl).await
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-}
-
-#[async_trait]
-impl ElectionBackend for Hanging {
-    async fn try_lead(&self, name: &str, token: &LockToken, identity: &[u8], ttl: Duration) -> Result<AcquireOutcome> {
-        self.inner.try_lead(name, token, identity, ttl).await
-    }
-    async fn resign(&self, name: &str, token: &LockToken) -> Result<ReleaseOutcome> {
-        self.inner.resign(name, token).await
-    }
-    async fn renew_lead(&self, name: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
-        if self.hang.load(Ordering::SeqCst) {
-            std::future::pending::<()>().await;
-        }
-        self.inner.renew_lead(name, token, ttl).await
-    }
-    async fn leader(&self, name: &str) -> Result<Option<LeaderInfo>> {
-        self.inner.leader(name).await
-    }
 }

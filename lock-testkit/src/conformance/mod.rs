@@ -15,6 +15,7 @@ use lock_core::{
 };
 
 pub mod election_cases;
+mod hanging;
 pub mod lock_cases;
 pub mod multi_cases;
 pub mod rw_cases;

@@ -2,18 +2,15 @@
 //! recorded intervals), all-or-nothing, exclusion of plain locks, expiry of
 //! dead holders, stale holders, loss at the local deadline.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::atomic::Ordering;
 
-use async_trait::async_trait;
 use lock_core::{
-    AcquireOutcome, Capabilities, Error, LockBackend, LockManager, LockToken, LossReason, MultiLockBackend,
-    MultiLockManager, ReleaseOutcome, RenewOutcome, Result,
+    AcquireOutcome, Error, LockManager, LockToken, MultiLockBackend, MultiLockManager, ReleaseOutcome, RenewOutcome,
 };
 use tokio::time::Instant;
 
 use super::MultiSuite;
+use super::hanging::{Hanging, assert_lost_by_deadline};
 
 /// 32 tasks over 4 clients each lock 2 or 3 of 6 shared keys: for every
 /// key, the recorded holding intervals (lock returned → release sent, cut at
@@ -144,28 +141,12 @@ pub async fn stale_holder_cannot_release_or_renew(s: &MultiSuite) {
 /// When the backend stops answering, `lost()` fires at the local deadline.
 pub async fn lost_fires_by_deadline_when_backend_hangs(s: &MultiSuite) {
     let k = s.keys("hang", 2);
-    let hang = Arc::new(AtomicBool::new(false));
-    let backend = Hanging {
-        inner: s.client().await,
-        hang: hang.clone(),
-    };
+    let (backend, hang) = Hanging::new(s.client().await);
     let m = MultiLockManager::with_options(backend, s.options()).expect("manager");
     let sent = Instant::now();
     let g = m.lock(&k).await.expect("lock");
     hang.store(true, Ordering::SeqCst);
-    let deadline = g.deadline();
-    assert!(deadline <= sent + s.ttl);
-    let reason = tokio::time::timeout(s.ttl * 4, g.lost())
-        .await
-        .expect("lost() must fire");
-    let fired = Instant::now();
-    assert_eq!(reason, LossReason::DeadlinePassed);
-    assert!(fired >= deadline, "lost() fired before the deadline it reports");
-    assert!(
-        fired <= deadline + s.slack,
-        "lost() fired {:?} after the deadline",
-        fired.saturating_duration_since(deadline)
-    );
+    assert_lost_by_deadline(&g.handle(), sent, s.ttl, s.slack).await;
     hang.store(false, Ordering::SeqCst);
     drop(g);
 }
@@ -194,42 +175,4 @@ pub async fn with_locks_returns_output(s: &MultiSuite) {
     assert_eq!(out, 7);
     let again = m.try_lock(&k).await.expect("try").expect("released");
     again.release().await.expect("release");
-}
-
-/// Passes every call through, except that renewals hang while `hang` is set.
-struct Hanging {
-    inner: Arc<dyn MultiLockBackend>,
-    hang: Arc<AtomicBool>,
-}
-
-#[async_trait]
-impl LockBackend for Hanging {
-    async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
-        self.inner.try_acquire(key, token, ttl).await
-    }
-    async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
-        self.inner.release(key, token).await
-    }
-    async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
-        self.inner.renew(key, token, ttl).await
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-}
-
-#[async_trait]
-impl MultiLockBackend for Hanging {
-    async fn try_acquire_all(&self, keys: &[&str], token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
-        self.inner.try_acquire_all(keys, token, ttl).await
-    }
-    async fn release_all(&self, keys: &[&str], token: &LockToken) -> Result<ReleaseOutcome> {
-        self.inner.release_all(keys, token).await
-    }
-    async fn renew_all(&self, keys: &[&str], token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
-        if self.hang.load(Ordering::SeqCst) {
-            std::future::pending::<()>().await;
-        }
-        self.inner.renew_all(keys, token, ttl).await
-    }
 }

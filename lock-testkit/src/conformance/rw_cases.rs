@@ -2,18 +2,13 @@
 //! (checked from recorded intervals), the writer-preferring policy, expiry of
 //! dead holders, stale holders, loss at the local deadline.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::atomic::Ordering;
 
-use async_trait::async_trait;
-use lock_core::{
-    AcquireOutcome, Capabilities, LockBackend, LockToken, LossReason, ReleaseOutcome, RenewOutcome, Result,
-    RwLockBackend, RwLockManager, RwMode,
-};
+use lock_core::{AcquireOutcome, LockToken, ReleaseOutcome, RenewOutcome, RwLockBackend, RwLockManager, RwMode};
 use tokio::time::Instant;
 
 use super::RwSuite;
+use super::hanging::{Hanging, assert_lost_by_deadline};
 
 /// 32 tasks over 4 clients, one in four a writer: no writer's recorded
 /// interval (lock returned → release sent, cut at the local deadline)
@@ -172,28 +167,12 @@ pub async fn stale_holder_cannot_release_or_renew(s: &RwSuite) {
 /// When the backend stops answering, `lost()` fires at the local deadline.
 pub async fn lost_fires_by_deadline_when_backend_hangs(s: &RwSuite) {
     let name = s.key("hang");
-    let hang = Arc::new(AtomicBool::new(false));
-    let backend = Hanging {
-        inner: s.client().await,
-        hang: hang.clone(),
-    };
+    let (backend, hang) = Hanging::new(s.client().await);
     let m = RwLockManager::with_options(backend, s.options()).expect("manager");
     let sent = Instant::now();
     let g = m.read(&name).await.expect("read");
     hang.store(true, Ordering::SeqCst);
-    let deadline = g.deadline();
-    assert!(deadline <= sent + s.ttl);
-    let reason = tokio::time::timeout(s.ttl * 4, g.lost())
-        .await
-        .expect("lost() must fire");
-    let fired = Instant::now();
-    assert_eq!(reason, LossReason::DeadlinePassed);
-    assert!(fired >= deadline, "lost() fired before the deadline it reports");
-    assert!(
-        fired <= deadline + s.slack,
-        "lost() fired {:?} after the deadline",
-        fired.saturating_duration_since(deadline)
-    );
+    assert_lost_by_deadline(&g.handle(), sent, s.ttl, s.slack).await;
     hang.store(false, Ordering::SeqCst);
     drop(g);
 }
@@ -209,49 +188,4 @@ pub async fn with_rw_returns_output(s: &RwSuite) {
     assert_eq!(out, 5);
     let again = m.try_lock(&name, RwMode::Write).await.expect("try").expect("released");
     again.release().await.expect("release");
-}
-
-/// Passes every call through, except that renewals hang while `hang` is set.
-struct Hanging {
-    inner: Arc<dyn RwLockBackend>,
-    hang: Arc<AtomicBool>,
-}
-
-#[async_trait]
-impl LockBackend for Hanging {
-    async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
-        self.inner.try_acquire(key, token, ttl).await
-    }
-    async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
-        self.inner.release(key, token).await
-    }
-    async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
-        self.inner.renew(key, token, ttl).await
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-}
-
-#[async_trait]
-impl RwLockBackend for Hanging {
-    async fn try_acquire_rw(
-        &self,
-        name: &str,
-        mode: RwMode,
-        waiting: bool,
-        token: &LockToken,
-        ttl: Duration,
-    ) -> Result<AcquireOutcome> {
-        self.inner.try_acquire_rw(name, mode, waiting, token, ttl).await
-    }
-    async fn release_rw(&self, name: &str, token: &LockToken) -> Result<ReleaseOutcome> {
-        self.inner.release_rw(name, token).await
-    }
-    async fn renew_rw(&self, name: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
-        if self.hang.load(Ordering::SeqCst) {
-            std::future::pending::<()>().await;
-        }
-        self.inner.renew_rw(name, token, ttl).await
-    }
 }

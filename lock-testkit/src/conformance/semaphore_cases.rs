@@ -3,17 +3,17 @@
 //! the local deadline, and the scoped helper.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use lock_core::{
-    AcquireOutcome, Capabilities, Error, LockBackend, LockToken, LossReason, PermitRequest, ReleaseOutcome,
-    RenewOutcome, Result, SemaphoreBackend, SemaphoreManager,
+    AcquireOutcome, Error, LockBackend, LockToken, PermitRequest, ReleaseOutcome, RenewOutcome, SemaphoreBackend,
+    SemaphoreManager,
 };
 use tokio::time::Instant;
 
 use super::SemaphoreSuite;
+use super::hanging::{Hanging, assert_lost_by_deadline};
 
 /// 32 tasks over 4 clients contend for a semaphore of 3 (taking 1 or 2
 /// permits each): at no instant do the recorded holding intervals (acquire
@@ -245,11 +245,7 @@ pub async fn drop_returns_permits(s: &SemaphoreSuite) {
 /// (before the server's lease can run out).
 pub async fn lost_fires_by_deadline_when_backend_hangs(s: &SemaphoreSuite) {
     let name = s.key("hang");
-    let hang = Arc::new(AtomicBool::new(false));
-    let backend = Hanging {
-        inner: s.client().await,
-        hang: hang.clone(),
-    };
+    let (backend, hang) = Hanging::new(s.client().await);
     let m = SemaphoreManager::with_options(backend, s.options()).expect("manager");
     let sent = Instant::now();
     let p = m
@@ -259,19 +255,7 @@ pub async fn lost_fires_by_deadline_when_backend_hangs(s: &SemaphoreSuite) {
         .await
         .expect("acquire");
     hang.store(true, Ordering::SeqCst);
-    let deadline = p.deadline();
-    assert!(deadline <= sent + s.ttl, "the local deadline comes before the server's");
-    let reason = tokio::time::timeout(s.ttl * 4, p.lost())
-        .await
-        .expect("lost() must fire");
-    let fired = Instant::now();
-    assert_eq!(reason, LossReason::DeadlinePassed);
-    assert!(fired >= deadline, "lost() fired before the deadline it reports");
-    assert!(
-        fired <= deadline + s.slack,
-        "lost() fired {:?} after the deadline",
-        fired.saturating_duration_since(deadline)
-    );
+    assert_lost_by_deadline(&p.handle(), sent, s.ttl, s.slack).await;
     hang.store(false, Ordering::SeqCst);
     drop(p);
 }
@@ -320,59 +304,5 @@ pub async fn fencing_tokens_increase(s: &SemaphoreSuite) {
         last = Some(fb);
         a.release().await.expect("release");
         b.release().await.expect("release");
-    }
-}
-
-/// Passes every call through, except that renewals hang while `hang` is set.
-struct Hanging {
-    inner: Arc<dyn SemaphoreBackend>,
-    hang: Arc<AtomicBool>,
-}
-
-impl Hanging {
-    async fn maybe_hang(&self) {
-        if self.hang.load(Ordering::SeqCst) {
-            std::future::pending::<()>().await;
-        }
-    }
-}
-
-#[async_trait]
-impl LockBackend for Hanging {
-    async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
-        self.inner.try_acquire(key, token, ttl).await
-    }
-    async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
-        self.inner.release(key, token).await
-    }
-    async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
-        self.inner.renew(key, token, ttl).await
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-}
-
-#[async_trait]
-impl SemaphoreBackend for Hanging {
-    async fn acquire_permits(
-        &self,
-        name: &str,
-        holder: &LockToken,
-        request: PermitRequest,
-        ttl: Duration,
-    ) -> Result<AcquireOutcome> {
-        self.inner.acquire_permits(name, holder, request, ttl).await
-    }
-    async fn release_permits(&self, name: &str, holder: &LockToken) -> Result<ReleaseOutcome> {
-        self.inner.release_permits(name, holder).await
-    }
-    async fn renew_permits(&self, name: &str, holder: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
-        self.maybe_hang().await;
-        self.inner.renew_permits(name, holder, ttl).await
-    }
-    async fn renew_permits_many(&self, items: &[(&str, &LockToken)], ttl: Duration) -> Vec<Result<RenewOutcome>> {
-        self.maybe_hang().await;
-        self.inner.renew_permits_many(items, ttl).await
     }
 }
