@@ -134,254 +134,107 @@ impl LockSuite {
     }
 }
 
-/// How a semaphore backend is reached by the suite.
-pub struct SemaphoreSuite {
-    clients: Clients<dyn SemaphoreBackend>,
-    /// Base TTL of the cases (default 400 ms).
-    pub ttl: Duration,
-    /// How long each of the contention case's holders keeps its permits.
-    pub hold: Duration,
-    /// Slack allowed between a lost() signal and the local deadline (real
-    /// time only; default 2 × the default TTL).
-    pub slack: Duration,
-}
-
-impl SemaphoreSuite {
-    /// See [`LockSuite::new`].
-    pub fn new<F, Fut, B>(connect: F) -> Self
-    where
-        F: Fn() -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = B> + Send + 'static,
-        B: SemaphoreBackend,
-    {
-        let connect = Arc::new(connect);
-        SemaphoreSuite {
-            clients: Clients::new(Arc::new(move || {
-                let fut = connect();
-                Box::pin(async move { Arc::new(fut.await) as Arc<dyn SemaphoreBackend> })
-            })),
-            ttl: Duration::from_millis(400),
-            hold: Duration::from_millis(10),
-            // Generous: on a loaded machine the timer task itself runs late.
-            slack: Duration::from_millis(800),
+/// A suite for one lock kind: how its backend is reached, the base TTL,
+/// the contention case's hold time and the loss slack.
+macro_rules! kind_suite {
+    ($(#[$doc:meta])* $suite:ident, $backend:ident, $manager:ident) => {
+        $(#[$doc])*
+        pub struct $suite {
+            clients: Clients<dyn $backend>,
+            /// Base TTL of the cases (default 400 ms).
+            pub ttl: Duration,
+            /// How long each holder of the contention case holds.
+            pub hold: Duration,
+            /// Slack allowed between a lost() signal and the local deadline
+            /// (real time only; default 2 × the default TTL, as a loaded
+            /// runner fires timers late).
+            pub slack: Duration,
         }
-    }
 
-    /// Keep `thing` alive as long as the suite.
-    #[must_use]
-    pub fn keep_alive(mut self, thing: impl Any + Send + Sync) -> Self {
-        self.clients.keep_alive.push(Box::new(thing));
-        self
-    }
+        impl $suite {
+            /// See [`LockSuite::new`].
+            pub fn new<F, Fut, B>(connect: F) -> Self
+            where
+                F: Fn() -> Fut + Send + Sync + 'static,
+                Fut: Future<Output = B> + Send + 'static,
+                B: $backend,
+            {
+                let connect = Arc::new(connect);
+                $suite {
+                    clients: Clients::new(Arc::new(move || {
+                        let fut = connect();
+                        Box::pin(async move { Arc::new(fut.await) as Arc<dyn $backend> })
+                    })),
+                    ttl: Duration::from_millis(400),
+                    hold: Duration::from_millis(10),
+                    slack: Duration::from_millis(800),
+                }
+            }
 
-    /// Set the base TTL.
-    #[must_use]
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
-    }
+            /// Keep `thing` (a server process, say) alive as long as the suite.
+            #[must_use]
+            pub fn keep_alive(mut self, thing: impl Any + Send + Sync) -> Self {
+                self.clients.keep_alive.push(Box::new(thing));
+                self
+            }
 
-    /// A new client.
-    pub async fn client(&self) -> Arc<dyn SemaphoreBackend> {
-        (self.clients.connect)().await
-    }
+            /// Set the base TTL.
+            #[must_use]
+            pub fn ttl(mut self, ttl: Duration) -> Self {
+                self.ttl = ttl;
+                self
+            }
 
-    /// A namespaced name for this run.
-    pub fn key(&self, name: &str) -> String {
-        self.clients.key(name)
-    }
+            /// A new client.
+            pub async fn client(&self) -> Arc<dyn $backend> {
+                (self.clients.connect)().await
+            }
 
-    /// Options with the base TTL and automatic renewal.
-    pub fn options(&self) -> LockOptions {
-        LockOptions::with_ttl(self.ttl).acquire_timeout(self.ttl * 4)
-    }
+            /// A namespaced name for this run.
+            pub fn key(&self, name: &str) -> String {
+                self.clients.key(name)
+            }
 
-    /// Options with the base TTL and no renewal.
-    pub fn manual(&self) -> LockOptions {
-        self.options().renewal(Renewal::Manual)
-    }
+            /// Options with the base TTL and automatic renewal.
+            pub fn options(&self) -> LockOptions {
+                LockOptions::with_ttl(self.ttl).acquire_timeout(self.ttl * 4)
+            }
 
-    /// A semaphore manager over a new client.
-    pub async fn manager(&self, options: LockOptions) -> SemaphoreManager {
-        SemaphoreManager::with_options(self.client().await, options).expect("valid options")
-    }
+            /// Options with the base TTL and no renewal.
+            pub fn manual(&self) -> LockOptions {
+                self.options().renewal(Renewal::Manual)
+            }
+
+            /// A manager over a new client.
+            pub async fn manager(&self, options: LockOptions) -> $manager {
+                $manager::with_options(self.client().await, options).expect("valid options")
+            }
+        }
+    };
 }
 
-/// How a multi-key lock backend is reached by the suite.
-pub struct MultiSuite {
-    clients: Clients<dyn MultiLockBackend>,
-    /// Base TTL of the cases (default 400 ms).
-    pub ttl: Duration,
-    /// How long each of the contention case's holders keeps its keys.
-    pub hold: Duration,
-    /// Slack allowed between a lost() signal and the local deadline.
-    pub slack: Duration,
-}
+kind_suite!(
+    /// How a semaphore backend is reached by the suite.
+    SemaphoreSuite, SemaphoreBackend, SemaphoreManager
+);
+kind_suite!(
+    /// How a multi-key lock backend is reached by the suite.
+    MultiSuite, MultiLockBackend, MultiLockManager
+);
+kind_suite!(
+    /// How a read-write lock backend is reached by the suite.
+    RwSuite, RwLockBackend, RwLockManager
+);
+kind_suite!(
+    /// How an election backend is reached by the suite.
+    ElectionSuite, ElectionBackend, ElectionManager
+);
 
 impl MultiSuite {
-    /// See [`LockSuite::new`].
-    pub fn new<F, Fut, B>(connect: F) -> Self
-    where
-        F: Fn() -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = B> + Send + 'static,
-        B: MultiLockBackend,
-    {
-        let connect = Arc::new(connect);
-        MultiSuite {
-            clients: Clients::new(Arc::new(move || {
-                let fut = connect();
-                Box::pin(async move { Arc::new(fut.await) as Arc<dyn MultiLockBackend> })
-            })),
-            ttl: Duration::from_millis(400),
-            hold: Duration::from_millis(10),
-            slack: Duration::from_millis(800),
-        }
-    }
-
-    /// Keep `thing` alive as long as the suite.
-    #[must_use]
-    pub fn keep_alive(mut self, thing: impl Any + Send + Sync) -> Self {
-        self.clients.keep_alive.push(Box::new(thing));
-        self
-    }
-
-    /// A new client.
-    pub async fn client(&self) -> Arc<dyn MultiLockBackend> {
-        (self.clients.connect)().await
-    }
-
     /// `n` keys of this run sharing one hash tag (one cluster slot).
     pub fn keys(&self, name: &str, n: usize) -> Vec<String> {
         let tag = self.clients.key(name);
         (0..n).map(|i| format!("{{{tag}}}:{i}")).collect()
-    }
-
-    /// Options with the base TTL and automatic renewal.
-    pub fn options(&self) -> LockOptions {
-        LockOptions::with_ttl(self.ttl).acquire_timeout(self.ttl * 4)
-    }
-
-    /// A multi-key lock manager over a new client.
-    pub async fn manager(&self, options: LockOptions) -> MultiLockManager {
-        MultiLockManager::with_options(self.client().await, options).expect("valid options")
-    }
-}
-
-/// How a read-write lock backend is reached by the suite.
-pub struct RwSuite {
-    clients: Clients<dyn RwLockBackend>,
-    /// Base TTL of the cases (default 400 ms).
-    pub ttl: Duration,
-    /// How long each of the contention case's holders keeps the lock.
-    pub hold: Duration,
-    /// Slack allowed between a lost() signal and the local deadline.
-    pub slack: Duration,
-}
-
-impl RwSuite {
-    /// See [`LockSuite::new`].
-    pub fn new<F, Fut, B>(connect: F) -> Self
-    where
-        F: Fn() -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = B> + Send + 'static,
-        B: RwLockBackend,
-    {
-        let connect = Arc::new(connect);
-        RwSuite {
-            clients: Clients::new(Arc::new(move || {
-                let fut = connect();
-                Box::pin(async move { Arc::new(fut.await) as Arc<dyn RwLockBackend> })
-            })),
-            ttl: Duration::from_millis(400),
-            hold: Duration::from_millis(10),
-            slack: Duration::from_millis(800),
-        }
-    }
-
-    /// Keep `thing` alive as long as the suite.
-    #[must_use]
-    pub fn keep_alive(mut self, thing: impl Any + Send + Sync) -> Self {
-        self.clients.keep_alive.push(Box::new(thing));
-        self
-    }
-
-    /// A new client.
-    pub async fn client(&self) -> Arc<dyn RwLockBackend> {
-        (self.clients.connect)().await
-    }
-
-    /// A namespaced name for this run.
-    pub fn key(&self, name: &str) -> String {
-        self.clients.key(name)
-    }
-
-    /// Options with the base TTL and automatic renewal.
-    pub fn options(&self) -> LockOptions {
-        LockOptions::with_ttl(self.ttl).acquire_timeout(self.ttl * 4)
-    }
-
-    /// A read-write lock manager over a new client.
-    pub async fn manager(&self, options: LockOptions) -> RwLockManager {
-        RwLockManager::with_options(self.client().await, options).expect("valid options")
-    }
-}
-
-/// How an election backend is reached by the suite.
-pub struct ElectionSuite {
-    clients: Clients<dyn ElectionBackend>,
-    /// Base TTL of the cases (default 400 ms).
-    pub ttl: Duration,
-    /// How long each of the contention case's leaders leads.
-    pub hold: Duration,
-    /// Slack allowed between a lost() signal and the local deadline.
-    pub slack: Duration,
-}
-
-impl ElectionSuite {
-    /// See [`LockSuite::new`].
-    pub fn new<F, Fut, B>(connect: F) -> Self
-    where
-        F: Fn() -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = B> + Send + 'static,
-        B: ElectionBackend,
-    {
-        let connect = Arc::new(connect);
-        ElectionSuite {
-            clients: Clients::new(Arc::new(move || {
-                let fut = connect();
-                Box::pin(async move { Arc::new(fut.await) as Arc<dyn ElectionBackend> })
-            })),
-            ttl: Duration::from_millis(400),
-            hold: Duration::from_millis(10),
-            slack: Duration::from_millis(800),
-        }
-    }
-
-    /// Keep `thing` alive as long as the suite.
-    #[must_use]
-    pub fn keep_alive(mut self, thing: impl Any + Send + Sync) -> Self {
-        self.clients.keep_alive.push(Box::new(thing));
-        self
-    }
-
-    /// A new client.
-    pub async fn client(&self) -> Arc<dyn ElectionBackend> {
-        (self.clients.connect)().await
-    }
-
-    /// A namespaced name for this run.
-    pub fn key(&self, name: &str) -> String {
-        self.clients.key(name)
-    }
-
-    /// Options with the base TTL and automatic renewal.
-    pub fn options(&self) -> LockOptions {
-        LockOptions::with_ttl(self.ttl).acquire_timeout(self.ttl * 4)
-    }
-
-    /// An election manager over a new client.
-    pub async fn manager(&self, options: LockOptions) -> ElectionManager {
-        ElectionManager::with_options(self.client().await, options).expect("valid options")
     }
 }
 
