@@ -1,0 +1,132 @@
+//! The conformance suites of the other lock kinds (semaphore, multi-key,
+//! read-write, leader election) on real servers, all sharing one
+//! redis-server and one 3-master cluster: single server plain (and with
+//! fencing tokens or release notifications where they change the code path),
+//! and the cluster with fencing on (each kind's keys share a slot).
+#![allow(clippy::expect_used, clippy::panic, missing_docs)]
+
+use lock_core::{Error, LockToken, MultiLockBackend};
+use lock_redis_lua::RedisLuaBackend;
+use lock_testkit::server::{RedisCluster, RedisServer};
+use lock_testkit::{ElectionSuite, MultiSuite, RwSuite, SemaphoreSuite};
+use tokio::sync::OnceCell;
+
+/// One server for the whole file (a plain child process).
+async fn server_url() -> String {
+    static SERVER: OnceCell<RedisServer> = OnceCell::const_new();
+    SERVER
+        .get_or_init(|| async { RedisServer::start().await.expect("start redis-server") })
+        .await
+        .url()
+}
+
+/// One 3-master cluster for the whole file.
+async fn seed_urls() -> Vec<String> {
+    static CLUSTER: OnceCell<RedisCluster> = OnceCell::const_new();
+    CLUSTER
+        .get_or_init(|| async {
+            RedisCluster::start(3, 0, RedisServer::builder())
+                .await
+                .expect("start a 3-master cluster")
+        })
+        .await
+        .masters()
+        .iter()
+        .map(|m| m.url())
+        .collect()
+}
+
+/// A client of the single server; `full` turns fencing and release
+/// notifications on.
+async fn single(full: bool) -> RedisLuaBackend {
+    RedisLuaBackend::builder_url(server_url().await)
+        .fencing(full)
+        .release_notifications(full)
+        .build()
+        .await
+        .expect("connect")
+}
+
+/// A client of the cluster, fencing on.
+async fn cluster() -> RedisLuaBackend {
+    RedisLuaBackend::builder_cluster(seed_urls().await)
+        .fencing(true)
+        .build()
+        .await
+        .expect("connect to the cluster")
+}
+
+mod semaphore {
+    use super::*;
+
+    mod plain {
+        use super::*;
+        lock_testkit::semaphore_conformance!(real, async { SemaphoreSuite::new(|| single(false)) });
+    }
+
+    mod fenced {
+        use super::*;
+        lock_testkit::semaphore_conformance!(real, async { SemaphoreSuite::new(|| single(true)) });
+    }
+
+    mod on_cluster {
+        use super::*;
+        lock_testkit::semaphore_conformance!(real, async { SemaphoreSuite::new(cluster) });
+    }
+}
+
+mod multi {
+    use super::*;
+
+    mod single_server {
+        use super::*;
+        lock_testkit::multi_conformance!(real, async { MultiSuite::new(|| single(true)) });
+    }
+
+    mod on_cluster {
+        use super::*;
+        lock_testkit::multi_conformance!(real, async { MultiSuite::new(cluster) });
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn keys_in_several_cluster_slots_are_refused() {
+        let backend = cluster().await;
+        let token = LockToken::generate().expect("token");
+        // "a" and "b" hash to different slots (15495 and 3300).
+        match backend
+            .try_acquire_all(&["a", "b"], &token, std::time::Duration::from_secs(1))
+            .await
+        {
+            Err(Error::InvalidArgument(msg)) => assert!(msg.contains("hash tag"), "{msg}"),
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+    }
+}
+
+mod rw {
+    use super::*;
+
+    mod single_server {
+        use super::*;
+        lock_testkit::rw_conformance!(real, async { RwSuite::new(|| single(false)) });
+    }
+
+    mod on_cluster {
+        use super::*;
+        lock_testkit::rw_conformance!(real, async { RwSuite::new(cluster) });
+    }
+}
+
+mod election {
+    use super::*;
+
+    mod single_server {
+        use super::*;
+        lock_testkit::election_conformance!(real, async { ElectionSuite::new(|| single(false)) });
+    }
+
+    mod on_cluster {
+        use super::*;
+        lock_testkit::election_conformance!(real, async { ElectionSuite::new(cluster) });
+    }
+}
