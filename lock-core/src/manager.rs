@@ -184,7 +184,7 @@ impl LockManager {
         let backend = &self.inner.backend;
         let ttl = options.ttl;
         let validity = ttl.saturating_sub(options.drift(ttl));
-        let give_up = Instant::now() + options.acquire_timeout;
+        let give_up = crate::clock::later(Instant::now(), options.acquire_timeout);
         // Waiters of this manager queue per key in FIFO order; only the head
         // polls. A caller that finds no line tries at once (the uncontended
         // path allocates no lane) and joins the line only when it must wait.
@@ -208,7 +208,7 @@ impl LockManager {
             let (retry_after, failure) = match tokio::time::timeout(options.op_timeout.min(validity), call).await {
                 Ok(Ok(AcquireOutcome::Acquired(lease))) => {
                     let validity = lease.validity.map_or(validity, |v| v.min(validity));
-                    let deadline = sent_at + validity;
+                    let deadline = crate::clock::later(sent_at, validity);
                     if Instant::now() >= deadline {
                         // Granted too late to be useful: give it back.
                         (None, None)

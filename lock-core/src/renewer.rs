@@ -37,7 +37,7 @@ fn on_grid(due: Instant, interval: Duration, not_before: Instant) -> Instant {
     let rounded = u32::try_from(slots)
         .ok()
         .and_then(|n| slot.checked_mul(n))
-        .map_or(due, |offset| origin + offset);
+        .map_or(due, |offset| crate::clock::later(origin, offset));
     rounded.max(not_before)
 }
 
@@ -57,7 +57,11 @@ pub(crate) async fn run(
     let retry_delay = (interval / 8).clamp(Duration::from_millis(1), Duration::from_millis(250));
     let mut last = state.acquired_at;
     loop {
-        let next = on_grid(last + interval, interval, last + interval / 2);
+        let next = on_grid(
+            crate::clock::later(last, interval),
+            interval,
+            crate::clock::later(last, interval / 2),
+        );
         tokio::select! {
             biased;
             () = &mut stopped => return,
@@ -94,7 +98,7 @@ pub(crate) async fn run(
                     tracing::debug!(key = %state.key, "renewal timed out; retrying until the deadline");
                 }
             }
-            let wake = (Instant::now() + retry_delay).min(state.deadline());
+            let wake = crate::clock::later(Instant::now(), retry_delay).min(state.deadline());
             tokio::select! {
                 biased;
                 () = &mut stopped => return,
