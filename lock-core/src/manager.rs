@@ -1,6 +1,7 @@
 //! The lock manager: acquire with timeout and backoff, try-lock, scoped
 //! critical sections, and renewal.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,25 +41,24 @@ struct Inner {
     shutdown: CancellationToken,
     /// Local FIFO order of this manager's waiters, per key.
     lanes: Lanes,
-    /// Started with the first auto-renewed guard (restarted if its runtime
-    /// went away).
-    batcher: std::sync::Mutex<Option<RenewBatcher>>,
+    /// One batcher per tokio runtime with auto-renewed guards, started with
+    /// the first of them: a renewer's batch runs on the runtime that drives
+    /// the renewer, never on another runtime that may be idle or gone.
+    batchers: std::sync::Mutex<HashMap<tokio::runtime::Id, RenewBatcher>>,
 }
 
 impl Inner {
     fn batcher(&self, runtime: &tokio::runtime::Handle) -> RenewBatcher {
-        let mut slot = match self.batcher.lock() {
+        let mut batchers = match self.batchers.lock() {
             Ok(s) => s,
             Err(poisoned) => poisoned.into_inner(),
         };
-        match slot.as_ref() {
-            Some(b) if b.is_alive() => b.clone(),
-            _ => {
-                let b = RenewBatcher::spawn(self.backend.clone(), runtime);
-                *slot = Some(b.clone());
-                b
-            }
-        }
+        // Forget the batchers of runtimes that shut down.
+        batchers.retain(|_, b| b.is_alive());
+        batchers
+            .entry(runtime.id())
+            .or_insert_with(|| RenewBatcher::spawn(self.backend.clone(), runtime))
+            .clone()
     }
 }
 
@@ -80,7 +80,7 @@ impl LockManager {
                 options: LockOptions::default(),
                 shutdown: CancellationToken::new(),
                 lanes: Lanes::default(),
-                batcher: std::sync::Mutex::new(None),
+                batchers: std::sync::Mutex::default(),
             }),
         }
     }
@@ -106,7 +106,7 @@ impl LockManager {
                 options,
                 shutdown: CancellationToken::new(),
                 lanes: Lanes::default(),
-                batcher: std::sync::Mutex::new(None),
+                batchers: std::sync::Mutex::default(),
             }),
         })
     }
