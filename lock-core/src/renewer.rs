@@ -1,5 +1,6 @@
 //! The background renewer: keeps a lease alive and signals its loss.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -73,20 +74,37 @@ pub(crate) async fn run(
                 return;
             }
             let remaining = state.deadline().saturating_duration_since(Instant::now());
-            let sent_at = Instant::now();
-            let call = batcher.renew(&state, ttl);
+            // One TTL change per lease in flight (see `LeaseState::ttl_turn`):
+            // wait for an `extend` to finish, then send and record.
+            let sent = AtomicBool::new(false);
+            let call = async {
+                let _turn = state.ttl_turn().await;
+                sent.store(true, Ordering::Relaxed);
+                let sent_at = Instant::now();
+                let result = batcher.renew(&state, ttl).await;
+                match &result {
+                    Ok(RenewOutcome::Renewed) => state.renewed(sent_at, ttl),
+                    Err(e) if e.is_outcome_unknown() => state.outcome_unknown(ttl),
+                    _ => {}
+                }
+                result.map(|outcome| (outcome, sent_at))
+            };
             let result = tokio::select! {
                 biased;
-                () = &mut stopped => return,
-                r = tokio::time::timeout(op_timeout.min(remaining), call) => r,
+                () = &mut stopped => None,
+                r = tokio::time::timeout(op_timeout.min(remaining), call) => Some(r),
             };
+            if sent.load(Ordering::Relaxed) && !matches!(result, Some(Ok(_))) {
+                // Sent, then abandoned (stop or timeout): it may still land.
+                state.outcome_unknown(ttl);
+            }
+            let Some(result) = result else { return };
             match result {
-                Ok(Ok(RenewOutcome::Renewed)) => {
-                    state.renewed(sent_at, ttl);
+                Ok(Ok((RenewOutcome::Renewed, sent_at))) => {
                     last = sent_at;
                     break;
                 }
-                Ok(Ok(RenewOutcome::HeldByOther | RenewOutcome::Missing)) => {
+                Ok(Ok((RenewOutcome::HeldByOther | RenewOutcome::Missing, _))) => {
                     tracing::warn!(key = %state.key, "lease lost: renewal found another owner or no key");
                     state.mark_lost(LossReason::NotOwner);
                     return;
