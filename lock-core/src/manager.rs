@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::{AcquireOutcome, LockBackend};
+use crate::backend::{AcquireOutcome, LockBackend, ReleaseOutcome};
 use crate::batch::RenewBatcher;
 use crate::error::{Error, Result};
 use crate::guard::{Grant, LeaseHandle, LeaseState, LockGuard, spawn_release};
@@ -150,9 +150,31 @@ impl LockManager {
         self.acquire(key, &self.inner.options, false).await
     }
 
-    /// Run `body` while holding `key`. If the lease is lost, the body is
-    /// cancelled (dropped at its next await point) and [`Error::Lost`] is
-    /// returned; otherwise the lock is released and the body's output returned.
+    /// Run `body` while holding `key`, then release the lock.
+    ///
+    /// `Ok` means the body returned while the lease was still valid and the
+    /// release found our own lock. If the lease is lost during the body, the
+    /// body is cancelled (dropped at its next await point) and
+    /// [`Error::Lost`] is returned. The body's output is discarded with an
+    /// [`Error::Lost`] too when the lease turns out lost after all: the body
+    /// returned past the local deadline (it blocked its runtime, so the loss
+    /// signal could not interrupt it), or the release answered that another
+    /// client holds the key or that it is gone. The body's own release is
+    /// never reported as a loss; its lease handles see
+    /// [`crate::LossReason::Released`] once `with_lock` returns.
+    ///
+    /// A release that fails in transport (outcome unknown) does not turn a
+    /// valid run into an error: the body finished inside its validity
+    /// window, and the TTL frees the key at the latest.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`LockManager::lock`], and [`Error::Lost`] as above.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future cancels the body and releases the lock in the
+    /// background (the guard's drop).
     pub async fn with_lock<F, Fut, T>(&self, key: &str, body: F) -> Result<T>
     where
         F: FnOnce(LeaseHandle) -> Fut,
@@ -161,19 +183,39 @@ impl LockManager {
         let guard = self.lock(key).await?;
         let lost = guard.lost();
         let handle = guard.handle();
+        let lost_with = |guard: &LockGuard, reason| Error::Lost {
+            key: key.to_owned(),
+            held_for: guard.acquired_at().elapsed(),
+            reason,
+        };
         let out = tokio::select! {
             biased;
             reason = lost => {
-                let held_for = guard.acquired_at().elapsed();
+                let err = lost_with(&guard, reason);
                 drop(guard); // best-effort release in the background
-                return Err(Error::Lost { key: key.to_owned(), held_for, reason });
+                return Err(err);
             }
             out = body(handle) => out,
         };
-        if let Err(e) = guard.release().await {
-            tracing::debug!(key, error = %e, "release after with_lock failed; the TTL will free the key");
+        if guard.is_lost() {
+            // The body returned, but after the lease ran out.
+            let err = lost_with(&guard, guard.handle.state.reason());
+            drop(guard);
+            return Err(err);
         }
-        Ok(out)
+        let held_for = guard.acquired_at().elapsed();
+        match guard.release().await {
+            Ok(ReleaseOutcome::Released) => Ok(out),
+            Ok(_) => Err(Error::Lost {
+                key: key.to_owned(),
+                held_for,
+                reason: crate::error::LossReason::NotOwner,
+            }),
+            Err(e) => {
+                tracing::warn!(key, error = %e, "release after with_lock failed; the TTL will free the key");
+                Ok(out)
+            }
+        }
     }
 
     async fn acquire(&self, key: &str, options: &LockOptions, wait: bool) -> Result<Option<LockGuard>> {
