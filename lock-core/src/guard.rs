@@ -33,12 +33,29 @@ pub(crate) struct LeaseState {
     /// then applies them in the order the guard records them, so the local
     /// deadline follows the TTL the server applied last.
     ttl_change: tokio::sync::Mutex<()>,
-    /// The smallest TTL of a TTL change whose outcome is unknown (timed out):
-    /// the server may still apply it at any later moment, so no later
-    /// deadline may count on more than that TTL.
+    /// The smallest TTL of a TTL change whose outcome is unknown (timed out,
+    /// or dropped after sending): the server may still apply it at any later
+    /// moment, so no later deadline may count on more than that TTL.
     unknown_ttl: Mutex<Option<Duration>>,
     /// The manager's lanes: the head waiter for this key is told when we release.
     lanes: Option<Lanes>,
+}
+
+/// A TTL change sent but not answered yet: dropped armed (unknown outcome,
+/// or the future dropped), it caps the lease's deadline.
+struct Unsettled<'a> {
+    state: &'a LeaseState,
+    sent_at: Instant,
+    ttl: Duration,
+    armed: bool,
+}
+
+impl Drop for Unsettled<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.state.outcome_unknown(self.sent_at, self.ttl);
+        }
+    }
 }
 
 /// The local deadline and the start of the operation that set it. Only an
@@ -122,20 +139,61 @@ impl LeaseState {
         });
     }
 
-    /// A TTL change for `ttl` may or may not have been applied, and may still
-    /// be applied later: cap every later deadline at that TTL.
-    pub(crate) fn outcome_unknown(&self, ttl: Duration) {
-        let mut unknown = match self.unknown_ttl.lock() {
-            Ok(t) => t,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        *unknown = Some(unknown.map_or(ttl, |t| t.min(ttl)));
+    /// A TTL change for `ttl` sent at `sent_at` may or may not have been
+    /// applied, and may still be applied at any later moment, which gives the
+    /// key at least `sent_at + ttl`: the deadline drops to that if it was
+    /// later, and every later deadline counts on no more than `ttl`.
+    fn outcome_unknown(&self, sent_at: Instant, ttl: Duration) {
+        {
+            let mut unknown = match self.unknown_ttl.lock() {
+                Ok(t) => t,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            *unknown = Some(unknown.map_or(ttl, |t| t.min(ttl)));
+        }
+        let capped = self.deadline_for(sent_at, ttl);
+        self.validity.send_if_modified(|v| {
+            if v.deadline <= capped {
+                return false;
+            }
+            v.deadline = capped;
+            true
+        });
     }
 
-    /// Wait for this lease's turn to change its TTL on the server (see
-    /// `ttl_change`). Hold the returned guard until the outcome is recorded.
-    pub(crate) async fn ttl_turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
-        self.ttl_change.lock().await
+    /// Make one TTL change of this lease (a renewal or an `extend`): wait for
+    /// its turn (see `ttl_change`), set `sent`, run `send`, and record the
+    /// outcome. A renewal moves the deadline; an unknown outcome (an error
+    /// saying so, or this future dropped after sending, e.g. by a timeout)
+    /// is recorded as such (see `outcome_unknown`). Returns the outcome and
+    /// when the change was sent.
+    pub(crate) async fn change_ttl<F, Fut>(
+        &self,
+        ttl: Duration,
+        sent: &AtomicBool,
+        send: F,
+    ) -> Result<(RenewOutcome, Instant)>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<RenewOutcome>>,
+    {
+        let _turn = self.ttl_change.lock().await;
+        let sent_at = Instant::now();
+        sent.store(true, Ordering::Relaxed);
+        let mut unsettled = Unsettled {
+            state: self,
+            sent_at,
+            ttl,
+            armed: true,
+        };
+        let result = send().await;
+        match &result {
+            Ok(RenewOutcome::Renewed) => self.renewed(sent_at, ttl),
+            Err(e) if e.is_outcome_unknown() => return result.map(|o| (o, sent_at)),
+            _ => {}
+        }
+        unsettled.armed = false;
+        result.map(|o| (o, sent_at))
     }
 
     /// Signal the end of the lease: the first reason sticks, and the deadline
@@ -319,9 +377,11 @@ impl LockGuard {
     ///
     /// TTL changes of one lease never overlap: `extend` waits for an
     /// in-flight renewal's answer before it sends, so the server applies them
-    /// in the order the guard records them. Once a TTL change of this lease
-    /// timed out (it may still land), later deadlines count on no more than
-    /// that change's TTL.
+    /// in the order the guard records them. A TTL change of this lease whose
+    /// outcome is unknown (timed out, or its future dropped after sending)
+    /// may still land at any moment: the deadline drops to what it would
+    /// give if applied at once (if that is earlier), and later deadlines
+    /// count on no more than its TTL.
     ///
     /// # Errors
     ///
@@ -333,8 +393,8 @@ impl LockGuard {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future before it completes leaves the deadline unchanged;
-    /// a renewal already sent may still be applied by the server.
+    /// Dropping the future before the renewal is sent changes nothing;
+    /// after, the renewal's outcome is unknown and handled as above.
     pub async fn extend(&self, ttl: Duration) -> Result<()> {
         validate_ttl(ttl)?;
         let state = &self.handle.state;
@@ -345,25 +405,15 @@ impl LockGuard {
             return Err(not_held(state, NotHeldReason::Expired));
         }
         let sent = AtomicBool::new(false);
-        let call = async {
-            let _turn = state.ttl_turn().await;
+        let call = state.change_ttl(ttl, &sent, || async {
             if state.is_lost() {
                 return Err(not_held(state, NotHeldReason::Expired));
             }
-            sent.store(true, Ordering::Relaxed);
-            let sent_at = Instant::now();
-            let outcome = state.backend.renew(&state.key, &state.token, ttl).await;
-            match &outcome {
-                Ok(RenewOutcome::Renewed) => state.renewed(sent_at, ttl),
-                Err(e) if e.is_outcome_unknown() => state.outcome_unknown(ttl),
-                _ => {}
-            }
-            outcome
-        };
+            state.backend.renew(&state.key, &state.token, ttl).await
+        });
         let outcome = match tokio::time::timeout(self.op_timeout.min(self.remaining()), call).await {
-            Ok(r) => r?,
+            Ok(r) => r?.0,
             Err(_) if sent.load(Ordering::Relaxed) => {
-                state.outcome_unknown(ttl);
                 return Err(Error::outcome_unknown(
                     state.backend.capabilities().name,
                     "renew timed out",

@@ -1,6 +1,6 @@
 //! The background renewer: keeps a lease alive and signals its loss.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -74,31 +74,15 @@ pub(crate) async fn run(
                 return;
             }
             let remaining = state.deadline().saturating_duration_since(Instant::now());
-            // One TTL change per lease in flight (see `LeaseState::ttl_turn`):
-            // wait for an `extend` to finish, then send and record.
+            // One TTL change per lease in flight: after an `extend` in
+            // flight, if any (see `LeaseState::change_ttl`).
             let sent = AtomicBool::new(false);
-            let call = async {
-                let _turn = state.ttl_turn().await;
-                sent.store(true, Ordering::Relaxed);
-                let sent_at = Instant::now();
-                let result = batcher.renew(&state, ttl).await;
-                match &result {
-                    Ok(RenewOutcome::Renewed) => state.renewed(sent_at, ttl),
-                    Err(e) if e.is_outcome_unknown() => state.outcome_unknown(ttl),
-                    _ => {}
-                }
-                result.map(|outcome| (outcome, sent_at))
-            };
+            let call = state.change_ttl(ttl, &sent, || batcher.renew(&state, ttl));
             let result = tokio::select! {
                 biased;
-                () = &mut stopped => None,
-                r = tokio::time::timeout(op_timeout.min(remaining), call) => Some(r),
+                () = &mut stopped => return,
+                r = tokio::time::timeout(op_timeout.min(remaining), call) => r,
             };
-            if sent.load(Ordering::Relaxed) && !matches!(result, Some(Ok(_))) {
-                // Sent, then abandoned (stop or timeout): it may still land.
-                state.outcome_unknown(ttl);
-            }
-            let Some(result) = result else { return };
             match result {
                 Ok(Ok((RenewOutcome::Renewed, sent_at))) => {
                     last = sent_at;

@@ -101,3 +101,30 @@ async fn a_renewal_of_unknown_outcome_caps_the_deadline_of_a_later_extend() {
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert_deadline_backed_by_server(&memory, guard.deadline());
 }
+
+/// An `extend` that shortens the lease, applied by the server but answered
+/// never (the future dropped, or its timeout hit): the guard must not keep
+/// the longer deadline.
+#[tokio::test(start_paused = true)]
+async fn a_shortening_extend_of_unknown_outcome_lowers_the_deadline() {
+    for dropped in [true, false] {
+        let memory = MemoryBackend::new();
+        let (backend, control) = lock_testkit::FaultyBackend::new(Arc::new(memory.clone()));
+        let options = LockOptions::with_ttl(TTL)
+            .renewal(lock_core::Renewal::Manual)
+            .op_timeout(Duration::from_millis(100));
+        let locks = LockManager::with_options(backend, options).expect("options");
+        let guard = locks.lock("k").await.expect("lock");
+        control.set(lock_testkit::Fault::ApplyThenHang); // applied, no reply
+        let shorten = guard.extend(Duration::from_secs(1));
+        if dropped {
+            let cancelled = tokio::time::timeout(Duration::from_millis(10), shorten).await;
+            assert!(cancelled.is_err(), "dropped while waiting for the reply");
+        } else {
+            let err = shorten.await.expect_err("no reply");
+            assert!(err.is_outcome_unknown(), "{err:?}");
+        }
+        control.heal();
+        assert_deadline_backed_by_server(&memory, guard.deadline());
+    }
+}
