@@ -185,6 +185,8 @@ pub enum LossReason {
     NotOwner,
     /// The local validity deadline passed without a successful renewal.
     DeadlinePassed,
+    /// The guard was released or dropped: the lease ended on purpose.
+    Released,
 }
 
 impl std::fmt::Display for LossReason {
@@ -192,6 +194,7 @@ impl std::fmt::Display for LossReason {
         f.write_str(match self {
             LossReason::NotOwner => "a renewal found another owner or no key",
             LossReason::DeadlinePassed => "the local validity deadline passed without renewal",
+            LossReason::Released => "the guard was released or dropped",
         })
     }
 }

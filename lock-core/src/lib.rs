@@ -8,6 +8,7 @@
 
 pub mod backend;
 mod batch;
+mod clock;
 pub mod error;
 pub mod guard;
 mod jitter;
@@ -26,7 +27,7 @@ pub use batch::RenewBatch;
 pub use error::{BoxError, Error, LossReason, NodeOutcome, NodeReports, NotHeldReason, Result};
 pub use guard::{LeaseHandle, LockGuard};
 pub use manager::LockManager;
-pub use options::{Backoff, LockOptions, MAX_TTL, MIN_TTL, Renewal, UpdateOptions};
+pub use options::{Backoff, LockOptions, MAX_TIMEOUT, MAX_TTL, MIN_TTL, Renewal, UpdateOptions};
 pub use token::{FencingToken, LockToken};
 pub use versioned::{CasOutcome, CreateOutcome, DeleteOutcome, Expiry, Versioned, VersionedStore, VersionedStoreExt};
 

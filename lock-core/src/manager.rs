@@ -1,6 +1,7 @@
 //! The lock manager: acquire with timeout and backoff, try-lock, scoped
 //! critical sections, and renewal.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::{AcquireOutcome, LockBackend};
+use crate::backend::{AcquireOutcome, LockBackend, ReleaseOutcome};
 use crate::batch::RenewBatcher;
 use crate::error::{Error, Result};
 use crate::guard::{Grant, LeaseHandle, LeaseState, LockGuard, spawn_release};
@@ -40,25 +41,24 @@ struct Inner {
     shutdown: CancellationToken,
     /// Local FIFO order of this manager's waiters, per key.
     lanes: Lanes,
-    /// Started with the first auto-renewed guard (restarted if its runtime
-    /// went away).
-    batcher: std::sync::Mutex<Option<RenewBatcher>>,
+    /// One batcher per tokio runtime with auto-renewed guards, started with
+    /// the first of them: a renewer's batch runs on the runtime that drives
+    /// the renewer, never on another runtime that may be idle or gone.
+    batchers: std::sync::Mutex<HashMap<tokio::runtime::Id, RenewBatcher>>,
 }
 
 impl Inner {
     fn batcher(&self, runtime: &tokio::runtime::Handle) -> RenewBatcher {
-        let mut slot = match self.batcher.lock() {
+        let mut batchers = match self.batchers.lock() {
             Ok(s) => s,
             Err(poisoned) => poisoned.into_inner(),
         };
-        match slot.as_ref() {
-            Some(b) if b.is_alive() => b.clone(),
-            _ => {
-                let b = RenewBatcher::spawn(self.backend.clone(), runtime);
-                *slot = Some(b.clone());
-                b
-            }
-        }
+        // Forget the batchers of runtimes that shut down.
+        batchers.retain(|_, b| b.is_alive());
+        batchers
+            .entry(runtime.id())
+            .or_insert_with(|| RenewBatcher::spawn(self.backend.clone(), runtime))
+            .clone()
     }
 }
 
@@ -80,7 +80,7 @@ impl LockManager {
                 options: LockOptions::default(),
                 shutdown: CancellationToken::new(),
                 lanes: Lanes::default(),
-                batcher: std::sync::Mutex::new(None),
+                batchers: std::sync::Mutex::default(),
             }),
         }
     }
@@ -106,7 +106,7 @@ impl LockManager {
                 options,
                 shutdown: CancellationToken::new(),
                 lanes: Lanes::default(),
-                batcher: std::sync::Mutex::new(None),
+                batchers: std::sync::Mutex::default(),
             }),
         })
     }
@@ -150,9 +150,31 @@ impl LockManager {
         self.acquire(key, &self.inner.options, false).await
     }
 
-    /// Run `body` while holding `key`. If the lease is lost, the body is
-    /// cancelled (dropped at its next await point) and [`Error::Lost`] is
-    /// returned; otherwise the lock is released and the body's output returned.
+    /// Run `body` while holding `key`, then release the lock.
+    ///
+    /// `Ok` means the body returned while the lease was still valid and the
+    /// release found our own lock. If the lease is lost during the body, the
+    /// body is cancelled (dropped at its next await point) and
+    /// [`Error::Lost`] is returned. The body's output is discarded with an
+    /// [`Error::Lost`] too when the lease turns out lost after all: the body
+    /// returned past the local deadline (it blocked its runtime, so the loss
+    /// signal could not interrupt it), or the release answered that another
+    /// client holds the key or that it is gone. The body's own release is
+    /// never reported as a loss; its lease handles see
+    /// [`crate::LossReason::Released`] once `with_lock` returns.
+    ///
+    /// A release that fails in transport (outcome unknown) does not turn a
+    /// valid run into an error: the body finished inside its validity
+    /// window, and the TTL frees the key at the latest.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`LockManager::lock`], and [`Error::Lost`] as above.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future cancels the body and releases the lock in the
+    /// background (the guard's drop).
     pub async fn with_lock<F, Fut, T>(&self, key: &str, body: F) -> Result<T>
     where
         F: FnOnce(LeaseHandle) -> Fut,
@@ -161,19 +183,39 @@ impl LockManager {
         let guard = self.lock(key).await?;
         let lost = guard.lost();
         let handle = guard.handle();
+        let lost_with = |guard: &LockGuard, reason| Error::Lost {
+            key: key.to_owned(),
+            held_for: guard.acquired_at().elapsed(),
+            reason,
+        };
         let out = tokio::select! {
             biased;
             reason = lost => {
-                let held_for = guard.acquired_at().elapsed();
+                let err = lost_with(&guard, reason);
                 drop(guard); // best-effort release in the background
-                return Err(Error::Lost { key: key.to_owned(), held_for, reason });
+                return Err(err);
             }
             out = body(handle) => out,
         };
-        if let Err(e) = guard.release().await {
-            tracing::debug!(key, error = %e, "release after with_lock failed; the TTL will free the key");
+        if guard.is_lost() {
+            // The body returned, but after the lease ran out.
+            let err = lost_with(&guard, guard.handle.state.reason());
+            drop(guard);
+            return Err(err);
         }
-        Ok(out)
+        let held_for = guard.acquired_at().elapsed();
+        match guard.release().await {
+            Ok(ReleaseOutcome::Released) => Ok(out),
+            Ok(_) => Err(Error::Lost {
+                key: key.to_owned(),
+                held_for,
+                reason: crate::error::LossReason::NotOwner,
+            }),
+            Err(e) => {
+                tracing::warn!(key, error = %e, "release after with_lock failed; the TTL will free the key");
+                Ok(out)
+            }
+        }
     }
 
     async fn acquire(&self, key: &str, options: &LockOptions, wait: bool) -> Result<Option<LockGuard>> {
@@ -184,7 +226,7 @@ impl LockManager {
         let backend = &self.inner.backend;
         let ttl = options.ttl;
         let validity = ttl.saturating_sub(options.drift(ttl));
-        let give_up = Instant::now() + options.acquire_timeout;
+        let give_up = crate::clock::later(Instant::now(), options.acquire_timeout);
         // Waiters of this manager queue per key in FIFO order; only the head
         // polls. A caller that finds no line tries at once (the uncontended
         // path allocates no lane) and joins the line only when it must wait.
@@ -208,7 +250,7 @@ impl LockManager {
             let (retry_after, failure) = match tokio::time::timeout(options.op_timeout.min(validity), call).await {
                 Ok(Ok(AcquireOutcome::Acquired(lease))) => {
                     let validity = lease.validity.map_or(validity, |v| v.min(validity));
-                    let deadline = sent_at + validity;
+                    let deadline = crate::clock::later(sent_at, validity);
                     if Instant::now() >= deadline {
                         // Granted too late to be useful: give it back.
                         (None, None)

@@ -9,6 +9,11 @@ use crate::error::{Error, Result};
 /// milliseconds, and a longer lease is almost certainly a unit mistake.
 pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 
+/// The longest `acquire_timeout` and `op_timeout` verrou accepts: one year.
+/// Longer waits are almost certainly a unit mistake (and `Duration::MAX`
+/// cannot be added to an instant).
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// The shortest TTL verrou accepts. Below this the drift allowance eats the
 /// whole lease.
 pub const MIN_TTL: Duration = Duration::from_millis(10);
@@ -197,6 +202,18 @@ impl LockOptions {
         }
         if self.op_timeout.is_zero() {
             return Err(Error::invalid("op_timeout must be above zero"));
+        }
+        if self.op_timeout > MAX_TIMEOUT {
+            return Err(Error::invalid(format!(
+                "op_timeout {:?} is above the maximum {MAX_TIMEOUT:?}",
+                self.op_timeout
+            )));
+        }
+        if self.acquire_timeout > MAX_TIMEOUT {
+            return Err(Error::invalid(format!(
+                "acquire_timeout {:?} is above the maximum {MAX_TIMEOUT:?}",
+                self.acquire_timeout
+            )));
         }
         self.backoff.validate()
     }

@@ -242,3 +242,22 @@ async fn renewals_due_together_share_one_backend_call() {
     );
     assert!(guards.iter().all(|g| !g.is_lost()));
 }
+
+#[tokio::test(start_paused = true)]
+async fn release_is_not_capped_by_the_remaining_validity() {
+    let memory = MemoryBackend::new();
+    let (backend, control) = faulty(&memory);
+    // 1 s on the server, ≈ 0.6 s of local validity.
+    let options = LockOptions::with_ttl(Duration::from_secs(1))
+        .renewal(Renewal::Manual)
+        .drift_factor(0.4);
+    let locks = manager(backend, options);
+    let guard = locks.lock("k").await.expect("lock");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(guard.remaining() < Duration::from_millis(150));
+    // Slower than the remaining validity, faster than op_timeout (2 s) and
+    // than the server's TTL: the release still lands and says so.
+    control.set_latency(Duration::from_millis(300));
+    assert_eq!(guard.release().await.expect("release"), ReleaseOutcome::Released);
+    assert_eq!(memory.lock_ttl("k"), None);
+}

@@ -546,3 +546,57 @@ pub async fn renew_many_matches_renew(s: &LockSuite) {
         ReleaseOutcome::Released
     );
 }
+
+/// `lost()` armed on a long lease fires at the earlier deadline that an
+/// `extend` with a shorter TTL sets, not at the old one.
+pub async fn lost_follows_an_earlier_deadline(s: &LockSuite) {
+    let key = s.key("earlier-deadline");
+    let a = s.manager(s.manual().ttl(s.ttl * 10)).await;
+    let g = a.lock(&key).await.expect("lock");
+    let lease = g.handle();
+    let watcher = tokio::spawn(async move { (lease.lost().await, Instant::now()) });
+    tokio::task::yield_now().await; // armed on the long deadline
+    g.extend(s.ttl).await.expect("extend");
+    let deadline = g.deadline();
+    let (reason, fired) = tokio::time::timeout(s.ttl * 4, watcher)
+        .await
+        .expect("lost() must fire at the new deadline, not the old one")
+        .expect("watcher");
+    assert_eq!(reason, LossReason::DeadlinePassed);
+    assert!(
+        fired <= deadline + s.slack,
+        "lost() fired {:?} after the deadline",
+        fired.saturating_duration_since(deadline)
+    );
+    drop(g);
+}
+
+/// A release or drop ends the lease for every handle: lost, nothing left,
+/// `lost()` resolves with `Released`; `with_lock` still returns its body's
+/// output (its own release is not a loss).
+pub async fn handles_see_the_lease_end(s: &LockSuite) {
+    let key = s.key("lease-end");
+    let a = s.manager(s.options()).await;
+    for release in [true, false] {
+        let g = a.lock(&key).await.expect("lock");
+        let lease = g.handle();
+        assert!(!lease.is_lost());
+        if release {
+            assert_eq!(g.release().await.expect("release"), ReleaseOutcome::Released);
+        } else {
+            drop(g);
+        }
+        assert!(lease.is_lost(), "release {release}: the handle still claims the lease");
+        assert_eq!(lease.remaining(), Duration::ZERO);
+        let reason = tokio::time::timeout(s.ttl, lease.lost())
+            .await
+            .expect("lost() fires when the lease ends");
+        assert_eq!(reason, LossReason::Released);
+    }
+    let (out, lease) = a
+        .with_lock(&key, |lease| async move { (7, lease) })
+        .await
+        .expect("with_lock");
+    assert_eq!(out, 7);
+    assert_eq!(lease.lost().await, LossReason::Released);
+}
