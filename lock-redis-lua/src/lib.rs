@@ -45,7 +45,7 @@
 //! The acquire script returns the holder's PTTL, so the manager's jittered
 //! backoff never sleeps past the holder's expiry. On a standalone URL
 //! source, releases are also announced with `PUBLISH` when a waiter left a
-//! marker (`{key}:waiting`, set with a short TTL after subscribing; the
+//! marker (`verrou:lua:waiting:{key}`, see [`RESERVED_KEY_PREFIX`]; set with a short TTL after subscribing; the
 //! release script deletes it with the lock in one `DEL`), and
 //! `wait_for_release` wakes on them (see
 //! [`RedisLuaBuilder::release_notifications`]): measured across two
@@ -56,7 +56,7 @@
 //! # Cluster
 //!
 //! [`RedisLuaBuilder::cluster`] routes every script by its first key. The
-//! fence key shares the lock key's hash tag (or wraps the key as the tag),
+//! fence key keeps the lock key's hash tag (or wraps the key as the tag),
 //! so the acquire script touches one slot. WAIT is routed to the master of
 //! the key's slot, on the dedicated connection that made the write.
 //! Release notifications are standalone only (cluster `PUBLISH` is
@@ -109,8 +109,15 @@ pub use builder::{
 /// The deadpool-redis crate this backend is built on (pools, `redis`).
 pub use deadpool_redis;
 
+/// Every helper key of this backend (fence counters, waiter markers) starts
+/// with this prefix; user keys starting with it are refused with
+/// [`Error::InvalidArgument`], so no lock or value can be (or become)
+/// another lock's helper key.
+pub const RESERVED_KEY_PREFIX: &str = keys::RESERVED_PREFIX;
+
 use connection::{Dedicated, Shared, pool_error, run_script};
 use error::{Access, BACKEND, command_error, op_timeout, same_error, unexpected_reply, wrong_type};
+use keys::Helper;
 use notify::Notifier;
 use scripts::{LuaScript, Scripts};
 
@@ -160,9 +167,10 @@ impl RedisLuaBackend {
         RedisLuaBuilder::cluster(urls)
     }
 
-    /// The key holding `key`'s fence counter (only written with fencing on).
+    /// The key holding `key`'s fence counter (only written with fencing on),
+    /// under [`RESERVED_KEY_PREFIX`].
     pub fn fence_key(key: &str) -> String {
-        keys::companion(key, "fence")
+        keys::helper(key, Helper::Fence)
     }
 }
 
@@ -456,9 +464,9 @@ impl Inner {
     }
 
     async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
-        validate_key(key)?;
+        check_key(key)?;
         let hex = token.hex_bytes();
-        let marker = self.notifier.as_ref().map(|_| keys::companion(key, WAITING));
+        let marker = self.notifier.as_ref().map(|_| keys::helper(key, Helper::Waiting));
         let (script, keys): (&LuaScript, &[&str]) = match &marker {
             Some(marker) => (&self.scripts.release_notify, &[key, marker.as_str()]),
             None => (&self.scripts.release, &[key]),
@@ -480,7 +488,7 @@ impl Inner {
     /// publishes; false when the lock is already free (no point waiting).
     /// A failure only costs the waiter its timer.
     async fn mark_waiting(&self, key: &str, max_wait: Duration) -> bool {
-        let marker = keys::companion(key, WAITING);
+        let marker = keys::helper(key, Helper::Waiting);
         let mut ms = [0u8; 20];
         // The margin covers the round trips between the waiter and the server.
         let ms = decimal(ttl_millis(max_wait).saturating_add(WAITING_MARGIN_MS), &mut ms);
@@ -521,6 +529,27 @@ impl Inner {
         chunk: &[usize],
         ttl_ms: &[u8],
     ) -> Vec<Result<RenewOutcome>> {
+        if chunk.iter().any(|&i| keys::check_user_key(items[i].0).is_err()) {
+            // Rare: answer the reserved keys, send the others.
+            let (refused, sent): (Vec<usize>, Vec<usize>) =
+                chunk.iter().partition(|&&i| keys::check_user_key(items[i].0).is_err());
+            let mut answers: Vec<Option<Result<RenewOutcome>>> = Vec::with_capacity(chunk.len());
+            answers.resize_with(chunk.len(), || None);
+            let mut sent_outcomes = Box::pin(self.renew_chunk(items, &sent, ttl_ms)).await.into_iter();
+            for (slot, &i) in answers.iter_mut().zip(chunk) {
+                *slot = Some(if refused.contains(&i) {
+                    keys::check_user_key(items[i].0).map(|()| RenewOutcome::Missing)
+                } else {
+                    sent_outcomes
+                        .next()
+                        .unwrap_or_else(|| Err(Error::outcome_unknown(BACKEND, "renew: no reply")))
+                });
+            }
+            return answers.into_iter().flatten().collect();
+        }
+        if chunk.is_empty() {
+            return Vec::new();
+        }
         let keys: Vec<&str> = chunk.iter().map(|&i| items[i].0).collect();
         let tokens: Vec<[u8; 32]> = chunk.iter().map(|&i| items[i].1.hex_bytes()).collect();
         let mut args: Vec<&[u8]> = Vec::with_capacity(1 + tokens.len());
@@ -590,7 +619,7 @@ impl Inner {
 
     /// The acquire script (servers before 7.0, fencing, our own token found).
     async fn acquire_script(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
-        let fence_key = self.fencing.then(|| keys::companion(key, "fence"));
+        let fence_key = self.fencing.then(|| keys::helper(key, Helper::Fence));
         if let Some(fence) = &fence_key
             && self.cluster
             && !keys::same_slot(key, fence)
@@ -684,8 +713,6 @@ impl Inner {
 /// holds the server (other clients wait behind it) and the command's size.
 const RENEW_MANY_CHUNK: usize = 128;
 
-/// Suffix of the key a waiter leaves so that the release publishes.
-const WAITING: &str = "waiting";
 /// How much longer than its wait a waiter's marker lives.
 const WAITING_MARGIN_MS: u64 = 100;
 
@@ -701,6 +728,12 @@ fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
             return &buf[start..];
         }
     }
+}
+
+/// A usable user key: not empty, and not inside [`RESERVED_KEY_PREFIX`].
+fn check_key(key: &str) -> Result<()> {
+    validate_key(key)?;
+    keys::check_user_key(key)
 }
 
 /// The client error inside a backend error, if any.
@@ -812,7 +845,7 @@ fn expiry_arg(expiry: Expiry) -> Result<String> {
 #[async_trait]
 impl LockBackend for RedisLuaBackend {
     async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
-        validate_key(key)?;
+        check_key(key)?;
         validate_ttl(ttl)?;
         let i = &self.inner;
         if i.native_acquire.load(Ordering::Relaxed)
@@ -828,7 +861,7 @@ impl LockBackend for RedisLuaBackend {
     }
 
     async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
-        validate_key(key)?;
+        check_key(key)?;
         validate_ttl(ttl)?;
         let hex = token.hex_bytes();
         let mut ms = [0u8; 20];
@@ -871,7 +904,7 @@ impl LockBackend for RedisLuaBackend {
 #[async_trait]
 impl VersionedStore for RedisLuaBackend {
     async fn get(&self, key: &str) -> Result<Option<Versioned>> {
-        validate_key(key)?;
+        check_key(key)?;
         let cmd = redis::cmd("HMGET").arg(key).arg("v").arg("n").to_owned();
         let value = self.inner.exec("get", key, Access::Read, Call::Command(cmd)).await?;
         let items = array(&value).ok_or_else(|| unexpected_reply("get", key, &value))?;
@@ -889,7 +922,7 @@ impl VersionedStore for RedisLuaBackend {
     }
 
     async fn create(&self, key: &str, value: &[u8], expiry: Expiry) -> Result<CreateOutcome> {
-        validate_key(key)?;
+        check_key(key)?;
         let ttl = match expiry_arg(expiry)?.as_str() {
             "-1" => String::new(),
             other => other.to_owned(),
@@ -916,7 +949,7 @@ impl VersionedStore for RedisLuaBackend {
     }
 
     async fn compare_and_set(&self, key: &str, expected: u64, value: &[u8], expiry: Expiry) -> Result<CasOutcome> {
-        validate_key(key)?;
+        check_key(key)?;
         let expiry = expiry_arg(expiry)?;
         let expected = expected.to_string();
         let id = self.inner.write_ids.next();
@@ -946,7 +979,7 @@ impl VersionedStore for RedisLuaBackend {
     }
 
     async fn delete(&self, key: &str, expected: u64) -> Result<DeleteOutcome> {
-        validate_key(key)?;
+        check_key(key)?;
         let expected = expected.to_string();
         let call = Call::Script {
             script: &self.inner.scripts.delete,

@@ -1,0 +1,114 @@
+//! Safety regressions of the Lua backend (issue 11): helper keys that
+//! collided with user keys, write scripts failing after their first write,
+//! renewals of a key of another type.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
+
+use std::time::Duration;
+
+use lock_core::{AcquireOutcome, Error, LockBackend, LockToken, ReleaseOutcome, RenewOutcome};
+use lock_redis_lua::RedisLuaBackend;
+use lock_testkit::server::RedisServer;
+
+const TTL: Duration = Duration::from_secs(30);
+
+async fn server() -> RedisServer {
+    RedisServer::builder().start().await.expect("start redis-server")
+}
+
+async fn backend(url: String, fencing: bool) -> RedisLuaBackend {
+    RedisLuaBackend::builder_url(url)
+        .fencing(fencing)
+        .build()
+        .await
+        .expect("connect")
+}
+
+fn token() -> LockToken {
+    LockToken::generate().expect("token")
+}
+
+async fn acquire(backend: &RedisLuaBackend, key: &str, token: &LockToken) {
+    match backend.try_acquire(key, token, TTL).await.expect("acquire") {
+        AcquireOutcome::Acquired(_) => {}
+        other => panic!("{key} should be free: {other:?}"),
+    }
+}
+
+/// What the server holds at `key` (`GET`), `None` when missing.
+async fn value_of(server: &RedisServer, key: &str) -> Option<String> {
+    let reply = server.cmd(&["GET", key]).await.expect("GET");
+    reply.as_str().map(str::to_owned)
+}
+
+/// Issue 11 item 10: the release of `p7` (release notifications on, a
+/// waiter's marker present) deleted another client's lock named
+/// `{p7}:waiting`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_never_deletes_a_user_lock_named_like_its_waiter_marker() {
+    let server = server().await;
+    let a = RedisLuaBackend::builder_url(server.url())
+        .release_notifications(true)
+        .build()
+        .await
+        .expect("connect");
+    let b = backend(server.url(), false).await;
+    let (mine, theirs) = (token(), token());
+    acquire(&b, "{p7}:waiting", &theirs).await;
+    acquire(&a, "p7", &mine).await;
+    // A waiter on p7 (its wait times out: nobody releases meanwhile).
+    a.wait_for_release("p7", Duration::from_millis(50)).await;
+    assert_eq!(a.release("p7", &mine).await.expect("release"), ReleaseOutcome::Released);
+    assert_eq!(value_of(&server, "{p7}:waiting").await, Some(theirs.to_hex()));
+    assert_eq!(
+        b.renew("{p7}:waiting", &theirs, TTL).await.expect("renew"),
+        RenewOutcome::Renewed
+    );
+}
+
+/// Issue 11 item 10: a fenced acquire of `p7f` overwrote another client's
+/// lock named `{p7f}:fence` with a number and no TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_acquire_never_overwrites_a_user_lock_named_like_its_fence() {
+    let server = server().await;
+    let fenced = backend(server.url(), true).await;
+    let other = backend(server.url(), false).await;
+    let (mine, theirs) = (token(), token());
+    acquire(&other, "{p7f}:fence", &theirs).await;
+    acquire(&fenced, "p7f", &mine).await;
+    assert_eq!(value_of(&server, "{p7f}:fence").await, Some(theirs.to_hex()));
+    let pttl = server.cmd(&["PTTL", "{p7f}:fence"]).await.expect("PTTL").as_int();
+    assert!(pttl.is_some_and(|ms| ms > 0), "the user lock kept its TTL: {pttl:?}");
+    assert_eq!(
+        other.release("{p7f}:fence", &theirs).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    // `a` and `{a}` do not share a fence counter either: both get tokens,
+    // and a lock named after the other's helper key is a plain lock.
+    acquire(&fenced, "{p7f}", &token()).await;
+}
+
+/// Issue 11 item 10: user keys inside the reserved helper prefix are
+/// refused with `InvalidArgument`, by every operation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_in_the_reserved_prefix_are_refused() {
+    let server = server().await;
+    let backend = backend(server.url(), true).await;
+    let key = "verrou:lua:fence:{p7}";
+    let t = token();
+    assert!(matches!(
+        backend.try_acquire(key, &t, TTL).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(backend.release(key, &t).await, Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        backend.renew(key, &t, TTL).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    let many = backend.renew_many(&[(key, &t), ("free", &t)], TTL).await;
+    assert!(matches!(many[0], Err(Error::InvalidArgument(_))), "{many:?}");
+    assert!(matches!(many[1], Ok(RenewOutcome::Missing)), "{many:?}");
+    assert!(matches!(
+        lock_core::VersionedStore::get(&backend, key).await,
+        Err(Error::InvalidArgument(_))
+    ));
+}
