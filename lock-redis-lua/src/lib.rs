@@ -116,7 +116,7 @@ pub use deadpool_redis;
 pub const RESERVED_KEY_PREFIX: &str = keys::RESERVED_PREFIX;
 
 use connection::{Dedicated, Shared, pool_error, run_script};
-use error::{Access, BACKEND, command_error, op_timeout, same_error, unexpected_reply, wrong_type};
+use error::{Access, BACKEND, command_error, op_timeout, same_error, unexpected_reply};
 use keys::Helper;
 use notify::Notifier;
 use scripts::{LuaScript, Scripts};
@@ -570,7 +570,6 @@ impl Inner {
                     Value::Int(1) => Ok(RenewOutcome::Renewed),
                     Value::Int(0) => Ok(RenewOutcome::Missing),
                     Value::Int(2) => Ok(RenewOutcome::HeldByOther),
-                    Value::Int(-1) => Err(wrong_type("renew", key)),
                     other => Err(unexpected_reply("renew", key, other)),
                 })
                 .collect(),

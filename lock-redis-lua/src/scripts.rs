@@ -5,6 +5,13 @@
 //! request whose connection dropped): a repeated acquire finds its own token,
 //! a repeated versioned write finds its own write id.
 //!
+//! Every write script does all its reads (which may fail: WRONGTYPE) before
+//! its first write, and nothing after a write can fail (the release's
+//! `PUBLISH`, which an ACL may refuse, is a `pcall`): so an error raised by
+//! a script means nothing was applied. Errors raised inside a script that
+//! are not one of those reads are still reported as outcome-unknown (see
+//! `error::command_error`).
+//!
 //! Numbers: versions and fencing tokens are server time in microseconds
 //! (about 2^51 today), exact in Lua's doubles below 2^53, stored with
 //! `%.0f` because `tostring` would switch to exponent notation.
@@ -101,23 +108,25 @@ return {0, redis.call('PTTL', KEYS[1])}
 ";
 
 /// KEYS[1] lock, KEYS[2] fence (same slot, no TTL); ARGV as [`ACQUIRE`].
-/// `{1, fence}` acquired; `{0, pttl}` held. The fence is
+/// Both keys are read before anything is written. `{1, fence}` acquired;
+/// `{0, pttl}` held. The fence is
 /// `max(last + 1, server time in µs)`: it increases per grant, and keeps
 /// increasing even if the fence key was lost (eviction, failover).
 const ACQUIRE_FENCED: &str = r"
 local cur = redis.call('GET', KEYS[1])
+local last = redis.call('GET', KEYS[2])
 if not cur then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+  last = tonumber(last or '0') or 0
   local t = redis.call('TIME')
   local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
   if fence <= last then fence = last + 1 end
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   redis.call('SET', KEYS[2], string.format('%.0f', fence))
   return {1, fence}
 end
 if cur == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, tonumber(redis.call('GET', KEYS[2]) or '0') or 0}
+  return {1, tonumber(last or '0') or 0}
 end
 return {0, redis.call('PTTL', KEYS[1])}
 ";
@@ -135,16 +144,17 @@ return 1
 /// KEYS[1] lock, KEYS[2] its waiter marker (see [`MARK_WAITING`]);
 /// ARGV[1] token. As [`RELEASE`], and announces the release on the key's
 /// channel (`verrou:released:<key>`, see `notify::channel`) when a waiter
-/// left its marker. One `DEL` removes both keys: 2 deleted means a waiter
-/// waits, so an uncontended release costs what [`RELEASE`] costs (a `PUBLISH`
-/// or a `PUBSUB NUMSUB` on every release measured 0.4–0.6 µs of server time
-/// each).
+/// left its marker (a refused `PUBLISH`, e.g. an ACL without channel
+/// rights, only costs the waiters their timers). One `DEL` removes both
+/// keys: 2 deleted means a waiter waits, so an uncontended release costs
+/// what [`RELEASE`] costs (a `PUBLISH` or a `PUBSUB NUMSUB` on every release
+/// measured 0.4–0.6 µs of server time each).
 const RELEASE_NOTIFY: &str = r"
 local cur = redis.call('GET', KEYS[1])
 if not cur then return 0 end
 if cur ~= ARGV[1] then return 2 end
 if redis.call('DEL', KEYS[1], KEYS[2]) == 2 then
-  redis.call('PUBLISH', 'verrou:released:' .. KEYS[1], '1')
+  redis.pcall('PUBLISH', 'verrou:released:' .. KEYS[1], '1')
 end
 return 1
 ";
@@ -166,9 +176,11 @@ return 1
 const PROBE: &str = "return 1";
 
 /// KEYS[1] lock; ARGV[1] token, ARGV[2] ttl ms.
-/// 1 renewed, 0 missing, 2 held by another token.
+/// 1 renewed, 0 missing, 2 held by another token, or by a value of another
+/// type (WRONGTYPE, caught: the lock is lost either way, so say so at once).
 const RENEW: &str = r"
-local cur = redis.call('GET', KEYS[1])
+local ok, cur = pcall(redis.call, 'GET', KEYS[1])
+if not ok then return 2 end
 if not cur then return 0 end
 if cur ~= ARGV[1] then return 2 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -177,14 +189,14 @@ return 1
 
 /// KEYS lock keys (one cluster slot); ARGV[1] ttl ms, ARGV[i + 1] the
 /// token of KEYS[i]. One code per key, as [`RENEW`] answers: 1 renewed,
-/// 0 missing, 2 held by another token; -1 the key holds another type
+/// 0 missing, 2 held by another token or by a value of another type
 /// (WRONGTYPE, caught so that the other keys are still renewed).
 const RENEW_MANY: &str = r"
 local out = {}
 for i, key in ipairs(KEYS) do
   local ok, cur = pcall(redis.call, 'GET', key)
   if not ok then
-    out[i] = -1
+    out[i] = 2
   elseif not cur then
     out[i] = 0
   elseif cur ~= ARGV[i + 1] then

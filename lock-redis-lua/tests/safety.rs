@@ -5,9 +5,12 @@
 
 use std::time::Duration;
 
-use lock_core::{AcquireOutcome, Error, LockBackend, LockToken, ReleaseOutcome, RenewOutcome};
+use lock_core::{
+    AcquireOutcome, Error, LockBackend, LockManager, LockOptions, LockToken, ReleaseOutcome, RenewOutcome,
+};
 use lock_redis_lua::RedisLuaBackend;
 use lock_testkit::server::RedisServer;
+use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -111,4 +114,41 @@ async fn keys_in_the_reserved_prefix_are_refused() {
         lock_core::VersionedStore::get(&backend, key).await,
         Err(Error::InvalidArgument(_))
     ));
+}
+
+/// Issue 11 item 11: `ACQUIRE_FENCED` set the lock before it read a fence
+/// key of another type, then failed as "nothing applied": the manager did
+/// not clean up and the key stayed held by a token nobody owned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_acquire_failing_on_its_fence_key_leaves_no_lock_behind() {
+    let server = server().await;
+    let backend = backend(server.url(), true).await;
+    let fence = RedisLuaBackend::fence_key("p11");
+    server.cmd(&["HSET", &fence, "x", "1"]).await.expect("HSET");
+    let locks = LockManager::with_options(backend.clone(), LockOptions::with_ttl(TTL)).expect("options");
+    locks.try_lock("p11").await.expect_err("the fence key is a hash");
+    // The manager's clean-up (if any) runs in the background: poll, bounded.
+    let give_up = Instant::now() + Duration::from_secs(5);
+    while value_of(&server, "p11").await.is_some() && Instant::now() < give_up {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(value_of(&server, "p11").await, None, "a lock nobody owns");
+}
+
+/// Issue 11 item 12: a renewal of a key that now holds another type was
+/// an error (retried until the deadline); it is a loss, at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewing_a_key_of_another_type_is_a_loss_at_once() {
+    let server = server().await;
+    let backend = backend(server.url(), false).await;
+    let t = token();
+    acquire(&backend, "p12", &t).await;
+    server.cmd(&["DEL", "p12"]).await.expect("DEL");
+    server.cmd(&["HSET", "p12", "x", "1"]).await.expect("HSET");
+    assert_eq!(
+        backend.renew("p12", &t, TTL).await.expect("renew"),
+        RenewOutcome::HeldByOther
+    );
+    let many = backend.renew_many(&[("p12", &t)], TTL).await;
+    assert!(matches!(many[..], [Ok(RenewOutcome::HeldByOther)]), "{many:?}");
 }
