@@ -39,6 +39,10 @@
 //! response ([`DEFAULT_RESPONSE_TIMEOUT`]), plus an overall bound of
 //! `connect + 2 × response` per operation. A write that times out or loses
 //! its connection fails with `Error::Backend { outcome_unknown: true }`.
+//! An acquire without a reply keeps its connection open until its clean-up
+//! release, which goes out on that same connection, so the server runs the
+//! release after the acquire even when the shared connection was replaced
+//! meanwhile (see `in_flight.rs`).
 //!
 //! # Waiting for a held lock
 //!
@@ -84,6 +88,7 @@
 mod builder;
 mod connection;
 mod error;
+mod in_flight;
 mod keys;
 mod notify;
 mod scripts;
@@ -115,8 +120,9 @@ pub use deadpool_redis;
 /// another lock's helper key.
 pub const RESERVED_KEY_PREFIX: &str = keys::RESERVED_PREFIX;
 
-use connection::{Dedicated, Shared, pool_error, run_script};
+use connection::{Conn, Dedicated, Shared, pool_error, run_script};
 use error::{Access, BACKEND, command_error, op_timeout, same_error, unexpected_reply};
+use in_flight::InFlight;
 use keys::Helper;
 use notify::Notifier;
 use scripts::{LuaScript, Scripts};
@@ -211,6 +217,8 @@ pub(crate) struct Inner {
     /// Acquire with `SET NX PX GET` instead of the script (fencing off, and
     /// the server accepts it).
     native_acquire: AtomicBool,
+    /// Acquires without a reply, for their clean-up to follow them.
+    in_flight: InFlight,
 }
 
 /// One command or script call.
@@ -258,6 +266,7 @@ impl Inner {
             response_timeout,
             write_ids: WriteIds::new()?,
             native_acquire: AtomicBool::new(false),
+            in_flight: InFlight::default(),
         })
     }
 
@@ -316,9 +325,32 @@ impl Inner {
 
     /// Runs `call` on the shared connection.
     async fn exec(&self, op: &str, key: &str, access: Access, call: Call<'_>) -> Result<Value> {
+        self.exec_tracked(op, key, access, call, None).await
+    }
+
+    /// Runs `call` on the shared connection; an acquire (`acquire`: its
+    /// token and TTL) is remembered with its connection until it gets a
+    /// reply (see [`InFlight`]).
+    async fn exec_tracked(
+        &self,
+        op: &str,
+        key: &str,
+        access: Access,
+        call: Call<'_>,
+        acquire: Option<(&LockToken, Duration)>,
+    ) -> Result<Value> {
         let (checkout, mut conn) = self.shared.get().await?;
+        if let Some((token, ttl)) = acquire {
+            self.in_flight.start(token, conn.clone(), ttl);
+        }
         let budget = self.call_budget();
-        match tokio::time::timeout(budget, call.run(&mut conn)).await {
+        let reply = tokio::time::timeout(budget, call.run(&mut conn)).await;
+        if let (Some((token, _)), Ok(r)) = (acquire, &reply)
+            && answered(r)
+        {
+            self.in_flight.settled(token);
+        }
+        match reply {
             Ok(Ok(value)) => {
                 self.shared.succeeded(checkout);
                 Ok(value)
@@ -343,6 +375,7 @@ impl Inner {
         call: Call<'_>,
         ack: &ReplicaAck,
         wrote: impl Fn(&Value) -> bool,
+        acquire: Option<(&LockToken, Duration)>,
     ) -> Result<(Value, Option<Replication>)> {
         let budget = self.call_budget();
         let wait = redis::cmd("WAIT")
@@ -352,7 +385,7 @@ impl Inner {
         let wait_budget = ack.timeout + self.response_timeout;
         let acknowledged = match &self.dedicated {
             None => {
-                let value = self.exec(op, key, Access::Write, call).await?;
+                let value = self.exec_tracked(op, key, Access::Write, call, acquire).await?;
                 return Ok((value, None));
             }
             Some(Dedicated::Standalone(pool)) => {
@@ -361,7 +394,17 @@ impl Inner {
                         Ok(r) => r.map_err(pool_error)?,
                         Err(_) => return Err(pool_error("no dedicated connection within the connect timeout")),
                     };
-                let value = match tokio::time::timeout(budget, call.run(&mut conn)).await {
+                if let Some((token, ttl)) = acquire {
+                    // A clone keeps the connection open after the pool's copy is closed.
+                    self.in_flight.start(token, Conn::Single((*conn).clone()), ttl);
+                }
+                let reply = tokio::time::timeout(budget, call.run(&mut conn)).await;
+                if let (Some((token, _)), Ok(r)) = (acquire, &reply)
+                    && answered(r)
+                {
+                    self.in_flight.settled(token);
+                }
+                let value = match reply {
                     Ok(Ok(v)) => v,
                     Ok(Err(e)) => {
                         if e.code().is_none() {
@@ -393,7 +436,16 @@ impl Inner {
                         Ok(r) => r.map_err(pool_error)?,
                         Err(_) => return Err(pool_error("no dedicated cluster connection within the connect timeout")),
                     };
-                let value = match tokio::time::timeout(budget, call.run(&mut conn)).await {
+                if let Some((token, ttl)) = acquire {
+                    self.in_flight.start(token, Conn::Cluster((*conn).clone()), ttl);
+                }
+                let reply = tokio::time::timeout(budget, call.run(&mut conn)).await;
+                if let (Some((token, _)), Ok(r)) = (acquire, &reply)
+                    && answered(r)
+                {
+                    self.in_flight.settled(token);
+                }
+                let value = match reply {
                     Ok(Ok(v)) => v,
                     Ok(Err(e)) => {
                         if e.code().is_none() {
@@ -444,7 +496,7 @@ impl Inner {
         let Some(ack) = &self.replica_ack else {
             return self.exec(op, key, Access::Write, call).await;
         };
-        let (value, replication) = self.exec_acked(op, key, call, ack, wrote).await?;
+        let (value, replication) = self.exec_acked(op, key, call, ack, wrote, None).await?;
         if let Some(Replication::Unconfirmed {
             acknowledged,
             requested,
@@ -476,11 +528,36 @@ impl Inner {
             keys,
             args: &[&hex],
         };
-        match self.exec("release", key, Access::Write, call).await? {
+        let reply = match self.in_flight.take(token) {
+            Some(conn) => self.release_after_acquire(key, conn, call).await?,
+            None => self.exec("release", key, Access::Write, call).await?,
+        };
+        match reply {
             Value::Int(1) => Ok(ReleaseOutcome::Released),
             Value::Int(0) => Ok(ReleaseOutcome::Missing),
             Value::Int(2) => Ok(ReleaseOutcome::HeldByOther),
             other => Err(unexpected_reply("release", key, &other)),
+        }
+    }
+
+    /// The clean-up release of an acquire that got no reply, on the
+    /// acquire's own connection, so that the server runs it after the
+    /// acquire. Sent as EVAL: a queued EVALSHA answered NOSCRIPT after our
+    /// timeout would never be re-sent. If that connection is broken (not
+    /// merely slow), the server will run nothing more from it: the shared
+    /// connection is as good.
+    async fn release_after_acquire(&self, key: &str, mut conn: Conn, call: Call<'_>) -> Result<Value> {
+        let Call::Script { script, keys, args } = call else {
+            return self.exec("release", key, Access::Write, call).await;
+        };
+        let budget = self.call_budget();
+        match tokio::time::timeout(budget, script.cmd(true, keys, args).query_async::<Value>(&mut conn)).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) if e.code().is_none() && (e.is_connection_dropped() || e.is_unrecoverable_error()) => {
+                self.exec("release", key, Access::Write, call).await
+            }
+            Ok(Err(e)) => Err(command_error(e, "release", key, Access::Write)),
+            Err(_) => Err(op_timeout("release", key, budget, Access::Write)),
         }
     }
 
@@ -596,8 +673,14 @@ impl Inner {
         cmd.arg("SET").arg(key).arg(&hex).arg("NX").arg("PX").arg(ms).arg("GET");
         let call = Call::Command(cmd);
         let sent = match &self.replica_ack {
-            Some(ack) => self.exec_acked("acquire", key, call, ack, |v| *v == Value::Nil).await,
-            None => self.exec("acquire", key, Access::Write, call).await.map(|v| (v, None)),
+            Some(ack) => {
+                self.exec_acked("acquire", key, call, ack, |v| *v == Value::Nil, Some((token, ttl)))
+                    .await
+            }
+            None => self
+                .exec_tracked("acquire", key, Access::Write, call, Some((token, ttl)))
+                .await
+                .map(|v| (v, None)),
         };
         let (value, replication) = match sent {
             Ok(sent) => sent,
@@ -642,8 +725,15 @@ impl Inner {
         };
         let acquired = |v: &Value| status(v) == Some(1);
         let (value, replication) = match &self.replica_ack {
-            Some(ack) => self.exec_acked("acquire", key, call, ack, acquired).await?,
-            None => (self.exec("acquire", key, Access::Write, call).await?, None),
+            Some(ack) => {
+                self.exec_acked("acquire", key, call, ack, acquired, Some((token, ttl)))
+                    .await?
+            }
+            None => (
+                self.exec_tracked("acquire", key, Access::Write, call, Some((token, ttl)))
+                    .await?,
+                None,
+            ),
         };
         let items = array(&value).ok_or_else(|| unexpected_reply("acquire", key, &value))?;
         match int_at(items, 0) {
@@ -705,6 +795,15 @@ impl Inner {
                 .with_fencing_token(fencing_token)
                 .with_replication(replication.unwrap_or_default()),
         ))
+    }
+}
+
+/// A call's result says whether the server answered (a value or an error
+/// reply): then the command's outcome is known.
+fn answered(r: &redis::RedisResult<Value>) -> bool {
+    match r {
+        Ok(_) => true,
+        Err(e) => e.code().is_some(),
     }
 }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use lock_core::{
     AcquireOutcome, Error, LockBackend, LockManager, LockOptions, LockToken, ReleaseOutcome, RenewOutcome,
+    VersionedStore,
 };
 use lock_redis_lua::RedisLuaBackend;
 use lock_testkit::server::RedisServer;
@@ -110,10 +111,7 @@ async fn keys_in_the_reserved_prefix_are_refused() {
     let many = backend.renew_many(&[(key, &t), ("free", &t)], TTL).await;
     assert!(matches!(many[0], Err(Error::InvalidArgument(_))), "{many:?}");
     assert!(matches!(many[1], Ok(RenewOutcome::Missing)), "{many:?}");
-    assert!(matches!(
-        lock_core::VersionedStore::get(&backend, key).await,
-        Err(Error::InvalidArgument(_))
-    ));
+    assert!(matches!(backend.get(key).await, Err(Error::InvalidArgument(_))));
 }
 
 /// Issue 11 item 11: `ACQUIRE_FENCED` set the lock before it read a fence
@@ -151,4 +149,57 @@ async fn renewing_a_key_of_another_type_is_a_loss_at_once() {
     );
     let many = backend.renew_many(&[("p12", &t)], TTL).await;
     assert!(matches!(many[..], [Ok(RenewOutcome::HeldByOther)]), "{many:?}");
+}
+
+/// `calls` of `cmdstat_<command>` in `INFO commandstats` (0 if absent).
+async fn calls(server: &RedisServer, command: &str) -> u64 {
+    let stats = server.info("commandstats").await.expect("INFO commandstats");
+    stats
+        .get(&format!("cmdstat_{command}"))
+        .and_then(|v| v.split(',').find_map(|kv| kv.strip_prefix("calls=")))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Issue 11 item 8: an acquire that timed out on a paused server, with the
+/// shared connection replaced meanwhile (two timeouts in a row), was
+/// cleaned up on another connection; on resume the clean-up could run
+/// before (or never, its connect timing out) the acquire it cleaned up
+/// after, leaving the key held by a token nobody owned for its whole TTL.
+/// The clean-up now goes out on the acquire's own connection, after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_up_release_runs_after_the_acquire_it_cleans_up() {
+    let server = server().await;
+    let backend = RedisLuaBackend::builder_url(server.url())
+        .response_timeout(Duration::from_millis(100))
+        .connect_timeout(Duration::from_millis(200))
+        .build()
+        .await
+        .expect("connect");
+    let locks = LockManager::with_options(backend.clone(), LockOptions::with_ttl(TTL)).expect("options");
+    // Warm: the release script is cached, the connection open.
+    let warm = locks.try_lock("warm").await.expect("lock").expect("free");
+    warm.release().await.expect("release");
+    let sets_before = calls(&server, "set").await;
+
+    server.pause().expect("SIGSTOP");
+    // One timeout on the shared connection already...
+    backend.get("p8-read").await.expect_err("the server is paused");
+    // ... so the acquire's timeout replaces it; the manager cleans up.
+    locks.try_lock("p8").await.expect_err("the server is paused");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.resume().expect("SIGCONT");
+
+    // The acquire does run after the resume; the clean-up must run after it.
+    let give_up = Instant::now() + Duration::from_secs(10);
+    loop {
+        let set_ran = calls(&server, "set").await > sets_before;
+        let held = value_of(&server, "p8").await;
+        if (set_ran && held.is_none()) || Instant::now() >= give_up {
+            assert!(set_ran, "the acquire never reached the server");
+            assert_eq!(held, None, "p8 is held by a token nobody owns");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
