@@ -178,7 +178,12 @@ impl RedisLuaBuilder {
         self
     }
 
-    /// Require replica acknowledgement after acquires and versioned writes.
+    /// Require replica acknowledgement after acquires, renewals and
+    /// versioned writes. A renewal counts (`Renewed`, the guard's deadline
+    /// moves) only when confirmed; a shortfall fails it as outcome-unknown
+    /// whatever [`OnShortfall`] says, so the lease is lost at its last
+    /// confirmed deadline unless a later renewal is confirmed. One `WAIT`
+    /// per renew-many script call (up to 128 keys).
     pub fn replica_ack(mut self, ack: ReplicaAck) -> Self {
         self.replica_ack = Some(ack);
         self

@@ -584,6 +584,60 @@ impl Inner {
         }
     }
 
+    async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
+        check_key(key)?;
+        validate_ttl(ttl)?;
+        let hex = token.hex_bytes();
+        let mut ms = [0u8; 20];
+        let call = Call::Script {
+            script: &self.scripts.renew,
+            keys: &[key],
+            args: &[&hex, decimal(ttl_millis(ttl), &mut ms)],
+        };
+        let (value, replication) = match &self.replica_ack {
+            Some(ack) => {
+                self.exec_acked("renew", key, call, ack, |v| *v == Value::Int(1), None)
+                    .await?
+            }
+            None => (self.exec("renew", key, Access::Write, call).await?, None),
+        };
+        let outcome = match value {
+            Value::Int(1) => RenewOutcome::Renewed,
+            Value::Int(0) => RenewOutcome::Missing,
+            Value::Int(2) => RenewOutcome::HeldByOther,
+            other => return Err(unexpected_reply("renew", key, &other)),
+        };
+        match (outcome, self.renewal_shortfall(key, replication)) {
+            (RenewOutcome::Renewed, Some(e)) => Err(e),
+            _ => Ok(outcome),
+        }
+    }
+
+    /// A renewal that too few replicas acknowledged: an error (outcome
+    /// unknown: it is on the primary only), so the guard's deadline stays
+    /// where the last confirmed grant or renewal put it. Whatever
+    /// [`OnShortfall`] says: a failover would bring back the older expiry.
+    fn renewal_shortfall(&self, key: &str, replication: Option<Replication>) -> Option<Error> {
+        let (
+            Some(ack),
+            Some(Replication::Unconfirmed {
+                acknowledged,
+                requested,
+            }),
+        ) = (&self.replica_ack, replication)
+        else {
+            return None;
+        };
+        Some(Error::outcome_unknown(
+            BACKEND,
+            format!(
+                "renewed {key:?} on the primary, but only {acknowledged} of {requested} replicas acknowledged within \
+                 {:?}: not counted as renewed (a failover would bring back the older expiry)",
+                ack.timeout
+            ),
+        ))
+    }
+
     /// Renews `items` with one renew-many script call per chunk of at most
     /// [`RENEW_MANY_CHUNK`] keys (per hash slot in a cluster, since one
     /// script's keys must share a slot), the calls sent concurrently.
@@ -639,18 +693,29 @@ impl Inner {
         };
         let op = format!("renew of {} keys from", keys.len());
         let first = keys.first().copied().unwrap_or_default();
-        match self.exec(&op, first, Access::Write, call).await {
-            Ok(Value::Array(codes)) if codes.len() == keys.len() => codes
+        // With replica acknowledgement: one WAIT per call, after it.
+        let sent = match &self.replica_ack {
+            Some(ack) => {
+                let renewed_any = |v: &Value| array(v).is_some_and(|codes| codes.contains(&Value::Int(1)));
+                self.exec_acked(&op, first, call, ack, renewed_any, None).await
+            }
+            None => self.exec(&op, first, Access::Write, call).await.map(|v| (v, None)),
+        };
+        match sent {
+            Ok((Value::Array(codes), replication)) if codes.len() == keys.len() => codes
                 .iter()
                 .zip(&keys)
                 .map(|(code, key)| match code {
-                    Value::Int(1) => Ok(RenewOutcome::Renewed),
+                    Value::Int(1) => match self.renewal_shortfall(key, replication) {
+                        Some(e) => Err(e),
+                        None => Ok(RenewOutcome::Renewed),
+                    },
                     Value::Int(0) => Ok(RenewOutcome::Missing),
                     Value::Int(2) => Ok(RenewOutcome::HeldByOther),
                     other => Err(unexpected_reply("renew", key, other)),
                 })
                 .collect(),
-            Ok(other) => keys
+            Ok((other, _)) => keys
                 .iter()
                 .map(|key| Err(unexpected_reply("renew", key, &other)))
                 .collect(),
@@ -958,22 +1023,11 @@ impl LockBackend for RedisLuaBackend {
         self.inner.release(key, token).await
     }
 
+    /// With [`ReplicaAck`], `Renewed` only once the replicas acknowledged
+    /// the renewal; a shortfall is an outcome-unknown error, so the lease's
+    /// deadline does not move.
     async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
-        check_key(key)?;
-        validate_ttl(ttl)?;
-        let hex = token.hex_bytes();
-        let mut ms = [0u8; 20];
-        let call = Call::Script {
-            script: &self.inner.scripts.renew,
-            keys: &[key],
-            args: &[&hex, decimal(ttl_millis(ttl), &mut ms)],
-        };
-        match self.inner.exec("renew", key, Access::Write, call).await? {
-            Value::Int(1) => Ok(RenewOutcome::Renewed),
-            Value::Int(0) => Ok(RenewOutcome::Missing),
-            Value::Int(2) => Ok(RenewOutcome::HeldByOther),
-            other => Err(unexpected_reply("renew", key, &other)),
-        }
+        self.inner.renew(key, token, ttl).await
     }
 
     /// One renew-many script per chunk of up to 128 keys (per hash slot in a
