@@ -26,6 +26,10 @@ pub(crate) enum Helper {
     Fence,
     /// A waiter's marker, so the release publishes.
     Waiting,
+    /// The id of the last release (cluster), for a re-sent release.
+    Released,
+    /// The id of the last versioned delete (cluster), for a re-sent delete.
+    Deleted,
 }
 
 impl Helper {
@@ -33,6 +37,8 @@ impl Helper {
         match self {
             Helper::Fence => "fence",
             Helper::Waiting => "waiting",
+            Helper::Released => "released",
+            Helper::Deleted => "deleted",
         }
     }
 }

@@ -65,7 +65,15 @@
 //! the key's slot, on the dedicated connection that made the write.
 //! Release notifications are standalone only (cluster `PUBLISH` is
 //! broadcast to every node). The cluster client re-sends a request whose
-//! connection dropped; the scripts are written to be safe under that.
+//! connection dropped; the scripts are written to be safe under that, and
+//! to answer a re-send as the first run: a re-sent acquire finds its own
+//! token, a re-sent versioned write its write id, and a release or a
+//! versioned delete leaves its call's unique id in a short-lived tombstone
+//! (`verrou:lua:released:…`, `verrou:lua:deleted:…`, one per key, living
+//! twice the call's time bound), so its re-send answers `Released` /
+//! `Deleted` rather than `Missing` or `HeldByOther`. Owner and version
+//! checks are unchanged: a tombstone only repeats an answer, it never lets
+//! a call write.
 //!
 //! # Versions and fencing tokens
 //!
@@ -519,15 +527,20 @@ impl Inner {
         check_key(key)?;
         let hex = token.hex_bytes();
         let marker = self.notifier.as_ref().map(|_| keys::helper(key, Helper::Waiting));
-        let (script, keys): (&LuaScript, &[&str]) = match &marker {
-            Some(marker) => (&self.scripts.release_notify, &[key, marker.as_str()]),
-            None => (&self.scripts.release, &[key]),
+        let tombstone = self.tombstone(key, Helper::Released);
+        let id = tombstone.as_ref().map(|_| self.write_ids.next());
+        let mut ms = [0u8; 20];
+        let ms = decimal(ttl_millis(self.resend_window()), &mut ms);
+        let (script, keys, args): (&LuaScript, &[&str], &[&[u8]]) = match (&marker, &tombstone, &id) {
+            (Some(marker), _, _) => (&self.scripts.release_notify, &[key, marker.as_str()], &[&hex]),
+            (None, Some(tombstone), Some(id)) => (
+                &self.scripts.release_resendable,
+                &[key, tombstone.as_str()],
+                &[&hex, id.as_bytes(), ms],
+            ),
+            _ => (&self.scripts.release, &[key], &[&hex]),
         };
-        let call = Call::Script {
-            script,
-            keys,
-            args: &[&hex],
-        };
+        let call = Call::Script { script, keys, args };
         let reply = match self.in_flight.take(token) {
             Some(conn) => self.release_after_acquire(key, conn, call).await?,
             None => self.exec("release", key, Access::Write, call).await?,
@@ -538,6 +551,24 @@ impl Inner {
             Value::Int(2) => Ok(ReleaseOutcome::HeldByOther),
             other => Err(unexpected_reply("release", key, &other)),
         }
+    }
+
+    /// In a cluster, `key`'s tombstone of kind `helper`, which lets a
+    /// re-sent release or delete recognise itself (see
+    /// `scripts::RELEASE_RESENDABLE`); `None` on one server (nothing
+    /// re-sends) or when it cannot share `key`'s slot.
+    fn tombstone(&self, key: &str, helper: Helper) -> Option<String> {
+        if !self.cluster {
+            return None;
+        }
+        let tombstone = keys::helper(key, helper);
+        keys::same_slot(key, &tombstone).then_some(tombstone)
+    }
+
+    /// How long a tombstone outlives its call: past our own bound on the
+    /// call, a re-send's answer is never read.
+    fn resend_window(&self) -> Duration {
+        ((self.connect_timeout + self.call_budget()) * 2).max(Duration::from_secs(1))
     }
 
     /// The clean-up release of an acquire that got no reply, on the
@@ -1133,10 +1164,22 @@ impl VersionedStore for RedisLuaBackend {
     async fn delete(&self, key: &str, expected: u64) -> Result<DeleteOutcome> {
         check_key(key)?;
         let expected = expected.to_string();
-        let call = Call::Script {
-            script: &self.inner.scripts.delete,
-            keys: &[key],
-            args: &[expected.as_bytes()],
+        let i = &self.inner;
+        let tombstone = i.tombstone(key, Helper::Deleted);
+        let id = i.write_ids.next();
+        let mut ms = [0u8; 20];
+        let ms = decimal(ttl_millis(i.resend_window()), &mut ms);
+        let call = match &tombstone {
+            Some(tombstone) => Call::Script {
+                script: &i.scripts.delete_resendable,
+                keys: &[key, tombstone.as_str()],
+                args: &[expected.as_bytes(), id.as_bytes(), ms],
+            },
+            None => Call::Script {
+                script: &i.scripts.delete,
+                keys: &[key],
+                args: &[expected.as_bytes()],
+            },
         };
         let reply = self
             .inner

@@ -63,6 +63,7 @@ pub(crate) struct Scripts {
     pub(crate) acquire_fenced: LuaScript,
     pub(crate) release: LuaScript,
     pub(crate) release_notify: LuaScript,
+    pub(crate) release_resendable: LuaScript,
     pub(crate) mark_waiting: LuaScript,
     pub(crate) probe: LuaScript,
     pub(crate) renew: LuaScript,
@@ -70,6 +71,7 @@ pub(crate) struct Scripts {
     pub(crate) create: LuaScript,
     pub(crate) compare_and_set: LuaScript,
     pub(crate) delete: LuaScript,
+    pub(crate) delete_resendable: LuaScript,
 }
 
 impl Scripts {
@@ -79,6 +81,7 @@ impl Scripts {
             acquire_fenced: LuaScript::new(ACQUIRE_FENCED),
             release: LuaScript::new(RELEASE),
             release_notify: LuaScript::new(RELEASE_NOTIFY),
+            release_resendable: LuaScript::new(RELEASE_RESENDABLE),
             mark_waiting: LuaScript::new(MARK_WAITING),
             probe: LuaScript::new(PROBE),
             renew: LuaScript::new(RENEW),
@@ -86,6 +89,7 @@ impl Scripts {
             create: LuaScript::new(CREATE),
             compare_and_set: LuaScript::new(COMPARE_AND_SET),
             delete: LuaScript::new(DELETE),
+            delete_resendable: LuaScript::new(DELETE_RESENDABLE),
         }
     }
 }
@@ -139,6 +143,25 @@ if not cur then return 0 end
 if cur ~= ARGV[1] then return 2 end
 redis.call('DEL', KEYS[1])
 return 1
+";
+
+/// KEYS[1] lock, KEYS[2] its release tombstone; ARGV[1] token, ARGV[2] a
+/// unique id of this release call, ARGV[3] the tombstone's TTL, ms.
+/// As [`RELEASE`] (cluster): a release leaves its id in the tombstone for a
+/// while, so that the cluster client's re-send of the same call (its
+/// connection dropped before the reply) answers 1 again instead of 0 or 2.
+/// Another call, even with the same token, has another id: it is answered
+/// from the lock key alone, and the owner check is the same.
+const RELEASE_RESENDABLE: &str = r"
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+if redis.call('GET', KEYS[2]) == ARGV[2] then return 1 end
+if not cur then return 0 end
+return 2
 ";
 
 /// KEYS[1] lock, KEYS[2] its waiter marker (see [`MARK_WAITING`]);
@@ -264,6 +287,25 @@ end
 if n ~= ARGV[1] then return {0, tonumber(n)} end
 redis.call('DEL', KEYS[1])
 return {1}
+";
+
+/// KEYS[1] hash, KEYS[2] its delete tombstone; ARGV[1] expected version,
+/// ARGV[2] a unique id of this delete call, ARGV[3] the tombstone's TTL, ms.
+/// As [`DELETE`] (cluster), and a re-send of the same call (see
+/// [`RELEASE_RESENDABLE`]) answers `{1}` again.
+const DELETE_RESENDABLE: &str = r"
+local n = redis.call('HGET', KEYS[1], 'n')
+if n and n == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+  return {1}
+end
+if redis.call('GET', KEYS[2]) == ARGV[2] then return {1} end
+if not n then
+  if redis.call('EXISTS', KEYS[1]) == 1 then return {-1} end
+  return {2}
+end
+return {0, tonumber(n)}
 ";
 
 #[cfg(test)]
