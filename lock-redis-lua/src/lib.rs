@@ -61,8 +61,12 @@
 //!
 //! [`RedisLuaBuilder::cluster`] routes every script by its first key. The
 //! fence key keeps the lock key's hash tag (or wraps the key as the tag),
-//! so the acquire script touches one slot. WAIT is routed to the master of
-//! the key's slot, on the dedicated connection that made the write.
+//! so the acquire script touches one slot. With [`ReplicaAck`], the write
+//! and its WAIT go out as one pipeline to one node (the master of the key's
+//! slot, or the node an ASK or MOVED redirect names, once), so WAIT always
+//! runs on the connection that made the write, even after a redirect or a
+//! reconnect; it also runs when the write wrote nothing (e.g. a held key),
+//! which then costs up to the WAIT timeout if replicas lag.
 //! Release notifications are standalone only (cluster `PUBLISH` is
 //! broadcast to every node). The cluster client re-sends a request whose
 //! connection dropped; the scripts are written to be safe under that, and
@@ -107,7 +111,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use deadpool_redis::redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use deadpool_redis::redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use deadpool_redis::redis::{self, Cmd, Value};
 use lock_core::options::{ttl_millis, validate_key, validate_ttl};
 use lock_core::{
@@ -447,13 +451,18 @@ impl Inner {
                 if let Some((token, ttl)) = acquire {
                     self.in_flight.start(token, Conn::Cluster((*conn).clone()), ttl);
                 }
-                let reply = tokio::time::timeout(budget, call.run(&mut conn)).await;
+                // Write and WAIT in one pipeline to one node: WAIT then runs on
+                // the connection that made the write, even after a redirect
+                // or a reconnect (alone, it could land on a connection that
+                // wrote nothing and confirm at once).
+                let both = budget + wait_budget;
+                let reply = tokio::time::timeout(both, cluster_write_then_wait(&mut conn, &call, &wait, key)).await;
                 if let (Some((token, _)), Ok(r)) = (acquire, &reply)
                     && answered(r)
                 {
                     self.in_flight.settled(token);
                 }
-                let value = match reply {
+                let (value, waited) = match reply {
                     Ok(Ok(v)) => v,
                     Ok(Err(e)) => {
                         if e.code().is_none() {
@@ -463,22 +472,16 @@ impl Inner {
                     }
                     Err(_) => {
                         drop(deadpool_redis::cluster::Connection::take(conn));
-                        return Err(op_timeout(op, key, budget, Access::Write));
+                        return Err(op_timeout(op, key, both, Access::Write));
                     }
                 };
                 if !wrote(&value) {
                     return Ok((value, None));
                 }
-                // The node serving the key's slot: the one that made the write.
-                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_slot(
-                    keys::slot(key),
-                    SlotAddr::Master,
-                )));
-                let acked = match tokio::time::timeout(wait_budget, conn.route_command(wait, route)).await {
-                    Ok(Ok(Value::Int(n))) => n,
+                let acked = match waited {
+                    Value::Int(n) => n,
                     other => {
-                        tracing::debug!(key, ok = other.is_ok(), "WAIT failed; counting no acknowledgement");
-                        drop(deadpool_redis::cluster::Connection::take(conn));
+                        tracing::debug!(key, reply = ?other, "WAIT failed; counting no acknowledgement");
                         0
                     }
                 };
@@ -894,9 +897,66 @@ impl Inner {
     }
 }
 
+/// Sends `call` and `wait` as one pipeline to the master of `key`'s slot,
+/// following one ASK or MOVED redirect of the write (to the node that will
+/// make it, with `ASKING` for ASK), and re-sending as EVAL after NOSCRIPT.
+/// The write's reply (an error reply as `Err`) and WAIT's reply.
+async fn cluster_write_then_wait(
+    conn: &mut deadpool_redis::redis::cluster_async::ClusterConnection,
+    call: &Call<'_>,
+    wait: &Cmd,
+    key: &str,
+) -> redis::RedisResult<(Value, Value)> {
+    let mut route = SingleNodeRoutingInfo::SpecificNode(Route::with_slot(keys::slot(key), SlotAddr::Master));
+    let mut asking = false;
+    let mut eval = false;
+    for _ in 0..3 {
+        let mut pipe = redis::pipe();
+        if asking {
+            pipe.add_command(redis::cmd("ASKING"));
+        }
+        pipe.add_command(match call {
+            Call::Script { script, keys, args } => script.cmd(eval, keys, args),
+            Call::Command(cmd) => cmd.clone(),
+        });
+        pipe.add_command(wait.clone());
+        let count = if asking { 3 } else { 2 };
+        let mut values = conn.route_pipeline(pipe, 0, count, route.clone()).await?;
+        let (Some(waited), Some(written)) = (values.pop(), values.pop()) else {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "write + WAIT pipeline",
+                "short reply".to_owned(),
+            )));
+        };
+        match written.extract_error() {
+            Ok(value) => return Ok((value, waited)),
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) && !eval => eval = true,
+            Err(e) => {
+                let Some((addr, _)) = e.redirect_node() else {
+                    return Err(e);
+                };
+                let Some((host, port)) = addr.rsplit_once(':').and_then(|(h, p)| Some((h, p.parse().ok()?))) else {
+                    return Err(e);
+                };
+                asking = e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::Ask);
+                route = SingleNodeRoutingInfo::ByAddress {
+                    host: host.to_owned(),
+                    port,
+                };
+            }
+        }
+    }
+    Err(redis::RedisError::from((
+        redis::ErrorKind::Client,
+        "write + WAIT pipeline",
+        format!("too many redirects for {key:?}"),
+    )))
+}
+
 /// A call's result says whether the server answered (a value or an error
 /// reply): then the command's outcome is known.
-fn answered(r: &redis::RedisResult<Value>) -> bool {
+fn answered<T>(r: &redis::RedisResult<T>) -> bool {
     match r {
         Ok(_) => true,
         Err(e) => e.code().is_some(),

@@ -3,7 +3,9 @@
 //!
 //! Every write script is safe to run twice (a cluster client re-sends a
 //! request whose connection dropped): a repeated acquire finds its own token,
-//! a repeated versioned write finds its own write id.
+//! a repeated versioned write finds its own write id. A repeat that reports
+//! success still writes (a `PEXPIRE`, the same write id again), so that a
+//! `WAIT` after it on a new connection has a write to wait for.
 //!
 //! Every write script does all its reads (which may fail: WRONGTYPE) before
 //! its first write, and nothing after a write can fail (the release's
@@ -239,7 +241,10 @@ const CREATE: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local cur = redis.call('HMGET', KEYS[1], 'n', 'w')
   if not cur[1] then return {-1} end
-  if cur[2] == ARGV[3] then return {1, tonumber(cur[1])} end
+  if cur[2] == ARGV[3] then
+    redis.call('HSET', KEYS[1], 'w', ARGV[3])
+    return {1, tonumber(cur[1])}
+  end
   return {0}
 end
 local t = redis.call('TIME')
@@ -260,7 +265,10 @@ if not cur[2] then
   return {2}
 end
 if cur[2] ~= ARGV[1] then
-  if cur[3] == ARGV[4] then return {1, tonumber(cur[2])} end
+  if cur[3] == ARGV[4] then
+    redis.call('HSET', KEYS[1], 'w', ARGV[4])
+    return {1, tonumber(cur[2])}
+  end
   return {0, cur[1], tonumber(cur[2])}
 end
 local t = redis.call('TIME')
@@ -300,7 +308,10 @@ if n and n == ARGV[1] then
   redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
   return {1}
 end
-if redis.call('GET', KEYS[2]) == ARGV[2] then return {1} end
+if redis.call('GET', KEYS[2]) == ARGV[2] then
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  return {1}
+end
 if not n then
   if redis.call('EXISTS', KEYS[1]) == 1 then return {-1} end
   return {2}
