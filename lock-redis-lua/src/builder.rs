@@ -170,14 +170,20 @@ impl RedisLuaBuilder {
     }
 
     /// Issue fencing tokens: the acquire script also bumps a per-lock fence
-    /// key (`{key}:fence`, or `key:fence` when the key has a hash tag) that
-    /// has no TTL and must outlive the lock. Default off.
+    /// key (`verrou:lua:fence:{key}`, or `verrou:lua:fence:t:key` when the
+    /// key has a hash tag; see [`crate::RESERVED_KEY_PREFIX`]) that has no
+    /// TTL and must outlive the lock. Default off.
     pub fn fencing(mut self, on: bool) -> Self {
         self.fencing = on;
         self
     }
 
-    /// Require replica acknowledgement after acquires and versioned writes.
+    /// Require replica acknowledgement after acquires, renewals and
+    /// versioned writes. A renewal counts (`Renewed`, the guard's deadline
+    /// moves) only when confirmed; a shortfall fails it as outcome-unknown
+    /// whatever [`OnShortfall`] says, so the lease is lost at its last
+    /// confirmed deadline unless a later renewal is confirmed. One `WAIT`
+    /// per renew-many script call (up to 128 keys).
     pub fn replica_ack(mut self, ack: ReplicaAck) -> Self {
         self.replica_ack = Some(ack);
         self
@@ -186,7 +192,7 @@ impl RedisLuaBuilder {
     /// Wake waiters on release with pub/sub (standalone URL sources only):
     /// `wait_for_release` subscribes to `verrou:released:<key>` on its own
     /// connection, opened at the first wait, then leaves a short-lived
-    /// marker key (`{<key>}:waiting`); the release script PUBLISHes there
+    /// marker key (`verrou:lua:waiting:{<key>}`); the release script PUBLISHes there
     /// when it finds the marker, so an uncontended release publishes
     /// nothing. Default: on for
     /// standalone URL sources (a waiter in another process wakes about

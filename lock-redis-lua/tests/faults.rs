@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use lock_core::{
     AcquireOutcome, Error, Expiry, LockBackend, LockManager, LockOptions, LockToken, LossReason, ReleaseOutcome,
-    Renewal, VersionedStore,
+    RenewOutcome, Renewal, VersionedStore,
 };
 use lock_redis_lua::RedisLuaBackend;
 use lock_testkit::server::{RedisServer, TcpProxy};
@@ -224,7 +224,11 @@ async fn keys_of_another_type_give_a_clear_error() {
     let mine = token();
     assert!(wrongtype(backend.try_acquire("a-hash", &mine, TTL).await.map(drop)));
     assert!(wrongtype(backend.release("a-list", &mine).await.map(drop)));
-    assert!(wrongtype(backend.renew("a-hash", &mine, TTL).await.map(drop)));
+    // A renewal finds the lock lost (issue 11 item 12), as Tair does.
+    assert_eq!(
+        backend.renew("a-hash", &mine, TTL).await.unwrap(),
+        RenewOutcome::HeldByOther
+    );
     assert!(wrongtype(backend.get("a-string").await.map(drop)));
     assert!(wrongtype(backend.create("a-list", b"x", Expiry::Keep).await.map(drop)));
     assert!(wrongtype(

@@ -112,17 +112,12 @@ async fn dead_replica_is_reported_without_stalling_other_traffic() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!waiting.is_finished(), "WAIT should still be pending");
     let started = Instant::now();
-    let renewed = backend
-        .renew("held", &held, Duration::from_secs(10))
-        .await
-        .expect("renew");
     let other = backend
         .try_acquire("held", &token(), Duration::from_secs(10))
         .await
         .expect("try_acquire on a held key");
     let read = backend.get("nothing-here").await.expect("get");
     let side_traffic = started.elapsed();
-    assert_eq!(renewed, lock_core::RenewOutcome::Renewed);
     assert!(matches!(other, AcquireOutcome::Held { .. }));
     assert_eq!(read, None);
     assert!(
@@ -132,6 +127,19 @@ async fn dead_replica_is_reported_without_stalling_other_traffic() {
     assert!(
         !waiting.is_finished(),
         "WAIT should still be pending after the side traffic"
+    );
+
+    // A renewal WAITs too (issue 11 item 17): unacknowledged, it fails.
+    let renewed = backend.renew("held", &held, Duration::from_secs(10)).await;
+    assert!(
+        matches!(
+            renewed,
+            Err(Error::Backend {
+                outcome_unknown: true,
+                ..
+            })
+        ),
+        "{renewed:?}"
     );
 
     let (outcome, took) = waiting.await.expect("task");
