@@ -129,8 +129,10 @@ pub enum Replication {
 /// after every versioned write, the backend sends `WAIT replicas timeout` on
 /// the connection that made the write (a dedicated one: WAIT blocks the
 /// server-side connection and would stall everything multiplexed behind it).
-/// Release never waits: a late release breaks nothing. Whether renewals
-/// wait is per backend (Tair: one `WAIT` per renewal batch; see its docs).
+/// Renewals wait too (one `WAIT` per renewal batch), and a renewal that
+/// fewer replicas acknowledged is an outcome-unknown error whatever
+/// [`OnShortfall`] says, so the guard's deadline never moves past what a
+/// promoted replica knows. Release never waits: a late release breaks nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ReplicaAck {
@@ -194,6 +196,7 @@ pub enum OnShortfall {
     ReleaseAndFail,
     /// Acquire: succeed with `Lease.replication = Replication::Unconfirmed`,
     /// for the caller to decide. Versioned write: succeed and log a warning.
+    /// (Renewals are never counted unconfirmed: see [`ReplicaAck`].)
     MarkUnconfirmed,
 }
 
