@@ -335,9 +335,7 @@ impl RedisLuaBuilder {
                     }),
                     None => builder,
                 };
-                let client = builder
-                    .build()
-                    .map_err(|e| bad_url(&redact_all(&urls), &e))?;
+                let client = builder.build().map_err(|e| bad_url(&redact_all(&urls), &e))?;
                 let conn = match tokio::time::timeout(ct * 2 + rt, client.get_async_connection()).await {
                     Ok(r) => r.map_err(connect_error)?,
                     Err(_) => return Err(connect_error("no cluster connection within the connect timeout")),
