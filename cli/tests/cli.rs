@@ -359,3 +359,36 @@ async fn status_and_versioned_values_from_the_shell() {
     assert_eq!(out.status.code(), Some(78));
     assert!(String::from_utf8_lossy(&out.stderr).contains("inside one process"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_and_sigterm_are_forwarded_and_the_lock_released() {
+    let server = RedisServer::start().await.expect("redis-server");
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (sig, code) in [(Signal::SIGHUP, 128 + 1), (Signal::SIGTERM, 128 + 15)] {
+        let ready = file(&dir, &format!("ready-{sig}"));
+        let mut holder = verrou(&server.url())
+            .args([
+                "lock",
+                "--ttl",
+                "30s",
+                "fwd",
+                "--",
+                "sh",
+                "-c",
+                "echo ready $(date +%s%N) > \"$OUT\"; exec sleep 120",
+            ])
+            .env("OUT", &ready)
+            .spawn()
+            .expect("spawn holder");
+        wait_for_stamp(&ready, "ready", &mut holder).await;
+        signal(&holder, sig);
+        let status = exit_within(&mut holder, Duration::from_secs(30)).await;
+        assert_eq!(status.code(), Some(code), "{sig} was not forwarded: {status}");
+        let free = verrou(&server.url())
+            .args(["status", "fwd"])
+            .status()
+            .await
+            .expect("status");
+        assert_eq!(free.code(), Some(1), "{sig}: the lock was not released");
+    }
+}
