@@ -51,13 +51,13 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
 
 /// Connect, refusing `memory://`: each `verrou` run is its own process.
 async fn connect(url: &str) -> Result<Backend, Failure> {
-    verrou::connect::check_url(url)?;
-    if url.trim_start().to_ascii_lowercase().starts_with("memory:") {
+    let backend = verrou::connect(url).await?;
+    if backend.is_in_process() {
         return Err(Failure::new(
             CONFIG,
             "memory:// keeps locks and values inside one process, and every verrou command is a process of its \
              own, so nothing would be shared: use a server URL (redis://, tair://, redlock://…)",
         ));
     }
-    Ok(verrou::connect(url).await?)
+    Ok(backend)
 }

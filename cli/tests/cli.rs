@@ -358,6 +358,16 @@ async fn status_and_versioned_values_from_the_shell() {
     let out = verrou("memory://").args(["get", "k"]).output().await.expect("run");
     assert_eq!(out.status.code(), Some(78));
     assert!(String::from_utf8_lossy(&out.stderr).contains("inside one process"));
+    let out = verrou("redlock://?node=memory://&node=memory://")
+        .args(["status", "k"])
+        .output()
+        .await
+        .expect("run");
+    assert_eq!(
+        out.status.code(),
+        Some(78),
+        "a redlock over in-process nodes was accepted"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

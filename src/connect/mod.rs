@@ -87,7 +87,8 @@ impl Backend {
         &self.description
     }
 
-    /// True for `memory://`: its locks exist only inside this process.
+    /// True for `memory://` (and a `redlock://` with a `memory://` node): its
+    /// locks exist only inside this process.
     pub fn is_in_process(&self) -> bool {
         self.in_process
     }
@@ -271,10 +272,12 @@ async fn build_redlock(target: RedlockTarget) -> Result<Backend> {
     }
     let mut nodes = Vec::with_capacity(target.nodes.len());
     let mut names = Vec::with_capacity(target.nodes.len());
+    let mut in_process = false;
     for node in target.nodes {
         // Nodes are never redlock:// (the parser refuses it), so this
         // recursion is one level deep.
         let built = Box::pin(build(node)).await?;
+        in_process |= built.in_process;
         names.push(built.description.clone());
         nodes.push((built.description, built.locks));
     }
@@ -283,7 +286,7 @@ async fn build_redlock(target: RedlockTarget) -> Result<Backend> {
         locks: Arc::new(redlock),
         store: None,
         description: format!("redlock://[{}]", names.join(", ")),
-        in_process: false,
+        in_process,
     })
 }
 
