@@ -28,7 +28,7 @@ fn options(ttl: Duration) -> LockOptions {
 }
 
 async fn backend(url: &str) -> TairBackend {
-    common::connect(common::builder(url).command_timeout(COMMAND_TIMEOUT)).await
+    common::connect(common::builder(url).response_timeout(COMMAND_TIMEOUT)).await
 }
 
 /// Run `op`, which must fail within `bound`; returns the error.

@@ -176,7 +176,7 @@ async fn renew_many_after_a_script_flush_reloads_the_script() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_call_fails_every_item_of_the_batch() {
     let server = tair_server().await;
-    let backend = connect(builder(&server.url()).command_timeout(Duration::from_millis(200))).await;
+    let backend = connect(builder(&server.url()).response_timeout(Duration::from_millis(200))).await;
     let mine = token();
     take(&backend, "x", &mine).await;
     take(&backend, "y", &mine).await;
