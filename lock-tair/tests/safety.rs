@@ -97,7 +97,7 @@ async fn a_cleanup_release_never_overtakes_the_acquire_it_cleans_up() {
     let wait = Duration::from_millis(500);
     let backend = common::connect(
         common::builder(&server.url())
-            .command_timeout(Duration::from_millis(100))
+            .response_timeout(Duration::from_millis(100))
             .replica_ack(ReplicaAck::new(1, wait))
             .ack_connections(1),
     )
@@ -150,7 +150,7 @@ async fn a_cleanup_release_sent_while_the_server_is_paused_runs_after_the_acquir
     let server = common::tair_server().await;
     let backend = common::connect(
         common::builder(&server.url())
-            .command_timeout(Duration::from_millis(100))
+            .response_timeout(Duration::from_millis(100))
             // Long enough that fred keeps the paused connection (it gives up
             // on one after twice the command timeout plus this).
             .replica_ack(ReplicaAck::new(1, Duration::from_secs(3))),
