@@ -30,6 +30,7 @@ pub(crate) struct LeaseState {
     loss_reason: OnceLock<LossReason>,
     /// The manager's lanes: the head waiter for this key is told when we release.
     lanes: Option<Lanes>,
+    pub(crate) observed: crate::observe::LeaseObs,
 }
 
 /// What the manager knows right after a successful acquire.
@@ -57,6 +58,7 @@ impl LeaseState {
             lost: CancellationToken::new(),
             loss_reason: OnceLock::new(),
             lanes,
+            observed: Default::default(),
         }
     }
 
@@ -76,6 +78,7 @@ impl LeaseState {
         if self.is_lost() {
             return; // loss is sticky: the holder was already told
         }
+        crate::observe::renewed(self, sent_at);
         let deadline = self.deadline_for(sent_at, ttl);
         let mut v = match self.validity.lock() {
             Ok(v) => v,
@@ -87,7 +90,9 @@ impl LeaseState {
     }
 
     pub(crate) fn mark_lost(&self, reason: LossReason) {
-        let _ = self.loss_reason.set(reason);
+        if self.loss_reason.set(reason).is_ok() {
+            crate::observe::lost(self, reason);
+        }
         self.lost.cancel();
     }
 
@@ -188,6 +193,32 @@ impl LeaseHandle {
     /// future is `'static`: it can be moved into a `select!` or a task.
     pub fn lost(&self) -> impl Future<Output = LossReason> + Send + 'static {
         self.state.clone().wait_lost()
+    }
+
+    /// A [`CancellationToken`] cancelled when the lease is lost, to plug the
+    /// loss into tokio-util cancellation trees (`child_token`,
+    /// `run_until_cancelled`, `select!` on `cancelled()`). Cancelling it
+    /// yourself only cancels your token, never the lease.
+    ///
+    /// Besides a signalled loss it fires when the local deadline passes: a
+    /// small task on the current tokio runtime watches for that (called
+    /// outside a runtime, only a signalled loss cancels it). After a release
+    /// the deadline no longer moves, so the token fires at it.
+    pub fn lost_token(&self) -> CancellationToken {
+        let token = self.state.lost.child_token();
+        if !token.is_cancelled()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let state = self.state.clone();
+            let watched = token.clone();
+            runtime.spawn(async move {
+                tokio::select! {
+                    _ = state.wait_lost() => {}
+                    () = watched.cancelled() => {}
+                }
+            });
+        }
+        token
     }
 }
 
@@ -302,6 +333,7 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         self.renewer_stop.cancel();
+        crate::observe::ended(&self.handle.state);
         if self.released {
             return;
         }

@@ -68,7 +68,7 @@ impl Backoff {
     /// A jittered delay for attempt `n`.
     pub fn delay(&self, attempt: u32) -> Duration {
         let ceiling = self.ceiling(attempt);
-        let jittered = ceiling.mul_f64(crate::jitter::unit());
+        let jittered = ceiling.mul_f64(fastrand::f64());
         jittered.max(self.min.min(ceiling))
     }
 
