@@ -262,8 +262,29 @@ impl LockGuard {
     /// Reset the lease's TTL to `ttl` now (owner-checked). With automatic
     /// renewal on, the next renewal goes back to the manager's TTL.
     ///
-    /// Fails with [`Error::NotHeld`] if the lease is lost; a transport error
-    /// leaves the lease as it was (its deadline is unchanged).
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`] if the lease is lost or released (a refused renewal
+    /// also marks it lost); [`Error::InvalidArgument`] for a TTL outside
+    /// [`crate::MIN_TTL`]..=[`crate::MAX_TTL`]; the backend's error, or an
+    /// outcome-unknown error when the call timed out: the lease is then as it
+    /// was (its deadline is unchanged).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future is safe: the deadline only moves on a reply, so a
+    /// renewal whose reply never arrives only leaves the server's TTL longer
+    /// than the local deadline, never shorter.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # async fn demo(locks: &lock_core::LockManager) -> lock_core::Result<()> {
+    /// use std::time::Duration;
+    /// let guard = locks.lock("migration").await?;
+    /// guard.extend(Duration::from_secs(120)).await?; // a long step ahead
+    /// # guard.release().await?; Ok(()) }
+    /// ```
     pub async fn extend(&self, ttl: Duration) -> Result<()> {
         validate_ttl(ttl)?;
         let state = &self.handle.state;
@@ -304,8 +325,28 @@ impl LockGuard {
     ///
     /// `Released` means we deleted our own lock; `HeldByOther` / `Missing`
     /// mean it was already lost (nothing of anyone else's was touched).
-    /// Cancellation-safe: if this future is dropped mid-flight, the guard's
-    /// drop schedules the release again.
+    ///
+    /// # Errors
+    ///
+    /// The backend's error, or an outcome-unknown error when the call timed
+    /// out; the key then frees itself at its TTL.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: if this future is dropped mid-flight, the guard's drop
+    /// schedules the release again (owner-checked, so a repeat is harmless).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # async fn demo(locks: &lock_core::LockManager) -> lock_core::Result<()> {
+    /// use lock_core::ReleaseOutcome;
+    /// let guard = locks.lock("orders:42").await?;
+    /// if guard.release().await? != ReleaseOutcome::Released {
+    ///     eprintln!("the lease had been lost before the release");
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn release(mut self) -> Result<ReleaseOutcome> {
         self.renewer_stop.cancel();
         let state = self.handle.state.clone();
