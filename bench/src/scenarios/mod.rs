@@ -31,7 +31,7 @@ use crate::contend::run_hot_key;
 use crate::drive::{Pairs, Repeat};
 use crate::lab::{Backend, Lab};
 use crate::locks::{RawFred, RawRedisRs, Rslock, TokioMutex, Verrou, fred_client};
-use crate::measure::{Probe, process_cpu};
+use crate::measure::{Probe, children_cpu, process_cpu};
 use crate::ops::{BareBackend, ExgetExset, Incrementer, PingFanout, PingFred, PingRedisRs, StoreUpdate, WatchMulti};
 use crate::results::{
     CeilingRow, HotKeys, HotRow, Kind, Latency, Library, Memory, OpRow, RAW_FRED, RAW_REDIS_RS, RAW_REDIS_RS_SCRIPTED,

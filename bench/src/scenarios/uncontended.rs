@@ -79,22 +79,6 @@ fn redis_benchmark_binary() -> BoxResult<PathBuf> {
         .ok_or_else(|| "redis-benchmark not found; install it with `apt-get install -y redis-tools`".into())
 }
 
-fn children_cpu() -> BoxResult<Duration> {
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage fills the struct it is given; on failure we do not read it.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, usage.as_mut_ptr()) };
-    if rc != 0 {
-        return Err(format!("getrusage failed: {}", std::io::Error::last_os_error()).into());
-    }
-    // SAFETY: rc == 0, so the kernel wrote the whole struct.
-    let usage = unsafe { usage.assume_init() };
-    let tv = |t: libc::timeval| {
-        Duration::from_secs(u64::try_from(t.tv_sec).unwrap_or(0))
-            + Duration::from_micros(u64::try_from(t.tv_usec).unwrap_or(0))
-    };
-    Ok(tv(usage.ru_utime) + tv(usage.ru_stime))
-}
-
 /// The server's own ceiling for `SET key NX PX` at `clients` connections.
 async fn redis_benchmark(lab: &Lab, clients: usize, requests: u64, pipeline: u32) -> BoxResult<CeilingRow> {
     let binary = redis_benchmark_binary()?;
