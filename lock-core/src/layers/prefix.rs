@@ -85,8 +85,9 @@ impl<B: LockBackend> LockBackend for PrefixLayer<B> {
         keys.into_iter()
             .map(|key| match key {
                 Ok(_) => renewed.next().unwrap_or_else(|| {
-                    Err(crate::Error::backend(
-                        self.prefix.clone(),
+                    // A renewal whose result is missing may have happened.
+                    Err(crate::Error::outcome_unknown(
+                        self.inner.capabilities().name,
                         "renew_many returned too few results",
                     ))
                 }),
