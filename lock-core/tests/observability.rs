@@ -176,13 +176,25 @@ fn manager(backend: Arc<dyn LockBackend>, options: LockOptions) -> LockManager {
     LockManager::from_arc(backend, options).expect("valid options")
 }
 
+/// Installs a span recorder and a metrics recorder for this thread (the
+/// tests run on current-thread runtimes, so spawned tasks report too) until
+/// the returned guards drop.
+fn record_this_thread() -> (
+    SpanRecorder,
+    Snapshotter,
+    (tracing::subscriber::DefaultGuard, metrics::LocalRecorderGuard<'static>),
+) {
+    let spans = SpanRecorder::default();
+    let subscriber = tracing::subscriber::set_default(tracing_subscriber::registry().with(spans.clone()));
+    // Leaked so the thread-local guard can borrow it for 'static; one per test.
+    let recorder: &'static DebuggingRecorder = Box::leak(Box::new(DebuggingRecorder::new()));
+    let metrics = metrics::set_default_local_recorder(recorder);
+    (spans, recorder.snapshotter(), (subscriber, metrics))
+}
+
 #[tokio::test(start_paused = true)]
 async fn scripted_lifecycle_emits_spans_events_and_metrics() {
-    let spans = SpanRecorder::default();
-    let _subscriber = tracing::subscriber::set_default(tracing_subscriber::registry().with(spans.clone()));
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    let _recorder = metrics::set_default_local_recorder(&recorder);
+    let (spans, snapshotter, _installed) = record_this_thread();
 
     let memory = MemoryBackend::new();
     let (backend, control) = observed_backend(&memory);
@@ -313,11 +325,7 @@ async fn scripted_lifecycle_emits_spans_events_and_metrics() {
 
 #[tokio::test(start_paused = true)]
 async fn a_loss_noticed_late_says_how_late_and_a_clean_release_is_no_loss() {
-    let spans = SpanRecorder::default();
-    let _subscriber = tracing::subscriber::set_default(tracing_subscriber::registry().with(spans.clone()));
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    let _recorder = metrics::set_default_local_recorder(&recorder);
+    let (spans, snapshotter, _installed) = record_this_thread();
 
     let memory = MemoryBackend::new();
     let (backend, _control) = observed_backend(&memory);
