@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use lock_tair::TairBackend;
+use verrou::tair::TairBackend;
 use verrou::{
     AcquireOutcome, LockBackend, LockManager, LockOptions, LockToken, UpdateOptions, VersionedStore, VersionedStoreExt,
 };

@@ -28,7 +28,9 @@ pub enum Error {
     },
 
     /// The lease is no longer ours: it expired or another client holds the key.
-    /// Returned by `extend` and `release` on a stale guard.
+    /// Returned by `LockGuard::extend` on a stale guard. (`LockGuard::release`
+    /// does not use it: it answers `Ok(ReleaseOutcome::HeldByOther)` or
+    /// `Ok(ReleaseOutcome::Missing)`, having touched nothing.)
     #[error("lock {key:?} is not held by this client ({reason})")]
     NotHeld {
         /// The key.

@@ -39,6 +39,7 @@ pub(crate) struct LeaseState {
     unknown_ttl: Mutex<Option<Duration>>,
     /// The manager's lanes: the head waiter for this key is told when we release.
     lanes: Option<Lanes>,
+    pub(crate) observed: crate::observe::LeaseObs,
 }
 
 /// A TTL change sent but not answered yet: dropped armed (unknown outcome,
@@ -97,6 +98,7 @@ impl LeaseState {
             ttl_change: tokio::sync::Mutex::new(()),
             unknown_ttl: Mutex::new(None),
             lanes,
+            observed: Default::default(),
         }
     }
 
@@ -124,6 +126,7 @@ impl LeaseState {
         if self.is_lost() {
             return; // loss is sticky: the holder was already told
         }
+        crate::observe::renewed(self, sent_at);
         let deadline = self.deadline_for(sent_at, ttl);
         self.validity.send_if_modified(|v| {
             // Checked under the channel's lock: `mark_lost` cancels before it
@@ -199,7 +202,9 @@ impl LeaseState {
     /// Signal the end of the lease: the first reason sticks, and the deadline
     /// moves to now so that `remaining()` reads zero from here on.
     pub(crate) fn mark_lost(&self, reason: LossReason) {
-        let _ = self.loss_reason.set(reason);
+        if self.loss_reason.set(reason).is_ok() {
+            crate::observe::lost(self, reason);
+        }
         self.lost.cancel();
         let now = Instant::now();
         self.validity.send_if_modified(|v| {
@@ -332,6 +337,32 @@ impl LeaseHandle {
     pub fn lost(&self) -> impl Future<Output = LossReason> + Send + 'static {
         self.state.clone().wait_lost()
     }
+
+    /// A [`CancellationToken`] cancelled when the lease is lost, to plug the
+    /// loss into tokio-util cancellation trees (`child_token`,
+    /// `run_until_cancelled`, `select!` on `cancelled()`). Cancelling it
+    /// yourself only cancels your token, never the lease.
+    ///
+    /// Besides a signalled loss it fires when the local deadline passes: a
+    /// small task on the current tokio runtime watches for that (called
+    /// outside a runtime, only a signalled loss cancels it). After a release
+    /// the deadline no longer moves, so the token fires at it.
+    pub fn lost_token(&self) -> CancellationToken {
+        let token = self.state.lost.child_token();
+        if !token.is_cancelled()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let state = self.state.clone();
+            let watched = token.clone();
+            runtime.spawn(async move {
+                tokio::select! {
+                    _ = state.wait_lost() => {}
+                    () = watched.cancelled() => {}
+                }
+            });
+        }
+        token
+    }
 }
 
 /// An acquired lock. Owned and `'static`: move it into tasks freely.
@@ -395,6 +426,16 @@ impl LockGuard {
     ///
     /// Dropping the future before the renewal is sent changes nothing;
     /// after, the renewal's outcome is unknown and handled as above.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # async fn demo(locks: &lock_core::LockManager) -> lock_core::Result<()> {
+    /// use std::time::Duration;
+    /// let guard = locks.lock("migration").await?;
+    /// guard.extend(Duration::from_secs(120)).await?; // a long step ahead
+    /// # guard.release().await?; Ok(()) }
+    /// ```
     pub async fn extend(&self, ttl: Duration) -> Result<()> {
         validate_ttl(ttl)?;
         let state = &self.handle.state;
@@ -457,6 +498,18 @@ impl LockGuard {
     ///
     /// If this future is dropped mid-flight, the guard's drop schedules the
     /// release again.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # async fn demo(locks: &lock_core::LockManager) -> lock_core::Result<()> {
+    /// use lock_core::ReleaseOutcome;
+    /// let guard = locks.lock("orders:42").await?;
+    /// if guard.release().await? != ReleaseOutcome::Released {
+    ///     eprintln!("the lease had been lost before the release");
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn release(mut self) -> Result<ReleaseOutcome> {
         self.renewer_stop.cancel();
         let state = self.handle.state.clone();
@@ -485,6 +538,7 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         self.renewer_stop.cancel();
+        crate::observe::ended(&self.handle.state);
         let state = self.handle.state.clone();
         state.end(LossReason::Released);
         if self.released {

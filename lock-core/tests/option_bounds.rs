@@ -18,10 +18,10 @@ async fn an_unbounded_acquire_timeout_is_refused_not_a_panic() {
     ));
     let locks = LockManager::new(memory);
     let _holder = locks.lock("k").await.expect("lock");
-    let err = locks.lock_with("k", &options).await.expect_err("refused");
+    let err = locks.lock_opts("k", &options).await.expect_err("refused");
     assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
     let err = locks
-        .lock_with("k", &LockOptions::default().op_timeout(Duration::MAX))
+        .lock_opts("k", &LockOptions::default().op_timeout(Duration::MAX))
         .await
         .expect_err("refused");
     assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
@@ -32,6 +32,6 @@ async fn the_longest_acquire_timeout_waits_without_overflow() {
     let locks = LockManager::new(MemoryBackend::new());
     let _holder = locks.lock("k").await.expect("lock");
     let options = LockOptions::default().acquire_timeout(lock_core::MAX_TIMEOUT);
-    let waited = tokio::time::timeout(Duration::from_secs(60), locks.lock_with("k", &options)).await;
+    let waited = tokio::time::timeout(Duration::from_secs(60), locks.lock_opts("k", &options)).await;
     assert!(waited.is_err(), "still waiting for the held key after a minute");
 }

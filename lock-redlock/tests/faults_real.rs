@@ -234,12 +234,9 @@ async fn waiters_wake_on_release_notifications() {
     let a = LockManager::with_options(client(&servers).await, LockOptions::with_ttl(long)).expect("valid options");
     // Without a wake-up, the waiter would sleep at least 4 s between tries
     // (the holder's TTL hint is 10 s).
-    let slow = Backoff {
-        initial: Duration::from_secs(5),
-        max: Duration::from_secs(5),
-        factor: 1.0,
-        min: Duration::from_secs(4),
-    };
+    let slow = Backoff::new(Duration::from_secs(5), Duration::from_secs(5))
+        .factor(1.0)
+        .min(Duration::from_secs(4));
     let b = LockManager::with_options(
         client(&servers).await,
         LockOptions::with_ttl(long).backoff(slow).acquire_timeout(long * 2),

@@ -603,7 +603,7 @@ impl TairBackend {
                 acknowledged,
                 requested: ack.replicas,
             }),
-            OnShortfall::ReleaseAndFail => {
+            _ => {
                 let message = format!(
                     "only {acknowledged} of {} replicas acknowledged the acquire of {key:?} within {:?}",
                     ack.replicas, ack.timeout
@@ -635,7 +635,7 @@ impl TairBackend {
                 tracing::warn!("{message}");
                 Ok(())
             }
-            OnShortfall::ReleaseAndFail => Err(Error::outcome_unknown(NAME, message)),
+            _ => Err(Error::outcome_unknown(NAME, message)),
         }
     }
 }
