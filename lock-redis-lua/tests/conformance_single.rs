@@ -69,10 +69,14 @@ mod replica_ack {
     /// One primary + replica pair for the module's cases.
     async fn primary_url() -> String {
         static PAIR: OnceCell<ReplicatedPair> = OnceCell::const_new();
-        PAIR.get_or_init(|| async { ReplicatedPair::start(RedisServer::builder()).await.expect("start a pair") })
-            .await
-            .primary()
-            .url()
+        PAIR.get_or_init(|| async {
+            ReplicatedPair::start(RedisServer::builder())
+                .await
+                .expect("start a pair")
+        })
+        .await
+        .primary()
+        .url()
     }
 
     async fn acked(url: String) -> RedisLuaBackend {

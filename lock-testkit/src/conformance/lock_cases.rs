@@ -236,9 +236,7 @@ pub async fn lost_fires_when_key_is_taken(s: &LockSuite) {
         thief.try_acquire(&key, &theirs, s.ttl * 10).await.expect("acquire"),
         AcquireOutcome::Acquired(_)
     ));
-    let reason = tokio::time::timeout(ttl * 3, g.lost())
-        .await
-        .expect("lost() must fire");
+    let reason = tokio::time::timeout(ttl * 3, g.lost()).await.expect("lost() must fire");
     assert_eq!(reason, LossReason::NotOwner, "a renewal must find the thief");
     assert!(g.is_lost());
     // The stale guard's release must not touch the thief's lock.
@@ -311,7 +309,13 @@ pub async fn with_lock_cancels_body_on_loss(s: &LockSuite) {
     };
     let (result, theirs) = tokio::join!(run, steal);
     assert!(
-        matches!(result, Err(Error::Lost { reason: LossReason::NotOwner, .. })),
+        matches!(
+            result,
+            Err(Error::Lost {
+                reason: LossReason::NotOwner,
+                ..
+            })
+        ),
         "a renewal must find the thief, got {result:?}"
     );
     assert!(!finished.load(Ordering::SeqCst), "the body must be cancelled");

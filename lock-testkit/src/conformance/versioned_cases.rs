@@ -222,7 +222,11 @@ pub async fn ttl_on_writes(s: &VersionedSuite) {
             ttl *= 2;
             continue;
         };
-        match store.compare_and_set(&kept, k.version, b"w", Expiry::Keep).await.expect("cas") {
+        match store
+            .compare_and_set(&kept, k.version, b"w", Expiry::Keep)
+            .await
+            .expect("cas")
+        {
             CasOutcome::Written { .. } => {}
             CasOutcome::Missing => {
                 ttl *= 2;
