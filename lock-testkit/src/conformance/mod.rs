@@ -215,7 +215,9 @@ macro_rules! __lock_cases {
             lost_fires_when_key_is_taken, lost_fires_by_deadline_when_backend_hangs,
             with_lock_cancels_body_on_loss, with_lock_returns_body_output, drop_releases_promptly,
             lock_times_out_while_held, counter_is_exact_under_lock, fencing_tokens_increase,
-            unknown_outcome_acquire_is_cleaned_up, invalid_arguments_are_rejected, renew_many_matches_renew);
+            unknown_outcome_acquire_is_cleaned_up, invalid_arguments_are_rejected, renew_many_matches_renew,
+            dropped_acquire_leaves_no_lock,
+            dropped_release_future_still_releases);
     };
 }
 
