@@ -107,3 +107,31 @@ mod replica_ack {
         lock_testkit::versioned_conformance!(real, versioned_suite());
     }
 }
+
+/// The acquire script path of servers without `SET NX GET` (Redis < 7.0),
+/// forced on the installed server by hiding its version (`HELLO` renamed
+/// away; round_trips.rs shows the acquire is then the script).
+mod script_acquire {
+    use super::*;
+
+    async fn url() -> String {
+        static SERVER: OnceCell<RedisServer> = OnceCell::const_new();
+        SERVER
+            .get_or_init(|| async {
+                RedisServer::builder()
+                    .args(["--rename-command", "HELLO", ""])
+                    .start()
+                    .await
+                    .expect("start redis-server")
+            })
+            .await
+            .url()
+    }
+
+    async fn lock_suite() -> LockSuite {
+        let url = url().await;
+        LockSuite::new(move || backend(url.clone(), false))
+    }
+
+    lock_testkit::lock_conformance!(real, lock_suite());
+}
