@@ -661,3 +661,46 @@ async fn application_client_and_pool() {
     let pong: String = client.ping(None).await.unwrap();
     assert_eq!(pong, "PONG");
 }
+
+/// README: every lock operation is one native command (no Lua), seen on the
+/// server's MONITOR stream: `SET NX PX`, `CAD`, `CAS … PX`; with fencing the
+/// acquire is one script call; the PTTL hint, when asked, adds its one
+/// `PTTL` to a refused acquire only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_lock_operation_is_one_command() {
+    use lock_testkit::server::Monitor;
+    async fn sent(monitor: &mut Monitor, server: &RedisServer) -> Vec<String> {
+        let commands = monitor.client_commands(server).await.unwrap();
+        commands.into_iter().map(|args| args[0].clone()).collect()
+    }
+    let server = common::tair_server().await;
+    let ttl = Duration::from_secs(30);
+    for (fencing, hint) in [(false, false), (true, false), (false, true)] {
+        let b = common::connect(
+            common::builder(&server.url())
+                .fencing(fencing)
+                .retry_after_hint(hint),
+        )
+        .await;
+        // Warm-up: connections open, scripts cached.
+        let t = token();
+        b.try_acquire("warm", &t, ttl).await.unwrap();
+        b.release("warm", &t).await.unwrap();
+        let mut monitor = Monitor::start(&server).await.unwrap();
+        let acquire = if fencing { "evalsha" } else { "set" };
+        let mine = token();
+        let AcquireOutcome::Acquired(_) = b.try_acquire("k", &mine, ttl).await.unwrap() else {
+            panic!("acquire")
+        };
+        assert_eq!(sent(&mut monitor, &server).await, [acquire], "acquire (fencing {fencing})");
+        let AcquireOutcome::Held { .. } = b.try_acquire("k", &token(), ttl).await.unwrap() else {
+            panic!("held")
+        };
+        let refused: &[&str] = if hint { &["set", "pttl"] } else { &[acquire] };
+        assert_eq!(sent(&mut monitor, &server).await, refused, "refused acquire (hint {hint})");
+        assert_eq!(b.renew("k", &mine, ttl).await.unwrap(), RenewOutcome::Renewed);
+        assert_eq!(sent(&mut monitor, &server).await, ["cas"], "renew");
+        assert_eq!(b.release("k", &mine).await.unwrap(), ReleaseOutcome::Released);
+        assert_eq!(sent(&mut monitor, &server).await, ["cad"], "release");
+    }
+}

@@ -1,6 +1,6 @@
 //! `MONITOR`, to see which commands clients send: one round trip per
-//! operation means one command in the stream (commands run by scripts are
-//! told apart, and left out).
+//! operation means one command in the stream (commands run by scripts or
+//! by modules are told apart, and left out).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -35,7 +35,8 @@ impl Monitor {
 
     /// The commands clients sent since the last call (or the start), each
     /// as its arguments with the command name lowercased; commands run
-    /// inside scripts are left out. Sends a marker (`ECHO`) through `server`
+    /// inside scripts (source `lua`) or by modules (`RedisModule_Call`,
+    /// source `?:0`) are left out. Sends a marker (`ECHO`) through `server`
     /// and reads up to it, so nothing sent before this call is missed.
     ///
     /// # Errors
@@ -54,7 +55,7 @@ impl Monitor {
             if args.len() == 2 && args[0] == "echo" && args[1] == marker {
                 return Ok(seen);
             }
-            if source != "lua" {
+            if source != "lua" && !source.starts_with('?') {
                 seen.push(args);
             }
         }
@@ -102,5 +103,7 @@ mod tests {
         assert_eq!(args, ["set", "k", "a \"b\""]);
         let (source, args) = parse_line(r#"1701388800.123456 [0 lua] "pexpire" "k" "100""#).unwrap();
         assert_eq!((source.as_str(), args.len()), ("lua", 3));
+        let (source, _) = parse_line(r#"1796083396.641608 [0 ?:0] "GET" "k""#).unwrap();
+        assert_eq!(source, "?:0");
     }
 }
