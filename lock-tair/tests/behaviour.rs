@@ -676,12 +676,7 @@ async fn each_lock_operation_is_one_command() {
     let server = common::tair_server().await;
     let ttl = Duration::from_secs(30);
     for (fencing, hint) in [(false, false), (true, false), (false, true)] {
-        let b = common::connect(
-            common::builder(&server.url())
-                .fencing(fencing)
-                .retry_after_hint(hint),
-        )
-        .await;
+        let b = common::connect(common::builder(&server.url()).fencing(fencing).retry_after_hint(hint)).await;
         // Warm-up: connections open, scripts cached.
         let t = token();
         b.try_acquire("warm", &t, ttl).await.unwrap();
@@ -692,12 +687,20 @@ async fn each_lock_operation_is_one_command() {
         let AcquireOutcome::Acquired(_) = b.try_acquire("k", &mine, ttl).await.unwrap() else {
             panic!("acquire")
         };
-        assert_eq!(sent(&mut monitor, &server).await, [acquire], "acquire (fencing {fencing})");
+        assert_eq!(
+            sent(&mut monitor, &server).await,
+            [acquire],
+            "acquire (fencing {fencing})"
+        );
         let AcquireOutcome::Held { .. } = b.try_acquire("k", &token(), ttl).await.unwrap() else {
             panic!("held")
         };
         let refused: &[&str] = if hint { &["set", "pttl"] } else { &[acquire] };
-        assert_eq!(sent(&mut monitor, &server).await, refused, "refused acquire (hint {hint})");
+        assert_eq!(
+            sent(&mut monitor, &server).await,
+            refused,
+            "refused acquire (hint {hint})"
+        );
         assert_eq!(b.renew("k", &mine, ttl).await.unwrap(), RenewOutcome::Renewed);
         assert_eq!(sent(&mut monitor, &server).await, ["cas"], "renew");
         assert_eq!(b.release("k", &mine).await.unwrap(), ReleaseOutcome::Released);
