@@ -2,6 +2,8 @@
 //! `LockOptions::default()`, and "the tests never use the default Redis port"
 //! against the test sources and the harness's port range.
 
+#![allow(clippy::expect_used, clippy::panic)]
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -40,7 +42,7 @@ fn the_readme_defaults_table_is_lock_options_default() {
     let o = LockOptions::default();
     let Backoff {
         initial, max, factor, ..
-    } = o.backoff.clone();
+    } = o.backoff;
     let rows = readme_defaults();
     let settings: Vec<&str> = rows.iter().map(|(s, _)| s.as_str()).collect();
     assert_eq!(
