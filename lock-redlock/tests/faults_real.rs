@@ -203,7 +203,9 @@ async fn a_refused_acquire_leaves_only_the_holders_keys() {
         assert_eq!(keys(&servers[i]).await, vec!["k".to_owned()]);
         assert_eq!(stored(&servers[i], "k").await, Some(held.to_hex()));
     }
-    assert!(keys(&servers[2]).await.is_empty(), "node 2's grant was given back");
+    // Node 2's grant may land after the refusal was decided: it is given
+    // back as soon as it answers (in the background), so wait for that.
+    no_keys_soon(&servers[2]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
