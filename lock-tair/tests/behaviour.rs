@@ -675,6 +675,9 @@ async fn each_lock_operation_is_one_command() {
     }
     let server = common::tair_server().await;
     let ttl = Duration::from_secs(30);
+    // Backends stay alive to the end: a dropped one's QUIT would show up in
+    // the next one's stream.
+    let mut alive = Vec::new();
     for (fencing, hint) in [(false, false), (true, false), (false, true)] {
         let b = common::connect(common::builder(&server.url()).fencing(fencing).retry_after_hint(hint)).await;
         // Warm-up: connections open, scripts cached.
@@ -705,5 +708,6 @@ async fn each_lock_operation_is_one_command() {
         assert_eq!(sent(&mut monitor, &server).await, ["cas"], "renew");
         assert_eq!(b.release("k", &mine).await.unwrap(), ReleaseOutcome::Released);
         assert_eq!(sent(&mut monitor, &server).await, ["cad"], "release");
+        alive.push(b);
     }
 }
