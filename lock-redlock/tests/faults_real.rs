@@ -65,8 +65,9 @@ async fn keys(server: &RedisServer) -> Vec<String> {
         .collect()
 }
 
-/// A failed acquire gives back what answered in time before returning, and
-/// what answers later as soon as it does: the node is empty shortly after.
+/// A failed acquire (or a release decided by a quorum) gives back what
+/// answered in time before returning, and what answers later as soon as it
+/// does: the node is empty shortly after.
 async fn no_keys_soon(server: &RedisServer) {
     let give_up = Instant::now() + FAST;
     loop {
@@ -101,7 +102,10 @@ async fn one_killed_node_of_three_still_acquires_renews_and_releases() {
     let other = manager(client_without(&servers, 1).await);
     assert!(other.try_lock("k").await.expect("try_lock").is_none());
     assert_eq!(guard.release().await.expect("release"), ReleaseOutcome::Released);
-    assert!(keys(&servers[0]).await.is_empty() && keys(&servers[2]).await.is_empty());
+    // Released once a quorum answered; the other node's release may still
+    // be on its way.
+    no_keys_soon(&servers[0]).await;
+    no_keys_soon(&servers[2]).await;
 }
 
 /// A client built while node `down` is dead. The Lua backend connects
@@ -233,8 +237,10 @@ async fn a_node_restarted_empty_while_held_is_reseeded_by_renewals() {
     }
     assert!(!guard.is_lost());
     assert_eq!(guard.release().await.expect("release"), ReleaseOutcome::Released);
-    for i in 0..3 {
-        assert!(keys(&servers[i]).await.is_empty(), "stray key on node {i}");
+    // Released once a quorum answered; the last node's release may still be
+    // on its way.
+    for server in servers.servers() {
+        no_keys_soon(server).await;
     }
 }
 
