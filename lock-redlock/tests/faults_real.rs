@@ -196,7 +196,14 @@ async fn a_refused_acquire_leaves_only_the_holders_keys() {
         holder.try_acquire("k", &held, TTL * 10).await,
         Ok(AcquireOutcome::Acquired(_))
     ));
-    // The holder loses node 2 (its key is deleted behind its back).
+    // The holder loses node 2 (its key is deleted behind its back), once
+    // its grant has landed there: the acquire returns at a quorum, and a
+    // grant still in flight would put the key back after the DEL.
+    let give_up = Instant::now() + FAST;
+    while stored(&servers[2], "k").await.as_deref() != Some(held.to_hex().as_str()) {
+        assert!(Instant::now() < give_up, "the holder's grant never reached node 2");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     servers[2].cmd(&["DEL", "k"]).await.expect("DEL");
     let other = client(&servers).await;
     let outcome = other.try_acquire("k", &token(), TTL).await.expect("held");
