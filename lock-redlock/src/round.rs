@@ -303,7 +303,14 @@ mod tests {
         assert!(!no.until_decided().await);
         assert!(no.blocked_by_failures());
         let report = no.report(&["a".into(), "b".into(), "c".into()]);
-        assert_eq!(report.0.len(), 3);
+        assert_eq!(
+            report.0,
+            vec![
+                ("a".to_owned(), NodeOutcome::HeldByOther),
+                ("b".to_owned(), NodeOutcome::TimedOut),
+                ("c".to_owned(), NodeOutcome::Granted),
+            ]
+        );
     }
 
     #[tokio::test]

@@ -801,6 +801,23 @@ mod tests {
         assert_eq!(m.len(), 3);
     }
 
+    /// README: the tests never use the default Redis port (nor as a
+    /// cluster bus port).
+    #[test]
+    fn ports_are_never_the_default_redis_port() {
+        const DEFAULT_REDIS_PORT: u16 = 6_379;
+        for cluster in [false, true] {
+            for _ in 0..200 {
+                let port = pick_port(cluster).expect("a free port");
+                assert!((12000..32000).contains(&port), "{port}");
+                assert_ne!(port, DEFAULT_REDIS_PORT);
+                if cluster {
+                    assert_ne!(port + CLUSTER_BUS_OFFSET, DEFAULT_REDIS_PORT);
+                }
+            }
+        }
+    }
+
     #[test]
     fn tails() {
         assert_eq!(tail_of("a\nb\nc\n", 2), "b\nc");
