@@ -151,3 +151,86 @@ fn fencing(s: &Snapshot, m: &mut Measured) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Window, Write};
+
+    const BOUNDS: Bounds = Bounds {
+        slack_us: 10,
+        recovery_us: 1_000,
+    };
+
+    fn body(client: usize, start: i64, end: i64, deadline: i64) -> Body {
+        Body {
+            client,
+            key: 0,
+            start,
+            end,
+            deadline,
+            fence: Some(client as u64),
+            cancelled: false,
+            stalled: false,
+        }
+    }
+
+    fn write(client: usize, body_start: i64, at: i64, accepted: bool) -> Write {
+        Write {
+            client,
+            key: 0,
+            at,
+            body_start,
+            fence: Some(client as u64),
+            accepted,
+        }
+    }
+
+    fn snapshot(bodies: Vec<Body>, writes: Vec<Write>) -> Snapshot {
+        Snapshot {
+            bodies,
+            writes,
+            ..Snapshot::default()
+        }
+    }
+
+    #[test]
+    fn overlapping_sections_inside_their_windows_are_counted() {
+        let s = snapshot(vec![body(0, 0, 100, 200), body(1, 50, 150, 300)], vec![]);
+        let m = measure(&s, BOUNDS, false, None, 0);
+        assert_eq!((m.overlaps, m.max_overlap_us), (1, 50));
+    }
+
+    #[test]
+    fn a_section_past_its_deadline_overlaps_only_as_a_body() {
+        // client 0's deadline passed at 40; client 1 started at 50
+        let s = snapshot(vec![body(0, 0, 100, 40), body(1, 50, 150, 300)], vec![]);
+        let m = measure(&s, BOUNDS, false, None, 0);
+        assert_eq!((m.overlaps, m.body_overlaps), (0, 1));
+        assert_eq!(m.late_losses, 1, "ended 60 µs after its deadline, slack 10");
+    }
+
+    #[test]
+    fn writes_after_a_newer_holder_started_are_stale() {
+        let bodies = vec![body(0, 0, 100, 40), body(1, 50, 150, 300)];
+        let writes = vec![
+            write(0, 0, 5, true),    // before the newer holder: fine
+            write(0, 0, 90, false),  // stale, rejected
+            write(0, 0, 95, true),   // stale, accepted
+            write(1, 50, 60, false), // newest holder rejected: tokens went backwards
+        ];
+        let m = measure(&snapshot(bodies, writes), BOUNDS, false, None, 0);
+        assert_eq!((m.stale_rejected, m.stale_accepted, m.fresh_rejected), (1, 1, 1));
+    }
+
+    #[test]
+    fn no_section_after_the_fault_healed_is_stuck() {
+        let mut s = snapshot(vec![body(0, 0, 10, 100)], vec![]);
+        s.windows.push(Window { from: 20, to: 30 });
+        let m = measure(&s, BOUNDS, true, None, 0);
+        assert!(m.stuck && m.recovery_us.is_none());
+        s.bodies.push(body(1, 500, 510, 600));
+        let m = measure(&s, BOUNDS, true, None, 0);
+        assert!(!m.stuck && m.recovery_us == Some(470));
+    }
+}
