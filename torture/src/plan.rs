@@ -46,7 +46,8 @@ pub enum Fault {
     RestartEmpty,
     /// One client's connections blackholed by its proxy for 3 × TTL.
     Blackhole,
-    /// Primary SIGKILLed, replica promoted (`REPLICAOF NO ONE`), clients moved to it.
+    /// The replica's link held for a TTL (lagging), then the primary
+    /// SIGKILLed, the held data dropped, the replica promoted (`REPLICAOF NO ONE`), clients moved to it.
     Failover,
     /// The same with `ReplicaAck` (WAIT 1) on acquires and versioned writes.
     FailoverAck,
@@ -94,8 +95,11 @@ impl fmt::Display for Fault {
             Fault::KillRestart => write!(f, "server killed, restarted with data (AOF always)"),
             Fault::RestartEmpty => write!(f, "server killed, restarted without data"),
             Fault::Blackhole => write!(f, "one client's network blackholed 3×TTL"),
-            Fault::Failover => write!(f, "primary killed, replica promoted"),
-            Fault::FailoverAck => write!(f, "primary killed, replica promoted, ReplicaAck(1)"),
+            Fault::Failover => write!(f, "replica lagging 1×TTL, primary killed, replica promoted"),
+            Fault::FailoverAck => write!(
+                f,
+                "replica lagging 1×TTL, primary killed, replica promoted; ReplicaAck(1)"
+            ),
             Fault::NodesPaused(n) => write!(f, "{n} of 5 nodes paused 3×TTL"),
             Fault::NodesKilledDelayed(n) => write!(f, "{n} of 5 nodes killed, restarted empty after TTL"),
             Fault::NodesRestartedEmpty(n) => write!(f, "{n} of 5 nodes restarted empty at once"),

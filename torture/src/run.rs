@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use lock_core::{LockOptions, ReplicaAck};
 use lock_memory::MemoryBackend;
-use lock_testkit::server::{Instances, RedisServer, RedisServerBuilder, ReplicatedPair, TcpProxy};
+use lock_testkit::server::{Instances, RedisServer, RedisServerBuilder, TcpProxy};
 use tokio::time::Instant;
 
 use crate::BoxResult;
@@ -117,7 +117,10 @@ enum Env {
         proxies: Vec<TcpProxy>,
     },
     Pair {
-        pair: Box<ReplicatedPair>,
+        primary: Box<RedisServer>,
+        replica: Box<RedisServer>,
+        /// The replication link runs through this proxy, so that it can lag.
+        link: TcpProxy,
         switches: Vec<Switch>,
         promoted: bool,
         _new_replica: Option<Box<RedisServer>>,
@@ -153,13 +156,24 @@ async fn setup(sc: &Scenario, clients: usize, ext: Option<&External>) -> BoxResu
             }
         }
         Topology::Pair => {
-            let pair = ReplicatedPair::start(server_builder(sc.backend)).await?;
+            let builder = server_builder(sc.backend);
+            let primary = builder.start().await?;
+            let link = TcpProxy::start(primary.addr()).await?;
+            let replica = builder
+                .clone()
+                .args(["--replicaof", "127.0.0.1"])
+                .arg(link.port().to_string())
+                .start()
+                .await?;
+            wait_for_link(&replica).await?;
             let mut switches = Vec::with_capacity(clients);
             for _ in 0..clients {
-                switches.push(Switch::start(pair.primary().addr()).await?);
+                switches.push(Switch::start(primary.addr()).await?);
             }
             Env::Pair {
-                pair: Box::new(pair),
+                primary: Box::new(primary),
+                replica: Box::new(replica),
+                link,
                 switches,
                 promoted: false,
                 _new_replica: None,
@@ -220,11 +234,16 @@ impl Env {
         match self {
             Env::Memory(_) | Env::Five(_) => String::new(),
             Env::Single { server, .. } => server.url(),
-            Env::Pair { pair, promoted, .. } => {
+            Env::Pair {
+                primary,
+                replica,
+                promoted,
+                ..
+            } => {
                 if *promoted {
-                    pair.replica().url()
+                    replica.url()
                 } else {
-                    pair.primary().url()
+                    primary.url()
                 }
             }
             Env::External { url, .. } => url.clone(),
@@ -273,25 +292,34 @@ async fn inject(env: &mut Env, sc: &Scenario, p: &Params, log: &Log, stall: Opti
         (
             Fault::Failover | Fault::FailoverAck,
             Env::Pair {
-                pair,
+                primary,
+                replica,
+                link,
                 switches,
                 promoted,
                 _new_replica,
             },
         ) => {
-            pair.primary().kill()?;
-            let reply = pair.replica().cmd(&["REPLICAOF", "NO", "ONE"]).await?;
+            // A lagging replica: its link held (as a slow or partitioned
+            // replica's would be) while the primary keeps granting and
+            // renewing; then the primary dies, what was held back is
+            // dropped, and the replica is promoted with what it had.
+            link.set_blackhole(true);
+            tokio::time::sleep(p.ttl).await;
+            primary.kill()?;
+            link.cut_all();
+            let reply = replica.cmd(&["REPLICAOF", "NO", "ONE"]).await?;
             if !reply.is_ok() {
                 return Err(format!("REPLICAOF NO ONE answered {reply:?}").into());
             }
             for s in switches.iter() {
-                s.retarget(pair.replica().addr());
+                s.retarget(replica.addr());
             }
             *promoted = true;
             log.window(from, clock::now());
             // A fresh replica for the new primary, so that WAIT can be
             // satisfied again (liveness with ReplicaAck).
-            let port = pair.replica().port().to_string();
+            let port = replica.port().to_string();
             let replica = server_builder(sc.backend)
                 .args(["--replicaof", "127.0.0.1", port.as_str()])
                 .start()
@@ -324,6 +352,21 @@ async fn inject(env: &mut Env, sc: &Scenario, p: &Params, log: &Log, stall: Opti
     }
     log.window(from, clock::now());
     Ok(())
+}
+
+/// Wait (bounded) until the replica's link to its primary is up.
+async fn wait_for_link(replica: &RedisServer) -> BoxResult<()> {
+    let give_up = Instant::now() + lock_testkit::server::CONVERGE_TIMEOUT;
+    loop {
+        let info = replica.info("replication").await?;
+        if info.get("master_link_status").map(String::as_str) == Some("up") {
+            return Ok(());
+        }
+        if Instant::now() >= give_up {
+            return Err("the replica did not sync with its primary".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 async fn read_counter(spec: &Spec, key: &str, ttl: Duration) -> Option<u64> {
