@@ -58,11 +58,14 @@ pub fn timeline(o: &Outcome, clients: usize, keys: usize) -> String {
         m.overlaps,
         m.stale_accepted,
         m.stale_rejected,
-        if o.violations.is_empty() {
-            "claims hold"
-        } else {
-            "CLAIM BROKEN"
-        },
+        escape(
+            &crate::report::cells(o)
+                .result
+                .replace("**", "")
+                .chars()
+                .take(90)
+                .collect::<String>()
+        ),
         o.seed
     );
     let bottom = height - 40.0;
@@ -110,7 +113,7 @@ pub fn timeline(o: &Outcome, clients: usize, keys: usize) -> String {
                     );
                 }
                 let d = x(b.deadline);
-                if b.deadline <= t1 {
+                if b.deadline <= t1 && sc.backend != crate::plan::Backend::Control {
                     let _ = writeln!(
                         svg,
                         r##"<line x1="{d:.1}" x2="{d:.1}" y1="{:.1}" y2="{:.1}" stroke="#1a202c" stroke-width="1"/>"##,

@@ -110,11 +110,16 @@ pub fn error_kind(e: &Error) -> String {
         Error::Lost { reason, .. } => format!("lost ({reason})"),
         Error::Conflict { .. } => "update gave up (conflicts)".into(),
         Error::QuorumUnreachable { .. } => "quorum unreachable".into(),
-        Error::Backend { outcome_unknown, .. } => {
+        Error::Backend {
+            outcome_unknown,
+            message,
+            ..
+        } => {
+            let message: String = message.chars().take(60).collect();
             if *outcome_unknown {
-                "backend: outcome unknown".into()
+                format!("backend, outcome unknown: {message}")
             } else {
-                "backend error".into()
+                format!("backend: {message}")
             }
         }
         other => format!("{other}").chars().take(60).collect(),

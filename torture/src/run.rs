@@ -369,17 +369,26 @@ async fn wait_for_link(replica: &RedisServer) -> BoxResult<()> {
     }
 }
 
-async fn read_counter(spec: &Spec, key: &str, ttl: Duration) -> Option<u64> {
+async fn read_counter(spec: &Spec, key: &str, ttl: Duration, log: &Log) -> Option<u64> {
     let give_up = Instant::now() + Duration::from_secs(5);
+    let mut last = String::new();
     while Instant::now() < give_up {
-        if let Ok(built) = build(spec, ttl * 2).await
-            && let Some(store) = built.store
-            && let Ok(v) = store.get(key).await
-        {
-            return client::parse(v.as_ref().map(|v| v.value.as_slice()));
+        match build(spec, ttl * 2).await {
+            Ok(built) => match built.store {
+                Some(store) => match store.get(key).await {
+                    Ok(v) => return client::parse(v.as_ref().map(|v| v.value.as_slice())),
+                    Err(e) => last = e.to_string(),
+                },
+                None => return None,
+            },
+            Err(e) => last = e.to_string(),
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    log.error(format!(
+        "final read of the counter failed: {}",
+        last.chars().take(80).collect::<String>()
+    ));
     None
 }
 
@@ -458,7 +467,15 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
     let span_end = clock::now();
     let final_value = if has_store {
         let spec = env.spec(sc.backend, env.direct_url(), None);
-        Some(read_counter(&spec, &counter, p.ttl).await)
+        if let Env::Single { server, .. } = &env
+            && !server.is_running()
+        {
+            log.error(format!(
+                "server not running after the fault; log: {}",
+                server.log_tail(3)
+            ));
+        }
+        Some(read_counter(&spec, &counter, p.ttl, &log).await)
     } else {
         None
     };
@@ -507,10 +524,13 @@ pub fn judge(sc: &Scenario, m: &Measured) -> Vec<String> {
             if m.late_losses > 0 {
                 v.push(format!("{} loss signals later than deadline + slack", m.late_losses));
             }
-            if let Some(l) = &m.linear
-                && let Some(why) = &l.violation
-            {
-                v.push(format!("counter history not linearizable: {why}"));
+            if let Some(l) = &m.linear {
+                if let Some(why) = &l.violation {
+                    v.push(format!("counter history not linearizable: {why}"));
+                }
+                if l.final_value.is_none() {
+                    v.push("the counter could not be read after the run".into());
+                }
             }
         }
     }
