@@ -4,7 +4,7 @@
 //! its renewer too, exactly as it would in a separate process.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
 use lock_core::{Error, LeaseHandle, LockManager, LockOptions, UpdateOptions, VersionedStoreExt};
@@ -52,8 +52,9 @@ pub struct LockClient {
     pub options: LockOptions,
     /// Seed of this client's random choices.
     pub seed: u64,
-    /// Stop starting bodies after this.
-    pub stop_at: Instant,
+    /// Stop starting bodies after this (run clock, µs; the driver moves it
+    /// later when a fault heals late, so that recovery can be seen).
+    pub stop: Arc<AtomicI64>,
     /// The stall this client performs, if it is the stalled one.
     pub stall: Option<Arc<Stall>>,
     /// Run the bodies without the lock (control mode).
@@ -76,8 +77,8 @@ pub struct CounterClient {
     pub op_bound: Duration,
     /// Seed of this client's random choices.
     pub seed: u64,
-    /// Stop invoking after this.
-    pub stop_at: Instant,
+    /// Stop invoking after this (run clock, µs).
+    pub stop: Arc<AtomicI64>,
     /// Where to record.
     pub log: Arc<Log>,
 }
@@ -128,7 +129,7 @@ pub fn error_kind(e: &Error) -> String {
 
 impl LockClient {
     /// The client's loop: pick a key, run a body under `with_lock`, repeat
-    /// until `stop_at`.
+    /// until `stop`.
     pub async fn run(self) {
         let ttl = self.options.ttl;
         let built = loop {
@@ -136,7 +137,7 @@ impl LockClient {
                 Ok(b) => break b,
                 Err(e) => {
                     self.log.error(format!("connect: {}", error_kind(&e)));
-                    if Instant::now() >= self.stop_at {
+                    if clock::now() >= self.stop.load(Ordering::SeqCst) {
                         return;
                     }
                     tokio::time::sleep(ttl / 4).await;
@@ -151,7 +152,7 @@ impl LockClient {
             }
         };
         let mut rng = fastrand::Rng::with_seed(self.seed);
-        while Instant::now() < self.stop_at {
+        while clock::now() < self.stop.load(Ordering::SeqCst) {
             // Key 0 is the hot one (two thirds of the picks): a fault on its
             // holder then meets waiters.
             let key = if rng.f64() < 0.66 {
@@ -271,14 +272,14 @@ impl Drop for Open<'_> {
 }
 
 impl CounterClient {
-    /// The client's loop: increment the counter with `update` until `stop_at`.
+    /// The client's loop: increment the counter with `update` until `stop`.
     pub async fn run(self) {
         let built = loop {
             match build(&self.spec, self.op_bound / 4).await {
                 Ok(b) => break b,
                 Err(e) => {
                     self.log.error(format!("connect: {}", error_kind(&e)));
-                    if Instant::now() >= self.stop_at {
+                    if clock::now() >= self.stop.load(Ordering::SeqCst) {
                         return;
                     }
                     tokio::time::sleep(self.op_bound / 8).await;
@@ -288,7 +289,7 @@ impl CounterClient {
         let Some(store) = built.store else { return };
         let mut rng = fastrand::Rng::with_seed(self.seed);
         let opts = UpdateOptions::default().max_attempts(32);
-        while Instant::now() < self.stop_at {
+        while clock::now() < self.stop.load(Ordering::SeqCst) {
             let inv = clock::now();
             let call = store.update(&self.key, &opts, increment);
             let outcome = match tokio::time::timeout(self.op_bound, call).await {

@@ -144,6 +144,11 @@ impl Log {
         lock(&self.windows).push(Window { from, to });
     }
 
+    /// When the last fault window healed, if one was recorded.
+    pub fn healed_at(&self) -> Option<i64> {
+        lock(&self.windows).iter().map(|w| w.to).max()
+    }
+
     /// Count an error by kind.
     pub fn error(&self, kind: impl Into<String>) {
         *lock(&self.errors).entry(kind.into()).or_insert(0) += 1;

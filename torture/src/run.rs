@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
 use lock_core::{LockOptions, ReplicaAck};
@@ -410,7 +410,8 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
     let stall = (sc.fault == Fault::Stall).then(|| Stall::new(p.fault_len()));
     let begin = Instant::now();
     let span_start = clock::at(begin);
-    let stop_at = begin + p.duration;
+    let planned_stop = begin + p.duration;
+    let stop = Arc::new(AtomicI64::new(clock::at(planned_stop)));
     let mut done = Vec::with_capacity(clients);
     let first_in_body = Arc::new(AtomicBool::new(false));
     for i in 0..p.lock_clients {
@@ -420,7 +421,7 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
             keys: keys.clone(),
             options: options.clone(),
             seed: seed ^ (0x9e37_79b9_7f4a_7c15_u64.wrapping_mul(i as u64 + 1)),
-            stop_at,
+            stop: stop.clone(),
             stall: if i == 0 { stall.clone() } else { None },
             control: sc.backend == Backend::Control,
             in_body: if i == 0 {
@@ -441,7 +442,7 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
                 key: counter.clone(),
                 op_bound: p.ttl * 4,
                 seed: seed ^ (0xbf58_476d_1ce4_e5b9_u64.wrapping_mul(i as u64 + 1)),
-                stop_at,
+                stop: stop.clone(),
                 log: log.clone(),
             };
             done.push(client::spawn(format!("counter-client-{j}"), move || c.run())?);
@@ -457,6 +458,18 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
     if let Err(e) = inject(&mut env, &sc, p, &log, stall.as_ref()).await {
         log.error(format!("fault injection failed: {e}"));
     }
+    if sc.fault == Fault::Stall {
+        // The stalled client performs the stall in its next body on the hot key.
+        while log.healed_at().is_none() && Instant::now() < planned_stop {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    // Run on for a while after the fault healed, so that recovery is seen.
+    if let Some(healed) = log.healed_at() {
+        let after = i64::try_from((p.ttl * 6).as_micros()).unwrap_or(i64::MAX);
+        stop.fetch_max(healed.saturating_add(after), Ordering::SeqCst);
+    }
+    let stop_at = begin + Duration::from_micros(u64::try_from(stop.load(Ordering::SeqCst) - span_start).unwrap_or(0));
     tokio::time::sleep_until(stop_at).await;
     let mut hangs = 0;
     for rx in done {
