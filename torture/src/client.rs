@@ -4,7 +4,7 @@
 //! its renewer too, exactly as it would in a separate process.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering};
 use std::time::Duration;
 
 use lock_core::{Error, LeaseHandle, LockManager, LockOptions, UpdateOptions, VersionedStoreExt};
@@ -16,26 +16,52 @@ use crate::clock;
 use crate::record::{Body, Log, UpdateOp, UpdateOutcome};
 
 /// A request to stall one client's whole runtime inside its next critical
-/// section (a stop-the-world pause: `std::thread::sleep` on the runtime's
-/// only thread).
+/// section on the hot key (a stop-the-world pause: `std::thread::sleep` on
+/// the runtime's only thread).
 #[derive(Debug)]
 pub struct Stall {
-    requested: AtomicBool,
+    state: AtomicU8,
     duration: Duration,
 }
+
+const IDLE: u8 = 0;
+const REQUESTED: u8 = 1;
+const RUNNING: u8 = 2;
+const DONE: u8 = 3;
 
 impl Stall {
     /// A stall of `duration`, not yet requested.
     pub fn new(duration: Duration) -> Arc<Self> {
         Arc::new(Stall {
-            requested: AtomicBool::new(false),
+            state: AtomicU8::new(IDLE),
             duration,
         })
     }
 
-    /// Ask for the stall: the client performs it in its next body.
+    /// Ask for the stall: the client performs it in its next body on the hot key.
     pub fn request(&self) {
-        self.requested.store(true, Ordering::SeqCst);
+        self.state.store(REQUESTED, Ordering::SeqCst);
+    }
+
+    fn is_requested(&self) -> bool {
+        self.state.load(Ordering::SeqCst) == REQUESTED
+    }
+
+    /// Withdraw a request not yet started; false if the stall is running or done.
+    pub fn withdraw(&self) -> bool {
+        self.state
+            .compare_exchange(REQUESTED, IDLE, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    }
+
+    fn start(&self) -> bool {
+        self.state
+            .compare_exchange(REQUESTED, RUNNING, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    }
+
+    fn finish(&self) {
+        self.state.store(DONE, Ordering::SeqCst);
     }
 }
 
@@ -155,7 +181,9 @@ impl LockClient {
         while clock::now() < self.stop.load(Ordering::SeqCst) {
             // Key 0 is the hot one (two thirds of the picks): a fault on its
             // holder then meets waiters.
-            let key = if rng.f64() < 0.66 {
+            // The stalled client goes for the hot key once its stall is asked for.
+            let stall_pending = self.stall.as_ref().is_some_and(|s| s.is_requested());
+            let key = if stall_pending || rng.f64() < 0.66 {
                 0
             } else {
                 rng.usize(..self.keys.len())
@@ -214,7 +242,7 @@ impl LockClient {
         loop {
             if let Some(stall) = &self.stall
                 && key == 0
-                && stall.requested.swap(false, Ordering::SeqCst)
+                && stall.start()
             {
                 // Stop the world: the renewer and the loss timer of this
                 // runtime are frozen too. Then write at once, with no await
@@ -222,6 +250,7 @@ impl LockClient {
                 let from = clock::now();
                 std::thread::sleep(stall.duration);
                 self.log.window(from, clock::now());
+                stall.finish();
                 open.body.stalled = true;
                 self.log.write(self.id, key, start, fence);
             }

@@ -48,6 +48,7 @@ usage: verrou-torture [--quick] [--seed N] [--out DIR] [--only TEXT] [--url URL 
                  client's connections blackholed, one client's runtime stalled);
                  keys are prefixed verrou-torture:<seed>:
   --backend B    with --url: lua (default) or tair
+  --every-row    also draw one timeline per row, under safety/rows/ (for digging into a row)
 
 Exit status: 0 when every claimed-safe row holds and the control row shows overlaps,
 1 when a claim is broken (overlap, stale write accepted, late loss signal,
@@ -61,6 +62,7 @@ struct Args {
     only: Option<String>,
     url: Option<String>,
     backend: Option<String>,
+    every_row: bool,
 }
 
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -69,6 +71,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Args, String> {
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--quick" => parsed.quick = true,
+            "--every-row" => parsed.every_row = true,
             "--seed" => {
                 let s = it.next().ok_or("--seed needs a number")?;
                 parsed.seed = Some(s.parse().map_err(|_| format!("--seed: not a number: {s}"))?);
@@ -232,6 +235,17 @@ async fn main_async(args: Args) -> BoxResult<bool> {
         let file = format!("safety/{slug}.svg");
         std::fs::write(out.join(&file), chart::timeline(pick, params.lock_clients, params.keys))?;
         svgs.push((slug, file));
+    }
+    if args.every_row {
+        std::fs::create_dir_all(out.join("safety/rows"))?;
+        for (i, o) in outcomes.iter().enumerate() {
+            let file = format!(
+                "safety/rows/{i:02}-{}-{}.svg",
+                o.scenario.backend.label().replace(' ', "-"),
+                o.scenario.fault.slug()
+            );
+            std::fs::write(out.join(file), chart::timeline(o, params.lock_clients, params.keys))?;
+        }
     }
     let md = report::markdown(&outcomes, &params, seed, &command, &svgs);
     let path = out.join("SAFETY.md");

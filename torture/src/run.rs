@@ -458,9 +458,15 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
     if let Err(e) = inject(&mut env, &sc, p, &log, stall.as_ref()).await {
         log.error(format!("fault injection failed: {e}"));
     }
-    if sc.fault == Fault::Stall {
-        // The stalled client performs the stall in its next body on the hot key.
-        while log.healed_at().is_none() && Instant::now() < planned_stop {
+    if let Some(st) = &stall {
+        // The stalled client performs the stall in its next body on the hot
+        // key; at the planned end a request not yet started is withdrawn,
+        // one in progress is waited for (it ends within its duration).
+        let give_up = planned_stop + p.fault_len() * 2;
+        while log.healed_at().is_none() && Instant::now() < give_up {
+            if Instant::now() >= planned_stop && st.withdraw() {
+                break;
+            }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
