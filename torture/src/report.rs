@@ -127,10 +127,11 @@ pub fn markdown(outcomes: &[Outcome], p: &Params, seed: u64, command: &str, svgs
         md,
         "Each row: {} clients, each with its own `LockManager`, its own backend connections and its own OS thread \
          and tokio runtime (as separate processes), contend on {} keys with a {} ms TTL (renewed every TTL/3) and \
-         critical sections (`with_lock` bodies) held 0.1–1.5 × TTL. Every body writes its fencing token to a \
+         critical sections (`with_lock` bodies) held 0.1–2.5 × TTL, two thirds of them on key 0 (the hot key the faults aim at: most faults start while client 0 holds a lock). Every body writes its fencing token to a \
          simulated resource that accepts a write only with a token at least the highest it has seen, when it starts \
          and when it ends. Meanwhile {} more clients increment one counter with the versioned store's `update`. \
-         A row lasts {:.1} s; the fault starts at {:.1} s.\n",
+         A row lasts {:.1} s (longer when the fault heals late: clients run on for 6 × TTL after it); the fault starts at {:.1} s. \
+         Redlock has no versioned store (— in the linearizable column); the Lua and Tair backends run with fencing tokens on.\n",
         p.lock_clients,
         p.keys,
         p.ttl.as_millis(),
