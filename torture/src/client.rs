@@ -16,7 +16,7 @@ use crate::clock;
 use crate::record::{Body, Log, UpdateOp, UpdateOutcome};
 
 /// A request to stall one client's whole runtime inside its next critical
-/// section on the hot key (a stop-the-world pause: `std::thread::sleep` on
+/// section (a stop-the-world pause: `std::thread::sleep` on
 /// the runtime's only thread).
 #[derive(Debug)]
 pub struct Stall {
@@ -38,7 +38,9 @@ impl Stall {
         })
     }
 
-    /// Ask for the stall: the client performs it in its next body on the hot key.
+    /// Ask for the stall: the client performs it in its next body (it goes
+    /// for the hot key meanwhile, but a barging client can keep it off that
+    /// key for seconds on a backend without wake-ups, so any key will do).
     pub fn request(&self) {
         self.state.store(REQUESTED, Ordering::SeqCst);
     }
@@ -241,7 +243,6 @@ impl LockClient {
         let until = Instant::now() + hold;
         loop {
             if let Some(stall) = &self.stall
-                && key == 0
                 && stall.start()
             {
                 // Stop the world: the renewer and the loss timer of this

@@ -459,8 +459,8 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
         log.error(format!("fault injection failed: {e}"));
     }
     if let Some(st) = &stall {
-        // The stalled client performs the stall in its next body on the hot
-        // key; at the planned end a request not yet started is withdrawn,
+        // The stalled client performs the stall in its next body; at the
+        // planned end a request not yet started is withdrawn,
         // one in progress is waited for (it ends within its duration).
         let give_up = planned_stop + p.fault_len() * 2;
         while log.healed_at().is_none() && Instant::now() < give_up {
