@@ -84,7 +84,10 @@ fn the_readme_defaults_table_is_lock_options_default() {
             "release call timeout" => {
                 // "not capped": lock-core's lifecycle test
                 // release_is_not_capped_by_the_remaining_validity.
-                assert!(value.starts_with(&format!("{} (`op_timeout`", secs(o.op_timeout))), "{value:?}");
+                assert!(
+                    value.starts_with(&format!("{} (`op_timeout`", secs(o.op_timeout))),
+                    "{value:?}"
+                );
             }
             other => panic!("unchecked row {other:?}"),
         }

@@ -210,7 +210,7 @@ async fn connections_cut_through_a_proxy() {
     // the proxy's latency when the cut comes. A long command timeout
     // proves the error comes from the cut, not from a timeout.
     let patient_timeout = Duration::from_secs(10);
-    let patient = common::connect(common::builder(&proxy.url()).command_timeout(patient_timeout)).await;
+    let patient = common::connect(common::builder(&proxy.url()).response_timeout(patient_timeout)).await;
     proxy.set_latency(Duration::from_secs(1));
     let started = Instant::now();
     let in_flight = tokio::spawn(async move {

@@ -76,7 +76,7 @@ pub async fn build(spec: &Spec, timeout: Duration) -> lock_core::Result<Built> {
             let mut builder = TairBackend::builder(url.clone())
                 .fencing(true)
                 .connect_timeout(timeout)
-                .command_timeout(timeout);
+                .response_timeout(timeout);
             if let Some(ack) = ack {
                 builder = builder.replica_ack(*ack);
             }

@@ -640,6 +640,8 @@ pub async fn handles_see_the_lease_end(s: &LockSuite) {
         .expect("with_lock");
     assert_eq!(out, 7);
     assert_eq!(lease.lost().await, LossReason::Released);
+}
+
 /// An acquire dropped after the backend applied it (the reply never came)
 /// leaves no lock behind: the cancelled call's token is released.
 pub async fn dropped_acquire_leaves_no_lock(s: &LockSuite) {
