@@ -15,6 +15,12 @@ use verrou::{
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> verrou::Result<()> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    run(url).await
+}
+
+/// The example against the server at `url` (the test suite runs it against
+/// its own server: tests/examples.rs).
+pub async fn run(url: String) -> verrou::Result<()> {
     let backend = RedisLuaBackend::builder_url(url)
         .response_timeout(Duration::from_millis(500))
         .fencing(true)

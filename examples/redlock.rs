@@ -52,6 +52,12 @@ async fn main() -> verrou::Result<()> {
         .map(|u| u.trim().to_owned())
         .filter(|u| !u.is_empty())
         .collect();
+    run(urls).await
+}
+
+/// The example over the servers at `urls` (the test suite runs it against
+/// its own servers: tests/examples.rs).
+pub async fn run(urls: Vec<String>) -> verrou::Result<()> {
     let redlock = connect(&urls).await?;
     println!(
         "redlock over {} nodes, quorum {}, per-node timeout {:?} for a {TTL:?} TTL, fencing tokens: {}",

@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use lock_tair::TairBackend;
+use verrou::tair::TairBackend;
 use verrou::{
     AcquireOutcome, LockBackend, LockManager, LockOptions, LockToken, UpdateOptions, VersionedStore, VersionedStoreExt,
 };
@@ -28,6 +28,12 @@ const INCREMENTS: u64 = 25;
 #[tokio::main]
 async fn main() -> verrou::Result<()> {
     let url = std::env::var("TAIR_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    run(url).await
+}
+
+/// The example against the server at `url` (the test suite runs it against
+/// its own server with the module: tests/examples.rs).
+pub async fn run(url: String) -> verrou::Result<()> {
     println!("verrou Tair example against {url}");
     let backend = TairBackend::connect(&url).await?;
 

@@ -60,5 +60,8 @@ cargo test --workspace --all-features
 echo "==> benchmark smoke test (quick mode, no timing assertions)"
 cargo run --quiet -p verrou-bench -- --quick
 
+echo "==> safety checker (quick mode; fails on an overlap, a stale write accepted, a late loss signal, a non-linearizable history, lost liveness or a hang in a row the README claims safe)"
+cargo run --quiet -p verrou-torture -- --quick
+
 echo "==> quickstart"
 cargo run --quiet --example quickstart

@@ -2,6 +2,11 @@
 
 pub use lock_core::*;
 
+pub mod connect;
+#[cfg(feature = "serde")]
+pub use connect::ConnectConfig;
+pub use connect::{Backend, connect};
+
 /// The in-process backend (feature `memory`).
 #[cfg(feature = "memory")]
 pub use lock_memory as memory;

@@ -5,26 +5,30 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use lock_testkit::server::{RedisServer, RespClient};
+use nix::sys::resource::{UsageWho, getrusage};
+use nix::sys::time::TimeVal;
 
 use crate::BoxResult;
 
 /// CPU time (user + system) of this whole process, all threads included.
 pub fn process_cpu() -> BoxResult<Duration> {
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage fills the struct it is given; on failure we do not read it.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };
-    if rc != 0 {
-        return Err(format!("getrusage failed: {}", std::io::Error::last_os_error()).into());
-    }
-    // SAFETY: rc == 0, so the kernel wrote the whole struct (and it started zeroed).
-    let usage = unsafe { usage.assume_init() };
-    Ok(timeval(usage.ru_utime) + timeval(usage.ru_stime))
+    cpu_of(UsageWho::RUSAGE_SELF)
 }
 
-fn timeval(tv: libc::timeval) -> Duration {
-    let secs = u64::try_from(tv.tv_sec).unwrap_or(0);
-    let micros = u32::try_from(tv.tv_usec).unwrap_or(0);
-    Duration::from_secs(secs) + Duration::from_micros(u64::from(micros))
+/// CPU time (user + system) of the waited-for child processes.
+pub fn children_cpu() -> BoxResult<Duration> {
+    cpu_of(UsageWho::RUSAGE_CHILDREN)
+}
+
+fn cpu_of(who: UsageWho) -> BoxResult<Duration> {
+    let usage = getrusage(who).map_err(|e| format!("getrusage failed: {e}"))?;
+    Ok(timeval(usage.user_time()) + timeval(usage.system_time()))
+}
+
+fn timeval(tv: TimeVal) -> Duration {
+    let secs = u64::try_from(tv.tv_sec()).unwrap_or(0);
+    let micros = u64::try_from(tv.tv_usec()).unwrap_or(0);
+    Duration::from_secs(secs) + Duration::from_micros(micros)
 }
 
 /// Sorted latency samples.
@@ -267,6 +271,21 @@ impl Reading {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_time_grows_with_work_and_children_are_counted_separately() {
+        let before = process_cpu().expect("getrusage self");
+        let mut x = 0u64;
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_millis(50) {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+        let after = process_cpu().expect("getrusage self");
+        assert!(after > before, "{before:?} -> {after:?}");
+        let child_before = children_cpu().expect("getrusage children");
+        std::process::Command::new("true").status().expect("run true");
+        assert!(children_cpu().expect("getrusage children") >= child_before);
+    }
 
     #[test]
     fn percentiles_use_nearest_rank() {

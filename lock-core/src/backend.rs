@@ -12,6 +12,19 @@ use crate::token::{FencingToken, LockToken};
 /// top; backends only answer "did it work, and if not, why".
 ///
 /// Object safe: use it as `Arc<dyn LockBackend>`.
+///
+/// # Errors
+///
+/// Every method fails with [`crate::Error::InvalidArgument`] for a bad key or
+/// TTL and [`crate::Error::Backend`] for a transport or server failure
+/// (`outcome_unknown` when the write may have been applied).
+///
+/// # Cancel safety
+///
+/// Dropping a call's future leaves its outcome unknown (the write applied
+/// whole or not at all) and must leave the backend usable. The manager
+/// relies on exactly that: it releases a dropped acquire's token and keeps a
+/// lease's local deadline where it was after a dropped renewal.
 #[async_trait]
 pub trait LockBackend: Send + Sync + 'static {
     /// Take `key` for `token` for `ttl` if nobody holds it.
@@ -129,8 +142,10 @@ pub enum Replication {
 /// after every versioned write, the backend sends `WAIT replicas timeout` on
 /// the connection that made the write (a dedicated one: WAIT blocks the
 /// server-side connection and would stall everything multiplexed behind it).
-/// Release never waits: a late release breaks nothing. Whether renewals
-/// wait is per backend (Tair: one `WAIT` per renewal batch; see its docs).
+/// Renewals wait too (one `WAIT` per renewal batch), and a renewal that
+/// fewer replicas acknowledged is an outcome-unknown error whatever
+/// [`OnShortfall`] says, so the guard's deadline never moves past what a
+/// promoted replica knows. Release never waits: a late release breaks nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ReplicaAck {
@@ -183,6 +198,7 @@ impl ReplicaAck {
 
 /// What happens when fewer replicas than required acknowledge a write.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum OnShortfall {
     /// Acquire: release the lock (owner-checked) and fail with
     /// [`crate::Error::Backend`] saying how many replicas acknowledged (the
@@ -194,6 +210,7 @@ pub enum OnShortfall {
     ReleaseAndFail,
     /// Acquire: succeed with `Lease.replication = Replication::Unconfirmed`,
     /// for the caller to decide. Versioned write: succeed and log a warning.
+    /// (Renewals are never counted unconfirmed: see [`ReplicaAck`].)
     MarkUnconfirmed,
 }
 

@@ -1,8 +1,8 @@
 //! Renewal batching. Lease renewers that come due in the same timer tick (the
-//! renewer rounds due times to a grid) hand their renewals to one per-manager
-//! batcher, which sends them as one [`LockBackend::renew_many`] call: one
-//! round trip (one script, or one pipeline) for many leases instead of one
-//! each. Each lease's renewer keeps its own timeouts, retries and loss rules.
+//! renewer rounds due times to a grid) hand their renewals to their manager's
+//! batcher on their own tokio runtime (one per manager and runtime), which
+//! sends them as one [`LockBackend::renew_many`] call: one round trip (one
+//! script, or one pipeline) for many leases instead of one each. Each lease's renewer keeps its own timeouts, retries and loss rules.
 
 use std::sync::Arc;
 use std::time::Duration;

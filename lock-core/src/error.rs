@@ -28,7 +28,9 @@ pub enum Error {
     },
 
     /// The lease is no longer ours: it expired or another client holds the key.
-    /// Returned by `extend` and `release` on a stale guard.
+    /// Returned by `LockGuard::extend` on a stale guard. (`LockGuard::release`
+    /// does not use it: it answers `Ok(ReleaseOutcome::HeldByOther)` or
+    /// `Ok(ReleaseOutcome::Missing)`, having touched nothing.)
     #[error("lock {key:?} is not held by this client ({reason})")]
     NotHeld {
         /// The key.
@@ -185,6 +187,8 @@ pub enum LossReason {
     NotOwner,
     /// The local validity deadline passed without a successful renewal.
     DeadlinePassed,
+    /// The guard was released or dropped: the lease ended on purpose.
+    Released,
 }
 
 impl std::fmt::Display for LossReason {
@@ -192,6 +196,7 @@ impl std::fmt::Display for LossReason {
         f.write_str(match self {
             LossReason::NotOwner => "a renewal found another owner or no key",
             LossReason::DeadlinePassed => "the local validity deadline passed without renewal",
+            LossReason::Released => "the guard was released or dropped",
         })
     }
 }

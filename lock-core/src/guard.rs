@@ -1,9 +1,11 @@
 //! The owned lock guard, its shareable lease view, and the loss signal.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -22,14 +24,48 @@ pub(crate) struct LeaseState {
     pub(crate) replication: Replication,
     pub(crate) acquired_at: Instant,
     pub(crate) drift_factor: f64,
-    /// (start of the op that set it, deadline). Only an op that started later
-    /// may replace it, so a slow reply cannot move the deadline backwards past
-    /// a newer renewal.
-    validity: Mutex<(Instant, Instant)>,
+    /// The local deadline, published so that `lost()` waiters re-arm
+    /// whenever it moves (earlier too: `extend` with a shorter TTL).
+    validity: watch::Sender<Validity>,
     lost: CancellationToken,
     loss_reason: OnceLock<LossReason>,
+    /// One TTL change (renewal or `extend`) in flight per lease: the server
+    /// then applies them in the order the guard records them, so the local
+    /// deadline follows the TTL the server applied last.
+    ttl_change: tokio::sync::Mutex<()>,
+    /// The smallest TTL of a TTL change whose outcome is unknown (timed out,
+    /// or dropped after sending): the server may still apply it at any later
+    /// moment, so no later deadline may count on more than that TTL.
+    unknown_ttl: Mutex<Option<Duration>>,
     /// The manager's lanes: the head waiter for this key is told when we release.
     lanes: Option<Lanes>,
+    pub(crate) observed: crate::observe::LeaseObs,
+}
+
+/// A TTL change sent but not answered yet: dropped armed (unknown outcome,
+/// or the future dropped), it caps the lease's deadline.
+struct Unsettled<'a> {
+    state: &'a LeaseState,
+    sent_at: Instant,
+    ttl: Duration,
+    armed: bool,
+}
+
+impl Drop for Unsettled<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.state.outcome_unknown(self.sent_at, self.ttl);
+        }
+    }
+}
+
+/// The local deadline and the start of the operation that set it. Only an
+/// operation that started later may replace it, so a slow reply cannot move
+/// the deadline backwards past a newer renewal.
+#[derive(Clone, Copy)]
+struct Validity {
+    since: Instant,
+    deadline: Instant,
 }
 
 /// What the manager knows right after a successful acquire.
@@ -53,42 +89,139 @@ impl LeaseState {
             replication: grant.lease.replication,
             acquired_at: grant.sent_at,
             drift_factor,
-            validity: Mutex::new((grant.sent_at, grant.deadline)),
+            validity: watch::Sender::new(Validity {
+                since: grant.sent_at,
+                deadline: grant.deadline,
+            }),
             lost: CancellationToken::new(),
             loss_reason: OnceLock::new(),
+            ttl_change: tokio::sync::Mutex::new(()),
+            unknown_ttl: Mutex::new(None),
             lanes,
+            observed: Default::default(),
         }
     }
 
     pub(crate) fn deadline(&self) -> Instant {
-        match self.validity.lock() {
-            Ok(v) => v.1,
-            Err(poisoned) => poisoned.into_inner().1,
+        self.validity.borrow().deadline
+    }
+
+    fn unknown_ttl(&self) -> Option<Duration> {
+        match self.unknown_ttl.lock() {
+            Ok(t) => *t,
+            Err(poisoned) => *poisoned.into_inner(),
         }
     }
 
     /// The deadline a successful renewal sent at `sent_at` with `ttl` earns.
     pub(crate) fn deadline_for(&self, sent_at: Instant, ttl: Duration) -> Instant {
-        sent_at + ttl.saturating_sub(crate::options::clock_drift(ttl, self.drift_factor))
+        let ttl = self.unknown_ttl().map_or(ttl, |unknown| unknown.min(ttl));
+        crate::clock::later(
+            sent_at,
+            ttl.saturating_sub(crate::options::clock_drift(ttl, self.drift_factor)),
+        )
     }
 
     pub(crate) fn renewed(&self, sent_at: Instant, ttl: Duration) {
         if self.is_lost() {
             return; // loss is sticky: the holder was already told
         }
+        crate::observe::renewed(self, sent_at);
         let deadline = self.deadline_for(sent_at, ttl);
-        let mut v = match self.validity.lock() {
-            Ok(v) => v,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        if sent_at >= v.0 {
-            *v = (sent_at, deadline);
-        }
+        self.validity.send_if_modified(|v| {
+            // Checked under the channel's lock: `mark_lost` cancels before it
+            // takes that lock, so a loss is never overwritten by a renewal.
+            if self.lost.is_cancelled() || sent_at < v.since {
+                return false;
+            }
+            *v = Validity {
+                since: sent_at,
+                deadline,
+            };
+            true
+        });
     }
 
+    /// A TTL change for `ttl` sent at `sent_at` may or may not have been
+    /// applied, and may still be applied at any later moment, which gives the
+    /// key at least `sent_at + ttl`: the deadline drops to that if it was
+    /// later, and every later deadline counts on no more than `ttl`.
+    fn outcome_unknown(&self, sent_at: Instant, ttl: Duration) {
+        {
+            let mut unknown = match self.unknown_ttl.lock() {
+                Ok(t) => t,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            *unknown = Some(unknown.map_or(ttl, |t| t.min(ttl)));
+        }
+        let capped = self.deadline_for(sent_at, ttl);
+        self.validity.send_if_modified(|v| {
+            if v.deadline <= capped {
+                return false;
+            }
+            v.deadline = capped;
+            true
+        });
+    }
+
+    /// Make one TTL change of this lease (a renewal or an `extend`): wait for
+    /// its turn (see `ttl_change`), set `sent`, run `send`, and record the
+    /// outcome. A renewal moves the deadline; an unknown outcome (an error
+    /// saying so, or this future dropped after sending, e.g. by a timeout)
+    /// is recorded as such (see `outcome_unknown`). Returns the outcome and
+    /// when the change was sent.
+    pub(crate) async fn change_ttl<F, Fut>(
+        &self,
+        ttl: Duration,
+        sent: &AtomicBool,
+        send: F,
+    ) -> Result<(RenewOutcome, Instant)>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<RenewOutcome>>,
+    {
+        let _turn = self.ttl_change.lock().await;
+        let sent_at = Instant::now();
+        sent.store(true, Ordering::Relaxed);
+        let mut unsettled = Unsettled {
+            state: self,
+            sent_at,
+            ttl,
+            armed: true,
+        };
+        let result = send().await;
+        match &result {
+            Ok(RenewOutcome::Renewed) => self.renewed(sent_at, ttl),
+            Err(e) if e.is_outcome_unknown() => return result.map(|o| (o, sent_at)),
+            _ => {}
+        }
+        unsettled.armed = false;
+        result.map(|o| (o, sent_at))
+    }
+
+    /// Signal the end of the lease: the first reason sticks, and the deadline
+    /// moves to now so that `remaining()` reads zero from here on.
     pub(crate) fn mark_lost(&self, reason: LossReason) {
-        let _ = self.loss_reason.set(reason);
+        if self.loss_reason.set(reason).is_ok() {
+            crate::observe::lost(self, reason);
+        }
         self.lost.cancel();
+        let now = Instant::now();
+        self.validity.send_if_modified(|v| {
+            if v.deadline <= now {
+                return false;
+            }
+            v.deadline = now;
+            true
+        });
+    }
+
+    /// The guard is done with the lease (released or dropped). A lease already
+    /// lost, or past its deadline, keeps that reason.
+    pub(crate) fn end(&self, reason: LossReason) {
+        if !self.is_lost() {
+            self.mark_lost(reason);
+        }
     }
 
     /// Lost by signal, or past the deadline (which then becomes the signal).
@@ -103,13 +236,14 @@ impl LeaseState {
         false
     }
 
-    fn reason(&self) -> LossReason {
+    pub(crate) fn reason(&self) -> LossReason {
         self.loss_reason.get().copied().unwrap_or(LossReason::DeadlinePassed)
     }
 
     pub(crate) async fn wait_lost(self: Arc<Self>) -> LossReason {
+        let mut validity = self.validity.subscribe();
         loop {
-            let deadline = self.deadline();
+            let deadline = validity.borrow_and_update().deadline;
             tokio::select! {
                 () = self.lost.cancelled() => return self.reason(),
                 () = tokio::time::sleep_until(deadline) => {
@@ -117,6 +251,8 @@ impl LeaseState {
                         return self.reason();
                     }
                 }
+                // The deadline moved (we hold the sender: this never errs).
+                Ok(()) = validity.changed() => {}
             }
         }
     }
@@ -173,21 +309,59 @@ impl LeaseHandle {
         self.state.deadline()
     }
 
-    /// Time left before the local deadline (zero once passed).
+    /// Time left before the local deadline (zero once passed, and once the
+    /// lease is lost or ended).
     pub fn remaining(&self) -> Duration {
         self.deadline().saturating_duration_since(Instant::now())
     }
 
-    /// True once the lease is lost: a renewal found another owner (or no
-    /// key), or the local deadline passed without a successful renewal.
+    /// True once the lease no longer protects anything: a renewal found
+    /// another owner (or no key), the local deadline passed without a
+    /// successful renewal, or the guard was released or dropped
+    /// ([`LossReason::Released`]).
     pub fn is_lost(&self) -> bool {
         self.state.is_lost()
     }
 
-    /// Resolves when the lease is lost (see [`LeaseHandle::is_lost`]). The
-    /// future is `'static`: it can be moved into a `select!` or a task.
+    /// Resolves when the lease ends, with the reason (see
+    /// [`LeaseHandle::is_lost`]): at the local deadline (re-armed whenever a
+    /// renewal or `extend` moves it, earlier or later), at a definite "not
+    /// owner" answer, or at the guard's release or drop
+    /// ([`LossReason::Released`]). [`crate::LockManager::with_lock`] never
+    /// reports its own release as a loss. The future is `'static`: it can be
+    /// moved into a `select!` or a task.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only observes the lease.
     pub fn lost(&self) -> impl Future<Output = LossReason> + Send + 'static {
         self.state.clone().wait_lost()
+    }
+
+    /// A [`CancellationToken`] cancelled when the lease is lost, to plug the
+    /// loss into tokio-util cancellation trees (`child_token`,
+    /// `run_until_cancelled`, `select!` on `cancelled()`). Cancelling it
+    /// yourself only cancels your token, never the lease.
+    ///
+    /// Besides a signalled loss it fires when the local deadline passes: a
+    /// small task on the current tokio runtime watches for that (called
+    /// outside a runtime, only a signalled loss cancels it). After a release
+    /// the deadline no longer moves, so the token fires at it.
+    pub fn lost_token(&self) -> CancellationToken {
+        let token = self.state.lost.child_token();
+        if !token.is_cancelled()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let state = self.state.clone();
+            let watched = token.clone();
+            runtime.spawn(async move {
+                tokio::select! {
+                    _ = state.wait_lost() => {}
+                    () = watched.cancelled() => {}
+                }
+            });
+        }
+        token
     }
 }
 
@@ -228,11 +402,40 @@ impl LockGuard {
         self.handle.clone()
     }
 
-    /// Reset the lease's TTL to `ttl` now (owner-checked). With automatic
+    /// Reset the lease's TTL to `ttl` now (owner-checked); the deadline moves
+    /// to match, earlier or later, and `lost()` follows it. With automatic
     /// renewal on, the next renewal goes back to the manager's TTL.
     ///
-    /// Fails with [`Error::NotHeld`] if the lease is lost; a transport error
-    /// leaves the lease as it was (its deadline is unchanged).
+    /// TTL changes of one lease never overlap: `extend` waits for an
+    /// in-flight renewal's answer before it sends, so the server applies them
+    /// in the order the guard records them. A TTL change of this lease whose
+    /// outcome is unknown (timed out, or its future dropped after sending)
+    /// may still land at any moment: the deadline drops to what it would
+    /// give if applied at once (if that is earlier), and later deadlines
+    /// count on no more than its TTL.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`] if the lease is lost or released;
+    /// [`Error::InvalidArgument`] for a TTL out of range; a backend error
+    /// (outcome unknown if the renewal was sent and timed out, known if it
+    /// was never sent because another TTL change of this lease was still in
+    /// flight) leaves the deadline as it was.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before the renewal is sent changes nothing;
+    /// after, the renewal's outcome is unknown and handled as above.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # async fn demo(locks: &lock_core::LockManager) -> lock_core::Result<()> {
+    /// use std::time::Duration;
+    /// let guard = locks.lock("migration").await?;
+    /// guard.extend(Duration::from_secs(120)).await?; // a long step ahead
+    /// # guard.release().await?; Ok(()) }
+    /// ```
     pub async fn extend(&self, ttl: Duration) -> Result<()> {
         validate_ttl(ttl)?;
         let state = &self.handle.state;
@@ -242,22 +445,30 @@ impl LockGuard {
         if state.is_lost() {
             return Err(not_held(state, NotHeldReason::Expired));
         }
-        let sent_at = Instant::now();
-        let call = state.backend.renew(&state.key, &state.token, ttl);
+        let sent = AtomicBool::new(false);
+        let call = state.change_ttl(ttl, &sent, || async {
+            if state.is_lost() {
+                return Err(not_held(state, NotHeldReason::Expired));
+            }
+            state.backend.renew(&state.key, &state.token, ttl).await
+        });
         let outcome = match tokio::time::timeout(self.op_timeout.min(self.remaining()), call).await {
-            Ok(r) => r?,
-            Err(_) => {
+            Ok(r) => r?.0,
+            Err(_) if sent.load(Ordering::Relaxed) => {
                 return Err(Error::outcome_unknown(
                     state.backend.capabilities().name,
                     "renew timed out",
                 ));
             }
+            Err(_) => {
+                return Err(Error::backend(
+                    state.backend.capabilities().name,
+                    "not sent: another TTL change of this lease was still in flight",
+                ));
+            }
         };
         match outcome {
-            RenewOutcome::Renewed => {
-                state.renewed(sent_at, ttl);
-                Ok(())
-            }
+            RenewOutcome::Renewed => Ok(()),
             RenewOutcome::HeldByOther => {
                 state.mark_lost(LossReason::NotOwner);
                 Err(not_held(state, NotHeldReason::HeldByOther))
@@ -269,12 +480,36 @@ impl LockGuard {
         }
     }
 
-    /// Stop renewing and delete the key if this lease still holds it.
+    /// Stop renewing and delete the key if this lease still holds it. Every
+    /// handle of the lease then reports it ended: [`LossReason::Released`],
+    /// or the loss if the lease was lost first.
     ///
     /// `Released` means we deleted our own lock; `HeldByOther` / `Missing`
     /// mean it was already lost (nothing of anyone else's was touched).
-    /// Cancellation-safe: if this future is dropped mid-flight, the guard's
-    /// drop schedules the release again.
+    ///
+    /// # Errors
+    ///
+    /// A backend error (outcome unknown on a timeout after `op_timeout`; the
+    /// release is not capped by the remaining validity, since a late release
+    /// harms nobody): the guard's drop then schedules the release again, and
+    /// the TTL frees the key at the latest.
+    ///
+    /// # Cancel safety
+    ///
+    /// If this future is dropped mid-flight, the guard's drop schedules the
+    /// release again.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # async fn demo(locks: &lock_core::LockManager) -> lock_core::Result<()> {
+    /// use lock_core::ReleaseOutcome;
+    /// let guard = locks.lock("orders:42").await?;
+    /// if guard.release().await? != ReleaseOutcome::Released {
+    ///     eprintln!("the lease had been lost before the release");
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn release(mut self) -> Result<ReleaseOutcome> {
         self.renewer_stop.cancel();
         let state = self.handle.state.clone();
@@ -292,9 +527,10 @@ impl LockGuard {
         if let Some(lanes) = &state.lanes {
             lanes.notify_released(&state.key);
         }
-        if !matches!(result, Ok(ReleaseOutcome::Released)) {
-            state.mark_lost(LossReason::NotOwner);
-        }
+        state.end(match result {
+            Ok(ReleaseOutcome::Released) | Err(_) => LossReason::Released,
+            Ok(_) => LossReason::NotOwner,
+        });
         result
     }
 }
@@ -302,10 +538,12 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         self.renewer_stop.cancel();
+        crate::observe::ended(&self.handle.state);
+        let state = self.handle.state.clone();
+        state.end(LossReason::Released);
         if self.released {
             return;
         }
-        let state = self.handle.state.clone();
         let op_timeout = self.op_timeout;
         spawn_release(
             state.backend.clone(),

@@ -1,14 +1,16 @@
 //! The lock manager: acquire with timeout and backoff, try-lock, scoped
 //! critical sections, and renewal.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, Span};
 
-use crate::backend::{AcquireOutcome, LockBackend};
+use crate::backend::{AcquireOutcome, LockBackend, ReleaseOutcome};
 use crate::batch::RenewBatcher;
 use crate::error::{Error, Result};
 use crate::guard::{Grant, LeaseHandle, LeaseState, LockGuard, spawn_release};
@@ -40,25 +42,24 @@ struct Inner {
     shutdown: CancellationToken,
     /// Local FIFO order of this manager's waiters, per key.
     lanes: Lanes,
-    /// Started with the first auto-renewed guard (restarted if its runtime
-    /// went away).
-    batcher: std::sync::Mutex<Option<RenewBatcher>>,
+    /// One batcher per tokio runtime with auto-renewed guards, started with
+    /// the first of them: a renewer's batch runs on the runtime that drives
+    /// the renewer, never on another runtime that may be idle or gone.
+    batchers: std::sync::Mutex<HashMap<tokio::runtime::Id, RenewBatcher>>,
 }
 
 impl Inner {
     fn batcher(&self, runtime: &tokio::runtime::Handle) -> RenewBatcher {
-        let mut slot = match self.batcher.lock() {
+        let mut batchers = match self.batchers.lock() {
             Ok(s) => s,
             Err(poisoned) => poisoned.into_inner(),
         };
-        match slot.as_ref() {
-            Some(b) if b.is_alive() => b.clone(),
-            _ => {
-                let b = RenewBatcher::spawn(self.backend.clone(), runtime);
-                *slot = Some(b.clone());
-                b
-            }
-        }
+        // Forget the batchers of runtimes that shut down.
+        batchers.retain(|_, b| b.is_alive());
+        batchers
+            .entry(runtime.id())
+            .or_insert_with(|| RenewBatcher::spawn(self.backend.clone(), runtime))
+            .clone()
     }
 }
 
@@ -80,7 +81,7 @@ impl LockManager {
                 options: LockOptions::default(),
                 shutdown: CancellationToken::new(),
                 lanes: Lanes::default(),
-                batcher: std::sync::Mutex::new(None),
+                batchers: std::sync::Mutex::default(),
             }),
         }
     }
@@ -106,7 +107,7 @@ impl LockManager {
                 options,
                 shutdown: CancellationToken::new(),
                 lanes: Lanes::default(),
-                batcher: std::sync::Mutex::new(None),
+                batchers: std::sync::Mutex::default(),
             }),
         })
     }
@@ -128,15 +129,62 @@ impl LockManager {
     }
 
     /// Acquire `key`, waiting up to the acquire timeout while another client
-    /// holds it. Errors: [`Error::Timeout`] when it stayed held, the last
-    /// backend error when the backend kept failing, [`Error::InvalidArgument`].
+    /// holds it, with the manager's options ([`LockManager::lock_opts`] for
+    /// per-call ones). The lease is renewed in the background until the
+    /// guard is released or dropped.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] when the key stayed held for the whole acquire
+    /// timeout; the last backend error when the backend kept failing until
+    /// then; [`Error::InvalidArgument`] for a bad key;
+    /// [`Error::InvalidArgument`] when automatic renewal is on outside a tokio
+    /// runtime.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future never leaves a lock behind: an attempt whose reply
+    /// had not arrived is released (owner-checked) in the background. A
+    /// cancelled waiter loses its place in this manager's FIFO line for the
+    /// key: calling `lock` again queues it at the back.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # async fn demo(locks: &lock_core::LockManager) -> lock_core::Result<()> {
+    /// let guard = locks.lock("orders:42").await?;
+    /// // ... critical section: check guard.is_lost() before irreversible steps ...
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn lock(&self, key: &str) -> Result<LockGuard> {
-        self.lock_with(key, &self.inner.options).await
+        self.lock_opts(key, &self.inner.options).await
     }
 
-    /// [`LockManager::lock`] with per-call options.
-    pub async fn lock_with(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
-        match self.acquire(key, options, true).await? {
+    /// [`LockManager::lock`] with per-call options (validated; errors and
+    /// cancel safety as there).
+    ///
+    /// # Errors
+    ///
+    /// As [`LockManager::lock`], plus [`Error::InvalidArgument`] for invalid
+    /// `options`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`LockManager::lock`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # async fn demo(locks: &lock_core::LockManager) -> lock_core::Result<()> {
+    /// use std::time::Duration;
+    /// let quick = locks.options().clone().acquire_timeout(Duration::from_millis(200));
+    /// let guard = locks.lock_opts("orders:42", &quick).await?;
+    /// # drop(guard); Ok(()) }
+    /// ```
+    pub async fn lock_opts(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
+        let acquire = self.acquire(key, options, true);
+        match crate::observe::acquiring(true, crate::observe::lock_span(key, true), acquire).await? {
             Some(guard) => Ok(guard),
             None => Err(Error::Timeout {
                 key: key.to_owned(),
@@ -145,35 +193,170 @@ impl LockManager {
         }
     }
 
-    /// One attempt, no waiting: `Ok(None)` if another client holds the key.
-    pub async fn try_lock(&self, key: &str) -> Result<Option<LockGuard>> {
-        self.acquire(key, &self.inner.options, false).await
+    /// Renamed [`LockManager::lock_opts`].
+    ///
+    /// # Errors
+    ///
+    /// As [`LockManager::lock_opts`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`LockManager::lock`].
+    #[deprecated(since = "0.1.0", note = "renamed to `lock_opts` (the x / x_opts naming pair)")]
+    pub async fn lock_with(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
+        self.lock_opts(key, options).await
     }
 
-    /// Run `body` while holding `key`. If the lease is lost, the body is
-    /// cancelled (dropped at its next await point) and [`Error::Lost`] is
-    /// returned; otherwise the lock is released and the body's output returned.
+    /// One attempt, no waiting: `Ok(None)` if another client holds the key.
+    /// Does not queue behind this manager's waiters.
+    ///
+    /// # Errors
+    ///
+    /// The backend's error when the attempt failed (an attempt whose outcome
+    /// is unknown was released in the background); [`Error::InvalidArgument`]
+    /// for a bad key.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future never leaves a lock behind (as [`LockManager::lock`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # async fn demo(locks: &lock_core::LockManager) -> lock_core::Result<()> {
+    /// match locks.try_lock("nightly-report").await? {
+    ///     Some(guard) => { /* we run the report */ guard.release().await?; }
+    ///     None => { /* another instance is running it */ }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_lock(&self, key: &str) -> Result<Option<LockGuard>> {
+        self.try_lock_opts(key, &self.inner.options).await
+    }
+
+    /// [`LockManager::try_lock`] with per-call options (validated).
+    ///
+    /// # Errors
+    ///
+    /// As [`LockManager::try_lock`], plus [`Error::InvalidArgument`] for
+    /// invalid `options`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`LockManager::try_lock`].
+    pub async fn try_lock_opts(&self, key: &str, options: &LockOptions) -> Result<Option<LockGuard>> {
+        let acquire = self.acquire(key, options, false);
+        crate::observe::acquiring(false, crate::observe::lock_span(key, false), acquire).await
+    }
+
+    /// Run `body` while holding `key`, then release the lock.
+    ///
+    /// `Ok` means the body returned while the lease was still valid and the
+    /// release found our own lock. If the lease is lost during the body, the
+    /// body is cancelled (dropped at its next await point) and
+    /// [`Error::Lost`] is returned. The body's output is discarded with an
+    /// [`Error::Lost`] too when the lease turns out lost after all: the body
+    /// returned past the local deadline (it blocked its runtime, so the loss
+    /// signal could not interrupt it), or the release answered that another
+    /// client holds the key or that it is gone. The body's own release is
+    /// never reported as a loss; its lease handles see
+    /// [`crate::LossReason::Released`] once `with_lock` returns.
+    ///
+    /// A release that fails in transport (outcome unknown) does not turn a
+    /// valid run into an error: the body finished inside its validity
+    /// window, and the TTL frees the key at the latest.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`LockManager::lock`], and [`Error::Lost`] as above.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future cancels the body and releases the lock in the
+    /// background (the guard's drop); while waiting, as [`LockManager::lock`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # async fn demo(locks: &lock_core::LockManager) -> lock_core::Result<()> {
+    /// let total = locks
+    ///     .with_lock("accounts:7", |lease| async move {
+    ///         // lease.fencing_token() goes with every write to the resource
+    ///         let _ = lease.fencing_token();
+    ///         40 + 2
+    ///     })
+    ///     .await?;
+    /// assert_eq!(total, 42);
+    /// # Ok(()) }
+    /// ```
     pub async fn with_lock<F, Fut, T>(&self, key: &str, body: F) -> Result<T>
     where
         F: FnOnce(LeaseHandle) -> Fut,
         Fut: Future<Output = T>,
     {
-        let guard = self.lock(key).await?;
-        let lost = guard.lost();
-        let handle = guard.handle();
-        let out = tokio::select! {
-            biased;
-            reason = lost => {
-                let held_for = guard.acquired_at().elapsed();
-                drop(guard); // best-effort release in the background
-                return Err(Error::Lost { key: key.to_owned(), held_for, reason });
-            }
-            out = body(handle) => out,
+        self.with_lock_opts(key, &self.inner.options, body).await
+    }
+
+    /// [`LockManager::with_lock`] with per-call options (validated).
+    ///
+    /// # Errors
+    ///
+    /// As [`LockManager::with_lock`], plus [`Error::InvalidArgument`] for
+    /// invalid `options`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`LockManager::with_lock`].
+    pub async fn with_lock_opts<F, Fut, T>(&self, key: &str, options: &LockOptions, body: F) -> Result<T>
+    where
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let span = crate::observe::with_lock_span(key);
+        let scoped = async {
+            let guard = self.lock_opts(key, options).await?;
+            run_while_held(guard, key, body).await
         };
-        if let Err(e) = guard.release().await {
-            tracing::debug!(key, error = %e, "release after with_lock failed; the TTL will free the key");
-        }
-        Ok(out)
+        let result = scoped.instrument(span.clone()).await;
+        span.record(
+            "outcome",
+            match &result {
+                Ok(_) => "ok",
+                Err(Error::Lost { .. }) => "lost",
+                Err(_) => "error",
+            },
+        );
+        result
+    }
+
+    /// [`LockManager::with_lock`] for a body returning a `Result`: its error
+    /// and the lock's own errors come back as one `E`.
+    ///
+    /// # Errors
+    ///
+    /// The body's error, or the lock's (see [`LockManager::with_lock`])
+    /// converted with `E::from`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`LockManager::with_lock`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # async fn demo(locks: &lock_core::LockManager) -> lock_core::Result<()> {
+    /// let written: u32 = locks
+    ///     .try_with_lock("files:a", |_lease| async move { Ok::<_, lock_core::Error>(3) })
+    ///     .await?;
+    /// # let _ = written; Ok(()) }
+    /// ```
+    pub async fn try_with_lock<F, Fut, T, E>(&self, key: &str, body: F) -> std::result::Result<T, E>
+    where
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: Future<Output = std::result::Result<T, E>>,
+        E: From<Error>,
+    {
+        self.with_lock(key, body).await?
     }
 
     async fn acquire(&self, key: &str, options: &LockOptions, wait: bool) -> Result<Option<LockGuard>> {
@@ -184,7 +367,7 @@ impl LockManager {
         let backend = &self.inner.backend;
         let ttl = options.ttl;
         let validity = ttl.saturating_sub(options.drift(ttl));
-        let give_up = Instant::now() + options.acquire_timeout;
+        let give_up = crate::clock::later(Instant::now(), options.acquire_timeout);
         // Waiters of this manager queue per key in FIFO order; only the head
         // polls. A caller that finds no line tries at once (the uncontended
         // path allocates no lane) and joins the line only when it must wait.
@@ -199,6 +382,7 @@ impl LockManager {
         }
         let mut attempt: u32 = 0;
         loop {
+            crate::observe::attempt(attempt);
             // A fresh token per attempt: cleanup of an earlier attempt can
             // never touch a later grant.
             let token = LockToken::generate()?;
@@ -208,7 +392,7 @@ impl LockManager {
             let (retry_after, failure) = match tokio::time::timeout(options.op_timeout.min(validity), call).await {
                 Ok(Ok(AcquireOutcome::Acquired(lease))) => {
                     let validity = lease.validity.map_or(validity, |v| v.min(validity));
-                    let deadline = sent_at + validity;
+                    let deadline = crate::clock::later(sent_at, validity);
                     if Instant::now() >= deadline {
                         // Granted too late to be useful: give it back.
                         (None, None)
@@ -320,14 +504,10 @@ impl LockManager {
             let runtime = tokio::runtime::Handle::try_current()
                 .map_err(|_| Error::invalid("automatic renewal needs a tokio runtime"))?;
             let batcher = self.inner.batcher(&runtime);
-            runtime.spawn(crate::renewer::run(
-                state,
-                options.ttl,
-                interval,
-                options.op_timeout,
-                stop,
-                batcher,
-            ));
+            let span = crate::observe::renewer_span(&state);
+            runtime.spawn(
+                crate::renewer::run(state, options.ttl, interval, options.op_timeout, stop, batcher).instrument(span),
+            );
         }
         Ok(guard)
     }
@@ -370,6 +550,55 @@ impl Drop for ReleaseOnDrop<'_> {
                 self.timeout,
                 None,
             );
+        }
+    }
+}
+
+/// Runs `body` while `guard` holds `what` (a key, or a kind's description),
+/// with [`LockManager::with_lock`]'s semantics: a loss during the body drops
+/// the body and returns [`Error::Lost`]; so does a body that returned past
+/// the local deadline, or a release that found the lock gone or another's.
+/// A release that fails in transport keeps the body's output (the TTL frees
+/// the key). Shared by `with_lock` and every kind's `with_*` helper.
+pub(crate) async fn run_while_held<F, Fut, T>(guard: LockGuard, what: &str, body: F) -> Result<T>
+where
+    F: FnOnce(LeaseHandle) -> Fut,
+    Fut: Future<Output = T>,
+{
+    let lost = guard.lost();
+    let handle = guard.handle();
+    let lost_with = |guard: &LockGuard, reason| Error::Lost {
+        key: what.to_owned(),
+        held_for: guard.acquired_at().elapsed(),
+        reason,
+    };
+    let out = tokio::select! {
+        biased;
+        reason = lost => {
+            let err = lost_with(&guard, reason);
+            drop(guard); // best-effort release in the background
+            return Err(err);
+        }
+        out = body(handle) => out,
+    };
+    if guard.is_lost() {
+        // The body returned, but after the lease ran out.
+        let err = lost_with(&guard, guard.handle.state.reason());
+        drop(guard);
+        return Err(err);
+    }
+    let held_for = guard.acquired_at().elapsed();
+    Span::current().record("held_us", crate::observe::micros(held_for));
+    match guard.release().await {
+        Ok(ReleaseOutcome::Released) => Ok(out),
+        Ok(_) => Err(Error::Lost {
+            key: what.to_owned(),
+            held_for,
+            reason: crate::error::LossReason::NotOwner,
+        }),
+        Err(e) => {
+            tracing::warn!(what, error = %e, "release after the scoped body failed; the TTL will free the lock");
+            Ok(out)
         }
     }
 }

@@ -4,10 +4,17 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+/// Re-exported from its new home next to the versioned store.
+pub use crate::versioned::UpdateOptions;
 
 /// The longest TTL verrou accepts: one year. Every backend can represent it in
 /// milliseconds, and a longer lease is almost certainly a unit mistake.
 pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// The longest `acquire_timeout` and `op_timeout` verrou accepts: one year.
+/// Longer waits are almost certainly a unit mistake (and `Duration::MAX`
+/// cannot be added to an instant).
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// The shortest TTL verrou accepts. Below this the drift allowance eats the
 /// whole lease.
@@ -29,6 +36,7 @@ pub enum Renewal {
 /// Jittered exponential backoff (full jitter: each delay is uniform in
 /// `[0, min(max, initial × factor^n)]`, never below `min`).
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct Backoff {
     /// First ceiling.
     pub initial: Duration,
@@ -54,6 +62,30 @@ impl Default for Backoff {
 }
 
 impl Backoff {
+    /// Ceilings from `initial` doubling up to `max`, floor 1 ms (capped at `initial`).
+    pub fn new(initial: Duration, max: Duration) -> Self {
+        Backoff {
+            initial,
+            max,
+            factor: 2.0,
+            min: Duration::from_millis(1).min(initial),
+        }
+    }
+
+    /// Set the growth per attempt (at least 1).
+    #[must_use]
+    pub fn factor(mut self, factor: f64) -> Self {
+        self.factor = factor;
+        self
+    }
+
+    /// Set the floor of each delay.
+    #[must_use]
+    pub fn min(mut self, min: Duration) -> Self {
+        self.min = min;
+        self
+    }
+
     /// The ceiling for attempt `n` (0-based).
     pub fn ceiling(&self, attempt: u32) -> Duration {
         let exp = self.factor.max(1.0).powi(attempt.min(64) as i32);
@@ -68,7 +100,7 @@ impl Backoff {
     /// A jittered delay for attempt `n`.
     pub fn delay(&self, attempt: u32) -> Duration {
         let ceiling = self.ceiling(attempt);
-        let jittered = ceiling.mul_f64(crate::jitter::unit());
+        let jittered = ceiling.mul_f64(fastrand::f64());
         jittered.max(self.min.min(ceiling))
     }
 
@@ -198,6 +230,18 @@ impl LockOptions {
         if self.op_timeout.is_zero() {
             return Err(Error::invalid("op_timeout must be above zero"));
         }
+        if self.op_timeout > MAX_TIMEOUT {
+            return Err(Error::invalid(format!(
+                "op_timeout {:?} is above the maximum {MAX_TIMEOUT:?}",
+                self.op_timeout
+            )));
+        }
+        if self.acquire_timeout > MAX_TIMEOUT {
+            return Err(Error::invalid(format!(
+                "acquire_timeout {:?} is above the maximum {MAX_TIMEOUT:?}",
+                self.acquire_timeout
+            )));
+        }
         self.backoff.validate()
     }
 }
@@ -240,57 +284,6 @@ pub fn ttl_millis(ttl: Duration) -> u64 {
         ms
     };
     u64::try_from(ms).unwrap_or(u64::MAX).max(1)
-}
-
-/// Settings of the optimistic-update loop ([`crate::VersionedStoreExt::update`]).
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct UpdateOptions {
-    /// Give up with [`Error::Conflict`] after this many attempts.
-    pub max_attempts: u32,
-    /// Delay between conflicting attempts.
-    pub backoff: Backoff,
-    /// TTL policy of each write.
-    pub expiry: crate::versioned::Expiry,
-}
-
-impl Default for UpdateOptions {
-    /// 64 attempts; backoff 0.1 ms doubling to 20 ms with full jitter; keep the TTL.
-    fn default() -> Self {
-        UpdateOptions {
-            max_attempts: 64,
-            backoff: Backoff {
-                initial: Duration::from_micros(100),
-                max: Duration::from_millis(20),
-                factor: 2.0,
-                min: Duration::ZERO,
-            },
-            expiry: crate::versioned::Expiry::Keep,
-        }
-    }
-}
-
-impl UpdateOptions {
-    /// Set the attempt bound.
-    #[must_use]
-    pub fn max_attempts(mut self, n: u32) -> Self {
-        self.max_attempts = n;
-        self
-    }
-
-    /// Set the TTL policy.
-    #[must_use]
-    pub fn expiry(mut self, expiry: crate::versioned::Expiry) -> Self {
-        self.expiry = expiry;
-        self
-    }
-
-    /// Set the backoff.
-    #[must_use]
-    pub fn backoff(mut self, backoff: Backoff) -> Self {
-        self.backoff = backoff;
-        self
-    }
 }
 
 #[cfg(test)]

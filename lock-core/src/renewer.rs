@@ -1,5 +1,6 @@
 //! The background renewer: keeps a lease alive and signals its loss.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -37,7 +38,7 @@ fn on_grid(due: Instant, interval: Duration, not_before: Instant) -> Instant {
     let rounded = u32::try_from(slots)
         .ok()
         .and_then(|n| slot.checked_mul(n))
-        .map_or(due, |offset| origin + offset);
+        .map_or(due, |offset| crate::clock::later(origin, offset));
     rounded.max(not_before)
 }
 
@@ -57,7 +58,11 @@ pub(crate) async fn run(
     let retry_delay = (interval / 8).clamp(Duration::from_millis(1), Duration::from_millis(250));
     let mut last = state.acquired_at;
     loop {
-        let next = on_grid(last + interval, interval, last + interval / 2);
+        let next = on_grid(
+            crate::clock::later(last, interval),
+            interval,
+            crate::clock::later(last, interval / 2),
+        );
         tokio::select! {
             biased;
             () = &mut stopped => return,
@@ -69,20 +74,21 @@ pub(crate) async fn run(
                 return;
             }
             let remaining = state.deadline().saturating_duration_since(Instant::now());
-            let sent_at = Instant::now();
-            let call = batcher.renew(&state, ttl);
+            // One TTL change per lease in flight: after an `extend` in
+            // flight, if any (see `LeaseState::change_ttl`).
+            let sent = AtomicBool::new(false);
+            let call = state.change_ttl(ttl, &sent, || batcher.renew(&state, ttl));
             let result = tokio::select! {
                 biased;
                 () = &mut stopped => return,
                 r = tokio::time::timeout(op_timeout.min(remaining), call) => r,
             };
             match result {
-                Ok(Ok(RenewOutcome::Renewed)) => {
-                    state.renewed(sent_at, ttl);
+                Ok(Ok((RenewOutcome::Renewed, sent_at))) => {
                     last = sent_at;
                     break;
                 }
-                Ok(Ok(RenewOutcome::HeldByOther | RenewOutcome::Missing)) => {
+                Ok(Ok((RenewOutcome::HeldByOther | RenewOutcome::Missing, _))) => {
                     tracing::warn!(key = %state.key, "lease lost: renewal found another owner or no key");
                     state.mark_lost(LossReason::NotOwner);
                     return;
@@ -94,7 +100,7 @@ pub(crate) async fn run(
                     tracing::debug!(key = %state.key, "renewal timed out; retrying until the deadline");
                 }
             }
-            let wake = (Instant::now() + retry_delay).min(state.deadline());
+            let wake = crate::clock::later(Instant::now(), retry_delay).min(state.deadline());
             tokio::select! {
                 biased;
                 () = &mut stopped => return,

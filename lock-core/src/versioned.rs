@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::error::{Error, Result};
-use crate::options::UpdateOptions;
+use crate::options::Backoff;
 
 /// A value with its version.
 ///
@@ -45,6 +45,57 @@ impl Expiry {
             crate::options::validate_ttl(ttl)?;
         }
         Ok(())
+    }
+}
+
+/// Settings of the optimistic-update loop ([`crate::VersionedStoreExt::update`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct UpdateOptions {
+    /// Give up with [`Error::Conflict`] after this many attempts.
+    pub max_attempts: u32,
+    /// Delay between conflicting attempts.
+    pub backoff: Backoff,
+    /// TTL policy of each write.
+    pub expiry: Expiry,
+}
+
+impl Default for UpdateOptions {
+    /// 64 attempts; backoff 0.1 ms doubling to 20 ms with full jitter; keep the TTL.
+    fn default() -> Self {
+        UpdateOptions {
+            max_attempts: 64,
+            backoff: Backoff {
+                initial: Duration::from_micros(100),
+                max: Duration::from_millis(20),
+                factor: 2.0,
+                min: Duration::ZERO,
+            },
+            expiry: Expiry::Keep,
+        }
+    }
+}
+
+impl UpdateOptions {
+    /// Set the attempt bound.
+    #[must_use]
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = n;
+        self
+    }
+
+    /// Set the TTL policy.
+    #[must_use]
+    pub fn expiry(mut self, expiry: Expiry) -> Self {
+        self.expiry = expiry;
+        self
+    }
+
+    /// Set the backoff.
+    #[must_use]
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
     }
 }
 
@@ -95,6 +146,17 @@ pub enum DeleteOutcome {
 /// A key-value store with per-key versions and compare-and-set.
 ///
 /// Object safe: use it as `Arc<dyn VersionedStore>`.
+///
+/// # Errors
+///
+/// Every method fails with [`Error::InvalidArgument`] for a bad key, value
+/// or expiry and [`Error::Backend`] for a transport or server failure
+/// (`outcome_unknown` when a write may have been applied).
+///
+/// # Cancel safety
+///
+/// Dropping a write's future leaves its outcome unknown: applied whole or
+/// not at all, never half. Re-read before relying on either.
 #[async_trait]
 pub trait VersionedStore: Send + Sync + 'static {
     /// Read the value and its version; `None` if the key is absent.
@@ -138,8 +200,36 @@ pub trait VersionedStoreExt: VersionedStore {
     /// Read-modify-write with retries: `f` gets the current value (`None` if
     /// absent) and returns the new one. On a conflict the value and version
     /// carried by the conflict reply are fed straight back into `f`: one round
-    /// trip per retry, no re-read. Gives up with [`Error::Conflict`] after
-    /// `opts.max_attempts`.
+    /// trip per retry, no re-read. [`VersionedStoreExt::update_opts`] is the
+    /// form whose closure can decline to write.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Conflict`] after `opts.max_attempts` conflicting attempts;
+    /// [`Error::InvalidArgument`] for a bad key, expiry or `max_attempts` 0;
+    /// the backend's error (an outcome-unknown one means the last write may
+    /// have happened: re-read before retrying).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future between attempts writes nothing more; dropping it
+    /// while a write is in flight leaves that write's outcome unknown (it is
+    /// applied whole or not at all, never half).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # async fn demo(store: impl lock_core::VersionedStore) -> lock_core::Result<()> {
+    /// use lock_core::{UpdateOptions, VersionedStoreExt};
+    /// let v = store
+    ///     .update("counter", &UpdateOptions::default(), |old| {
+    ///         let n: u64 = old.and_then(|b| std::str::from_utf8(b).ok()?.parse().ok()).unwrap_or(0);
+    ///         (n + 1).to_string().into_bytes()
+    ///     })
+    ///     .await?;
+    /// println!("now at version {}", v.version);
+    /// # Ok(()) }
+    /// ```
     async fn update<F>(&self, key: &str, opts: &UpdateOptions, f: F) -> Result<Versioned>
     where
         F: FnMut(Option<&[u8]>) -> Vec<u8> + Send,
@@ -149,61 +239,124 @@ pub trait VersionedStoreExt: VersionedStore {
         self.update_from(key, current, opts, f).await
     }
 
+    /// [`VersionedStoreExt::update`] with a closure that can decline: like
+    /// `AtomicU64::fetch_update`, `f` returns `None` to stop without writing,
+    /// and the call then returns `Ok(None)`.
+    ///
+    /// # Errors
+    ///
+    /// As [`VersionedStoreExt::update`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`VersionedStoreExt::update`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # async fn demo(store: impl lock_core::VersionedStore) -> lock_core::Result<()> {
+    /// use lock_core::{UpdateOptions, VersionedStoreExt};
+    /// // Take a seat unless the room is full.
+    /// let taken = store
+    ///     .update_opts("room:seats", &UpdateOptions::default(), |old| {
+    ///         let seats = old.map_or(0, <[u8]>::len);
+    ///         (seats < 10).then(|| [old.unwrap_or_default(), b"x"].concat())
+    ///     })
+    ///     .await?;
+    /// if taken.is_none() { println!("full"); }
+    /// # Ok(()) }
+    /// ```
+    async fn update_opts<F>(&self, key: &str, opts: &UpdateOptions, f: F) -> Result<Option<Versioned>>
+    where
+        F: FnMut(Option<&[u8]>) -> Option<Vec<u8>> + Send,
+    {
+        crate::options::validate_key(key)?;
+        let current = self.get(key).await?;
+        update_loop(self, key, current, opts, f).await
+    }
+
     /// [`VersionedStoreExt::update`] starting from a value the caller already
     /// holds (e.g. the result of its previous update) instead of reading
     /// first: when nobody else wrote meanwhile, the update costs exactly one
     /// compare-and-set; when someone did, the conflict reply carries the
     /// fresh value. `None` means "believed absent".
+    ///
+    /// # Errors
+    ///
+    /// As [`VersionedStoreExt::update`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`VersionedStoreExt::update`].
     async fn update_from<F>(
         &self,
         key: &str,
-        mut current: Option<Versioned>,
+        current: Option<Versioned>,
         opts: &UpdateOptions,
         mut f: F,
     ) -> Result<Versioned>
     where
         F: FnMut(Option<&[u8]>) -> Vec<u8> + Send,
     {
-        crate::options::validate_key(key)?;
-        opts.expiry.validate()?;
-        if opts.max_attempts == 0 {
-            return Err(Error::invalid("max_attempts must be at least 1"));
-        }
-        let mut last_seen = None;
-        for attempt in 0..opts.max_attempts {
-            if attempt > 0 {
-                let delay = opts.backoff.delay(attempt - 1);
-                if !delay.is_zero() {
-                    tokio::time::sleep(delay).await;
-                }
-            }
-            match current.take() {
-                None => {
-                    let value = f(None);
-                    match self.create(key, &value, opts.expiry).await? {
-                        CreateOutcome::Created { version } => return Ok(Versioned { value, version }),
-                        CreateOutcome::Exists => current = self.get(key).await?,
-                    }
-                }
-                Some(seen) => {
-                    let value = f(Some(&seen.value));
-                    match self.compare_and_set(key, seen.version, &value, opts.expiry).await? {
-                        CasOutcome::Written { version } => return Ok(Versioned { value, version }),
-                        CasOutcome::Conflict(now) => {
-                            last_seen = Some(now.clone());
-                            current = Some(now);
-                        }
-                        CasOutcome::Missing => current = None,
-                    }
-                }
-            }
-        }
-        Err(Error::Conflict {
-            key: key.to_owned(),
-            attempts: opts.max_attempts,
-            current: last_seen,
-        })
+        update_loop(self, key, current, opts, move |v| Some(f(v)))
+            .await?
+            .ok_or_else(|| Error::invalid("update closure declined to write"))
     }
+}
+
+/// The optimistic-update loop; `f` returning `None` stops it without writing.
+async fn update_loop<S, F>(
+    store: &S,
+    key: &str,
+    mut current: Option<Versioned>,
+    opts: &UpdateOptions,
+    mut f: F,
+) -> Result<Option<Versioned>>
+where
+    S: VersionedStore + ?Sized,
+    F: FnMut(Option<&[u8]>) -> Option<Vec<u8>> + Send,
+{
+    crate::options::validate_key(key)?;
+    opts.expiry.validate()?;
+    if opts.max_attempts == 0 {
+        return Err(Error::invalid("max_attempts must be at least 1"));
+    }
+    let mut last_seen = None;
+    for attempt in 0..opts.max_attempts {
+        if attempt > 0 {
+            let delay = opts.backoff.delay(attempt - 1);
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+        }
+        match current.take() {
+            None => {
+                let Some(value) = f(None) else { return Ok(None) };
+                match store.create(key, &value, opts.expiry).await? {
+                    CreateOutcome::Created { version } => return Ok(Some(Versioned { value, version })),
+                    CreateOutcome::Exists => current = store.get(key).await?,
+                }
+            }
+            Some(seen) => {
+                let Some(value) = f(Some(&seen.value)) else {
+                    return Ok(None);
+                };
+                match store.compare_and_set(key, seen.version, &value, opts.expiry).await? {
+                    CasOutcome::Written { version } => return Ok(Some(Versioned { value, version })),
+                    CasOutcome::Conflict(now) => {
+                        last_seen = Some(now.clone());
+                        current = Some(now);
+                    }
+                    CasOutcome::Missing => current = None,
+                }
+            }
+        }
+    }
+    Err(Error::Conflict {
+        key: key.to_owned(),
+        attempts: opts.max_attempts,
+        current: last_seen,
+    })
 }
 
 impl<S: VersionedStore + ?Sized> VersionedStoreExt for S {}

@@ -175,6 +175,10 @@ fn dropping_a_guard_outside_a_runtime_does_not_panic() {
     });
     drop(runtime);
     drop(guard); // no runtime: nothing to hand the release to; the TTL frees the key
+    assert!(
+        memory.lock_ttl("k").is_some(),
+        "without a runtime the drop releases nothing: the key waits for its TTL"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -241,4 +245,101 @@ async fn renewals_due_together_share_one_backend_call() {
         "renewals were not batched: {counts:?}"
     );
     assert!(guards.iter().all(|g| !g.is_lost()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_is_not_capped_by_the_remaining_validity() {
+    let memory = MemoryBackend::new();
+    let (backend, control) = faulty(&memory);
+    // 1 s on the server, ≈ 0.6 s of local validity.
+    let options = LockOptions::with_ttl(Duration::from_secs(1))
+        .renewal(Renewal::Manual)
+        .drift_factor(0.4);
+    let locks = manager(backend, options);
+    let guard = locks.lock("k").await.expect("lock");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(guard.remaining() < Duration::from_millis(150));
+    // Slower than the remaining validity, faster than op_timeout (2 s) and
+    // than the server's TTL: the release still lands and says so.
+    control.set_latency(Duration::from_millis(300));
+    assert_eq!(guard.release().await.expect("release"), ReleaseOutcome::Released);
+    assert_eq!(memory.lock_ttl("k"), None);
+}
+
+/// A backend that answers `Held` without the holder's remaining TTL.
+struct NoHint(MemoryBackend);
+
+#[async_trait::async_trait]
+impl LockBackend for NoHint {
+    fn capabilities(&self) -> lock_core::Capabilities {
+        self.0.capabilities()
+    }
+    async fn try_acquire(
+        &self,
+        key: &str,
+        token: &lock_core::LockToken,
+        ttl: Duration,
+    ) -> lock_core::Result<lock_core::AcquireOutcome> {
+        match self.0.try_acquire(key, token, ttl).await? {
+            lock_core::AcquireOutcome::Held { .. } => Ok(lock_core::AcquireOutcome::Held { retry_after: None }),
+            other => Ok(other),
+        }
+    }
+    async fn release(&self, key: &str, token: &lock_core::LockToken) -> lock_core::Result<ReleaseOutcome> {
+        self.0.release(key, token).await
+    }
+    async fn renew(
+        &self,
+        key: &str,
+        token: &lock_core::LockToken,
+        ttl: Duration,
+    ) -> lock_core::Result<lock_core::RenewOutcome> {
+        self.0.renew(key, token, ttl).await
+    }
+    async fn wait_for_release(&self, key: &str, max_wait: Duration) {
+        self.0.wait_for_release(key, max_wait).await;
+    }
+}
+
+/// How late after the holder's expiry a waiter gets the key, in `rounds`
+/// crashed-holder rounds (paused clock: exact).
+async fn lateness_after_expiry(memory: &MemoryBackend, waiter: &LockManager, rounds: usize) -> Vec<Duration> {
+    let mut lateness = Vec::new();
+    for round in 0..rounds {
+        let key = format!("crash-{round}");
+        // A crashed holder: acquired, then neither renewed nor released.
+        let crashed = lock_core::LockToken::generate().expect("token");
+        let acquired = memory
+            .try_acquire(&key, &crashed, Duration::from_millis(150))
+            .await
+            .expect("acquire");
+        assert!(matches!(acquired, lock_core::AcquireOutcome::Acquired(_)));
+        let expires = tokio::time::Instant::now() + memory.lock_ttl(&key).expect("held");
+        let guard = waiter.lock(&key).await.expect("waiter acquires after expiry");
+        lateness.push(tokio::time::Instant::now().saturating_duration_since(expires));
+        guard.release().await.expect("release");
+    }
+    lateness
+}
+
+/// README: waiting is capped by the holder's remaining TTL. With the hint a
+/// waiter retries right at the expiry of a crashed holder; without it, it
+/// sleeps its jittered backoff (up to 200 ms) past it — which shows this
+/// test can fail.
+#[tokio::test(start_paused = true)]
+async fn waiting_is_capped_by_the_holders_remaining_ttl() {
+    let memory = MemoryBackend::new();
+    let options = LockOptions::with_ttl(TTL).acquire_timeout(Duration::from_secs(5));
+    let hinted = manager(Arc::new(memory.clone()), options.clone());
+    let lateness = lateness_after_expiry(&memory, &hinted, 10).await;
+    assert!(
+        lateness.iter().all(|l| *l <= Duration::from_millis(2)),
+        "the waiter must retry at the holder's expiry: {lateness:?}"
+    );
+    let blind = manager(Arc::new(NoHint(memory.clone())), options);
+    let lateness = lateness_after_expiry(&memory, &blind, 10).await;
+    assert!(
+        lateness.iter().any(|l| *l > Duration::from_millis(2)),
+        "without the hint the backoff overshoots: {lateness:?}"
+    );
 }

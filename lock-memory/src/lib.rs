@@ -4,12 +4,15 @@
 //!
 //! TTLs run on `tokio::time::Instant`, so tests under
 //! `#[tokio::test(start_paused = true)]` cover expiry in no wall time.
-//! Waiters are woken on release. Fencing tokens strictly increase per key;
-//! versions come from one store-wide counter, so they never restart (no ABA).
+//! Waiters are woken on release. Fencing tokens and versions come from
+//! store-wide counters, so they strictly increase per key and never restart
+//! (no ABA), with no per-key state kept once a key is gone: expired locks and
+//! values are purged in expiry order, so memory follows the keys in use.
 //!
 //! Clones share state: hand a clone to each "client" in a test.
 
 mod election;
+mod expiry;
 mod multi;
 mod rw;
 mod semaphore;
@@ -26,6 +29,8 @@ use lock_core::{
 };
 use tokio::sync::Notify;
 use tokio::time::Instant;
+
+use crate::expiry::Expiries;
 
 /// The in-process backend. Cheap to clone; clones share state.
 #[derive(Clone, Default)]
@@ -49,11 +54,15 @@ impl std::fmt::Debug for MemoryBackend {
 #[derive(Default)]
 struct State {
     locks: HashMap<String, HeldLock>,
-    /// Last fencing token per key; kept after release so tokens never repeat.
-    fences: HashMap<String, u64>,
+    /// Every held lock by expiry (keyed by its fencing token).
+    lock_expiries: Expiries,
+    /// Store-wide fencing counter: tokens never repeat for any key.
+    fence_seq: u64,
     /// Release notifications, one per key with waiters.
     waiters: HashMap<String, Arc<Notify>>,
     values: HashMap<String, Entry>,
+    /// Every value with a TTL by expiry (keyed by its version).
+    value_expiries: Expiries,
     /// Store-wide version counter: versions never repeat for any key.
     version_seq: u64,
 }
@@ -61,6 +70,7 @@ struct State {
 struct HeldLock {
     token: LockToken,
     expires_at: Instant,
+    fence: u64,
 }
 
 struct Entry {
@@ -70,31 +80,69 @@ struct Entry {
 }
 
 impl State {
-    fn live_lock(&mut self, key: &str, now: Instant) -> Option<&HeldLock> {
-        if self.locks.get(key).is_some_and(|l| l.expires_at <= now) {
-            self.locks.remove(key);
+    /// Drop every lock and value whose TTL ran out by `now`.
+    fn purge(&mut self, now: Instant) {
+        while let Some((fence, key)) = self.lock_expiries.pop_due(now) {
+            if self.locks.get(&key).is_some_and(|l| l.fence == fence) {
+                self.locks.remove(&key);
+            }
         }
-        self.locks.get(key)
+        while let Some((version, key)) = self.value_expiries.pop_due(now) {
+            if self.values.get(&key).is_some_and(|e| e.version == version) {
+                self.values.remove(&key);
+            }
+        }
+        shrink(&mut self.locks);
+        shrink(&mut self.values);
+        shrink(&mut self.waiters);
     }
 
-    fn live_value(&mut self, key: &str, now: Instant) -> Option<&mut Entry> {
-        if self
-            .values
-            .get(key)
-            .is_some_and(|e| e.expires_at.is_some_and(|t| t <= now))
-        {
-            self.values.remove(key);
+    fn insert_lock(&mut self, key: &str, token: LockToken, expires_at: Instant) -> u64 {
+        self.fence_seq += 1;
+        let fence = self.fence_seq;
+        self.lock_expiries.insert(expires_at, fence, key.to_owned());
+        self.locks.insert(
+            key.to_owned(),
+            HeldLock {
+                token,
+                expires_at,
+                fence,
+            },
+        );
+        fence
+    }
+
+    fn remove_lock(&mut self, key: &str) {
+        if let Some(held) = self.locks.remove(key) {
+            self.lock_expiries.remove(held.expires_at, held.fence);
         }
-        self.values.get_mut(key)
+    }
+
+    fn insert_value(&mut self, key: &str, entry: Entry) {
+        self.remove_value(key);
+        if let Some(at) = entry.expires_at {
+            self.value_expiries.insert(at, entry.version, key.to_owned());
+        }
+        self.values.insert(key.to_owned(), entry);
+    }
+
+    fn remove_value(&mut self, key: &str) {
+        if let Some(Entry {
+            expires_at: Some(at),
+            version,
+            ..
+        }) = self.values.remove(key)
+        {
+            self.value_expiries.remove(at, version);
+        }
     }
 
     fn renew(&mut self, key: &str, token: &LockToken, ttl: Duration, now: Instant) -> RenewOutcome {
-        if self.live_lock(key, now).is_none() {
-            return RenewOutcome::Missing;
-        }
         match self.locks.get_mut(key) {
             Some(held) if held.token == *token => {
-                held.expires_at = now + ttl;
+                let expires_at = now + ttl;
+                self.lock_expiries.reschedule(held.expires_at, expires_at, held.fence);
+                held.expires_at = expires_at;
                 RenewOutcome::Renewed
             }
             Some(_) => RenewOutcome::HeldByOther,
@@ -152,11 +200,55 @@ impl MemoryBackend {
         }
     }
 
+    /// The state as of `now`: whatever expired by then is gone.
+    fn state_at(&self, now: Instant) -> MutexGuard<'_, State> {
+        let mut s = self.lock_state();
+        s.purge(now);
+        s
+    }
+
+    /// Entries this backend keeps for keys (locks, values, waiters, and the
+    /// expiry index of locks and values): diagnostics, and the proof that
+    /// memory follows the keys in use.
+    pub fn tracked_keys(&self) -> usize {
+        let s = self.state_at(Instant::now());
+        s.locks.len() + s.values.len() + s.waiters.len() + s.lock_expiries.len() + s.value_expiries.len()
+    }
+
     /// Remaining TTL of a held lock (tests and diagnostics).
     pub fn lock_ttl(&self, key: &str) -> Option<Duration> {
         let now = Instant::now();
-        let mut s = self.lock_state();
-        s.live_lock(key, now).map(|l| l.expires_at - now)
+        let s = self.state_at(now);
+        s.locks.get(key).map(|l| l.expires_at - now)
+    }
+}
+
+/// A waiter's interest in a key's release notification; the last one to go
+/// removes the key's entry, so keys waited for once leave nothing behind.
+struct Waiting<'a> {
+    backend: &'a MemoryBackend,
+    key: &'a str,
+    notify: Arc<Notify>,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut s = self.backend.lock_state();
+        // Only the map's reference and ours left: nobody else waits.
+        if s.waiters
+            .get(self.key)
+            .is_some_and(|n| Arc::ptr_eq(n, &self.notify) && Arc::strong_count(n) == 2)
+        {
+            s.waiters.remove(self.key);
+        }
+    }
+}
+
+/// Give memory back once a map is mostly empty (a burst of keys has gone);
+/// the 4× margin keeps this amortized O(1) per removal.
+fn shrink<V>(map: &mut HashMap<String, V>) {
+    if map.capacity() > 4 * map.len() + 64 {
+        map.shrink_to(2 * map.len());
     }
 }
 
@@ -174,22 +266,13 @@ impl LockBackend for MemoryBackend {
         validate_key(key)?;
         validate_ttl(ttl)?;
         let now = Instant::now();
-        let mut s = self.lock_state();
-        if let Some(held) = s.live_lock(key, now) {
+        let mut s = self.state_at(now);
+        if let Some(held) = s.locks.get(key) {
             return Ok(AcquireOutcome::Held {
                 retry_after: Some(held.expires_at - now),
             });
         }
-        s.locks.insert(
-            key.to_owned(),
-            HeldLock {
-                token: *token,
-                expires_at: now + ttl,
-            },
-        );
-        let fence = s.fences.entry(key.to_owned()).or_insert(0);
-        *fence += 1;
-        let fence = *fence;
+        let fence = s.insert_lock(key, *token, now + ttl);
         Ok(AcquireOutcome::Acquired(
             Lease::new().with_fencing_token(Some(FencingToken(fence))),
         ))
@@ -197,13 +280,12 @@ impl LockBackend for MemoryBackend {
 
     async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
         validate_key(key)?;
-        let now = Instant::now();
-        let mut s = self.lock_state();
-        match s.live_lock(key, now) {
+        let mut s = self.state_at(Instant::now());
+        match s.locks.get(key) {
             None => Ok(ReleaseOutcome::Missing),
             Some(held) if held.token != *token => Ok(ReleaseOutcome::HeldByOther),
             Some(_) => {
-                s.locks.remove(key);
+                s.remove_lock(key);
                 s.notify_release(key);
                 Ok(ReleaseOutcome::Released)
             }
@@ -213,12 +295,13 @@ impl LockBackend for MemoryBackend {
     async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
         validate_key(key)?;
         validate_ttl(ttl)?;
-        Ok(self.lock_state().renew(key, token, ttl, Instant::now()))
+        let now = Instant::now();
+        Ok(self.state_at(now).renew(key, token, ttl, now))
     }
 
     async fn renew_many(&self, items: &[(&str, &LockToken)], ttl: Duration) -> Vec<Result<RenewOutcome>> {
         let now = Instant::now();
-        let mut s = self.lock_state();
+        let mut s = self.state_at(now);
         items
             .iter()
             .map(|(key, token)| {
@@ -234,7 +317,13 @@ impl LockBackend for MemoryBackend {
             let mut s = self.lock_state();
             s.waiters.entry(key.to_owned()).or_default().clone()
         };
-        let _ = tokio::time::timeout(max_wait, notify.notified()).await;
+        // Also on cancellation: the entry goes with the last waiter.
+        let waiting = Waiting {
+            backend: self,
+            key,
+            notify,
+        };
+        let _ = tokio::time::timeout(max_wait, waiting.notify.notified()).await;
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -254,9 +343,8 @@ impl LockBackend for MemoryBackend {
 impl VersionedStore for MemoryBackend {
     async fn get(&self, key: &str) -> Result<Option<Versioned>> {
         validate_key(key)?;
-        let now = Instant::now();
-        let mut s = self.lock_state();
-        Ok(s.live_value(key, now).map(|e| Versioned {
+        let s = self.state_at(Instant::now());
+        Ok(s.values.get(key).map(|e| Versioned {
             value: e.value.clone(),
             version: e.version,
         }))
@@ -266,13 +354,13 @@ impl VersionedStore for MemoryBackend {
         validate_key(key)?;
         expiry.validate()?;
         let now = Instant::now();
-        let mut s = self.lock_state();
-        if s.live_value(key, now).is_some() {
+        let mut s = self.state_at(now);
+        if s.values.contains_key(key) {
             return Ok(CreateOutcome::Exists);
         }
         let version = s.next_version();
-        s.values.insert(
-            key.to_owned(),
+        s.insert_value(
+            key,
             Entry {
                 value: value.to_vec(),
                 version,
@@ -286,8 +374,8 @@ impl VersionedStore for MemoryBackend {
         validate_key(key)?;
         expiry.validate()?;
         let now = Instant::now();
-        let mut s = self.lock_state();
-        let current = match s.live_value(key, now) {
+        let mut s = self.state_at(now);
+        let current = match s.values.get(key) {
             None => return Ok(CasOutcome::Missing),
             Some(e) if e.version != expected => {
                 return Ok(CasOutcome::Conflict(Versioned {
@@ -298,8 +386,8 @@ impl VersionedStore for MemoryBackend {
             Some(e) => e.expires_at,
         };
         let version = s.next_version();
-        s.values.insert(
-            key.to_owned(),
+        s.insert_value(
+            key,
             Entry {
                 value: value.to_vec(),
                 version,
@@ -311,15 +399,14 @@ impl VersionedStore for MemoryBackend {
 
     async fn delete(&self, key: &str, expected: u64) -> Result<DeleteOutcome> {
         validate_key(key)?;
-        let now = Instant::now();
-        let mut s = self.lock_state();
-        match s.live_value(key, now) {
+        let mut s = self.state_at(Instant::now());
+        match s.values.get(key) {
             None => Ok(DeleteOutcome::Missing),
             Some(e) if e.version != expected => Ok(DeleteOutcome::Conflict {
                 current_version: e.version,
             }),
             Some(_) => {
-                s.values.remove(key);
+                s.remove_value(key);
                 Ok(DeleteOutcome::Deleted)
             }
         }

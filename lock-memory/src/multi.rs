@@ -8,7 +8,7 @@ use lock_core::options::{validate_key, validate_ttl};
 use lock_core::{AcquireOutcome, Lease, LockToken, MultiLockBackend, ReleaseOutcome, RenewOutcome, Result};
 use tokio::time::Instant;
 
-use crate::{HeldLock, MemoryBackend};
+use crate::MemoryBackend;
 
 fn validate(keys: &[&str]) -> Result<()> {
     if keys.is_empty() {
@@ -23,9 +23,9 @@ impl MultiLockBackend for MemoryBackend {
         validate(keys)?;
         validate_ttl(ttl)?;
         let now = Instant::now();
-        let mut s = self.lock_state();
+        let mut s = self.state_at(now);
         for key in keys {
-            if let Some(held) = s.live_lock(key, now)
+            if let Some(held) = s.locks.get(*key)
                 && held.token != *token
             {
                 return Ok(AcquireOutcome::Held {
@@ -34,26 +34,22 @@ impl MultiLockBackend for MemoryBackend {
             }
         }
         for key in keys {
-            s.locks.insert(
-                (*key).to_owned(),
-                HeldLock {
-                    token: *token,
-                    expires_at: now + ttl,
-                },
-            );
+            // A key this token already holds (a retried acquire) gets a fresh
+            // entry: the old one's expiry index goes with it.
+            s.remove_lock(key);
+            s.insert_lock(key, *token, now + ttl);
         }
         Ok(AcquireOutcome::Acquired(Lease::new()))
     }
 
     async fn release_all(&self, keys: &[&str], token: &LockToken) -> Result<ReleaseOutcome> {
         validate(keys)?;
-        let now = Instant::now();
-        let mut s = self.lock_state();
+        let mut s = self.state_at(Instant::now());
         let (mut mine, mut other) = (0, 0);
         for key in keys {
-            match s.live_lock(key, now) {
+            match s.locks.get(*key) {
                 Some(held) if held.token == *token => {
-                    s.locks.remove(*key);
+                    s.remove_lock(key);
                     s.notify_release(key);
                     mine += 1;
                 }
@@ -74,18 +70,16 @@ impl MultiLockBackend for MemoryBackend {
         validate(keys)?;
         validate_ttl(ttl)?;
         let now = Instant::now();
-        let mut s = self.lock_state();
+        let mut s = self.state_at(now);
         for key in keys {
-            match s.live_lock(key, now) {
+            match s.locks.get(*key) {
                 None => return Ok(RenewOutcome::Missing),
                 Some(held) if held.token != *token => return Ok(RenewOutcome::HeldByOther),
                 Some(_) => {}
             }
         }
         for key in keys {
-            if let Some(held) = s.locks.get_mut(*key) {
-                held.expires_at = now + ttl;
-            }
+            s.renew(key, token, ttl, now);
         }
         Ok(RenewOutcome::Renewed)
     }

@@ -79,6 +79,9 @@ pub struct RedisLuaBuilder {
     /// `None`: on for standalone URL sources, off for the others.
     release_notifications: Option<bool>,
     dedicated_pool_size: usize,
+    /// PEM CA certificates for TLS; `None`: the platform's roots.
+    #[cfg(feature = "tls")]
+    tls_root_certs: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for RedisLuaBuilder {
@@ -90,7 +93,7 @@ impl std::fmt::Debug for RedisLuaBuilder {
             .field("fencing", &self.fencing)
             .field("replica_ack", &self.replica_ack)
             .field("release_notifications", &self.release_notifications)
-            .field("dedicated_pool_size", &self.dedicated_pool_size)
+            .field("ack_connections", &self.dedicated_pool_size)
             .finish()
     }
 }
@@ -105,6 +108,8 @@ impl RedisLuaBuilder {
             replica_ack: None,
             release_notifications: None,
             dedicated_pool_size: DEFAULT_DEDICATED_POOL_SIZE,
+            #[cfg(feature = "tls")]
+            tls_root_certs: None,
         }
     }
 
@@ -170,14 +175,20 @@ impl RedisLuaBuilder {
     }
 
     /// Issue fencing tokens: the acquire script also bumps a per-lock fence
-    /// key (`{key}:fence`, or `key:fence` when the key has a hash tag) that
-    /// has no TTL and must outlive the lock. Default off.
+    /// key (`verrou:lua:fence:{key}`, or `verrou:lua:fence:t:key` when the
+    /// key has a hash tag; see [`crate::RESERVED_KEY_PREFIX`]) that has no
+    /// TTL and must outlive the lock. Default off.
     pub fn fencing(mut self, on: bool) -> Self {
         self.fencing = on;
         self
     }
 
-    /// Require replica acknowledgement after acquires and versioned writes.
+    /// Require replica acknowledgement after acquires, renewals and
+    /// versioned writes. A renewal counts (`Renewed`, the guard's deadline
+    /// moves) only when confirmed; a shortfall fails it as outcome-unknown
+    /// whatever [`OnShortfall`] says, so the lease is lost at its last
+    /// confirmed deadline unless a later renewal is confirmed. One `WAIT`
+    /// per renew-many script call (up to 128 keys).
     pub fn replica_ack(mut self, ack: ReplicaAck) -> Self {
         self.replica_ack = Some(ack);
         self
@@ -186,7 +197,7 @@ impl RedisLuaBuilder {
     /// Wake waiters on release with pub/sub (standalone URL sources only):
     /// `wait_for_release` subscribes to `verrou:released:<key>` on its own
     /// connection, opened at the first wait, then leaves a short-lived
-    /// marker key (`{<key>}:waiting`); the release script PUBLISHes there
+    /// marker key (`verrou:lua:waiting:{<key>}`); the release script PUBLISHes there
     /// when it finds the marker, so an uncontended release publishes
     /// nothing. Default: on for
     /// standalone URL sources (a waiter in another process wakes about
@@ -199,10 +210,25 @@ impl RedisLuaBuilder {
         self
     }
 
-    /// Maximum number of dedicated write + WAIT connections built from a URL
-    /// (default [`DEFAULT_DEDICATED_POOL_SIZE`]).
-    pub fn dedicated_pool_size(mut self, size: usize) -> Self {
-        self.dedicated_pool_size = size;
+    /// Maximum number of connections dedicated to write + WAIT pairs, built
+    /// from a URL when [`RedisLuaBuilder::replica_ack`] is set (default
+    /// [`DEFAULT_DEDICATED_POOL_SIZE`]). The same name as on the Tair builder.
+    pub fn ack_connections(mut self, n: usize) -> Self {
+        self.dedicated_pool_size = n;
+        self
+    }
+
+    /// The old name of [`RedisLuaBuilder::ack_connections`].
+    #[deprecated(note = "renamed to ack_connections, the name both Redis-family builders use")]
+    pub fn dedicated_pool_size(self, size: usize) -> Self {
+        self.ack_connections(size)
+    }
+
+    /// Trust these CA certificates (PEM) instead of the platform's roots for
+    /// `rediss://` URLs (feature `tls`; URL sources only).
+    #[cfg(feature = "tls")]
+    pub fn tls_root_certs(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root_certs = Some(pem.into());
         self
     }
 
@@ -211,7 +237,7 @@ impl RedisLuaBuilder {
             return Err(Error::invalid("connect and response timeouts must be above zero"));
         }
         if self.dedicated_pool_size == 0 {
-            return Err(Error::invalid("dedicated_pool_size must be at least 1"));
+            return Err(Error::invalid("ack_connections must be at least 1"));
         }
         if let Some(ack) = &self.replica_ack {
             ack.validate()?;
@@ -221,6 +247,14 @@ impl RedisLuaBuilder {
                      write + WAIT pair needs a dedicated connection",
                 ));
             }
+        }
+        #[cfg(feature = "tls")]
+        if self.tls_root_certs.is_some() && self.replica_ack.is_some() && matches!(self.source, Source::ClusterUrls(_))
+        {
+            return Err(Error::invalid(
+                "tls_root_certs with replica_ack is not supported on a cluster (its write + WAIT pool would not \
+                 trust the certificates)",
+            ));
         }
         if self.release_notifications == Some(true) && !matches!(self.source, Source::Url(_)) {
             return Err(Error::invalid(
@@ -250,9 +284,13 @@ impl RedisLuaBuilder {
         let rt = self.response_timeout;
         let ack = self.replica_ack;
         let mut notifier = None;
+        #[cfg(feature = "tls")]
+        let tls_root_certs = self.tls_root_certs;
+        #[cfg(not(feature = "tls"))]
+        let tls_root_certs: Option<Vec<u8>> = None;
         let (shared, dedicated) = match self.source {
             Source::Url(url) => {
-                let client = redis::Client::open(url.as_str()).map_err(|e| bad_url(&url, &e))?;
+                let client = open_client(&url, tls_root_certs)?;
                 let config = AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(ct))
                     .set_response_timeout(Some(rt));
@@ -292,11 +330,18 @@ impl RedisLuaBuilder {
                 if urls.is_empty() {
                     return Err(Error::invalid("a cluster needs at least one node URL"));
                 }
-                let client = ClusterClientBuilder::new(urls.iter().map(String::as_str))
+                let builder = ClusterClientBuilder::new(urls.iter().map(String::as_str))
                     .connection_timeout(ct)
-                    .response_timeout(rt)
-                    .build()
-                    .map_err(|e| bad_url(&redact_all(&urls), &e))?;
+                    .response_timeout(rt);
+                #[cfg(feature = "tls")]
+                let builder = match &tls_root_certs {
+                    Some(pem) => builder.certs(redis::TlsCertificates {
+                        client_tls: None,
+                        root_cert: Some(pem.clone()),
+                    }),
+                    None => builder,
+                };
+                let client = builder.build().map_err(|e| bad_url(&redact_all(&urls), &e))?;
                 let conn = match tokio::time::timeout(ct * 2 + rt, client.get_async_connection()).await {
                     Ok(r) => r.map_err(connect_error)?,
                     Err(_) => return Err(connect_error("no cluster connection within the connect timeout")),
@@ -352,6 +397,22 @@ impl RedisLuaBuilder {
         // Fail here, not on first use, for a wrong password or address.
         inner.probe().await?;
         Ok(RedisLuaBackend { inner: Arc::new(inner) })
+    }
+}
+
+/// A client for `url`, trusting `root_certs` (PEM) when given.
+fn open_client(url: &str, root_certs: Option<Vec<u8>>) -> Result<redis::Client> {
+    match root_certs {
+        #[cfg(feature = "tls")]
+        Some(pem) => redis::Client::build_with_tls(
+            url,
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem),
+            },
+        )
+        .map_err(|e| bad_url(url, &e)),
+        _ => redis::Client::open(url).map_err(|e| bad_url(url, &e)),
     }
 }
 

@@ -17,8 +17,9 @@ use lock_core::{
 };
 
 use crate::error::{Access, BACKEND, unexpected_reply};
+use crate::replies::{bytes_of, decimal};
 use crate::scripts::LuaScript;
-use crate::{Call, RedisLuaBackend, bytes_of, decimal};
+use crate::{Call, RedisLuaBackend, keys};
 
 struct ElectionScripts {
     lead: LuaScript,
@@ -44,7 +45,7 @@ impl RedisLuaBackend {
             });
         }
         validate_key(name)?;
-        ElectionKeys::new(name)
+        ElectionKeys::prefixed(keys::RESERVED_PREFIX, name)
     }
 }
 

@@ -21,10 +21,17 @@ pub(crate) enum Access {
 pub(crate) fn command_error(e: RedisError, op: &str, key: &str, access: Access) -> Error {
     let text = e.to_string();
     if e.code().is_some() {
-        // The server answered with an error: the command was not applied
-        // (our scripts fail, if at all, on their first read).
+        // The server answered with an error. Our scripts do every read that
+        // can fail (WRONGTYPE) before their first write, so WRONGTYPE means
+        // nothing was applied.
         if text.contains("WRONGTYPE") {
             return wrong_type(op, key);
+        }
+        if access == Access::Write && raised_in_script(&text) {
+            // Any other error raised by a command inside a write script may
+            // follow one of its writes: the clean-up must run.
+            return Error::outcome_unknown(BACKEND, format!("{op} on {key:?}: a write script failed: {text}"))
+                .with_source(e);
         }
         if is_missing_scripting(&e, &text) {
             return unsupported_scripting();
@@ -48,6 +55,15 @@ pub(crate) fn command_error(e: RedisError, op: &str, key: &str, access: Access) 
     } else {
         Error::backend(BACKEND, message).with_source(e)
     }
+}
+
+/// The error was raised by a command inside a script (Redis 7 and Valkey
+/// append `script: <sha>, on @user_script:<line>.`; Redis 6 says
+/// `Error running script (call to f_<sha>): @user_script:<line>: ...`),
+/// rather than by the `EVAL`/`EVALSHA` call itself (NOSCRIPT, ACL on the
+/// command or its keys, MOVED, OOM, BUSY, ...), which runs nothing.
+fn raised_in_script(text: &str) -> bool {
+    text.contains("@user_script")
 }
 
 /// `key` holds a value of another type than `op` expects.

@@ -1,15 +1,47 @@
-//! Names of the keys a lock key brings along (its fence counter), kept in
-//! the lock key's cluster slot so one script can touch both.
+//! Names of the helper keys a lock key brings along (its fence counter, its
+//! waiter marker): all under one reserved prefix that user keys may not
+//! use, and in the lock key's cluster slot so one script can touch both.
 //!
 //! Redis Cluster hashes only a key's hash tag when it has one: the bytes
-//! between the first `{` and the first `}` after it, if not empty.
-//! - a key with a tag, `{user:7}:lock`, keeps it: `{user:7}:lock:fence`;
-//! - a key without one, `orders:42`, becomes the tag: `{orders:42}:fence`.
+//! between the first `{` and the first `}` after it, if not empty. The
+//! prefix has no braces, so:
+//! - a key with a tag, `{user:7}:lock`, keeps it: `verrou:lua:fence:t:{user:7}:lock`;
+//! - a key without one, `orders:42`, becomes the tag: `verrou:lua:fence:{orders:42}`.
 //!
+//! The two shapes differ right after the kind (`t:` or `{`), so no two
+//! lock keys share a helper key (`a` and `{a}` get different ones).
 //! A key with no tag that contains `}` (e.g. `a}b`, `x{}y`) cannot be wrapped
 //! that way; in cluster mode such keys are refused when fencing is on.
 
 use deadpool_redis::redis::cluster_routing::Slot;
+use lock_core::{Error, Result};
+
+/// Every helper key starts with this; user keys may not.
+pub(crate) const RESERVED_PREFIX: &str = "verrou:lua:";
+
+/// The kinds of helper keys.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Helper {
+    /// The fence counter (no TTL).
+    Fence,
+    /// A waiter's marker, so the release publishes.
+    Waiting,
+    /// The id of the last release (cluster), for a re-sent release.
+    Released,
+    /// The id of the last versioned delete (cluster), for a re-sent delete.
+    Deleted,
+}
+
+impl Helper {
+    fn name(self) -> &'static str {
+        match self {
+            Helper::Fence => "fence",
+            Helper::Waiting => "waiting",
+            Helper::Released => "released",
+            Helper::Deleted => "deleted",
+        }
+    }
+}
 
 /// The hash tag of `key`, if it has a non-empty one.
 fn hash_tag(key: &str) -> Option<&str> {
@@ -19,14 +51,27 @@ fn hash_tag(key: &str) -> Option<&str> {
     (close > 0).then(|| &rest[..close])
 }
 
-/// A key for `suffix` that lives in the same cluster slot as `key`
-/// (whenever that is possible; see [`same_slot`]).
-pub(crate) fn companion(key: &str, suffix: &str) -> String {
+/// `key`'s helper key of kind `helper`, in the same cluster slot as `key`
+/// whenever that is possible (see [`same_slot`]).
+pub(crate) fn helper(key: &str, helper: Helper) -> String {
+    let kind = helper.name();
     if hash_tag(key).is_some() {
-        format!("{key}:{suffix}")
+        format!("{RESERVED_PREFIX}{kind}:t:{key}")
     } else {
-        format!("{{{key}}}:{suffix}")
+        format!("{RESERVED_PREFIX}{kind}:{{{key}}}")
     }
+}
+
+/// Refuses a user key inside the reserved prefix: it could be (or become)
+/// another lock's helper key.
+pub(crate) fn check_user_key(key: &str) -> Result<()> {
+    if key.starts_with(RESERVED_PREFIX) {
+        return Err(Error::invalid(format!(
+            "key {key:?} starts with {RESERVED_PREFIX:?}, which is reserved for the redis-lua backend's helper keys \
+             (fence counters, waiter markers)"
+        )));
+    }
+    Ok(())
 }
 
 /// True when both keys hash to the same cluster slot.
@@ -53,20 +98,41 @@ mod tests {
     }
 
     #[test]
-    fn companions_share_the_slot() {
+    fn helpers_share_the_slot_and_the_reserved_prefix() {
         for key in ["orders:42", "{user:7}:lock", "a{b}c{d}", "x{y", "🔒:ü"] {
-            let fence = companion(key, "fence");
-            assert_ne!(fence, key);
-            assert!(same_slot(key, &fence), "{key} -> {fence}");
+            for kind in [Helper::Fence, Helper::Waiting] {
+                let h = helper(key, kind);
+                assert_ne!(h, key);
+                assert!(h.starts_with(RESERVED_PREFIX));
+                assert!(check_user_key(&h).is_err());
+                assert!(same_slot(key, &h), "{key} -> {h}");
+            }
         }
-        assert_eq!(companion("orders:42", "fence"), "{orders:42}:fence");
-        assert_eq!(companion("{user:7}:lock", "fence"), "{user:7}:lock:fence");
+        assert_eq!(helper("orders:42", Helper::Fence), "verrou:lua:fence:{orders:42}");
+        assert_eq!(
+            helper("{user:7}:lock", Helper::Fence),
+            "verrou:lua:fence:t:{user:7}:lock"
+        );
+        assert!(check_user_key("orders:42").is_ok());
+    }
+
+    #[test]
+    fn distinct_keys_get_distinct_helpers() {
+        let keys = ["a", "{a}", "{a}:waiting", "{a}:fence", "t:{a}", "{t:{a}}", "a}", "{a}}"];
+        for (i, a) in keys.iter().enumerate() {
+            for b in &keys[i + 1..] {
+                for kind in [Helper::Fence, Helper::Waiting] {
+                    assert_ne!(helper(a, kind), helper(b, kind), "{a} / {b}");
+                }
+            }
+        }
+        assert_ne!(helper("a", Helper::Fence), helper("a", Helper::Waiting));
     }
 
     #[test]
     fn unwrappable_keys_are_detected() {
         for key in ["a}b", "x{}y", "}{", "{}"] {
-            assert!(!same_slot(key, &companion(key, "fence")), "{key}");
+            assert!(!same_slot(key, &helper(key, Helper::Fence)), "{key}");
         }
     }
 }

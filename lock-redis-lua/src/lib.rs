@@ -39,13 +39,17 @@
 //! response ([`DEFAULT_RESPONSE_TIMEOUT`]), plus an overall bound of
 //! `connect + 2 × response` per operation. A write that times out or loses
 //! its connection fails with `Error::Backend { outcome_unknown: true }`.
+//! An acquire without a reply keeps its connection open until its clean-up
+//! release, which goes out on that same connection, so the server runs the
+//! release after the acquire even when the shared connection was replaced
+//! meanwhile (see `in_flight.rs`).
 //!
 //! # Waiting for a held lock
 //!
 //! The acquire script returns the holder's PTTL, so the manager's jittered
 //! backoff never sleeps past the holder's expiry. On a standalone URL
 //! source, releases are also announced with `PUBLISH` when a waiter left a
-//! marker (`{key}:waiting`, set with a short TTL after subscribing; the
+//! marker (`verrou:lua:waiting:{key}`, see [`RESERVED_KEY_PREFIX`]; set with a short TTL after subscribing; the
 //! release script deletes it with the lock in one `DEL`), and
 //! `wait_for_release` wakes on them (see
 //! [`RedisLuaBuilder::release_notifications`]): measured across two
@@ -56,12 +60,24 @@
 //! # Cluster
 //!
 //! [`RedisLuaBuilder::cluster`] routes every script by its first key. The
-//! fence key shares the lock key's hash tag (or wraps the key as the tag),
-//! so the acquire script touches one slot. WAIT is routed to the master of
-//! the key's slot, on the dedicated connection that made the write.
+//! fence key keeps the lock key's hash tag (or wraps the key as the tag),
+//! so the acquire script touches one slot. With [`ReplicaAck`], the write
+//! and its WAIT go out as one pipeline to one node (the master of the key's
+//! slot, or the node an ASK or MOVED redirect names, once), so WAIT always
+//! runs on the connection that made the write, even after a redirect or a
+//! reconnect; it also runs when the write wrote nothing (e.g. a held key),
+//! which then costs up to the WAIT timeout if replicas lag.
 //! Release notifications are standalone only (cluster `PUBLISH` is
 //! broadcast to every node). The cluster client re-sends a request whose
-//! connection dropped; the scripts are written to be safe under that.
+//! connection dropped; the scripts are written to be safe under that, and
+//! to answer a re-send as the first run: a re-sent acquire finds its own
+//! token, a re-sent versioned write its write id, and a release or a
+//! versioned delete leaves its call's unique id in a short-lived tombstone
+//! (`verrou:lua:released:…`, `verrou:lua:deleted:…`, one per key, living
+//! twice the call's time bound), so its re-send answers `Released` /
+//! `Deleted` rather than `Missing` or `HeldByOther`. Owner and version
+//! checks are unchanged: a tombstone only repeats an answer, it never lets
+//! a call write.
 //!
 //! # Versions and fencing tokens
 //!
@@ -81,30 +97,32 @@
 //! granted just before it (two holders): use [`ReplicaAck`] to narrow that
 //! window, fencing tokens or the versioned store where it matters.
 
+mod acquire;
 mod builder;
 mod connection;
 mod election;
 mod error;
+mod in_flight;
 mod keys;
 mod multi;
 mod notify;
+mod release;
+mod renew;
+mod replica_ack;
+mod replies;
 mod rw;
 mod scripts;
 mod semaphore;
+mod versioned;
 
-use lock_core::RenewBatch;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use deadpool_redis::redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use deadpool_redis::redis::{self, Cmd, Value};
-use lock_core::options::{ttl_millis, validate_key, validate_ttl};
-use lock_core::{
-    AcquireOutcome, Capabilities, CasOutcome, CreateOutcome, DeleteOutcome, Error, Expiry, FencingToken, Lease,
-    LockBackend, LockToken, ReleaseOutcome, RenewOutcome, Replication, Result, Versioned, VersionedStore,
-};
+use lock_core::options::{validate_key, validate_ttl};
+use lock_core::{AcquireOutcome, Capabilities, Error, LockBackend, LockToken, ReleaseOutcome, RenewOutcome, Result};
 
 pub use builder::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEDICATED_POOL_SIZE, DEFAULT_RESPONSE_TIMEOUT, OnShortfall, RedisLuaBuilder,
@@ -113,13 +131,22 @@ pub use builder::{
 /// The deadpool-redis crate this backend is built on (pools, `redis`).
 pub use deadpool_redis;
 
-use connection::{Dedicated, Shared, pool_error, run_script};
-use error::{Access, BACKEND, command_error, op_timeout, same_error, unexpected_reply, wrong_type};
+/// Every helper key of this backend (fence counters, waiter markers) starts
+/// with this prefix; user keys starting with it are refused with
+/// [`Error::InvalidArgument`], so no lock or value can be (or become)
+/// another lock's helper key.
+pub const RESERVED_KEY_PREFIX: &str = keys::RESERVED_PREFIX;
+
+use connection::{Dedicated, Shared, run_script};
+use error::{Access, BACKEND, command_error, op_timeout};
+use in_flight::InFlight;
+use keys::Helper;
 use notify::Notifier;
+use replies::{answered, server_version};
 use scripts::{LuaScript, Scripts};
 
 /// The Lua-on-Redis backend: implements [`LockBackend`] and
-/// [`VersionedStore`]. Cheap to clone; clones share connections.
+/// [`VersionedStore`](lock_core::VersionedStore). Cheap to clone; clones share connections.
 #[derive(Clone)]
 pub struct RedisLuaBackend {
     inner: Arc<Inner>,
@@ -164,9 +191,10 @@ impl RedisLuaBackend {
         RedisLuaBuilder::cluster(urls)
     }
 
-    /// The key holding `key`'s fence counter (only written with fencing on).
+    /// The key holding `key`'s fence counter (only written with fencing on),
+    /// under [`RESERVED_KEY_PREFIX`].
     pub fn fence_key(key: &str) -> String {
-        keys::companion(key, "fence")
+        keys::helper(key, Helper::Fence)
     }
 }
 
@@ -207,6 +235,8 @@ pub(crate) struct Inner {
     /// Acquire with `SET NX PX GET` instead of the script (fencing off, and
     /// the server accepts it).
     native_acquire: AtomicBool,
+    /// Acquires without a reply, for their clean-up to follow them.
+    in_flight: InFlight,
 }
 
 /// One command or script call.
@@ -254,6 +284,7 @@ impl Inner {
             response_timeout,
             write_ids: WriteIds::new()?,
             native_acquire: AtomicBool::new(false),
+            in_flight: InFlight::default(),
         })
     }
 
@@ -312,9 +343,32 @@ impl Inner {
 
     /// Runs `call` on the shared connection.
     async fn exec(&self, op: &str, key: &str, access: Access, call: Call<'_>) -> Result<Value> {
+        self.exec_tracked(op, key, access, call, None).await
+    }
+
+    /// Runs `call` on the shared connection; an acquire (`acquire`: its
+    /// token and TTL) is remembered with its connection until it gets a
+    /// reply (see [`InFlight`]).
+    async fn exec_tracked(
+        &self,
+        op: &str,
+        key: &str,
+        access: Access,
+        call: Call<'_>,
+        acquire: Option<(&LockToken, Duration)>,
+    ) -> Result<Value> {
         let (checkout, mut conn) = self.shared.get().await?;
+        if let Some((token, ttl)) = acquire {
+            self.in_flight.start(token, conn.clone(), ttl);
+        }
         let budget = self.call_budget();
-        match tokio::time::timeout(budget, call.run(&mut conn)).await {
+        let reply = tokio::time::timeout(budget, call.run(&mut conn)).await;
+        if let (Some((token, _)), Ok(r)) = (acquire, &reply)
+            && answered(r)
+        {
+            self.in_flight.settled(token);
+        }
+        match reply {
             Ok(Ok(value)) => {
                 self.shared.succeeded(checkout);
                 Ok(value)
@@ -329,494 +383,18 @@ impl Inner {
             }
         }
     }
-
-    /// Runs a write on a dedicated connection and, when `wrote` says it
-    /// wrote, WAITs on that same connection. Never used before a release.
-    async fn exec_acked(
-        &self,
-        op: &str,
-        key: &str,
-        call: Call<'_>,
-        ack: &ReplicaAck,
-        wrote: impl Fn(&Value) -> bool,
-    ) -> Result<(Value, Option<Replication>)> {
-        let budget = self.call_budget();
-        let wait = redis::cmd("WAIT")
-            .arg(ack.replicas)
-            .arg(ttl_millis(ack.timeout))
-            .to_owned();
-        let wait_budget = ack.timeout + self.response_timeout;
-        let acknowledged = match &self.dedicated {
-            None => {
-                let value = self.exec(op, key, Access::Write, call).await?;
-                return Ok((value, None));
-            }
-            Some(Dedicated::Standalone(pool)) => {
-                let mut conn =
-                    match tokio::time::timeout(self.connect_timeout + self.response_timeout, pool.get()).await {
-                        Ok(r) => r.map_err(pool_error)?,
-                        Err(_) => return Err(pool_error("no dedicated connection within the connect timeout")),
-                    };
-                let value = match tokio::time::timeout(budget, call.run(&mut conn)).await {
-                    Ok(Ok(v)) => v,
-                    Ok(Err(e)) => {
-                        if e.code().is_none() {
-                            drop(deadpool_redis::Connection::take(conn));
-                        }
-                        return Err(command_error(e, op, key, Access::Write));
-                    }
-                    Err(_) => {
-                        drop(deadpool_redis::Connection::take(conn));
-                        return Err(op_timeout(op, key, budget, Access::Write));
-                    }
-                };
-                if !wrote(&value) {
-                    return Ok((value, None));
-                }
-                let acked = match tokio::time::timeout(wait_budget, wait.query_async::<i64>(&mut conn)).await {
-                    Ok(Ok(n)) => n,
-                    other => {
-                        tracing::debug!(key, ok = other.is_ok(), "WAIT failed; counting no acknowledgement");
-                        drop(deadpool_redis::Connection::take(conn));
-                        0
-                    }
-                };
-                (value, acked)
-            }
-            Some(Dedicated::Cluster(pool)) => {
-                let mut conn =
-                    match tokio::time::timeout(self.connect_timeout * 2 + self.response_timeout, pool.get()).await {
-                        Ok(r) => r.map_err(pool_error)?,
-                        Err(_) => return Err(pool_error("no dedicated cluster connection within the connect timeout")),
-                    };
-                let value = match tokio::time::timeout(budget, call.run(&mut conn)).await {
-                    Ok(Ok(v)) => v,
-                    Ok(Err(e)) => {
-                        if e.code().is_none() {
-                            drop(deadpool_redis::cluster::Connection::take(conn));
-                        }
-                        return Err(command_error(e, op, key, Access::Write));
-                    }
-                    Err(_) => {
-                        drop(deadpool_redis::cluster::Connection::take(conn));
-                        return Err(op_timeout(op, key, budget, Access::Write));
-                    }
-                };
-                if !wrote(&value) {
-                    return Ok((value, None));
-                }
-                // The node serving the key's slot: the one that made the write.
-                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_slot(
-                    keys::slot(key),
-                    SlotAddr::Master,
-                )));
-                let acked = match tokio::time::timeout(wait_budget, conn.route_command(wait, route)).await {
-                    Ok(Ok(Value::Int(n))) => n,
-                    other => {
-                        tracing::debug!(key, ok = other.is_ok(), "WAIT failed; counting no acknowledgement");
-                        drop(deadpool_redis::cluster::Connection::take(conn));
-                        0
-                    }
-                };
-                (value, acked)
-            }
-        };
-        let (value, acked) = acknowledged;
-        let acked = u32::try_from(acked.max(0)).unwrap_or(u32::MAX);
-        let replication = if acked >= ack.replicas {
-            Replication::Confirmed { replicas: acked }
-        } else {
-            Replication::Unconfirmed {
-                acknowledged: acked,
-                requested: ack.replicas,
-            }
-        };
-        Ok((value, Some(replication)))
-    }
-
-    /// Runs a versioned write, with WAIT if configured; a shortfall fails
-    /// (outcome unknown: the write is on the primary only) or warns.
-    async fn versioned_write(&self, op: &str, key: &str, call: Call<'_>, wrote: fn(&Value) -> bool) -> Result<Value> {
-        let Some(ack) = &self.replica_ack else {
-            return self.exec(op, key, Access::Write, call).await;
-        };
-        let (value, replication) = self.exec_acked(op, key, call, ack, wrote).await?;
-        if let Some(Replication::Unconfirmed {
-            acknowledged,
-            requested,
-        }) = replication
-        {
-            let message = format!(
-                "{op} on {key:?} was written, but only {acknowledged} of {requested} replicas acknowledged it within \
-                 {:?}: a failover could lose it",
-                ack.timeout
-            );
-            match ack.on_shortfall {
-                OnShortfall::MarkUnconfirmed => tracing::warn!(key, "{message}"),
-                _ => return Err(Error::outcome_unknown(BACKEND, message)),
-            }
-        }
-        Ok(value)
-    }
-
-    async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
-        validate_key(key)?;
-        let hex = token.hex_bytes();
-        let marker = self.notifier.as_ref().map(|_| keys::companion(key, WAITING));
-        let (script, keys): (&LuaScript, &[&str]) = match &marker {
-            Some(marker) => (&self.scripts.release_notify, &[key, marker.as_str()]),
-            None => (&self.scripts.release, &[key]),
-        };
-        let call = Call::Script {
-            script,
-            keys,
-            args: &[&hex],
-        };
-        match self.exec("release", key, Access::Write, call).await? {
-            Value::Int(1) => Ok(ReleaseOutcome::Released),
-            Value::Int(0) => Ok(ReleaseOutcome::Missing),
-            Value::Int(2) => Ok(ReleaseOutcome::HeldByOther),
-            other => Err(unexpected_reply("release", key, &other)),
-        }
-    }
-
-    /// Leaves `key`'s waiter marker for `max_wait` so that its release
-    /// publishes; false when the lock is already free (no point waiting).
-    /// A failure only costs the waiter its timer.
-    async fn mark_waiting(&self, key: &str, max_wait: Duration) -> bool {
-        let marker = keys::companion(key, WAITING);
-        let mut ms = [0u8; 20];
-        // The margin covers the round trips between the waiter and the server.
-        let ms = decimal(ttl_millis(max_wait).saturating_add(WAITING_MARGIN_MS), &mut ms);
-        let call = Call::Script {
-            script: &self.scripts.mark_waiting,
-            keys: &[key, &marker],
-            args: &[ms],
-        };
-        match self.exec("wait for release", key, Access::Write, call).await {
-            Ok(Value::Int(0)) => false,
-            Ok(_) => true,
-            Err(e) => {
-                tracing::debug!(error = %e, "no waiter marker; waiting on the timer");
-                true
-            }
-        }
-    }
-
-    /// Renews `items` with one renew-many script call per chunk of at most
-    /// [`RENEW_MANY_CHUNK`] keys (per hash slot in a cluster, since one
-    /// script's keys must share a slot), the calls sent concurrently.
-    async fn renew_many(&self, items: &[(&str, &LockToken)], ttl: Duration) -> Vec<Result<RenewOutcome>> {
-        let cluster = self.cluster;
-        let batch = RenewBatch::new(items, ttl, RENEW_MANY_CHUNK, |key| cluster.then(|| keys::slot(key)));
-        let mut ms = [0u8; 20];
-        let ms = decimal(ttl_millis(ttl), &mut ms);
-        let calls = batch.chunks().iter().map(|chunk| self.renew_chunk(items, chunk, ms));
-        let outcomes = futures::future::join_all(calls).await;
-        batch.finish(items, outcomes, BACKEND)
-    }
-
-    /// One renew-many script call for the `items` at the indices `chunk`
-    /// (one hash slot): one result per index, in order. A failed call fails
-    /// each item as a single renew would have failed.
-    async fn renew_chunk(
-        &self,
-        items: &[(&str, &LockToken)],
-        chunk: &[usize],
-        ttl_ms: &[u8],
-    ) -> Vec<Result<RenewOutcome>> {
-        let keys: Vec<&str> = chunk.iter().map(|&i| items[i].0).collect();
-        let tokens: Vec<[u8; 32]> = chunk.iter().map(|&i| items[i].1.hex_bytes()).collect();
-        let mut args: Vec<&[u8]> = Vec::with_capacity(1 + tokens.len());
-        args.push(ttl_ms);
-        args.extend(tokens.iter().map(|t| &t[..]));
-        let call = Call::Script {
-            script: &self.scripts.renew_many,
-            keys: &keys,
-            args: &args,
-        };
-        let op = format!("renew of {} keys from", keys.len());
-        let first = keys.first().copied().unwrap_or_default();
-        match self.exec(&op, first, Access::Write, call).await {
-            Ok(Value::Array(codes)) if codes.len() == keys.len() => codes
-                .iter()
-                .zip(&keys)
-                .map(|(code, key)| match code {
-                    Value::Int(1) => Ok(RenewOutcome::Renewed),
-                    Value::Int(0) => Ok(RenewOutcome::Missing),
-                    Value::Int(2) => Ok(RenewOutcome::HeldByOther),
-                    Value::Int(-1) => Err(wrong_type("renew", key)),
-                    other => Err(unexpected_reply("renew", key, other)),
-                })
-                .collect(),
-            Ok(other) => keys
-                .iter()
-                .map(|key| Err(unexpected_reply("renew", key, &other)))
-                .collect(),
-            Err(e) => {
-                let mut failed: Vec<Result<RenewOutcome>> = Vec::with_capacity(keys.len());
-                failed.extend(keys.iter().skip(1).map(|_| Err(same_error(&e))));
-                failed.insert(0, Err(e));
-                failed
-            }
-        }
-    }
-
-    /// `SET key token NX PX ttl GET`: `None` when the script must decide
-    /// (our own token found, or the server refuses the command).
-    async fn acquire_native(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<Option<AcquireOutcome>> {
-        let hex = token.hex_bytes();
-        let mut ms = [0u8; 20];
-        let ms = decimal(ttl_millis(ttl), &mut ms);
-        let mut cmd = Cmd::with_capacity(7, 3 + key.len() + hex.len() + 2 + 2 + ms.len() + 3);
-        cmd.arg("SET").arg(key).arg(&hex).arg("NX").arg("PX").arg(ms).arg("GET");
-        let call = Call::Command(cmd);
-        let sent = match &self.replica_ack {
-            Some(ack) => self.exec_acked("acquire", key, call, ack, |v| *v == Value::Nil).await,
-            None => self.exec("acquire", key, Access::Write, call).await.map(|v| (v, None)),
-        };
-        let (value, replication) = match sent {
-            Ok(sent) => sent,
-            Err(Error::Backend { source: Some(e), .. }) if redis_error(&e).is_some_and(refuses_set_nx_get) => {
-                tracing::warn!("the server refuses SET NX GET (older than Redis 7.0?); acquiring with the script");
-                self.native_acquire.store(false, Ordering::Relaxed);
-                return Ok(None);
-            }
-            Err(e) => return Err(e),
-        };
-        match value {
-            Value::Nil => self.granted(key, token, None, replication).await.map(Some),
-            Value::BulkString(held) if held == hex => Ok(None),
-            Value::BulkString(_) => Ok(Some(AcquireOutcome::Held { retry_after: None })),
-            other => Err(unexpected_reply("acquire", key, &other)),
-        }
-    }
-
-    /// The acquire script (servers before 7.0, fencing, our own token found).
-    async fn acquire_script(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
-        let fence_key = self.fencing.then(|| keys::companion(key, "fence"));
-        if let Some(fence) = &fence_key
-            && self.cluster
-            && !keys::same_slot(key, fence)
-        {
-            return Err(Error::invalid(format!(
-                "key {key:?} contains '}}' but no hash tag, so its fence key cannot share its cluster slot; \
-                 give it a hash tag, e.g. {{tag}}:rest"
-            )));
-        }
-        let hex = token.hex_bytes();
-        let mut ms = [0u8; 20];
-        let args: [&[u8]; 2] = [&hex, decimal(ttl_millis(ttl), &mut ms)];
-        let (script, keys): (&LuaScript, &[&str]) = match &fence_key {
-            Some(f) => (&self.scripts.acquire_fenced, &[key, f.as_str()]),
-            None => (&self.scripts.acquire, &[key]),
-        };
-        let call = Call::Script {
-            script,
-            keys,
-            args: &args,
-        };
-        let acquired = |v: &Value| status(v) == Some(1);
-        let (value, replication) = match &self.replica_ack {
-            Some(ack) => self.exec_acked("acquire", key, call, ack, acquired).await?,
-            None => (self.exec("acquire", key, Access::Write, call).await?, None),
-        };
-        let items = array(&value).ok_or_else(|| unexpected_reply("acquire", key, &value))?;
-        match int_at(items, 0) {
-            Some(1) => {
-                let fencing_token = if self.fencing {
-                    Some(FencingToken(
-                        u64_at(items, 1).ok_or_else(|| unexpected_reply("acquire", key, &value))?,
-                    ))
-                } else {
-                    None
-                };
-                self.granted(key, token, fencing_token, replication).await
-            }
-            Some(0) => {
-                let retry_after = int_at(items, 1)
-                    .and_then(|ms| u64::try_from(ms).ok())
-                    .map(Duration::from_millis);
-                Ok(AcquireOutcome::Held { retry_after })
-            }
-            _ => Err(unexpected_reply("acquire", key, &value)),
-        }
-    }
-
-    /// A granted acquire: the lease, unless too few replicas acknowledged it
-    /// and the options say to release and fail.
-    async fn granted(
-        &self,
-        key: &str,
-        token: &LockToken,
-        fencing_token: Option<FencingToken>,
-        replication: Option<Replication>,
-    ) -> Result<AcquireOutcome> {
-        if let (
-            Some(ack),
-            Some(Replication::Unconfirmed {
-                acknowledged,
-                requested,
-            }),
-        ) = (&self.replica_ack, replication)
-            && ack.on_shortfall == OnShortfall::ReleaseAndFail
-        {
-            let released = self.release(key, token).await;
-            let message = format!(
-                "acquired {key:?} but only {acknowledged} of {requested} replicas acknowledged within {:?}; {}",
-                ack.timeout,
-                match &released {
-                    Ok(_) => "released it".to_owned(),
-                    Err(e) => format!("releasing it failed ({e})"),
-                }
-            );
-            // If our release failed, the manager releases the token.
-            return Err(match released {
-                Ok(_) => Error::backend(BACKEND, message),
-                Err(_) => Error::outcome_unknown(BACKEND, message),
-            });
-        }
-        Ok(AcquireOutcome::Acquired(
-            Lease::new()
-                .with_fencing_token(fencing_token)
-                .with_replication(replication.unwrap_or_default()),
-        ))
-    }
 }
 
-/// Most keys in one renew-many script call: bounds how long one script
-/// holds the server (other clients wait behind it) and the command's size.
-const RENEW_MANY_CHUNK: usize = 128;
-
-/// Suffix of the key a waiter leaves so that the release publishes.
-const WAITING: &str = "waiting";
-/// How much longer than its wait a waiter's marker lives.
-const WAITING_MARGIN_MS: u64 = 100;
-
-/// `n` in decimal, written into `buf`, without allocating.
-fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut start = buf.len();
-    loop {
-        start -= 1;
-        // n % 10 < 10: the cast cannot truncate.
-        buf[start] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &buf[start..];
-        }
-    }
-}
-
-/// The client error inside a backend error, if any.
-fn redis_error(source: &lock_core::BoxError) -> Option<&redis::RedisError> {
-    source.downcast_ref::<redis::RedisError>()
-}
-
-/// A server that does not know `NX` with `GET` (before 7.0) answers this.
-fn refuses_set_nx_get(e: &redis::RedisError) -> bool {
-    e.code() == Some("ERR") && e.to_string().contains("syntax error")
-}
-
-/// The lowest `(major, minor)` server version in a `HELLO` reply (a map, or
-/// a flat list of fields and values in RESP2; one per node from a cluster).
-fn server_version(reply: &Value) -> Option<(u32, u32)> {
-    fn text(v: &Value) -> Option<&str> {
-        match v {
-            Value::BulkString(b) => std::str::from_utf8(b).ok(),
-            Value::SimpleString(s) => Some(s),
-            _ => None,
-        }
-    }
-    fn parse(v: &Value) -> Option<(u32, u32)> {
-        let mut parts = text(v)?.split('.');
-        Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
-    }
-    let mut lowest: Option<(u32, u32)> = None;
-    let mut found = |v: Option<(u32, u32)>| {
-        if let Some(v) = v {
-            lowest = Some(lowest.map_or(v, |l| l.min(v)));
-        }
-    };
-    match reply {
-        Value::Map(fields) => {
-            for (name, value) in fields {
-                match text(name) {
-                    Some("version") => found(parse(value)),
-                    // A cluster's replies, keyed by node.
-                    _ => found(server_version(value)),
-                }
-            }
-        }
-        Value::Array(items) => {
-            for pair in items.chunks_exact(2) {
-                if text(&pair[0]) == Some("version") {
-                    found(parse(&pair[1]));
-                }
-            }
-            for item in items {
-                if matches!(item, Value::Map(_) | Value::Array(_)) {
-                    found(server_version(item));
-                }
-            }
-        }
-        _ => {}
-    }
-    lowest
-}
-
-fn int_at(items: &[Value], i: usize) -> Option<i64> {
-    match items.get(i)? {
-        Value::Int(n) => Some(*n),
-        _ => None,
-    }
-}
-
-fn u64_at(items: &[Value], i: usize) -> Option<u64> {
-    int_at(items, i).and_then(|n| u64::try_from(n).ok())
-}
-
-fn bytes_of(v: &Value) -> Option<Vec<u8>> {
-    match v {
-        Value::BulkString(b) => Some(b.clone()),
-        Value::SimpleString(s) => Some(s.as_bytes().to_vec()),
-        Value::Okay => Some(b"OK".to_vec()),
-        _ => None,
-    }
-}
-
-fn array(v: &Value) -> Option<&[Value]> {
-    match v {
-        Value::Array(items) => Some(items),
-        _ => None,
-    }
-}
-
-/// First element of a script's status array.
-fn status(v: &Value) -> Option<i64> {
-    array(v).and_then(|a| int_at(a, 0))
-}
-
-fn not_versioned(key: &str) -> Error {
-    Error::invalid(format!(
-        "key {key:?} holds a hash that was not written by verrou's versioned store (no version field)"
-    ))
-}
-
-fn expiry_arg(expiry: Expiry) -> Result<String> {
-    match expiry {
-        Expiry::After(ttl) => {
-            validate_ttl(ttl)?;
-            Ok(ttl_millis(ttl).to_string())
-        }
-        Expiry::Persist => Ok("-1".to_owned()),
-        _ => Ok(String::new()),
-    }
+/// A usable user key: not empty, and not inside [`RESERVED_KEY_PREFIX`].
+fn check_key(key: &str) -> Result<()> {
+    validate_key(key)?;
+    keys::check_user_key(key)
 }
 
 #[async_trait]
 impl LockBackend for RedisLuaBackend {
     async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
-        validate_key(key)?;
+        check_key(key)?;
         validate_ttl(ttl)?;
         let i = &self.inner;
         if i.native_acquire.load(Ordering::Relaxed)
@@ -831,22 +409,11 @@ impl LockBackend for RedisLuaBackend {
         self.inner.release(key, token).await
     }
 
+    /// With [`ReplicaAck`], `Renewed` only once the replicas acknowledged
+    /// the renewal; a shortfall is an outcome-unknown error, so the lease's
+    /// deadline does not move.
     async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
-        validate_key(key)?;
-        validate_ttl(ttl)?;
-        let hex = token.hex_bytes();
-        let mut ms = [0u8; 20];
-        let call = Call::Script {
-            script: &self.inner.scripts.renew,
-            keys: &[key],
-            args: &[&hex, decimal(ttl_millis(ttl), &mut ms)],
-        };
-        match self.inner.exec("renew", key, Access::Write, call).await? {
-            Value::Int(1) => Ok(RenewOutcome::Renewed),
-            Value::Int(0) => Ok(RenewOutcome::Missing),
-            Value::Int(2) => Ok(RenewOutcome::HeldByOther),
-            other => Err(unexpected_reply("renew", key, &other)),
-        }
+        self.inner.renew(key, token, ttl).await
     }
 
     /// One renew-many script per chunk of up to 128 keys (per hash slot in a
@@ -873,144 +440,5 @@ impl LockBackend for RedisLuaBackend {
         caps.rw_locks = self.inner.replica_ack.is_none();
         caps.leader_election = self.inner.replica_ack.is_none();
         caps
-    }
-}
-
-#[async_trait]
-impl VersionedStore for RedisLuaBackend {
-    async fn get(&self, key: &str) -> Result<Option<Versioned>> {
-        validate_key(key)?;
-        let cmd = redis::cmd("HMGET").arg(key).arg("v").arg("n").to_owned();
-        let value = self.inner.exec("get", key, Access::Read, Call::Command(cmd)).await?;
-        let items = array(&value).ok_or_else(|| unexpected_reply("get", key, &value))?;
-        match (items.first(), items.get(1)) {
-            (Some(Value::Nil), Some(Value::Nil)) => Ok(None),
-            (Some(v), Some(n)) => {
-                let version = bytes_of(n)
-                    .and_then(|b| std::str::from_utf8(&b).ok()?.parse::<u64>().ok())
-                    .ok_or_else(|| not_versioned(key))?;
-                let value = bytes_of(v).ok_or_else(|| not_versioned(key))?;
-                Ok(Some(Versioned { value, version }))
-            }
-            _ => Err(unexpected_reply("get", key, &value)),
-        }
-    }
-
-    async fn create(&self, key: &str, value: &[u8], expiry: Expiry) -> Result<CreateOutcome> {
-        validate_key(key)?;
-        let ttl = match expiry_arg(expiry)?.as_str() {
-            "-1" => String::new(),
-            other => other.to_owned(),
-        };
-        let id = self.inner.write_ids.next();
-        let call = Call::Script {
-            script: &self.inner.scripts.create,
-            keys: &[key],
-            args: &[value, ttl.as_bytes(), id.as_bytes()],
-        };
-        let reply = self
-            .inner
-            .versioned_write("create", key, call, |v| status(v) == Some(1))
-            .await?;
-        let items = array(&reply).ok_or_else(|| unexpected_reply("create", key, &reply))?;
-        match int_at(items, 0) {
-            Some(1) => Ok(CreateOutcome::Created {
-                version: u64_at(items, 1).ok_or_else(|| unexpected_reply("create", key, &reply))?,
-            }),
-            Some(0) => Ok(CreateOutcome::Exists),
-            Some(-1) => Err(not_versioned(key)),
-            _ => Err(unexpected_reply("create", key, &reply)),
-        }
-    }
-
-    async fn compare_and_set(&self, key: &str, expected: u64, value: &[u8], expiry: Expiry) -> Result<CasOutcome> {
-        validate_key(key)?;
-        let expiry = expiry_arg(expiry)?;
-        let expected = expected.to_string();
-        let id = self.inner.write_ids.next();
-        let call = Call::Script {
-            script: &self.inner.scripts.compare_and_set,
-            keys: &[key],
-            args: &[expected.as_bytes(), value, expiry.as_bytes(), id.as_bytes()],
-        };
-        let reply = self
-            .inner
-            .versioned_write("compare_and_set", key, call, |v| status(v) == Some(1))
-            .await?;
-        let items = array(&reply).ok_or_else(|| unexpected_reply("compare_and_set", key, &reply))?;
-        let bad = || unexpected_reply("compare_and_set", key, &reply);
-        match int_at(items, 0) {
-            Some(1) => Ok(CasOutcome::Written {
-                version: u64_at(items, 1).ok_or_else(bad)?,
-            }),
-            Some(0) => Ok(CasOutcome::Conflict(Versioned {
-                value: items.get(1).and_then(bytes_of).ok_or_else(bad)?,
-                version: u64_at(items, 2).ok_or_else(bad)?,
-            })),
-            Some(2) => Ok(CasOutcome::Missing),
-            Some(-1) => Err(not_versioned(key)),
-            _ => Err(bad()),
-        }
-    }
-
-    async fn delete(&self, key: &str, expected: u64) -> Result<DeleteOutcome> {
-        validate_key(key)?;
-        let expected = expected.to_string();
-        let call = Call::Script {
-            script: &self.inner.scripts.delete,
-            keys: &[key],
-            args: &[expected.as_bytes()],
-        };
-        let reply = self
-            .inner
-            .versioned_write("delete", key, call, |v| status(v) == Some(1))
-            .await?;
-        let items = array(&reply).ok_or_else(|| unexpected_reply("delete", key, &reply))?;
-        match int_at(items, 0) {
-            Some(1) => Ok(DeleteOutcome::Deleted),
-            Some(0) => Ok(DeleteOutcome::Conflict {
-                current_version: u64_at(items, 1).ok_or_else(|| unexpected_reply("delete", key, &reply))?,
-            }),
-            Some(2) => Ok(DeleteOutcome::Missing),
-            Some(-1) => Err(not_versioned(key)),
-            _ => Err(unexpected_reply("delete", key, &reply)),
-        }
-    }
-
-    fn store_name(&self) -> &str {
-        BACKEND
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn bulk(s: &str) -> Value {
-        Value::BulkString(s.as_bytes().to_vec())
-    }
-
-    #[test]
-    fn tokens_and_numbers_are_written_as_before() {
-        let token = LockToken::generate().unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(&token.hex_bytes()[..], token.to_hex().as_bytes());
-        let mut buf = [0u8; 20];
-        for n in [0, 7, 10, 30_000, u64::MAX] {
-            assert_eq!(decimal(n, &mut buf), n.to_string().as_bytes());
-        }
-    }
-
-    #[test]
-    fn hello_replies_give_the_lowest_version() {
-        let resp3 = Value::Map(vec![(bulk("server"), bulk("redis")), (bulk("version"), bulk("7.0.15"))]);
-        assert_eq!(server_version(&resp3), Some((7, 0)));
-        let resp2 = Value::Array(vec![bulk("server"), bulk("valkey"), bulk("version"), bulk("8.1.0")]);
-        assert_eq!(server_version(&resp2), Some((8, 1)));
-        let cluster = Value::Map(vec![
-            (bulk("a:1"), resp3.clone()),
-            (bulk("b:2"), Value::Map(vec![(bulk("version"), bulk("6.2.14"))])),
-        ]);
-        assert_eq!(server_version(&cluster), Some((6, 2)));
-        assert_eq!(server_version(&Value::Okay), None);
     }
 }

@@ -15,8 +15,9 @@ use lock_core::options::{ttl_millis, validate_key, validate_ttl};
 use lock_core::{AcquireOutcome, Error, Lease, LockToken, MultiLockBackend, ReleaseOutcome, RenewOutcome, Result};
 
 use crate::error::{Access, BACKEND, unexpected_reply};
+use crate::replies::decimal;
 use crate::scripts::LuaScript;
-use crate::{Call, RedisLuaBackend, decimal, keys};
+use crate::{Call, RedisLuaBackend, keys};
 
 struct MultiScripts {
     acquire: LuaScript,
@@ -44,7 +45,8 @@ impl RedisLuaBackend {
         let Some(first) = set.first() else {
             return Err(Error::invalid("a multi-key lock needs at least one key"));
         };
-        set.iter().try_for_each(|k| validate_key(k))?;
+        set.iter()
+            .try_for_each(|k| validate_key(k).and_then(|()| keys::check_user_key(k)))?;
         if self.inner.cluster && set.iter().any(|k| keys::slot(k) != keys::slot(first)) {
             return Err(Error::invalid(format!(
                 "multi-key lock over {set:?}: on a cluster every key must be in one hash slot; give them a common \

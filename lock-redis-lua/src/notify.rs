@@ -6,12 +6,13 @@
 //! timed fallback (the holder's PTTL or the backoff), never correctness.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use deadpool_redis::redis::{self, aio::PubSubSink};
 use futures::StreamExt;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 /// Channel prefix; the lock key follows (the release script spells it too).
@@ -33,10 +34,23 @@ struct Entry {
     idle_since: Instant,
 }
 
+/// The live pub/sub connection of one generation.
+struct Live {
+    generation: u64,
+    sink: PubSubSink,
+    /// Dropped with this value: stops the generation's reader task, which
+    /// holds the other half of the connection.
+    _stop: oneshot::Sender<()>,
+}
+
+/// The waiters' channels, and the connection they are subscribed on. An
+/// entry lives while it has waiters, then for [`LINGER`] if subscribed (so
+/// a busy key is not re-subscribed on every wait); without a connection
+/// nothing is kept for idle channels, so the map stays bounded by the
+/// waiters during an outage.
 #[derive(Default)]
 struct State {
-    /// The live pub/sub connection and its generation.
-    sink: Option<(u64, PubSubSink)>,
+    live: Option<Live>,
     generation: u64,
     channels: HashMap<String, Entry>,
 }
@@ -49,13 +63,17 @@ pub(crate) struct Notifier {
     /// Serialises SUBSCRIBE / UNSUBSCRIBE with the bookkeeping, so an
     /// unsubscribe of an idle channel cannot overtake a new subscribe.
     subscriptions: tokio::sync::Mutex<()>,
+    /// Set when the server refused SUBSCRIBE for lack of rights (NOPERM):
+    /// waits then use their timers only, without trying again.
+    refused: AtomicBool,
 }
 
 impl std::fmt::Debug for Notifier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let s = self.state();
         f.debug_struct("Notifier")
-            .field("connected", &s.sink.is_some())
+            .field("connected", &s.live.is_some())
+            .field("refused", &self.refused.load(Ordering::Relaxed))
             .field("channels", &s.channels.len())
             .finish()
     }
@@ -68,6 +86,7 @@ impl Notifier {
             timeout,
             state: Mutex::new(State::default()),
             subscriptions: tokio::sync::Mutex::new(()),
+            refused: AtomicBool::new(false),
         })
     }
 
@@ -84,6 +103,10 @@ impl Notifier {
     /// it leaves the waiter marker the release script looks for, and says
     /// false when the lock is already free.
     pub(crate) async fn wait(self: &Arc<Self>, key: &str, max_wait: Duration, mark: impl Future<Output = bool>) {
+        if self.refused.load(Ordering::Relaxed) {
+            tokio::time::sleep(max_wait).await;
+            return;
+        }
         let channel = channel(key);
         let notify = {
             let mut s = self.state();
@@ -130,7 +153,7 @@ impl Notifier {
         let mut s = self.state();
         match reply {
             Ok(Ok(())) => {
-                if s.sink.as_ref().is_some_and(|(g, _)| *g == generation)
+                if s.live.as_ref().is_some_and(|l| l.generation == generation)
                     && let Some(e) = s.channels.get_mut(channel)
                 {
                     e.subscribed = true;
@@ -139,6 +162,14 @@ impl Notifier {
             }
             Ok(Err(e)) => {
                 forget_connection(&mut s, generation);
+                if e.code() == Some("NOPERM") && !self.refused.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        error = %e,
+                        "the server refuses SUBSCRIBE to this ACL user (no channel rights, e.g. Redis 7's \
+                         acl-pubsub-default resetchannels): release notifications are off for this backend; waiters \
+                         use their timers"
+                    );
+                }
                 Err(e)
             }
             Err(_) => {
@@ -154,8 +185,8 @@ impl Notifier {
     /// The pub/sub connection, opened (with its reader task) if needed.
     /// Called with `subscriptions` held, so only one caller connects.
     async fn connection(self: &Arc<Self>) -> redis::RedisResult<(u64, PubSubSink)> {
-        if let Some((g, sink)) = &self.state().sink {
-            return Ok((*g, sink.clone()));
+        if let Some(live) = &self.state().live {
+            return Ok((live.generation, live.sink.clone()));
         }
         let pubsub = tokio::time::timeout(self.timeout, self.client.get_async_pubsub())
             .await
@@ -166,13 +197,18 @@ impl Notifier {
                 ))
             })??;
         let (sink, stream) = pubsub.split();
+        let (stop, stopped) = oneshot::channel();
         let generation = {
             let mut s = self.state();
             s.generation += 1;
-            s.sink = Some((s.generation, sink.clone()));
+            s.live = Some(Live {
+                generation: s.generation,
+                sink: sink.clone(),
+                _stop: stop,
+            });
             s.generation
         };
-        tokio::spawn(read(Arc::downgrade(self), generation, sink.clone(), stream));
+        tokio::spawn(read(Arc::downgrade(self), generation, sink.clone(), stream, stopped));
         Ok((generation, sink))
     }
 
@@ -181,16 +217,23 @@ impl Notifier {
         if let Some(e) = s.channels.get_mut(channel) {
             e.waiters = e.waiters.saturating_sub(1);
             if e.waiters == 0 {
-                e.idle_since = Instant::now();
+                if e.subscribed {
+                    // Lingers; the reader unsubscribes it when idle.
+                    e.idle_since = Instant::now();
+                } else {
+                    s.channels.remove(channel);
+                }
             }
         }
     }
 }
 
-/// Drops the connection of `generation` and forgets its subscriptions.
+/// Drops the connection of `generation` (stopping its reader, which closes
+/// it) and forgets its subscriptions and idle channels.
 fn forget_connection(s: &mut State, generation: u64) {
-    if s.sink.as_ref().is_some_and(|(g, _)| *g == generation) {
-        s.sink = None;
+    if s.live.as_ref().is_some_and(|l| l.generation == generation) {
+        s.live = None;
+        s.channels.retain(|_, e| e.waiters > 0);
         for e in s.channels.values_mut() {
             e.subscribed = false;
         }
@@ -210,12 +253,20 @@ impl Drop for Waiting<'_> {
 }
 
 /// Delivers messages to waiters; unsubscribes idle channels; ends with the
-/// connection or when the backend is gone.
-async fn read(notifier: Weak<Notifier>, generation: u64, mut sink: PubSubSink, mut stream: redis::aio::PubSubStream) {
+/// connection, when its generation is forgotten (`stopped`), or when the
+/// backend is gone.
+async fn read(
+    notifier: Weak<Notifier>,
+    generation: u64,
+    mut sink: PubSubSink,
+    mut stream: redis::aio::PubSubStream,
+    mut stopped: oneshot::Receiver<()>,
+) {
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
+            _ = &mut stopped => return,
             msg = stream.next() => {
                 let Some(msg) = msg else { break };
                 let Some(n) = notifier.upgrade() else { return };
@@ -253,5 +304,27 @@ async fn read(notifier: Weak<Notifier>, generation: u64, mut sink: PubSubSink, m
     }
     if let Some(n) = notifier.upgrade() {
         forget_connection(&mut n.state(), generation);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 11 item 16: with no pub/sub connection (an outage), every
+    /// waited-on key used to leave its channel entry behind for good.
+    #[tokio::test]
+    async fn an_outage_keeps_no_idle_channels() {
+        // Nothing listens on port 1: every connect is refused at once.
+        let client = redis::Client::open("redis://127.0.0.1:1/").unwrap_or_else(|e| panic!("{e}"));
+        let notifier = Notifier::new(client, Duration::from_millis(200));
+        for i in 0..200 {
+            notifier
+                .wait(&format!("key:{i}"), Duration::from_millis(2), async { true })
+                .await;
+        }
+        let s = notifier.state();
+        assert!(s.live.is_none());
+        assert_eq!(s.channels.len(), 0);
     }
 }

@@ -14,8 +14,9 @@ use lock_core::options::{ttl_millis, validate_key, validate_ttl};
 use lock_core::{AcquireOutcome, Error, Lease, LockToken, ReleaseOutcome, RenewOutcome, Result, RwLockBackend, RwMode};
 
 use crate::error::{Access, BACKEND, unexpected_reply};
+use crate::replies::decimal;
 use crate::scripts::LuaScript;
-use crate::{Call, RedisLuaBackend, decimal};
+use crate::{Call, RedisLuaBackend, keys};
 
 struct RwScripts {
     acquire: LuaScript,
@@ -41,7 +42,7 @@ impl RedisLuaBackend {
             });
         }
         validate_key(name)?;
-        RwKeys::new(name)
+        RwKeys::prefixed(keys::RESERVED_PREFIX, name)
     }
 }
 

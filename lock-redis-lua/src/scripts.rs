@@ -3,7 +3,16 @@
 //!
 //! Every write script is safe to run twice (a cluster client re-sends a
 //! request whose connection dropped): a repeated acquire finds its own token,
-//! a repeated versioned write finds its own write id.
+//! a repeated versioned write finds its own write id. A repeat that reports
+//! success still writes (a `PEXPIRE`, the same write id again), so that a
+//! `WAIT` after it on a new connection has a write to wait for.
+//!
+//! Every write script does all its reads (which may fail: WRONGTYPE) before
+//! its first write, and nothing after a write can fail (the release's
+//! `PUBLISH`, which an ACL may refuse, is a `pcall`): so an error raised by
+//! a script means nothing was applied. Errors raised inside a script that
+//! are not one of those reads are still reported as outcome-unknown (see
+//! `error::command_error`).
 //!
 //! Numbers: versions and fencing tokens are server time in microseconds
 //! (about 2^51 today), exact in Lua's doubles below 2^53, stored with
@@ -56,6 +65,7 @@ pub(crate) struct Scripts {
     pub(crate) acquire_fenced: LuaScript,
     pub(crate) release: LuaScript,
     pub(crate) release_notify: LuaScript,
+    pub(crate) release_resendable: LuaScript,
     pub(crate) mark_waiting: LuaScript,
     pub(crate) probe: LuaScript,
     pub(crate) renew: LuaScript,
@@ -63,6 +73,7 @@ pub(crate) struct Scripts {
     pub(crate) create: LuaScript,
     pub(crate) compare_and_set: LuaScript,
     pub(crate) delete: LuaScript,
+    pub(crate) delete_resendable: LuaScript,
 }
 
 impl Scripts {
@@ -72,6 +83,7 @@ impl Scripts {
             acquire_fenced: LuaScript::new(ACQUIRE_FENCED),
             release: LuaScript::new(RELEASE),
             release_notify: LuaScript::new(RELEASE_NOTIFY),
+            release_resendable: LuaScript::new(RELEASE_RESENDABLE),
             mark_waiting: LuaScript::new(MARK_WAITING),
             probe: LuaScript::new(PROBE),
             renew: LuaScript::new(RENEW),
@@ -79,6 +91,7 @@ impl Scripts {
             create: LuaScript::new(CREATE),
             compare_and_set: LuaScript::new(COMPARE_AND_SET),
             delete: LuaScript::new(DELETE),
+            delete_resendable: LuaScript::new(DELETE_RESENDABLE),
         }
     }
 }
@@ -101,23 +114,25 @@ return {0, redis.call('PTTL', KEYS[1])}
 ";
 
 /// KEYS[1] lock, KEYS[2] fence (same slot, no TTL); ARGV as [`ACQUIRE`].
-/// `{1, fence}` acquired; `{0, pttl}` held. The fence is
+/// Both keys are read before anything is written. `{1, fence}` acquired;
+/// `{0, pttl}` held. The fence is
 /// `max(last + 1, server time in µs)`: it increases per grant, and keeps
 /// increasing even if the fence key was lost (eviction, failover).
 const ACQUIRE_FENCED: &str = r"
 local cur = redis.call('GET', KEYS[1])
+local last = redis.call('GET', KEYS[2])
 if not cur then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+  last = tonumber(last or '0') or 0
   local t = redis.call('TIME')
   local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
   if fence <= last then fence = last + 1 end
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   redis.call('SET', KEYS[2], string.format('%.0f', fence))
   return {1, fence}
 end
 if cur == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, tonumber(redis.call('GET', KEYS[2]) or '0') or 0}
+  return {1, tonumber(last or '0') or 0}
 end
 return {0, redis.call('PTTL', KEYS[1])}
 ";
@@ -132,19 +147,39 @@ redis.call('DEL', KEYS[1])
 return 1
 ";
 
+/// KEYS[1] lock, KEYS[2] its release tombstone; ARGV[1] token, ARGV[2] a
+/// unique id of this release call, ARGV[3] the tombstone's TTL, ms.
+/// As [`RELEASE`] (cluster): a release leaves its id in the tombstone for a
+/// while, so that the cluster client's re-send of the same call (its
+/// connection dropped before the reply) answers 1 again instead of 0 or 2.
+/// Another call, even with the same token, has another id: it is answered
+/// from the lock key alone, and the owner check is the same.
+const RELEASE_RESENDABLE: &str = r"
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+if redis.call('GET', KEYS[2]) == ARGV[2] then return 1 end
+if not cur then return 0 end
+return 2
+";
+
 /// KEYS[1] lock, KEYS[2] its waiter marker (see [`MARK_WAITING`]);
 /// ARGV[1] token. As [`RELEASE`], and announces the release on the key's
 /// channel (`verrou:released:<key>`, see `notify::channel`) when a waiter
-/// left its marker. One `DEL` removes both keys: 2 deleted means a waiter
-/// waits, so an uncontended release costs what [`RELEASE`] costs (a `PUBLISH`
-/// or a `PUBSUB NUMSUB` on every release measured 0.4–0.6 µs of server time
-/// each).
+/// left its marker (a refused `PUBLISH`, e.g. an ACL without channel
+/// rights, only costs the waiters their timers). One `DEL` removes both
+/// keys: 2 deleted means a waiter waits, so an uncontended release costs
+/// what [`RELEASE`] costs (a `PUBLISH` or a `PUBSUB NUMSUB` on every release
+/// measured 0.4–0.6 µs of server time each).
 const RELEASE_NOTIFY: &str = r"
 local cur = redis.call('GET', KEYS[1])
 if not cur then return 0 end
 if cur ~= ARGV[1] then return 2 end
 if redis.call('DEL', KEYS[1], KEYS[2]) == 2 then
-  redis.call('PUBLISH', 'verrou:released:' .. KEYS[1], '1')
+  redis.pcall('PUBLISH', 'verrou:released:' .. KEYS[1], '1')
 end
 return 1
 ";
@@ -166,9 +201,11 @@ return 1
 const PROBE: &str = "return 1";
 
 /// KEYS[1] lock; ARGV[1] token, ARGV[2] ttl ms.
-/// 1 renewed, 0 missing, 2 held by another token.
+/// 1 renewed, 0 missing, 2 held by another token, or by a value of another
+/// type (WRONGTYPE, caught: the lock is lost either way, so say so at once).
 const RENEW: &str = r"
-local cur = redis.call('GET', KEYS[1])
+local ok, cur = pcall(redis.call, 'GET', KEYS[1])
+if not ok then return 2 end
 if not cur then return 0 end
 if cur ~= ARGV[1] then return 2 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -177,14 +214,14 @@ return 1
 
 /// KEYS lock keys (one cluster slot); ARGV[1] ttl ms, ARGV[i + 1] the
 /// token of KEYS[i]. One code per key, as [`RENEW`] answers: 1 renewed,
-/// 0 missing, 2 held by another token; -1 the key holds another type
+/// 0 missing, 2 held by another token or by a value of another type
 /// (WRONGTYPE, caught so that the other keys are still renewed).
 const RENEW_MANY: &str = r"
 local out = {}
 for i, key in ipairs(KEYS) do
   local ok, cur = pcall(redis.call, 'GET', key)
   if not ok then
-    out[i] = -1
+    out[i] = 2
   elseif not cur then
     out[i] = 0
   elseif cur ~= ARGV[i + 1] then
@@ -204,7 +241,10 @@ const CREATE: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local cur = redis.call('HMGET', KEYS[1], 'n', 'w')
   if not cur[1] then return {-1} end
-  if cur[2] == ARGV[3] then return {1, tonumber(cur[1])} end
+  if cur[2] == ARGV[3] then
+    redis.call('HSET', KEYS[1], 'w', ARGV[3])
+    return {1, tonumber(cur[1])}
+  end
   return {0}
 end
 local t = redis.call('TIME')
@@ -225,7 +265,10 @@ if not cur[2] then
   return {2}
 end
 if cur[2] ~= ARGV[1] then
-  if cur[3] == ARGV[4] then return {1, tonumber(cur[2])} end
+  if cur[3] == ARGV[4] then
+    redis.call('HSET', KEYS[1], 'w', ARGV[4])
+    return {1, tonumber(cur[2])}
+  end
   return {0, cur[1], tonumber(cur[2])}
 end
 local t = redis.call('TIME')
@@ -252,6 +295,28 @@ end
 if n ~= ARGV[1] then return {0, tonumber(n)} end
 redis.call('DEL', KEYS[1])
 return {1}
+";
+
+/// KEYS[1] hash, KEYS[2] its delete tombstone; ARGV[1] expected version,
+/// ARGV[2] a unique id of this delete call, ARGV[3] the tombstone's TTL, ms.
+/// As [`DELETE`] (cluster), and a re-send of the same call (see
+/// [`RELEASE_RESENDABLE`]) answers `{1}` again.
+const DELETE_RESENDABLE: &str = r"
+local n = redis.call('HGET', KEYS[1], 'n')
+if n and n == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+  return {1}
+end
+if redis.call('GET', KEYS[2]) == ARGV[2] then
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  return {1}
+end
+if not n then
+  if redis.call('EXISTS', KEYS[1]) == 1 then return {-1} end
+  return {2}
+end
+return {0, tonumber(n)}
 ";
 
 #[cfg(test)]

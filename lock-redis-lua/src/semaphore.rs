@@ -17,8 +17,9 @@ use lock_core::{
 };
 
 use crate::error::{Access, BACKEND, unexpected_reply};
+use crate::replies::decimal;
 use crate::scripts::LuaScript;
-use crate::{Call, RedisLuaBackend, decimal};
+use crate::{Call, RedisLuaBackend, keys};
 
 struct SemaphoreScripts {
     acquire: LuaScript,
@@ -60,7 +61,7 @@ impl SemaphoreBackend for RedisLuaBackend {
         validate_key(name)?;
         validate_ttl(ttl)?;
         request.validate()?;
-        let keys = SemaphoreKeys::new(name)?;
+        let keys = SemaphoreKeys::prefixed(keys::RESERVED_PREFIX, name)?;
         let hex = holder.hex_bytes();
         let (mut ms, mut size, mut permits) = ([0u8; 20], [0u8; 20], [0u8; 20]);
         let args: [&[u8]; 4] = [
@@ -79,7 +80,7 @@ impl SemaphoreBackend for RedisLuaBackend {
         let (value, replication) = match &i.replica_ack {
             Some(ack) => {
                 let granted = |v: &Value| ints(v).is_some_and(|r| r.first() == Some(&1));
-                i.exec_acked(op, &keys.holders, call, ack, granted).await?
+                i.exec_acked(op, &keys.holders, call, ack, granted, None).await?
             }
             None => (i.exec(op, &keys.holders, Access::Write, call).await?, None),
         };
@@ -118,7 +119,7 @@ impl SemaphoreBackend for RedisLuaBackend {
 
     async fn release_permits(&self, name: &str, holder: &LockToken) -> Result<ReleaseOutcome> {
         validate_key(name)?;
-        let keys = SemaphoreKeys::new(name)?;
+        let keys = SemaphoreKeys::prefixed(keys::RESERVED_PREFIX, name)?;
         let hex = holder.hex_bytes();
         let call = Call::Script {
             script: &scripts().release,
@@ -138,7 +139,7 @@ impl SemaphoreBackend for RedisLuaBackend {
     async fn renew_permits(&self, name: &str, holder: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
         validate_key(name)?;
         validate_ttl(ttl)?;
-        let keys = SemaphoreKeys::new(name)?;
+        let keys = SemaphoreKeys::prefixed(keys::RESERVED_PREFIX, name)?;
         let hex = holder.hex_bytes();
         let mut ms = [0u8; 20];
         let call = Call::Script {

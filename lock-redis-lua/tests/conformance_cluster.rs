@@ -1,6 +1,9 @@
 //! The whole conformance suite on a real 3-master Redis Cluster (no
-//! replicas), shared by every case of this file, with fencing tokens on:
-//! each script is routed by its key, and the fence key shares its slot.
+//! replicas), shared by every case of this file: with fencing tokens on (each
+//! script is routed by its key, and the fence key shares its slot), and
+//! without (acquire is the native `SET NX PX GET`, no script). Release
+//! notifications need a standalone URL and are refused on a cluster
+//! (`notifications_are_refused_on_a_cluster`).
 #![allow(clippy::expect_used, missing_docs)]
 
 use lock_redis_lua::RedisLuaBackend;
@@ -25,9 +28,9 @@ async fn seed_urls() -> Vec<String> {
         .collect()
 }
 
-async fn backend(urls: Vec<String>) -> RedisLuaBackend {
+async fn backend(urls: Vec<String>, fencing: bool) -> RedisLuaBackend {
     RedisLuaBackend::builder_cluster(urls)
-        .fencing(true)
+        .fencing(fencing)
         .build()
         .await
         .expect("connect to the cluster")
@@ -35,12 +38,12 @@ async fn backend(urls: Vec<String>) -> RedisLuaBackend {
 
 async fn lock_suite() -> LockSuite {
     let urls = seed_urls().await;
-    LockSuite::new(move || backend(urls.clone()))
+    LockSuite::new(move || backend(urls.clone(), true))
 }
 
 async fn versioned_suite() -> VersionedSuite {
     let urls = seed_urls().await;
-    VersionedSuite::new(move || backend(urls.clone()))
+    VersionedSuite::new(move || backend(urls.clone(), true))
 }
 
 lock_testkit::lock_conformance!(real, lock_suite());
@@ -48,4 +51,29 @@ lock_testkit::lock_conformance!(real, lock_suite());
 mod versioned {
     use super::*;
     lock_testkit::versioned_conformance!(real, versioned_suite());
+}
+
+mod unfenced {
+    use super::*;
+
+    async fn lock_suite() -> LockSuite {
+        let urls = seed_urls().await;
+        LockSuite::new(move || backend(urls.clone(), false))
+    }
+
+    lock_testkit::lock_conformance!(real, lock_suite());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notifications_are_refused_on_a_cluster() {
+    let urls = seed_urls().await;
+    let err = RedisLuaBackend::builder_cluster(urls)
+        .release_notifications(true)
+        .build()
+        .await
+        .expect_err("pub/sub wake-ups need a standalone URL");
+    assert!(
+        matches!(&err, lock_core::Error::InvalidArgument(m) if m.contains("standalone")),
+        "{err:?}"
+    );
 }

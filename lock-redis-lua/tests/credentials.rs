@@ -125,14 +125,27 @@ async fn credentials_stay_out_of_debug_errors_and_logs() {
     };
     waiter.await.unwrap();
     server.kill().expect("kill");
-    let _ = tokio::time::timeout(Duration::from_secs(2), guard.lost()).await;
+    tokio::time::timeout(Duration::from_secs(2), guard.lost())
+        .await
+        .expect("lost() fires once renewals fail past the deadline");
     let err = acl
         .try_acquire("secret-lock", &LockToken::generate().unwrap(), Duration::from_secs(1))
         .await
         .expect_err("server down");
     assert_clean("error while down", &format!("{err:?} {err}"));
     drop(guard);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Synchronise on the drop's background release logging its failure.
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !capture
+        .lines
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|l| l.contains("background release"))
+    {
+        assert!(tokio::time::Instant::now() < give_up, "the drop's release never logged");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 
     let lines = capture.lines.lock().unwrap().clone();
     assert!(

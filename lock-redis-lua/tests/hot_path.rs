@@ -94,7 +94,7 @@ async fn uncontended_pair_is_set_nx_and_a_release_script_without_publish() {
         // Subscribed, and the marker left (it follows the SUBSCRIBE): a
         // release before the marker would not publish.
         let n = server.cmd(&["PUBSUB", "NUMSUB", "verrou:released:hot"]).await.unwrap();
-        let marker = server.cmd(&["EXISTS", "{hot}:waiting"]).await.unwrap();
+        let marker = server.cmd(&["EXISTS", "verrou:lua:waiting:{hot}"]).await.unwrap();
         if n.as_array().and_then(|a| a.get(1)?.as_int()) == Some(1) && marker.as_int() == Some(1) {
             break;
         }
@@ -108,7 +108,7 @@ async fn uncontended_pair_is_set_nx_and_a_release_script_without_publish() {
         .unwrap();
     assert!(waited < Duration::from_secs(4), "woken by the release, not the timer");
     assert_eq!(calls(&server, "publish").await, 1);
-    let marker = server.cmd(&["EXISTS", "{hot}:waiting"]).await.unwrap();
+    let marker = server.cmd(&["EXISTS", "verrou:lua:waiting:{hot}"]).await.unwrap();
     assert_eq!(marker.as_int(), Some(0), "the release removed the waiter's marker");
 }
 

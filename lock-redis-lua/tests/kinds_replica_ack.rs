@@ -31,7 +31,7 @@ async fn semaphore_grants_wait_for_the_replica() {
     let permit = sems.semaphore("acked", 2).unwrap().acquire(1).await.expect("acquire");
     assert_eq!(permit.replication(), Replication::Confirmed { replicas: 1 });
     // WAIT returned, so the replica already counts the holder.
-    let holders = SemaphoreKeys::new("acked").unwrap().holders;
+    let holders = SemaphoreKeys::prefixed("verrou:lua:", "acked").unwrap().holders;
     let on_replica = pair.replica().cmd(&["ZCARD", holders.as_str()]).await.expect("ZCARD");
     assert_eq!(on_replica.as_int(), Some(1));
     permit.release().await.expect("release");

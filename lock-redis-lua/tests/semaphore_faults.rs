@@ -36,7 +36,7 @@ fn options() -> LockOptions {
 
 /// Holders of `name` on the server, read directly (not through the proxy).
 async fn holders(server: &RedisServer, name: &str) -> i64 {
-    let keys = SemaphoreKeys::new(name).unwrap();
+    let keys = SemaphoreKeys::prefixed("verrou:lua:", name).unwrap();
     server
         .cmd(&["ZCARD", keys.holders.as_str()])
         .await

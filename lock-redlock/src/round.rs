@@ -8,6 +8,7 @@ use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use lock_core::{Error, NodeOutcome, NodeReports};
+use tracing::Instrument;
 
 /// A node's answer, reduced to what the quorum needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,13 +98,20 @@ where
     F: Future<Output = lock_core::Result<T>> + Send + 'static,
     T: Send + 'static,
 {
-    Box::pin(async move {
-        let reply = match tokio::time::timeout(timeout, op).await {
-            Ok(result) => classify(result),
-            Err(_) => Vote::TimedOut.into(),
-        };
-        (index, reply)
-    })
+    // A child span per node, of whatever span the quorum call runs in.
+    let span = tracing::debug_span!("verrou.node", node = index, outcome = tracing::field::Empty);
+    let traced = span.clone();
+    Box::pin(
+        async move {
+            let reply = match tokio::time::timeout(timeout, op).await {
+                Ok(result) => classify(result),
+                Err(_) => Vote::TimedOut.into(),
+            };
+            traced.record("outcome", tracing::field::debug(&reply.vote));
+            (index, reply)
+        }
+        .instrument(span),
+    )
 }
 
 /// The replies of one round so far, and the calls still in flight.
@@ -295,7 +303,65 @@ mod tests {
         assert!(!no.until_decided().await);
         assert!(no.blocked_by_failures());
         let report = no.report(&["a".into(), "b".into(), "c".into()]);
-        assert_eq!(report.0.len(), 3);
+        assert_eq!(
+            report.0,
+            vec![
+                ("a".to_owned(), NodeOutcome::HeldByOther),
+                ("b".to_owned(), NodeOutcome::TimedOut),
+                ("c".to_owned(), NodeOutcome::Granted),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn each_node_call_is_a_child_span_with_its_outcome() {
+        use std::sync::{Arc, Mutex};
+        use tracing::Instrument;
+        use tracing_subscriber::fmt::format::FmtSpan;
+
+        #[derive(Clone, Default)]
+        struct Buffer(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buffer {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0
+                    .lock()
+                    .map_err(|_| std::io::Error::other("poisoned"))?
+                    .extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_span_events(FmtSpan::CLOSE)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let _default = tracing::subscriber::set_default(subscriber);
+        let granted = |r: lock_core::Result<()>| -> Reply {
+            r.map_or_else(|e| Vote::from_error(&e).into(), |()| Vote::Yes.into())
+        };
+        async {
+            let calls = vec![
+                node_call(0, Duration::from_secs(1), async { Ok(()) }, granted),
+                node_call(
+                    1,
+                    Duration::from_secs(1),
+                    async { Err(Error::backend("n1", "down")) },
+                    granted,
+                ),
+            ];
+            Round::start(2, calls).until_all_replied().await;
+        }
+        .instrument(tracing::info_span!("quorum"))
+        .await;
+        let out = String::from_utf8(buffer.0.lock().expect("buffer").clone()).expect("utf-8");
+        assert!(out.contains("quorum:verrou.node{node=0 outcome=Yes}"), "{out}");
+        assert!(out.contains("quorum:verrou.node{node=1 outcome=Failed"), "{out}");
     }
 
     #[tokio::test]

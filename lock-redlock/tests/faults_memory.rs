@@ -607,7 +607,7 @@ async fn construction_rejects_bad_quorums() {
     assert_eq!(named.node_names(), ["eu", "us"]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn invalid_input_never_reaches_the_nodes() {
     let nodes = Nodes::new(3);
     let redlock = nodes.client();
@@ -622,6 +622,11 @@ async fn invalid_input_never_reaches_the_nodes() {
     ));
     assert!(matches!(redlock.release("", &t).await, Err(Error::InvalidArgument(_))));
     assert!(nodes.controls.iter().all(|c| c.counts() == Default::default()));
+    // Manual renewal is valid on Redlock, and such a manager never renews.
     let manual = LockOptions::with_ttl(TTL).renewal(Renewal::Manual);
-    assert!(LockManager::with_options(redlock, manual).is_ok());
+    let locks = LockManager::with_options(redlock, manual).expect("manual renewal is valid");
+    let guard = locks.try_lock("k").await.expect("try_lock").expect("free key");
+    tokio::time::sleep(TTL / 2).await;
+    assert!(nodes.controls.iter().all(|c| c.counts().renew == 0), "never renewed");
+    assert_eq!(guard.release().await.expect("release"), ReleaseOutcome::Released);
 }

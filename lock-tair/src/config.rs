@@ -41,7 +41,7 @@ pub(crate) enum Source {
 /// use lock_tair::{ReplicaAck, TairBuilder};
 ///
 /// let backend = TairBuilder::url("redis://127.0.0.1:6379")
-///     .command_timeout(Duration::from_millis(500))
+///     .response_timeout(Duration::from_millis(500))
 ///     .fencing(true)
 ///     .replica_ack(ReplicaAck::new(1, Duration::from_millis(50)))
 ///     .build()
@@ -58,6 +58,9 @@ pub struct TairBuilder {
     pub(crate) ack_connections: usize,
     pub(crate) retry_after_hint: bool,
     pub(crate) check_commands: bool,
+    /// PEM CA certificates for TLS; `None`: the platform's roots.
+    #[cfg(feature = "tls")]
+    pub(crate) tls_root_certs: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for TairBuilder {
@@ -94,6 +97,8 @@ impl TairBuilder {
             ack_connections: DEFAULT_ACK_CONNECTIONS,
             retry_after_hint: false,
             check_commands: true,
+            #[cfg(feature = "tls")]
+            tls_root_certs: None,
         }
     }
 
@@ -118,11 +123,28 @@ impl TairBuilder {
         TairBuilder::new(Source::Pool(pool))
     }
 
-    /// Timeout of every command (default 2 s). A write that times out is
-    /// reported with `outcome_unknown: true`.
+    /// Time to wait for each reply: the timeout of every command (default
+    /// 2 s). A write that times out is reported with `outcome_unknown: true`.
+    /// The same name as on the Lua backend's builder.
     #[must_use]
-    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout;
+        self
+    }
+
+    /// The old name of [`TairBuilder::response_timeout`].
+    #[deprecated(note = "renamed to response_timeout, the name both Redis-family builders use")]
+    #[must_use]
+    pub fn command_timeout(self, timeout: Duration) -> Self {
+        self.response_timeout(timeout)
+    }
+
+    /// Trust these CA certificates (PEM) instead of the platform's roots for
+    /// `rediss://` URLs (feature `tls`; URL sources only).
+    #[cfg(feature = "tls")]
+    #[must_use]
+    pub fn tls_root_certs(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root_certs = Some(pem.into());
         self
     }
 
@@ -236,4 +258,30 @@ impl TairBuilder {
     pub async fn build(self) -> Result<TairBackend> {
         TairBackend::from_builder(self).await
     }
+}
+
+/// A rustls connector trusting only the CA certificates in `pem`.
+#[cfg(feature = "tls")]
+pub(crate) fn tls_connector(pem: &[u8]) -> Result<fred::types::config::TlsConnector> {
+    use fred::rustls::pki_types::CertificateDer;
+    use fred::rustls::pki_types::pem::PemObject;
+    use fred::rustls::{ClientConfig, RootCertStore};
+
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        let cert = cert.map_err(|e| Error::invalid(format!("tls_root_certs: not a PEM certificate list: {e}")))?;
+        roots
+            .add(cert)
+            .map_err(|e| Error::invalid(format!("tls_root_certs: unusable CA certificate: {e}")))?;
+    }
+    if roots.is_empty() {
+        return Err(Error::invalid("tls_root_certs holds no PEM certificate"));
+    }
+    let provider = std::sync::Arc::new(fred::rustls::crypto::ring::default_provider());
+    let config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::invalid(format!("TLS set-up failed: {e}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(config.into())
 }

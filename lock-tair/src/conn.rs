@@ -101,7 +101,12 @@ pub(crate) static COMMANDS: LazyLock<Commands> = LazyLock::new(|| {
 /// policy (without one fred never reconnects), one write attempt (a write is
 /// never silently re-sent after a reconnect), and timeouts everywhere.
 pub(crate) fn build_client(url: &str, settings: &TairBuilder, longest_wait: Duration) -> Result<Client> {
-    let config = Config::from_url(url).map_err(|e| Error::invalid(format!("bad Tair URL: {}", e.details())))?;
+    #[allow(unused_mut)] // set again only with the `tls` feature
+    let mut config = Config::from_url(url).map_err(|e| Error::invalid(format!("bad Tair URL: {}", e.details())))?;
+    #[cfg(feature = "tls")]
+    if let Some(pem) = &settings.tls_root_certs {
+        config.tls = Some(crate::config::tls_connector(pem)?.into());
+    }
     let mut builder = Builder::from_config(config);
     let connect_timeout = settings.connect_timeout;
     // A connection whose oldest request waits this long is closed and

@@ -59,8 +59,9 @@
 //!
 //! [`ReplicaAck`] adds `WAIT` after acquires, renewals (one `WAIT` per
 //! batch) and versioned writes, on a dedicated connection; see there. A
-//! renewal counts only once confirmed: with [`OnShortfall::ReleaseAndFail`]
-//! a shortfall makes it an outcome-unknown error, so the manager does not
+//! renewal counts only once confirmed: whatever [`OnShortfall`] says (it
+//! governs acquires and versioned writes), a shortfall makes it an
+//! outcome-unknown error, so the manager does not
 //! move the lease's deadline past what a promoted replica knows. A `WAIT`
 //! on a connection that reconnected since the write counts as no
 //! acknowledgement (it would have no write offset to wait for). On a
@@ -607,7 +608,7 @@ impl TairBackend {
                 acknowledged,
                 requested: ack.replicas,
             }),
-            OnShortfall::ReleaseAndFail => {
+            _ => {
                 let message = format!(
                     "only {acknowledged} of {} replicas acknowledged the acquire of {key:?} within {:?}",
                     ack.replicas, ack.timeout
@@ -639,7 +640,7 @@ impl TairBackend {
                 tracing::warn!("{message}");
                 Ok(())
             }
-            OnShortfall::ReleaseAndFail => Err(Error::outcome_unknown(NAME, message)),
+            _ => Err(Error::outcome_unknown(NAME, message)),
         }
     }
 }
@@ -672,10 +673,9 @@ fn px(ttl: Duration) -> i64 {
 }
 
 /// A renewal on the primary that `acknowledged` replicas have: an
-/// outcome-unknown error below the requested count with
-/// [`OnShortfall::ReleaseAndFail`] (the caller must not move its deadline:
-/// a failover could bring back the older expiry), a warning with
-/// [`OnShortfall::MarkUnconfirmed`].
+/// outcome-unknown error below the requested count, whatever the
+/// [`OnShortfall`] policy (the caller must not move its deadline: a failover
+/// could bring back the older expiry).
 fn renewal_shortfall(ack: &ReplicaAck, acknowledged: u32, key: &str) -> Result<()> {
     if acknowledged >= ack.replicas {
         return Ok(());
@@ -685,16 +685,13 @@ fn renewal_shortfall(ack: &ReplicaAck, acknowledged: u32, key: &str) -> Result<(
          {:?}: a failover could bring back the older expiry",
         ack.replicas, ack.timeout
     );
-    match ack.on_shortfall {
-        OnShortfall::MarkUnconfirmed => {
-            tracing::warn!("{message}");
-            Ok(())
-        }
-        OnShortfall::ReleaseAndFail => Err(Error::outcome_unknown(
-            NAME,
-            format!("{message}; not counted as renewed"),
-        )),
-    }
+    // Whatever `on_shortfall` says: an unconfirmed renewal must not move the
+    // guard's deadline, or a failover brings back an expiry the holder no
+    // longer believes in (the Lua backend applies the same rule).
+    Err(Error::outcome_unknown(
+        NAME,
+        format!("{message}; not counted as renewed"),
+    ))
 }
 
 /// A version as a command argument: Tair parses versions as signed 64-bit.

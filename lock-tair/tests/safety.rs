@@ -10,7 +10,7 @@ mod common;
 use std::time::Duration;
 
 use lock_core::{AcquireOutcome, LockBackend, LockManager, LockOptions, LockToken, RenewOutcome, Replication};
-use lock_tair::{ReplicaAck, TairBackend};
+use lock_tair::{OnShortfall, ReplicaAck, TairBackend};
 use lock_testkit::server::{RedisServer, ReplicatedPair};
 
 /// Generous bound for anything a loaded machine should finish well within.
@@ -97,7 +97,7 @@ async fn a_cleanup_release_never_overtakes_the_acquire_it_cleans_up() {
     let wait = Duration::from_millis(500);
     let backend = common::connect(
         common::builder(&server.url())
-            .command_timeout(Duration::from_millis(100))
+            .response_timeout(Duration::from_millis(100))
             .replica_ack(ReplicaAck::new(1, wait))
             .ack_connections(1),
     )
@@ -150,7 +150,7 @@ async fn a_cleanup_release_sent_while_the_server_is_paused_runs_after_the_acquir
     let server = common::tair_server().await;
     let backend = common::connect(
         common::builder(&server.url())
-            .command_timeout(Duration::from_millis(100))
+            .response_timeout(Duration::from_millis(100))
             // Long enough that fred keeps the paused connection (it gives up
             // on one after twice the command timeout plus this).
             .replica_ack(ReplicaAck::new(1, Duration::from_secs(3))),
@@ -188,10 +188,22 @@ async fn a_cleanup_release_sent_while_the_server_is_paused_runs_after_the_acquir
 /// would promote a replica with the older expiry.
 #[tokio::test]
 async fn renewals_count_only_once_replicas_acknowledged_them() {
+    renewals_count_only_once_confirmed(OnShortfall::ReleaseAndFail).await;
+}
+
+/// `MarkUnconfirmed` lets an acquire through as unconfirmed, but a renewal
+/// must still not move the deadline past what a promoted replica knows.
+#[tokio::test]
+async fn renewals_count_only_once_confirmed_even_when_acquires_may_be_unconfirmed() {
+    renewals_count_only_once_confirmed(OnShortfall::MarkUnconfirmed).await;
+}
+
+async fn renewals_count_only_once_confirmed(on_shortfall: OnShortfall) {
     let pair = ReplicatedPair::start(common::tair()).await.expect("primary + replica");
     let backend = common::connect(
         // Generous: a loaded machine's replica must not fall short by itself.
-        common::builder(&pair.primary().url()).replica_ack(ReplicaAck::new(1, Duration::from_secs(2))),
+        common::builder(&pair.primary().url())
+            .replica_ack(ReplicaAck::new(1, Duration::from_secs(2)).on_shortfall(on_shortfall)),
     )
     .await;
     let ttl = Duration::from_secs(5);

@@ -116,9 +116,16 @@ async fn binaries_and_modules_come_from_the_environment() {
     let expected = empty.path().join("release").join("libtair_module.so");
     assert!(err.to_string().contains(&expected.display().to_string()), "{err}");
     unset("CARGO_TARGET_DIR");
-    if let Err(e) = tair_module_path() {
-        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release");
-        assert!(e.to_string().contains(&workspace.display().to_string()), "{e}");
+    // Without CARGO_TARGET_DIR: the workspace's own target/release, found
+    // (the test command builds it) or named in the error.
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release");
+    match tair_module_path() {
+        Ok(found) => assert_eq!(
+            found,
+            workspace.join("libtair_module.so").canonicalize().unwrap(),
+            "the workspace's build"
+        ),
+        Err(e) => assert!(e.to_string().contains(&workspace.display().to_string()), "{e}"),
     }
     restore("CARGO_TARGET_DIR", saved_target);
     restore(TAIR_MODULE_ENV, saved_module);

@@ -189,7 +189,7 @@ impl ElectionManager {
         validate_key(name)?;
         validate_identity(identity)?;
         let guard = IDENTITY
-            .scope(Arc::from(identity), self.locks.lock_with(name, options))
+            .scope(Arc::from(identity), self.locks.lock_opts(name, options))
             .await?;
         Ok(Leadership { guard })
     }

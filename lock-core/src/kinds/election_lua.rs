@@ -3,7 +3,9 @@
 //! with the lease's TTL) and `term` (the counter, no TTL, so terms never
 //! repeat).
 
+#[cfg(doc)]
 use super::semaphore_lua::SemaphoreKeys;
+use super::semaphore_lua::kind_key;
 use crate::error::Result;
 
 /// The two keys of one election.
@@ -21,11 +23,18 @@ impl ElectionKeys {
     /// # Errors
     /// As [`SemaphoreKeys::new`].
     pub fn new(name: &str) -> Result<Self> {
-        let base = SemaphoreKeys::new(name)?.holders;
-        let base = base.strip_suffix(":sem").unwrap_or(&base);
+        Self::prefixed("", name)
+    }
+
+    /// The keys of `name` under `prefix`, with the semaphore's rule (see
+    /// [`SemaphoreKeys::prefixed`]).
+    ///
+    /// # Errors
+    /// As [`SemaphoreKeys::new`].
+    pub fn prefixed(prefix: &str, name: &str) -> Result<Self> {
         Ok(ElectionKeys {
-            lead: format!("{base}:leader"),
-            term: format!("{base}:leader:term"),
+            lead: kind_key(prefix, name, "leader")?,
+            term: kind_key(prefix, name, "leader:term")?,
         })
     }
 }

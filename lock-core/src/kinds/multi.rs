@@ -202,7 +202,7 @@ impl MultiLockManager {
     /// As [`MultiLockManager::lock`].
     pub async fn lock_opts<S: AsRef<str>>(&self, keys: &[S], options: &LockOptions) -> Result<MultiLockGuard> {
         let keys = key_set(keys)?;
-        let guard = self.locks.lock_with(&encode(&keys), options).await?;
+        let guard = self.locks.lock_opts(&encode(&keys), options).await?;
         Ok(MultiLockGuard { guard, keys })
     }
 

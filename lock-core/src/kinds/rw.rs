@@ -223,7 +223,7 @@ impl RwLockManager {
 
     async fn acquire(&self, name: &str, mode: RwMode, options: &LockOptions) -> Result<RwLockGuard> {
         validate_key(name)?;
-        let guard = self.locks.lock_with(&encode(mode, true, name), options).await?;
+        let guard = self.locks.lock_opts(&encode(mode, true, name), options).await?;
         Ok(RwLockGuard { guard, mode })
     }
 }

@@ -4,7 +4,9 @@
 //! (string: a waiting writer's token, with its TTL; see the policy in
 //! [`super::rw`]).
 
+#[cfg(doc)]
 use super::semaphore_lua::SemaphoreKeys;
+use super::semaphore_lua::kind_key;
 use crate::error::Result;
 
 /// The three keys of one read-write lock.
@@ -24,12 +26,19 @@ impl RwKeys {
     /// # Errors
     /// As [`SemaphoreKeys::new`].
     pub fn new(name: &str) -> Result<Self> {
-        let base = SemaphoreKeys::new(name)?.holders;
-        let base = base.strip_suffix(":sem").unwrap_or(&base);
+        Self::prefixed("", name)
+    }
+
+    /// The keys of `name` under `prefix`, with the semaphore's rule (see
+    /// [`SemaphoreKeys::prefixed`]).
+    ///
+    /// # Errors
+    /// As [`SemaphoreKeys::new`].
+    pub fn prefixed(prefix: &str, name: &str) -> Result<Self> {
         Ok(RwKeys {
-            readers: format!("{base}:rw:readers"),
-            writer: format!("{base}:rw:writer"),
-            intent: format!("{base}:rw:intent"),
+            readers: kind_key(prefix, name, "rw:readers")?,
+            writer: kind_key(prefix, name, "rw:writer")?,
+            intent: kind_key(prefix, name, "rw:intent")?,
         })
     }
 }

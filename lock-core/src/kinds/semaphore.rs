@@ -276,7 +276,7 @@ impl Semaphore {
     pub async fn acquire_opts(&self, permits: u32, options: &LockOptions) -> Result<Permit> {
         let request = self.request(permits)?;
         let guard = REQUEST
-            .scope(request, self.locks.lock_with(&self.name, options))
+            .scope(request, self.locks.lock_opts(&self.name, options))
             .await?;
         Ok(Permit { guard, permits })
     }

@@ -52,28 +52,54 @@ fn hash_tag(key: &str) -> Option<&str> {
     (close > 0).then(|| &rest[..close])
 }
 
+/// The key of `name`'s helper of kind `kind` (`sem`, `sem:info`, `rw:writer`,
+/// …), in `name`'s cluster slot. With no `prefix` the key sits beside the
+/// name: `name` keeps its hash tag if it has one (`{a}x` → `{a}x:sem`), else
+/// it becomes the tag (`x` → `{x}:sem`). With a reserved `prefix` (the Lua
+/// backend's `verrou:lua:`) it follows that backend's helper-key shape:
+/// `verrou:lua:sem:t:{a}x`, `verrou:lua:sem:{x}` (the `t:` keeps `x` and
+/// `{x}` apart).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a name without a tag that contains `}`:
+/// wrapping it would not give one slot.
+pub(crate) fn kind_key(prefix: &str, name: &str, kind: &str) -> Result<String> {
+    let tagged = hash_tag(name).is_some();
+    if !tagged && name.contains('}') {
+        return Err(Error::invalid(format!(
+            "lock name {name:?} contains '}}' without a hash tag: its keys could not share a cluster slot"
+        )));
+    }
+    Ok(match (prefix.is_empty(), tagged) {
+        (true, true) => format!("{name}:{kind}"),
+        (true, false) => format!("{{{name}}}:{kind}"),
+        (false, true) => format!("{prefix}{kind}:t:{name}"),
+        (false, false) => format!("{prefix}{kind}:{{{name}}}"),
+    })
+}
+
 impl SemaphoreKeys {
-    /// The keys of `name`: `name` keeps its hash tag if it has one
-    /// (`{a}x` → `{a}x:sem`), else it becomes the tag (`x` → `{x}:sem`).
+    /// The keys of `name` beside it (see [`SemaphoreKeys::prefixed`]).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a name without a tag that contains `}`:
     /// wrapping it would not give one slot.
     pub fn new(name: &str) -> Result<Self> {
-        let base = if hash_tag(name).is_some() {
-            name.to_owned()
-        } else if name.contains('}') {
-            return Err(Error::invalid(format!(
-                "semaphore name {name:?} contains '}}' without a hash tag: its keys could not share a cluster slot"
-            )));
-        } else {
-            format!("{{{name}}}")
-        };
+        Self::prefixed("", name)
+    }
+
+    /// The keys of `name`, under `prefix` when it is not empty: `{a}x` →
+    /// `{a}x:sem` without one, `x` → `verrou:lua:sem:{x}` with
+    /// `verrou:lua:`. Always in `name`'s cluster slot.
+    ///
+    /// # Errors
+    /// As [`SemaphoreKeys::new`].
+    pub fn prefixed(prefix: &str, name: &str) -> Result<Self> {
         Ok(SemaphoreKeys {
-            holders: format!("{base}:sem"),
-            info: format!("{base}:sem:info"),
-            fence: format!("{base}:sem:fence"),
-            gone: format!("{base}:sem:gone"),
+            holders: kind_key(prefix, name, "sem")?,
+            info: kind_key(prefix, name, "sem:info")?,
+            fence: kind_key(prefix, name, "sem:fence")?,
+            gone: kind_key(prefix, name, "sem:gone")?,
         })
     }
 }
@@ -253,5 +279,11 @@ mod tests {
         let k = SemaphoreKeys::new("{t}x").expect("tagged name");
         assert_eq!(k.holders, "{t}x:sem");
         assert!(SemaphoreKeys::new("a}b").is_err());
+        let k = SemaphoreKeys::prefixed("verrou:lua:", "api").expect("plain name");
+        assert_eq!(k.holders, "verrou:lua:sem:{api}");
+        assert_eq!(k.gone, "verrou:lua:sem:gone:{api}");
+        let k = SemaphoreKeys::prefixed("verrou:lua:", "{t}x").expect("tagged name");
+        assert_eq!(k.info, "verrou:lua:sem:info:t:{t}x");
+        assert!(SemaphoreKeys::prefixed("verrou:lua:", "a}b").is_err());
     }
 }

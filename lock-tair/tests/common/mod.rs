@@ -24,7 +24,7 @@ pub async fn tair_server() -> RedisServer {
 
 /// A backend over `url` with a short command timeout (tests).
 pub fn builder(url: &str) -> TairBuilder {
-    TairBuilder::url(url).command_timeout(Duration::from_millis(500))
+    TairBuilder::url(url).response_timeout(Duration::from_millis(500))
 }
 
 /// Connect or fail the test with the error.

@@ -87,16 +87,15 @@ pub async fn non_owner_is_refused(s: &LockSuite) {
         backend.release(&key, &mine).await.expect("owner release"),
         ReleaseOutcome::Released
     );
-    let missing = backend.capabilities().distinguishes_missing;
+    // The README promises every backend tells "missing" apart.
+    assert!(
+        backend.capabilities().distinguishes_missing,
+        "every backend must tell a missing key apart"
+    );
     let again = backend.release(&key, &mine).await.expect("second release");
     let renew = backend.renew(&key, &mine, ttl).await.expect("renew after release");
-    if missing {
-        assert_eq!(again, ReleaseOutcome::Missing);
-        assert_eq!(renew, RenewOutcome::Missing, "renew must not recreate a released key");
-    } else {
-        assert_ne!(again, ReleaseOutcome::Released);
-        assert_ne!(renew, RenewOutcome::Renewed, "renew must not recreate a released key");
-    }
+    assert_eq!(again, ReleaseOutcome::Missing);
+    assert_eq!(renew, RenewOutcome::Missing, "renew must not recreate a released key");
     // The key is really free: a renew did not resurrect it.
     assert!(matches!(
         other.try_acquire(&key, &theirs, ttl).await.expect("acquire"),
@@ -166,9 +165,11 @@ pub async fn extend_keeps_lock_past_ttl(s: &LockSuite) {
     let a = s.manager(s.manual()).await;
     let b = s.manager(s.manual()).await;
     let g = a.lock(&key).await.expect("lock");
-    tokio::time::sleep(s.ttl / 2).await;
-    g.extend(s.ttl * 2).await.expect("extend");
-    tokio::time::sleep(s.ttl).await; // 1.5 × the original TTL
+    let original = g.deadline();
+    g.extend(s.ttl * 4).await.expect("extend");
+    assert!(g.deadline() > original, "extend must move the deadline");
+    // Half a TTL past the original deadline, well inside the extended one.
+    tokio::time::sleep_until(original + s.ttl / 2).await;
     assert!(!g.is_lost());
     assert!(
         b.try_lock(&key).await.expect("try_lock").is_none(),
@@ -186,13 +187,27 @@ pub async fn extend_keeps_lock_past_ttl(s: &LockSuite) {
     assert!(matches!(err, Error::InvalidArgument(_)));
 }
 
-/// Automatic renewal keeps the lock for at least 5 × its TTL.
+/// Automatic renewal keeps the lock through six renewals, twice its TTL.
 pub async fn auto_renew_keeps_lock(s: &LockSuite) {
     let key = s.key("auto-renew");
-    let a = s.manager(s.options()).await;
+    // Three base TTLs: each renewal has two thirds of the TTL to get
+    // through a loaded machine before the deadline.
+    let ttl = s.ttl * 3;
+    let (faulty, control) = FaultyBackend::new(s.client().await);
+    let a = LockManager::with_options(faulty, s.options().ttl(ttl)).expect("manager");
     let b = s.manager(s.manual()).await;
     let g = a.lock(&key).await.expect("lock");
-    tokio::time::sleep(s.ttl * 5).await;
+    // Synchronise on the renewals themselves, not on a sleep.
+    let give_up = Instant::now() + ttl * 20;
+    while control.counts().renew < 6 {
+        assert!(!g.is_lost(), "lost after {} renewals", control.counts().renew);
+        assert!(Instant::now() < give_up, "the renewer stopped renewing");
+        tokio::time::sleep(s.ttl / 10).await;
+    }
+    assert!(
+        g.acquired_at().elapsed() > ttl,
+        "six renewals must take the lease past its original TTL"
+    );
     assert!(!g.is_lost(), "auto-renewed lease must not be lost");
     assert!(g.remaining() > Duration::ZERO);
     assert!(
@@ -205,7 +220,11 @@ pub async fn auto_renew_keeps_lock(s: &LockSuite) {
 /// `lost()` fires when the key is deleted and taken behind the holder's back.
 pub async fn lost_fires_when_key_is_taken(s: &LockSuite) {
     let key = s.key("taken");
-    let a = s.manager(s.options()).await;
+    // A TTL of 5 base TTLs: the first renewal (at a third of it) must find
+    // the thief long before the deadline could pass on a loaded machine, so
+    // the reason is `NotOwner` for the right reason.
+    let ttl = s.ttl * 5;
+    let a = s.manager(s.options().ttl(ttl).acquire_timeout(ttl)).await;
     let g = a.lock(&key).await.expect("lock");
     let thief = s.client().await;
     assert_eq!(
@@ -217,10 +236,8 @@ pub async fn lost_fires_when_key_is_taken(s: &LockSuite) {
         thief.try_acquire(&key, &theirs, s.ttl * 10).await.expect("acquire"),
         AcquireOutcome::Acquired(_)
     ));
-    let reason = tokio::time::timeout(s.ttl * 3, g.lost())
-        .await
-        .expect("lost() must fire");
-    assert_eq!(reason, LossReason::NotOwner);
+    let reason = tokio::time::timeout(ttl * 3, g.lost()).await.expect("lost() must fire");
+    assert_eq!(reason, LossReason::NotOwner, "a renewal must find the thief");
     assert!(g.is_lost());
     // The stale guard's release must not touch the thief's lock.
     assert_eq!(g.release().await.expect("release"), ReleaseOutcome::HeldByOther);
@@ -244,44 +261,69 @@ pub async fn lost_fires_by_deadline_when_backend_hangs(s: &LockSuite) {
         deadline <= sent + s.ttl,
         "the local deadline must come before the server TTL"
     );
-    let reason = tokio::time::timeout(s.ttl * 4, g.lost())
+    let watcher = tokio::spawn(g.lost());
+    // Exact, whatever the load: at the deadline the guard says it is lost,
+    // and no renewal moved the deadline while the backend hung.
+    tokio::time::sleep_until(deadline).await;
+    assert!(g.is_lost(), "the guard must be lost at its deadline");
+    assert_eq!(g.deadline(), deadline, "a hung renewal must not extend the deadline");
+    // The signal itself is a timer: it may be late only by scheduling delay,
+    // bounded here by a generous multiple of the TTL.
+    let bound = s.ttl + s.slack;
+    let reason = tokio::time::timeout(bound, watcher)
         .await
-        .expect("lost() must fire");
-    let fired = Instant::now();
+        .unwrap_or_else(|_| panic!("lost() did not fire within {bound:?} after the deadline"))
+        .expect("watcher task");
     assert_eq!(reason, LossReason::DeadlinePassed);
-    assert!(
-        fired <= deadline + s.slack,
-        "lost() fired {:?} after the deadline",
-        fired.saturating_duration_since(deadline)
-    );
     control.heal();
     drop(g);
 }
 
-/// `with_lock` cancels the body when the lease is lost and says so.
+/// `with_lock` cancels the body when the lease is lost and says why.
 pub async fn with_lock_cancels_body_on_loss(s: &LockSuite) {
     let key = s.key("with-lock-lost");
-    let a = s.manager(s.options()).await;
+    // Long enough that the renewal, not the deadline, reports the loss.
+    let ttl = s.ttl * 5;
+    let a = s.manager(s.options().ttl(ttl).acquire_timeout(ttl)).await;
     let thief = s.client().await;
     let finished = Arc::new(AtomicBool::new(false));
     let flag = finished.clone();
-    let ttl = s.ttl;
-    let result = a
-        .with_lock(&key, |lease| async move {
-            let token = *lease.token();
-            let key = lease.key().to_owned();
-            tokio::spawn(async move {
-                tokio::time::sleep(ttl / 2).await;
-                let _ = thief.release(&key, &token).await;
-                let theirs = LockToken::generate().expect("token");
-                let _ = thief.try_acquire(&key, &theirs, ttl * 10).await;
-            });
-            tokio::time::sleep(ttl * 10).await;
-            flag.store(true, Ordering::SeqCst);
-        })
-        .await;
-    assert!(matches!(result, Err(Error::Lost { .. })), "got {result:?}");
+    let (started, body_started) = tokio::sync::oneshot::channel();
+    let run = a.with_lock(&key, |lease| async move {
+        started.send(*lease.token()).expect("the test listens");
+        tokio::time::sleep(ttl * 10).await;
+        flag.store(true, Ordering::SeqCst);
+    });
+    let steal = async {
+        let token = body_started.await.expect("the body started");
+        assert_eq!(
+            thief.release(&key, &token).await.expect("steal"),
+            ReleaseOutcome::Released
+        );
+        let theirs = LockToken::generate().expect("token");
+        assert!(matches!(
+            thief.try_acquire(&key, &theirs, ttl * 10).await.expect("acquire"),
+            AcquireOutcome::Acquired(_)
+        ));
+        theirs
+    };
+    let (result, theirs) = tokio::join!(run, steal);
+    assert!(
+        matches!(
+            result,
+            Err(Error::Lost {
+                reason: LossReason::NotOwner,
+                ..
+            })
+        ),
+        "a renewal must find the thief, got {result:?}"
+    );
     assert!(!finished.load(Ordering::SeqCst), "the body must be cancelled");
+    assert_eq!(
+        thief.release(&key, &theirs).await.expect("release"),
+        ReleaseOutcome::Released,
+        "the cancelled body's guard must not have released the thief's lock"
+    );
 }
 
 /// `with_lock` returns the body's output and releases the lock.
@@ -313,9 +355,9 @@ pub async fn drop_releases_promptly(s: &LockSuite) {
     let b = s.manager(LockOptions::with_ttl(long).acquire_timeout(long / 5)).await;
     let g = a.lock(&key).await.expect("lock");
     drop(g);
-    let started = Instant::now();
+    // The acquire timeout (a fifth of the TTL) is the bound: without the
+    // drop's release, this waits for the TTL and times out.
     let g2 = b.lock(&key).await.expect("dropped guard must release promptly");
-    assert!(started.elapsed() < long / 2);
     assert_eq!(g2.release().await.expect("release"), ReleaseOutcome::Released);
 }
 
@@ -385,14 +427,17 @@ pub async fn fencing_tokens_increase(s: &LockSuite) {
             assert!(token.is_none(), "backend claims no fencing but issued {token:?}");
         }
         if round == 4 {
-            drop(g);
-            tokio::time::sleep(s.ttl / 10).await;
+            drop(g); // the next round's lock() waits for the drop's release
         } else if round == 5 {
             // Expiry instead of release: the next grant still increases.
             tokio::time::sleep(s.ttl * 2).await;
             let g2 = a.lock(&key).await.expect("lock after expiry");
-            if let (Some(prev), Some(t)) = (last, g2.fencing_token()) {
-                assert!(t > prev);
+            if fencing {
+                let prev = last.expect("five tokens before");
+                let t = g2.fencing_token().expect("a fencing backend must issue a token");
+                assert!(t > prev, "fencing token {t} after expiry not above {prev}");
+            } else {
+                assert!(g2.fencing_token().is_none());
             }
             drop(g);
             drop(g2);
@@ -504,11 +549,7 @@ pub async fn renew_many_matches_renew(s: &LockSuite) {
         &results[..3],
         &[RenewOutcome::Renewed, RenewOutcome::Renewed, RenewOutcome::HeldByOther]
     );
-    if backend.capabilities().distinguishes_missing {
-        assert_eq!(results[3], RenewOutcome::Missing);
-    } else {
-        assert_ne!(results[3], RenewOutcome::Renewed);
-    }
+    assert_eq!(results[3], RenewOutcome::Missing);
     assert!(backend.renew_many(&[], s.ttl).await.is_empty());
     let invalid = backend.renew_many(&items[..2], Duration::ZERO).await;
     assert!(
@@ -545,4 +586,109 @@ pub async fn renew_many_matches_renew(s: &LockSuite) {
         other.release(&missing, &probe).await.expect("release"),
         ReleaseOutcome::Released
     );
+}
+
+/// `lost()` armed on a long lease fires at the earlier deadline that an
+/// `extend` with a shorter TTL sets, not at the old one.
+pub async fn lost_follows_an_earlier_deadline(s: &LockSuite) {
+    let key = s.key("earlier-deadline");
+    let a = s.manager(s.manual().ttl(s.ttl * 10)).await;
+    let g = a.lock(&key).await.expect("lock");
+    let lease = g.handle();
+    let watcher = tokio::spawn(async move { (lease.lost().await, Instant::now()) });
+    tokio::task::yield_now().await; // armed on the long deadline
+    g.extend(s.ttl).await.expect("extend");
+    let deadline = g.deadline();
+    let (reason, fired) = tokio::time::timeout(s.ttl * 4, watcher)
+        .await
+        .expect("lost() must fire at the new deadline, not the old one")
+        .expect("watcher");
+    assert_eq!(reason, LossReason::DeadlinePassed);
+    assert!(
+        fired <= deadline + s.slack,
+        "lost() fired {:?} after the deadline",
+        fired.saturating_duration_since(deadline)
+    );
+    drop(g);
+}
+
+/// A release or drop ends the lease for every handle: lost, nothing left,
+/// `lost()` resolves with `Released`; `with_lock` still returns its body's
+/// output (its own release is not a loss).
+pub async fn handles_see_the_lease_end(s: &LockSuite) {
+    let key = s.key("lease-end");
+    let a = s.manager(s.options()).await;
+    for release in [true, false] {
+        let g = a.lock(&key).await.expect("lock");
+        let lease = g.handle();
+        assert!(!lease.is_lost());
+        if release {
+            assert_eq!(g.release().await.expect("release"), ReleaseOutcome::Released);
+        } else {
+            drop(g);
+        }
+        assert!(lease.is_lost(), "release {release}: the handle still claims the lease");
+        assert_eq!(lease.remaining(), Duration::ZERO);
+        let reason = tokio::time::timeout(s.ttl, lease.lost())
+            .await
+            .expect("lost() fires when the lease ends");
+        assert_eq!(reason, LossReason::Released);
+    }
+    let (out, lease) = a
+        .with_lock(&key, |lease| async move { (7, lease) })
+        .await
+        .expect("with_lock");
+    assert_eq!(out, 7);
+    assert_eq!(lease.lost().await, LossReason::Released);
+}
+
+/// An acquire dropped after the backend applied it (the reply never came)
+/// leaves no lock behind: the cancelled call's token is released.
+pub async fn dropped_acquire_leaves_no_lock(s: &LockSuite) {
+    let key = s.key("dropped-acquire");
+    let long = s.ttl * 25;
+    let (faulty, control) = FaultyBackend::new(s.client().await);
+    let a = LockManager::with_options(faulty, LockOptions::with_ttl(long)).expect("manager");
+    let observer = s.client().await;
+    let probe = LockToken::generate().expect("token");
+    control.set(Fault::ApplyThenHang);
+    // Cancel the acquire once the server has the key (an owner-checked
+    // renew with a foreign token never creates it).
+    let give_up = Instant::now() + long;
+    tokio::select! {
+        r = a.lock(&key) => panic!("a hung acquire returned {:?}", r.map(|g| *g.token())),
+        () = async {
+            while observer.renew(&key, &probe, s.ttl).await.expect("probe") != RenewOutcome::HeldByOther {
+                assert!(Instant::now() < give_up, "the acquire never reached the backend");
+                tokio::time::sleep(s.ttl / 20).await;
+            }
+        } => {}
+    }
+    control.heal();
+    let b = s.manager(LockOptions::with_ttl(long).acquire_timeout(long / 5)).await;
+    let g = b
+        .lock(&key)
+        .await
+        .expect("the dropped acquire's token must have been released");
+    assert_eq!(g.release().await.expect("release"), ReleaseOutcome::Released);
+}
+
+/// A `release()` future dropped before its call reached the backend still
+/// releases: the guard hands the release to the runtime.
+pub async fn dropped_release_future_still_releases(s: &LockSuite) {
+    let key = s.key("dropped-release");
+    let long = s.ttl * 25;
+    let (faulty, control) = FaultyBackend::new(s.client().await);
+    let a = LockManager::with_options(faulty, LockOptions::with_ttl(long)).expect("manager");
+    let g = a.lock(&key).await.expect("lock");
+    control.set_latency(s.ttl);
+    let cancelled = tokio::time::timeout(s.ttl / 10, g.release()).await;
+    assert!(cancelled.is_err(), "the release was still waiting out the latency");
+    control.set_latency(Duration::ZERO);
+    let b = s.manager(LockOptions::with_ttl(long).acquire_timeout(long / 5)).await;
+    let g2 = b
+        .lock(&key)
+        .await
+        .expect("the dropped release must still release the key");
+    assert_eq!(g2.release().await.expect("release"), ReleaseOutcome::Released);
 }

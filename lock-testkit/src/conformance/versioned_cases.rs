@@ -198,27 +198,56 @@ pub async fn no_aba_after_delete(s: &VersionedSuite) {
 /// TTLs on writes: set, kept by `Keep`, removed by `Persist`.
 pub async fn ttl_on_writes(s: &VersionedSuite) {
     let store = s.client().await;
-    let ttl = s.ttl;
     let (expiring, kept, persisted) = (s.key("ttl-expiring"), s.key("ttl-kept"), s.key("ttl-persisted"));
-    for key in [&expiring, &kept, &persisted] {
-        assert!(matches!(
-            store.create(key, b"v", Expiry::After(ttl)).await.expect("create"),
-            CreateOutcome::Created { .. }
-        ));
-    }
-    let v = store.get(&kept).await.expect("get").expect("present").version;
-    assert!(matches!(
-        store.compare_and_set(&kept, v, b"w", Expiry::Keep).await.expect("cas"),
-        CasOutcome::Written { .. }
-    ));
-    let v = store.get(&persisted).await.expect("get").expect("present").version;
-    assert!(matches!(
-        store
-            .compare_and_set(&persisted, v, b"w", Expiry::Persist)
+    // The two writes must land before the creates' TTL runs out. A loaded
+    // machine may be slower than that: a write that finds the key already
+    // expired (`Missing`) says nothing about the store, so the set-up is
+    // retried with a TTL twice as long (bounded), never asserted on time.
+    let mut ttl = s.ttl;
+    let mut attempts = 0;
+    let ttl = loop {
+        attempts += 1;
+        assert!(attempts <= 5, "five set-ups in a row outlived their TTL (last {ttl:?})");
+        for key in [&expiring, &kept, &persisted] {
+            // A slow attempt may have left a key behind.
+            if let Some(old) = store.get(key).await.expect("get") {
+                let _ = store.delete(key, old.version).await.expect("delete");
+            }
+            assert!(matches!(
+                store.create(key, b"v", Expiry::After(ttl)).await.expect("create"),
+                CreateOutcome::Created { .. }
+            ));
+        }
+        let Some(k) = store.get(&kept).await.expect("get") else {
+            ttl *= 2;
+            continue;
+        };
+        match store
+            .compare_and_set(&kept, k.version, b"w", Expiry::Keep)
             .await
-            .expect("cas"),
-        CasOutcome::Written { .. }
-    ));
+            .expect("cas")
+        {
+            CasOutcome::Written { .. } => {}
+            CasOutcome::Missing => {
+                ttl *= 2;
+                continue;
+            }
+            other => panic!("Keep write: {other:?}"),
+        }
+        let Some(p) = store.get(&persisted).await.expect("get") else {
+            ttl *= 2;
+            continue;
+        };
+        match store
+            .compare_and_set(&persisted, p.version, b"w", Expiry::Persist)
+            .await
+            .expect("cas")
+        {
+            CasOutcome::Written { .. } => break ttl,
+            CasOutcome::Missing => ttl *= 2,
+            other => panic!("Persist write: {other:?}"),
+        }
+    };
     tokio::time::sleep(ttl * 3).await;
     assert_eq!(store.get(&expiring).await.expect("get"), None, "TTL on create");
     assert_eq!(store.get(&kept).await.expect("get"), None, "Keep must keep the TTL");

@@ -8,7 +8,7 @@
 //! - [`TcpProxy`]: latency, blackhole and connection cuts in front of a
 //!   server.
 //! - [`RespClient`] / [`RespValue`]: a tiny RESP client for administration
-//!   and byte-exact reply checks.
+//!   and byte-exact reply checks; [`Monitor`]: the commands clients send.
 //!
 //! The server binary is `$VERROU_REDIS_SERVER` or `redis-server` on `PATH`
 //! (any Redis-compatible server works, Valkey included); the Tair module is
@@ -38,6 +38,7 @@
 //! real time.
 
 mod error;
+mod monitor;
 mod paths;
 mod process;
 mod proxy;
@@ -46,6 +47,7 @@ mod spawn;
 mod topology;
 
 pub use error::{HarnessError, HarnessResult};
+pub use monitor::Monitor;
 pub use paths::{
     REDIS_CLI_ENV, REDIS_SERVER_ENV, TAIR_MODULE_ENV, redis_cli_binary, redis_server_binary, tair_module_path,
 };

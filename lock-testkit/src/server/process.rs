@@ -55,6 +55,15 @@ pub struct RedisServerBuilder {
     persistence: bool,
     start_timeout: Duration,
     cluster: bool,
+    tls: Option<TlsFiles>,
+}
+
+/// PEM files of a TLS-only server ([`RedisServerBuilder::tls`]).
+#[derive(Clone, Debug)]
+struct TlsFiles {
+    cert: PathBuf,
+    key: PathBuf,
+    ca: PathBuf,
 }
 
 #[derive(Clone, Debug)]
@@ -72,6 +81,7 @@ impl Default for RedisServerBuilder {
             persistence: false,
             start_timeout: DEFAULT_START_TIMEOUT,
             cluster: false,
+            tls: None,
         }
     }
 }
@@ -141,6 +151,20 @@ impl RedisServerBuilder {
     /// How long the server gets to answer `PING` (default 10 s).
     pub fn start_timeout(mut self, timeout: Duration) -> Self {
         self.start_timeout = timeout;
+        self
+    }
+
+    /// TLS only: the server listens with TLS on its port (`--tls-port`,
+    /// `--port 0`), presenting `cert` / `key` (PEM) and not asking clients
+    /// for certificates. Clients connect with `rediss://127.0.0.1:port`;
+    /// the harness's own plain-text helpers ([`RedisServer::cmd`], ...) do
+    /// not work on it, and readiness is a TCP connect, not `PING`.
+    pub fn tls(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>, ca: impl Into<PathBuf>) -> Self {
+        self.tls = Some(TlsFiles {
+            cert: cert.into(),
+            key: key.into(),
+            ca: ca.into(),
+        });
         self
     }
 
@@ -226,6 +250,7 @@ impl RedisServerBuilder {
             binary,
             args,
             start_timeout: self.start_timeout,
+            tls: self.tls.clone(),
         })
     }
 }
@@ -235,6 +260,7 @@ struct Launch {
     binary: PathBuf,
     args: Vec<OsString>,
     start_timeout: Duration,
+    tls: Option<TlsFiles>,
 }
 
 #[derive(Debug, Default)]
@@ -567,9 +593,19 @@ impl RedisServer {
             .try_clone()
             .map_err(|e| HarnessError::io("duplicating the log file handle", e))?;
         let mut cmd = Command::new(&self.launch.binary);
-        cmd.arg("--port")
-            .arg(self.port.to_string())
-            .arg("--dir")
+        match &self.launch.tls {
+            None => cmd.arg("--port").arg(self.port.to_string()),
+            Some(tls) => cmd
+                .args(["--port", "0", "--tls-auth-clients", "no", "--tls-port"])
+                .arg(self.port.to_string())
+                .arg("--tls-cert-file")
+                .arg(&tls.cert)
+                .arg("--tls-key-file")
+                .arg(&tls.key)
+                .arg("--tls-ca-cert-file")
+                .arg(&tls.ca),
+        };
+        cmd.arg("--dir")
             .arg(self.dir.path())
             .args(&self.launch.args)
             .current_dir(self.dir.path())
@@ -585,6 +621,10 @@ impl RedisServer {
     }
 
     async fn answers_ping(&self) -> bool {
+        if self.launch.tls.is_some() {
+            // No TLS in the harness's client: a listening port will do.
+            return tokio::net::TcpStream::connect(self.addr()).await.is_ok();
+        }
         let Ok(mut client) = RespClient::connect_timeout(self.addr(), Duration::from_millis(500)).await else {
             return false;
         };
@@ -759,6 +799,23 @@ mod tests {
         assert_eq!(m.get("role").map(String::as_str), Some("master"));
         assert_eq!(m.get("x").map(String::as_str), Some("a:b"));
         assert_eq!(m.len(), 3);
+    }
+
+    /// README: the tests never use the default Redis port (nor as a
+    /// cluster bus port).
+    #[test]
+    fn ports_are_never_the_default_redis_port() {
+        const DEFAULT_REDIS_PORT: u16 = 6_379;
+        for cluster in [false, true] {
+            for _ in 0..200 {
+                let port = pick_port(cluster).expect("a free port");
+                assert!((12000..32000).contains(&port), "{port}");
+                assert_ne!(port, DEFAULT_REDIS_PORT);
+                if cluster {
+                    assert_ne!(port + CLUSTER_BUS_OFFSET, DEFAULT_REDIS_PORT);
+                }
+            }
+        }
     }
 
     #[test]

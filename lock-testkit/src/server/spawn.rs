@@ -12,6 +12,9 @@ use std::process::{Child, Command};
 use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
 
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+
 type Reply = mpsc::Sender<io::Result<Child>>;
 type Request = (Command, Reply);
 
@@ -52,16 +55,14 @@ fn prepare(cmd: &mut Command) {
     cmd.process_group(0);
     #[cfg(target_os = "linux")]
     {
+        let parent = nix::unistd::getpid();
         // SAFETY: the closure runs in the forked child before exec and only
         // calls async-signal-safe functions (prctl, getppid).
         unsafe {
-            let parent = libc::getpid();
             cmd.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
                 // The parent may have died between fork and prctl.
-                if libc::getppid() != parent {
+                if nix::unistd::getppid() != parent {
                     return Err(io::Error::other("parent process exited"));
                 }
                 Ok(())
@@ -85,10 +86,7 @@ fn pid_t(pid: u32) -> io::Result<libc::pid_t> {
 }
 
 fn signal_pid(pid: libc::pid_t, signal: libc::c_int) -> io::Result<()> {
-    // SAFETY: kill(2) has no memory-safety preconditions.
-    if unsafe { libc::kill(pid, signal) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    let signal = Signal::try_from(signal)?;
+    nix::sys::signal::kill(Pid::from_raw(pid), signal)?;
+    Ok(())
 }

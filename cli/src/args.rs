@@ -1,0 +1,150 @@
+//! The command line, parsed by clap.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::exit;
+
+/// Hold a distributed lock around any program, and read or write versioned
+/// values, on the backend named by one URL.
+#[derive(Debug, Parser)]
+#[command(name = "verrou", version, after_help = exit::HELP)]
+pub struct Cli {
+    /// Backend URL: redis://HOST[:PORT], rediss://…, redis+cluster://H1,H2,
+    /// tair://…, tairs://…, tair+cluster://…, redlock://?node=URL&node=URL…
+    #[arg(long, env = "VERROU_URL", global = true, hide_env_values = true)]
+    pub url: Option<String>,
+
+    /// Print results as one JSON object on stdout (errors stay on stderr).
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Acquire NAME, run PROGRAM while renewing the lease, release when it
+    /// exits, and exit with its exit code.
+    #[command(after_help = exit::LOCK_HELP)]
+    Lock(LockArgs),
+    /// Is NAME held? Exit 0 when held, 1 when free.
+    Status(StatusArgs),
+    /// Print KEY's value and version (exit 1 when absent).
+    Get(KeyArgs),
+    /// Write KEY whatever its current version; print the new version.
+    Set(SetArgs),
+    /// Write KEY only if it is at version EXPECTED (`none`: only if absent);
+    /// exit 1 on a conflict, printing the current value and version.
+    Cas(CasArgs),
+    /// Delete KEY (only at --version V when given); exit 1 when absent or on
+    /// a conflict.
+    Delete(DeleteArgs),
+}
+
+/// `verrou lock`.
+#[derive(Debug, Args)]
+pub struct LockArgs {
+    /// Lease length on the server; renewed every third of it while PROGRAM runs.
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    pub ttl: Duration,
+
+    /// How long to wait for a held lock before giving up (exit 75).
+    /// Default: wait as long as it takes.
+    #[arg(long, value_parser = duration, conflicts_with = "no_wait")]
+    pub wait: Option<Duration>,
+
+    /// One attempt: exit 75 at once if the lock is held (like `flock -n`).
+    #[arg(long, short = 'n')]
+    pub no_wait: bool,
+
+    /// After the lease is lost, time between SIGTERM and SIGKILL to PROGRAM.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    pub kill_grace: Duration,
+
+    /// The lock's name (the key on the server).
+    pub name: String,
+
+    /// The program to run and its arguments (after `--`).
+    #[arg(required = true, last = true, value_name = "PROGRAM")]
+    pub program: Vec<OsString>,
+}
+
+/// `verrou status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The lock's name.
+    pub name: String,
+}
+
+/// A subcommand taking just a key.
+#[derive(Debug, Args)]
+pub struct KeyArgs {
+    /// The key.
+    pub key: String,
+}
+
+/// `verrou set`.
+#[derive(Debug, Args)]
+pub struct SetArgs {
+    /// The key.
+    pub key: String,
+    /// The new value.
+    pub value: String,
+    /// Expire the key this long after the write (default: keep its TTL).
+    #[arg(long, value_parser = duration)]
+    pub ttl: Option<Duration>,
+}
+
+/// `verrou cas`.
+#[derive(Debug, Args)]
+pub struct CasArgs {
+    /// The key.
+    pub key: String,
+    /// The version the key must be at, or `none` for "must be absent".
+    pub expected: Expected,
+    /// The new value.
+    pub value: String,
+    /// Expire the key this long after the write (default: keep its TTL).
+    #[arg(long, value_parser = duration)]
+    pub ttl: Option<Duration>,
+}
+
+/// `verrou delete`.
+#[derive(Debug, Args)]
+pub struct DeleteArgs {
+    /// The key.
+    pub key: String,
+    /// Delete only if the key is at this version.
+    #[arg(long)]
+    pub version: Option<u64>,
+}
+
+/// The version a `cas` expects.
+#[derive(Debug, Clone, Copy)]
+pub enum Expected {
+    /// The key must be absent.
+    Absent,
+    /// The key must be at this version.
+    Version(u64),
+}
+
+impl std::str::FromStr for Expected {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.eq_ignore_ascii_case("none") {
+            return Ok(Expected::Absent);
+        }
+        s.parse()
+            .map(Expected::Version)
+            .map_err(|_| format!("`{s}` is not a version: give the number `verrou get` printed, or `none`"))
+    }
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (write e.g. 500ms, 30s, 5m)"))
+}

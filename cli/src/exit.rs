@@ -1,0 +1,101 @@
+//! Exit codes, and how errors are shown.
+
+use std::process::ExitCode;
+
+use verrou::Error;
+
+/// Success; `status`: the lock is held.
+pub const OK: u8 = 0;
+/// `status`: free; `get`: absent; `cas` / `delete`: conflict or absent.
+pub const NO: u8 = 1;
+/// The lock is held by another client: `--no-wait`, or `--wait` ran out.
+pub const BUSY: u8 = 75;
+/// The lease was lost while PROGRAM ran (it got SIGTERM, then SIGKILL).
+pub const LOST: u8 = 79;
+/// The server could not be reached or failed.
+pub const UNAVAILABLE: u8 = 69;
+/// Anything else that went wrong inside verrou.
+pub const SOFTWARE: u8 = 70;
+/// A bad URL, option or argument (clap's own usage errors exit 2).
+pub const CONFIG: u8 = 78;
+/// PROGRAM exists but could not be run.
+pub const CANNOT_EXECUTE: u8 = 126;
+/// PROGRAM was not found.
+pub const NOT_FOUND: u8 = 127;
+
+/// The exit-code table of `verrou --help`.
+pub const HELP: &str = "\
+Exit codes:
+  0    success (status: the lock is held)
+  1    status: free; get: absent; cas/delete: conflict or absent
+  2    bad command line
+  69   the server could not be reached or failed
+  70   internal error
+  75   lock busy: held by another client (--no-wait, or --wait ran out)
+  78   bad URL or option
+  79   lock: the lease was lost while the program ran
+  126  lock: the program could not be executed
+  127  lock: the program was not found
+  any other: lock passes the program's exit code through (128+N: killed by signal N)";
+
+/// Extra help of `verrou lock`.
+pub const LOCK_HELP: &str = "\
+The program gets VERROU_KEY (the lock's name) and, when the backend issues
+fencing tokens (e.g. ?fencing=true), VERROU_FENCING_TOKEN in its environment.
+SIGINT, SIGTERM and SIGHUP sent to verrou are forwarded to the program; the lock
+is released once it exits. If the lease is lost (renewals failing up to the
+local deadline, or another owner found), the program gets SIGTERM, then SIGKILL
+after --kill-grace, and verrou exits 79.
+
+Exit codes: the program's own, or 75 busy, 79 lease lost, 126/127 the program
+could not be run or found, 69 server unavailable, 78 bad URL or option.
+
+Example (a cron job that must run on one machine at a time):
+  VERROU_URL=redis://locks.internal:6379 verrou lock --no-wait nightly-report -- /usr/local/bin/report";
+
+/// A failure: what to print on stderr and the exit code.
+#[derive(Debug)]
+pub struct Failure {
+    /// The exit code.
+    pub code: u8,
+    /// One human-readable paragraph.
+    pub message: String,
+}
+
+impl Failure {
+    /// A failure with a message of ours.
+    pub fn new(code: u8, message: impl Into<String>) -> Self {
+        Failure {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// Print the message and turn into the exit code.
+    pub fn report(self) -> ExitCode {
+        eprintln!("verrou: {}", self.message);
+        ExitCode::from(self.code)
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        let code = match &e {
+            Error::InvalidArgument(_) | Error::Unsupported { .. } => CONFIG,
+            Error::Backend { .. } | Error::QuorumUnreachable { .. } => UNAVAILABLE,
+            Error::Timeout { .. } => BUSY,
+            Error::Lost { .. } | Error::NotHeld { .. } => LOST,
+            _ => SOFTWARE,
+        };
+        // The source chain says why a connection failed; the messages of
+        // verrou never carry passwords.
+        let mut message = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            message.push_str(": ");
+            message.push_str(&s.to_string());
+            source = s.source();
+        }
+        Failure { code, message }
+    }
+}

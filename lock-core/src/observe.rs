@@ -1,0 +1,211 @@
+//! What the manager itself reports about each lease, whichever backend and
+//! layers sit below it: a `verrou.lock` span around every `lock` / `try_lock`
+//! (attempts, wait time, outcome), a `verrou.with_lock` span around scoped
+//! sections, a `verrou.renewer` span per auto-renewed lease, and an `error!`
+//! event when a lease is lost (key, reason, how late it was noticed).
+//!
+//! With the `metrics` feature the same points feed the [`metrics`] facade
+//! (any exporter: Prometheus, StatsD, OpenTelemetry):
+//!
+//! | metric | kind | labels | recorded |
+//! |---|---|---|---|
+//! | `verrou_lock_wait_seconds` | histogram | `outcome`: `acquired`, `busy`, `timeout`, `error` | when `lock` / `try_lock` returns |
+//! | `verrou_hold_seconds` | histogram | – | when a guard is released or dropped |
+//! | `verrou_renewal_margin_seconds` | histogram | – | at each successful renewal: time that was left before the local deadline when the reply came (small = a near miss) |
+//! | `verrou_renew_latency_seconds` | histogram | – | at each successful renewal: request sent → reply |
+//! | `verrou_losses_total` | counter | `reason`: `not_owner`, `deadline_passed` | once per lost lease |
+//!
+//! Backend-call metrics (acquisitions, contentions, unknown outcomes,
+//! conflicts, call latency) come from [`crate::layers::MetricsLayer`].
+//!
+//! [`metrics`]: https://docs.rs/metrics
+
+use std::cell::Cell;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::field::Empty;
+use tracing::{Instrument, Span};
+
+use crate::error::{Error, LossReason, Result};
+use crate::guard::{LeaseState, LockGuard};
+
+/// Name of the lock-wait histogram.
+pub const LOCK_WAIT_SECONDS: &str = "verrou_lock_wait_seconds";
+/// Name of the hold-time histogram.
+pub const HOLD_SECONDS: &str = "verrou_hold_seconds";
+/// Name of the renewal-margin histogram.
+pub const RENEWAL_MARGIN_SECONDS: &str = "verrou_renewal_margin_seconds";
+/// Name of the renew-latency histogram.
+pub const RENEW_LATENCY_SECONDS: &str = "verrou_renew_latency_seconds";
+/// Name of the lost-lease counter.
+pub const LOSSES_TOTAL: &str = "verrou_losses_total";
+
+/// The acquire attempts of the `lock` / `try_lock` call running in a task.
+#[derive(Default)]
+struct Attempts {
+    /// 0-based number of the attempt in progress (backoff step).
+    current: Cell<u32>,
+    /// Backend calls made so far.
+    made: Cell<u32>,
+}
+
+tokio::task_local! {
+    static ATTEMPTS: Attempts;
+}
+
+/// The 0-based acquire attempt the manager is making in the current task,
+/// when called from inside `lock` / `try_lock` (layers read it).
+pub fn current_attempt() -> Option<u32> {
+    ATTEMPTS.try_with(|a| a.current.get()).ok()
+}
+
+/// Per-lease bookkeeping kept in the lease state.
+#[derive(Debug, Default)]
+pub(crate) struct LeaseObs {
+    /// Set when the guard is released or dropped: a deadline passing after
+    /// that is not a loss anyone needs to hear about.
+    ended: AtomicBool,
+}
+
+pub(crate) fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// The span of one `lock` (`wait`) or `try_lock` call.
+pub(crate) fn lock_span(key: &str, wait: bool) -> Span {
+    tracing::debug_span!(
+        "verrou.lock",
+        key,
+        wait,
+        attempts = Empty,
+        wait_us = Empty,
+        outcome = Empty,
+        fencing_token = Empty,
+    )
+}
+
+/// Run the manager's acquire loop inside its span, then record how it went.
+pub(crate) async fn acquiring<F>(wait: bool, span: Span, acquire: F) -> Result<Option<LockGuard>>
+where
+    F: Future<Output = Result<Option<LockGuard>>>,
+{
+    let started = Instant::now();
+    let counted = async {
+        let result = acquire.await;
+        (result, ATTEMPTS.try_with(|a| a.made.get()).unwrap_or(0))
+    };
+    let (result, attempts) = ATTEMPTS
+        .scope(Attempts::default(), counted)
+        .instrument(span.clone())
+        .await;
+    let waited = started.elapsed();
+    let outcome = match &result {
+        Ok(Some(_)) => "acquired",
+        Ok(None) if wait => "timeout",
+        Ok(None) => "busy",
+        Err(Error::Timeout { .. }) => "timeout",
+        Err(_) => "error",
+    };
+    span.record("attempts", attempts);
+    span.record("wait_us", micros(waited));
+    span.record("outcome", outcome);
+    if let Ok(Some(guard)) = &result
+        && let Some(token) = guard.fencing_token()
+    {
+        span.record("fencing_token", token.0);
+    }
+    #[cfg(feature = "metrics")]
+    metrics::histogram!(LOCK_WAIT_SECONDS, "outcome" => outcome).record(waited.as_secs_f64());
+    result
+}
+
+/// The manager is about to make acquire attempt `n` (0-based).
+pub(crate) fn attempt(n: u32) {
+    let _ = ATTEMPTS.try_with(|a| {
+        a.current.set(n);
+        a.made.set(a.made.get().saturating_add(1));
+    });
+}
+
+/// The span of one `with_lock` call (the body runs inside it).
+pub(crate) fn with_lock_span(key: &str) -> Span {
+    tracing::debug_span!("verrou.with_lock", key, held_us = Empty, outcome = Empty)
+}
+
+/// The span of a lease's renewer task: a root (it outlives the `lock` call)
+/// that follows from the span that acquired the lease.
+pub(crate) fn renewer_span(state: &LeaseState) -> Span {
+    let span = tracing::debug_span!(
+        parent: None,
+        "verrou.renewer",
+        key = %state.key,
+        fencing_token = state.fencing_token.map(|t| t.0),
+    );
+    span.follows_from(Span::current());
+    span
+}
+
+/// A renewal sent at `sent_at` succeeded; called before the deadline moves.
+pub(crate) fn renewed(state: &LeaseState, sent_at: Instant) {
+    let now = Instant::now();
+    let margin = state.deadline().saturating_duration_since(now);
+    tracing::trace!(
+        key = %state.key,
+        margin_us = micros(margin),
+        latency_us = micros(now.saturating_duration_since(sent_at)),
+        "lease renewed"
+    );
+    #[cfg(feature = "metrics")]
+    {
+        metrics::histogram!(RENEWAL_MARGIN_SECONDS).record(margin.as_secs_f64());
+        metrics::histogram!(RENEW_LATENCY_SECONDS).record(now.saturating_duration_since(sent_at).as_secs_f64());
+    }
+}
+
+/// The metric label of a loss reason.
+pub(crate) fn reason_label(reason: LossReason) -> &'static str {
+    match reason {
+        LossReason::NotOwner => "not_owner",
+        LossReason::DeadlinePassed => "deadline_passed",
+        LossReason::Released => "released",
+    }
+}
+
+/// The lease was just marked lost (called once per lease).
+pub(crate) fn lost(state: &LeaseState, reason: LossReason) {
+    if reason == LossReason::Released {
+        // The lease ended on purpose (release or drop): not a loss.
+        ended(state);
+        return;
+    }
+    if state.observed.ended.load(Ordering::Acquire) {
+        return;
+    }
+    let now = Instant::now();
+    let noticed_late = now.saturating_duration_since(state.deadline());
+    tracing::error!(
+        key = %state.key,
+        backend = %state.backend.capabilities().name,
+        reason = reason_label(reason),
+        noticed_late_us = micros(noticed_late),
+        held_us = micros(now.saturating_duration_since(state.acquired_at)),
+        fencing_token = state.fencing_token.map(|t| t.0),
+        "lease lost: {reason}"
+    );
+    #[cfg(feature = "metrics")]
+    metrics::counter!(LOSSES_TOTAL, "reason" => reason_label(reason)).increment(1);
+}
+
+/// The guard was released or dropped.
+pub(crate) fn ended(state: &LeaseState) {
+    if state.observed.ended.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let held = state.acquired_at.elapsed();
+    tracing::trace!(key = %state.key, held_us = micros(held), "lease ended");
+    #[cfg(feature = "metrics")]
+    metrics::histogram!(HOLD_SECONDS).record(held.as_secs_f64());
+}

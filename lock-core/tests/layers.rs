@@ -1,0 +1,94 @@
+//! Every layer keeps the backend contract: the conformance suite runs against
+//! the memory backend behind each of them (paused clock), plus what is
+//! particular to each layer.
+
+#![allow(clippy::expect_used)] // test helpers
+
+use lock_core::layers::{PrefixLayer, TracingLayer};
+use lock_core::{LockBackend, LockManager, VersionedStore};
+use lock_memory::MemoryBackend;
+use lock_testkit::{LockSuite, VersionedSuite};
+
+async fn lock_suite<B: LockBackend + Clone>(backend: B) -> LockSuite {
+    LockSuite::new(move || {
+        let b = backend.clone();
+        async move { b }
+    })
+}
+
+async fn versioned_suite<S: VersionedStore + Clone>(store: S) -> VersionedSuite {
+    VersionedSuite::new(move || {
+        let s = store.clone();
+        async move { s }
+    })
+}
+
+mod prefix {
+    use super::*;
+    fn backend() -> PrefixLayer<MemoryBackend> {
+        PrefixLayer::new(MemoryBackend::new(), "tenant-a:")
+    }
+    lock_testkit::lock_conformance!(paused, lock_suite(backend()));
+    mod versioned {
+        use super::*;
+        lock_testkit::versioned_conformance!(paused, versioned_suite(backend()));
+    }
+}
+
+mod tracing_layer {
+    use super::*;
+    fn backend() -> TracingLayer<MemoryBackend> {
+        TracingLayer::new(MemoryBackend::new())
+    }
+    lock_testkit::lock_conformance!(paused, lock_suite(backend()));
+    mod versioned {
+        use super::*;
+        lock_testkit::versioned_conformance!(paused, versioned_suite(backend()));
+    }
+}
+
+#[cfg(feature = "metrics")]
+mod metrics_layer {
+    use super::*;
+    use lock_core::layers::MetricsLayer;
+    fn backend() -> MetricsLayer<MemoryBackend> {
+        MetricsLayer::new(MemoryBackend::new())
+    }
+    lock_testkit::lock_conformance!(paused, lock_suite(backend()));
+    mod versioned {
+        use super::*;
+        lock_testkit::versioned_conformance!(paused, versioned_suite(backend()));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn prefixes_keep_tenants_apart_on_one_server() {
+    let server = MemoryBackend::new();
+    let a = LockManager::new(PrefixLayer::new(server.clone(), "a:"));
+    let b = LockManager::new(PrefixLayer::new(server.clone(), "b:"));
+    let held_by_a = a.lock("orders:1").await.expect("a locks");
+    let held_by_b = b.try_lock("orders:1").await.expect("b tries");
+    assert!(held_by_b.is_some(), "same key, other tenant: no contention");
+    assert!(
+        server.lock_ttl("a:orders:1").is_some(),
+        "the server sees the prefixed key"
+    );
+    assert!(server.lock_ttl("orders:1").is_none());
+    assert!(
+        a.try_lock("orders:1").await.expect("a tries").is_none(),
+        "same tenant contends"
+    );
+    drop(held_by_a);
+}
+
+#[tokio::test]
+async fn prefix_refuses_an_empty_key() {
+    let layer = PrefixLayer::new(MemoryBackend::new(), "a:");
+    let token = lock_core::LockToken::generate().expect("token");
+    let err = layer
+        .try_acquire("", &token, std::time::Duration::from_secs(1))
+        .await
+        .expect_err("empty key");
+    assert!(matches!(err, lock_core::Error::InvalidArgument(_)), "{err}");
+    assert!(matches!(layer.get("").await, Err(lock_core::Error::InvalidArgument(_))));
+}

@@ -1,0 +1,113 @@
+//! Release (owner-checked; announced to waiters, re-send-safe in a
+//! cluster, ordered after an acquire without a reply) and the waiter's
+//! marker that makes a release announce itself.
+
+use std::time::Duration;
+
+use deadpool_redis::redis::Value;
+use lock_core::options::ttl_millis;
+use lock_core::{LockToken, ReleaseOutcome, Result};
+
+use crate::connection::Conn;
+use crate::error::{Access, command_error, op_timeout, unexpected_reply};
+use crate::keys::{self, Helper};
+use crate::replies::decimal;
+use crate::scripts::LuaScript;
+use crate::{Call, Inner, check_key};
+
+impl Inner {
+    pub(crate) async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
+        check_key(key)?;
+        let hex = token.hex_bytes();
+        let marker = self.notifier.as_ref().map(|_| keys::helper(key, Helper::Waiting));
+        let tombstone = self.tombstone(key, Helper::Released);
+        let id = tombstone.as_ref().map(|_| self.write_ids.next());
+        let mut ms = [0u8; 20];
+        let ms = decimal(ttl_millis(self.resend_window()), &mut ms);
+        let (script, keys, args): (&LuaScript, &[&str], &[&[u8]]) = match (&marker, &tombstone, &id) {
+            (Some(marker), _, _) => (&self.scripts.release_notify, &[key, marker.as_str()], &[&hex]),
+            (None, Some(tombstone), Some(id)) => (
+                &self.scripts.release_resendable,
+                &[key, tombstone.as_str()],
+                &[&hex, id.as_bytes(), ms],
+            ),
+            _ => (&self.scripts.release, &[key], &[&hex]),
+        };
+        let call = Call::Script { script, keys, args };
+        let reply = match self.in_flight.take(token) {
+            Some(conn) => self.release_after_acquire(key, conn, call).await?,
+            None => self.exec("release", key, Access::Write, call).await?,
+        };
+        match reply {
+            Value::Int(1) => Ok(ReleaseOutcome::Released),
+            Value::Int(0) => Ok(ReleaseOutcome::Missing),
+            Value::Int(2) => Ok(ReleaseOutcome::HeldByOther),
+            other => Err(unexpected_reply("release", key, &other)),
+        }
+    }
+
+    /// In a cluster, `key`'s tombstone of kind `helper`, which lets a
+    /// re-sent release or delete recognise itself (see
+    /// `scripts::RELEASE_RESENDABLE`); `None` on one server (nothing
+    /// re-sends) or when it cannot share `key`'s slot.
+    pub(crate) fn tombstone(&self, key: &str, helper: Helper) -> Option<String> {
+        if !self.cluster {
+            return None;
+        }
+        let tombstone = keys::helper(key, helper);
+        keys::same_slot(key, &tombstone).then_some(tombstone)
+    }
+
+    /// How long a tombstone outlives its call: past our own bound on the
+    /// call, a re-send's answer is never read.
+    pub(crate) fn resend_window(&self) -> Duration {
+        ((self.connect_timeout + self.call_budget()) * 2).max(Duration::from_secs(1))
+    }
+
+    /// The clean-up release of an acquire that got no reply, on the
+    /// acquire's own connection, so that the server runs it after the
+    /// acquire. Sent as EVAL: a queued EVALSHA answered NOSCRIPT after our
+    /// timeout would never be re-sent. If that connection is broken (not
+    /// merely slow), the server will run nothing more from it: the shared
+    /// connection is as good.
+    pub(crate) async fn release_after_acquire(&self, key: &str, mut conn: Conn, call: Call<'_>) -> Result<Value> {
+        let Call::Script { script, keys, args } = call else {
+            return self.exec("release", key, Access::Write, call).await;
+        };
+        let budget = self.call_budget();
+        match tokio::time::timeout(budget, script.cmd(true, keys, args).query_async::<Value>(&mut conn)).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) if e.code().is_none() && (e.is_connection_dropped() || e.is_unrecoverable_error()) => {
+                self.exec("release", key, Access::Write, call).await
+            }
+            Ok(Err(e)) => Err(command_error(e, "release", key, Access::Write)),
+            Err(_) => Err(op_timeout("release", key, budget, Access::Write)),
+        }
+    }
+
+    /// Leaves `key`'s waiter marker for `max_wait` so that its release
+    /// publishes; false when the lock is already free (no point waiting).
+    /// A failure only costs the waiter its timer.
+    pub(crate) async fn mark_waiting(&self, key: &str, max_wait: Duration) -> bool {
+        let marker = keys::helper(key, Helper::Waiting);
+        let mut ms = [0u8; 20];
+        // The margin covers the round trips between the waiter and the server.
+        let ms = decimal(ttl_millis(max_wait).saturating_add(WAITING_MARGIN_MS), &mut ms);
+        let call = Call::Script {
+            script: &self.scripts.mark_waiting,
+            keys: &[key, &marker],
+            args: &[ms],
+        };
+        match self.exec("wait for release", key, Access::Write, call).await {
+            Ok(Value::Int(0)) => false,
+            Ok(_) => true,
+            Err(e) => {
+                tracing::debug!(error = %e, "no waiter marker; waiting on the timer");
+                true
+            }
+        }
+    }
+}
+
+/// How much longer than its wait a waiter's marker lives.
+pub(crate) const WAITING_MARGIN_MS: u64 = 100;

@@ -1,0 +1,163 @@
+//! Renewals, one key or many (one script call per chunk), with replica
+//! acknowledgement when configured.
+
+use std::time::Duration;
+
+use deadpool_redis::redis::Value;
+use lock_core::options::{ttl_millis, validate_ttl};
+use lock_core::{Error, LockToken, RenewBatch, RenewOutcome, Replication, Result};
+
+use crate::error::{Access, BACKEND, same_error, unexpected_reply};
+use crate::keys;
+use crate::replies::{array, decimal};
+use crate::{Call, Inner, check_key};
+
+impl Inner {
+    pub(crate) async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
+        check_key(key)?;
+        validate_ttl(ttl)?;
+        let hex = token.hex_bytes();
+        let mut ms = [0u8; 20];
+        let call = Call::Script {
+            script: &self.scripts.renew,
+            keys: &[key],
+            args: &[&hex, decimal(ttl_millis(ttl), &mut ms)],
+        };
+        let (value, replication) = match &self.replica_ack {
+            Some(ack) => {
+                self.exec_acked("renew", key, call, ack, |v| *v == Value::Int(1), None)
+                    .await?
+            }
+            None => (self.exec("renew", key, Access::Write, call).await?, None),
+        };
+        let outcome = match value {
+            Value::Int(1) => RenewOutcome::Renewed,
+            Value::Int(0) => RenewOutcome::Missing,
+            Value::Int(2) => RenewOutcome::HeldByOther,
+            other => return Err(unexpected_reply("renew", key, &other)),
+        };
+        match (outcome, self.renewal_shortfall(key, replication)) {
+            (RenewOutcome::Renewed, Some(e)) => Err(e),
+            _ => Ok(outcome),
+        }
+    }
+
+    /// A renewal that too few replicas acknowledged: an error (outcome
+    /// unknown: it is on the primary only), so the guard's deadline stays
+    /// where the last confirmed grant or renewal put it. Whatever
+    /// [`OnShortfall`] says: a failover would bring back the older expiry.
+    pub(crate) fn renewal_shortfall(&self, key: &str, replication: Option<Replication>) -> Option<Error> {
+        let (
+            Some(ack),
+            Some(Replication::Unconfirmed {
+                acknowledged,
+                requested,
+            }),
+        ) = (&self.replica_ack, replication)
+        else {
+            return None;
+        };
+        Some(Error::outcome_unknown(
+            BACKEND,
+            format!(
+                "renewed {key:?} on the primary, but only {acknowledged} of {requested} replicas acknowledged within \
+                 {:?}: not counted as renewed (a failover would bring back the older expiry)",
+                ack.timeout
+            ),
+        ))
+    }
+
+    /// Renews `items` with one renew-many script call per chunk of at most
+    /// [`RENEW_MANY_CHUNK`] keys (per hash slot in a cluster, since one
+    /// script's keys must share a slot), the calls sent concurrently.
+    pub(crate) async fn renew_many(&self, items: &[(&str, &LockToken)], ttl: Duration) -> Vec<Result<RenewOutcome>> {
+        let cluster = self.cluster;
+        let batch = RenewBatch::new(items, ttl, RENEW_MANY_CHUNK, |key| cluster.then(|| keys::slot(key)));
+        let mut ms = [0u8; 20];
+        let ms = decimal(ttl_millis(ttl), &mut ms);
+        let calls = batch.chunks().iter().map(|chunk| self.renew_chunk(items, chunk, ms));
+        let outcomes = futures::future::join_all(calls).await;
+        batch.finish(items, outcomes, BACKEND)
+    }
+
+    /// One renew-many script call for the `items` at the indices `chunk`
+    /// (one hash slot): one result per index, in order. A failed call fails
+    /// each item as a single renew would have failed.
+    pub(crate) async fn renew_chunk(
+        &self,
+        items: &[(&str, &LockToken)],
+        chunk: &[usize],
+        ttl_ms: &[u8],
+    ) -> Vec<Result<RenewOutcome>> {
+        if chunk.iter().any(|&i| keys::check_user_key(items[i].0).is_err()) {
+            // Rare: answer the reserved keys, send the others.
+            let (refused, sent): (Vec<usize>, Vec<usize>) =
+                chunk.iter().partition(|&&i| keys::check_user_key(items[i].0).is_err());
+            let mut answers: Vec<Option<Result<RenewOutcome>>> = Vec::with_capacity(chunk.len());
+            answers.resize_with(chunk.len(), || None);
+            let mut sent_outcomes = Box::pin(self.renew_chunk(items, &sent, ttl_ms)).await.into_iter();
+            for (slot, &i) in answers.iter_mut().zip(chunk) {
+                *slot = Some(if refused.contains(&i) {
+                    keys::check_user_key(items[i].0).map(|()| RenewOutcome::Missing)
+                } else {
+                    sent_outcomes
+                        .next()
+                        .unwrap_or_else(|| Err(Error::outcome_unknown(BACKEND, "renew: no reply")))
+                });
+            }
+            return answers.into_iter().flatten().collect();
+        }
+        if chunk.is_empty() {
+            return Vec::new();
+        }
+        let keys: Vec<&str> = chunk.iter().map(|&i| items[i].0).collect();
+        let tokens: Vec<[u8; 32]> = chunk.iter().map(|&i| items[i].1.hex_bytes()).collect();
+        let mut args: Vec<&[u8]> = Vec::with_capacity(1 + tokens.len());
+        args.push(ttl_ms);
+        args.extend(tokens.iter().map(|t| &t[..]));
+        let call = Call::Script {
+            script: &self.scripts.renew_many,
+            keys: &keys,
+            args: &args,
+        };
+        let op = format!("renew of {} keys from", keys.len());
+        let first = keys.first().copied().unwrap_or_default();
+        // With replica acknowledgement: one WAIT per call, after it.
+        let sent = match &self.replica_ack {
+            Some(ack) => {
+                let renewed_any = |v: &Value| array(v).is_some_and(|codes| codes.contains(&Value::Int(1)));
+                self.exec_acked(&op, first, call, ack, renewed_any, None).await
+            }
+            None => self.exec(&op, first, Access::Write, call).await.map(|v| (v, None)),
+        };
+        match sent {
+            Ok((Value::Array(codes), replication)) if codes.len() == keys.len() => codes
+                .iter()
+                .zip(&keys)
+                .map(|(code, key)| match code {
+                    Value::Int(1) => match self.renewal_shortfall(key, replication) {
+                        Some(e) => Err(e),
+                        None => Ok(RenewOutcome::Renewed),
+                    },
+                    Value::Int(0) => Ok(RenewOutcome::Missing),
+                    Value::Int(2) => Ok(RenewOutcome::HeldByOther),
+                    other => Err(unexpected_reply("renew", key, other)),
+                })
+                .collect(),
+            Ok((other, _)) => keys
+                .iter()
+                .map(|key| Err(unexpected_reply("renew", key, &other)))
+                .collect(),
+            Err(e) => {
+                let mut failed: Vec<Result<RenewOutcome>> = Vec::with_capacity(keys.len());
+                failed.extend(keys.iter().skip(1).map(|_| Err(same_error(&e))));
+                failed.insert(0, Err(e));
+                failed
+            }
+        }
+    }
+}
+
+/// Most keys in one renew-many script call: bounds how long one script
+/// holds the server (other clients wait behind it) and the command's size.
+pub(crate) const RENEW_MANY_CHUNK: usize = 128;

@@ -1,0 +1,68 @@
+//! Every conformance case function is in its macro's case list, and every
+//! listed name is a case: a case missing from the list would otherwise
+//! compile and silently never run.
+
+#![allow(clippy::expect_used, clippy::panic)] // test helpers
+
+use std::collections::BTreeSet;
+
+const MACROS: &str = include_str!("../src/conformance/mod.rs");
+
+/// Names of the `pub async fn` cases of one case file.
+fn case_functions(source: &str) -> BTreeSet<String> {
+    source
+        .lines()
+        .filter_map(|line| line.strip_prefix("pub async fn "))
+        .map(|rest| rest.split('(').next().expect("a name").trim().to_owned())
+        .collect()
+}
+
+/// Names listed after `module:` in the `__conformance_cases!` call of `list_macro`.
+fn listed_cases(list_macro: &str, module: &str) -> BTreeSet<String> {
+    let start = MACROS
+        .find(&format!("macro_rules! {list_macro}"))
+        .unwrap_or_else(|| panic!("macro {list_macro} not found"));
+    let body = &MACROS[start..];
+    let marker = format!("{module}:");
+    let from = body
+        .find(&marker)
+        .unwrap_or_else(|| panic!("no `{marker}` list in {list_macro}"))
+        + marker.len();
+    let to = from + body[from..].find(");").expect("end of the case list");
+    body[from..to]
+        .split(',')
+        .map(str::trim)
+        .filter(|name| !name.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+fn assert_same(file: &str, functions: &BTreeSet<String>, listed: &BTreeSet<String>) {
+    let unlisted: Vec<_> = functions.difference(listed).collect();
+    let unknown: Vec<_> = listed.difference(functions).collect();
+    assert!(
+        unlisted.is_empty() && unknown.is_empty(),
+        "{file}: cases missing from the macro list (they would never run): {unlisted:?}; \
+         listed names that are not cases: {unknown:?}"
+    );
+    assert!(
+        functions.len() >= 5,
+        "{file}: the parser found too few cases: {functions:?}"
+    );
+}
+
+#[test]
+fn every_lock_case_is_in_the_macro_list() {
+    let functions = case_functions(include_str!("../src/conformance/lock_cases.rs"));
+    assert_same("lock_cases.rs", &functions, &listed_cases("__lock_cases", "lock_cases"));
+}
+
+#[test]
+fn every_versioned_case_is_in_the_macro_list() {
+    let functions = case_functions(include_str!("../src/conformance/versioned_cases.rs"));
+    assert_same(
+        "versioned_cases.rs",
+        &functions,
+        &listed_cases("__versioned_cases", "versioned_cases"),
+    );
+}

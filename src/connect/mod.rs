@@ -1,0 +1,314 @@
+//! One URL to a connected backend: [`connect`].
+//!
+//! | URL | backend | feature |
+//! |---|---|---|
+//! | `memory://` | [`crate::memory`] (this process only) | `memory` |
+//! | `redis://[user:pass@]host[:port][/db]`, `rediss://…` (TLS) | [`crate::redis_lua`] | `redis-lua`, `redis-lua-tls` |
+//! | `redis+cluster://h1[:p1],h2[:p2]…`, `rediss+cluster://…` | [`crate::redis_lua`] on a Redis Cluster | `redis-lua`, `redis-lua-tls` |
+//! | `tair://…`, `tairs://…`, `tair+cluster://…`, `tairs+cluster://…` | [`crate::tair`] | `tair`, `tair-tls` |
+//! | `redlock://?quorum=M&node=URL&node=URL…` | [`crate::redlock`] over any of the above | `redlock` |
+//!
+//! The Redis-family schemes take the same query parameters, each named after
+//! the builder method it sets on both [`crate::redis_lua::RedisLuaBuilder`]
+//! and [`crate::tair::TairBuilder`]: `connect_timeout` and
+//! `response_timeout` (durations like `500ms`, `2s`), `fencing`,
+//! `release_notifications` (booleans), `replica_ack=N` with
+//! `replica_ack_timeout=D`, `ack_connections=N`, `db=N` (or `/N`), and
+//! `tls_ca=PATH` (a PEM file of trusted CA certificates, TLS schemes only;
+//! the platform's roots otherwise). `redlock://` takes `node` (repeated; a
+//! node's own parameters percent-encoded, `%3F` for `?` and `%26` for `&`),
+//! `quorum` (a majority: `2M > N`), `node_timeout` and `drift_factor`.
+//!
+//! Every unknown parameter, malformed host, or scheme whose feature is off is
+//! an error saying what to write instead; passwords appear in no message and
+//! no `Debug` output.
+
+mod url;
+
+#[cfg(feature = "serde")]
+mod config;
+
+use std::sync::Arc;
+
+use lock_core::{Error, LockBackend, LockManager, LockOptions, Result, VersionedStore};
+
+#[cfg(feature = "serde")]
+pub use config::ConnectConfig;
+#[cfg(feature = "redlock")]
+use url::RedlockTarget;
+pub use url::{DEFAULT_PORT, FAMILY_PARAMS, REDLOCK_PARAMS, SCHEMES};
+#[cfg(any(feature = "redis-lua", feature = "tair"))]
+use url::{Family, Server};
+use url::{Features, Target};
+
+/// A backend chosen and connected by [`connect`]: its lock operations, and its
+/// versioned store when it has one.
+#[derive(Clone)]
+pub struct Backend {
+    locks: Arc<dyn LockBackend>,
+    store: Option<Arc<dyn VersionedStore>>,
+    description: String,
+    in_process: bool,
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backend")
+            .field("url", &self.description)
+            .field("backend", &self.locks.capabilities().name)
+            .field("store", &self.store.is_some())
+            .finish()
+    }
+}
+
+impl Backend {
+    /// The lock operations (give them to a [`LockManager`], or use
+    /// [`Backend::manager`]).
+    pub fn locks(&self) -> &Arc<dyn LockBackend> {
+        &self.locks
+    }
+
+    /// The versioned store: `None` for `redlock://`, which has none.
+    pub fn store(&self) -> Option<&Arc<dyn VersionedStore>> {
+        self.store.as_ref()
+    }
+
+    /// A [`LockManager`] over this backend.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for invalid options (see
+    /// [`LockManager::from_arc`]).
+    pub fn manager(&self, options: LockOptions) -> Result<LockManager> {
+        LockManager::from_arc(self.locks.clone(), options)
+    }
+
+    /// The URL it was connected with, without passwords.
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
+    /// True for `memory://` (and a `redlock://` with a `memory://` node): its
+    /// locks exist only inside this process.
+    pub fn is_in_process(&self) -> bool {
+        self.in_process
+    }
+}
+
+/// Parse `url`, connect the backend it names (eagerly: a wrong address or
+/// password fails here) and return it.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> verrou::Result<()> {
+/// let backend = verrou::connect("memory://").await?;
+/// let locks = backend.manager(verrou::LockOptions::default())?;
+/// locks.lock("job").await?.release().await?;
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a malformed URL or parameter (the message
+/// says what to fix); [`Error::Unsupported`] for a scheme whose Cargo feature
+/// is off (the message names the feature); [`Error::Backend`] when a server
+/// cannot be reached or refuses the credentials.
+///
+/// # Cancel safety
+/// Cancelling drops the connections made so far; nothing is written.
+pub async fn connect(url: &str) -> Result<Backend> {
+    let target = url::parse(url, &Features::ENABLED)?;
+    build(target).await
+}
+
+/// Check `url` without connecting: the same errors as [`connect`] for
+/// malformed URLs and disabled features.
+///
+/// # Errors
+/// As [`connect`], except [`Error::Backend`].
+pub fn check_url(url: &str) -> Result<()> {
+    url::parse(url, &Features::ENABLED).map(drop)
+}
+
+async fn build(target: Target) -> Result<Backend> {
+    match target {
+        Target::Memory => build_memory(),
+        #[cfg(any(feature = "redis-lua", feature = "tair"))]
+        Target::Server(server) => build_server(server).await,
+        #[cfg(feature = "redlock")]
+        Target::Redlock(redlock) => build_redlock(redlock).await,
+        // The parser refuses schemes whose feature is off.
+        #[allow(unreachable_patterns)]
+        _ => Err(Error::invalid("this URL's backend is not compiled in")),
+    }
+}
+
+#[cfg(feature = "memory")]
+fn build_memory() -> Result<Backend> {
+    let backend = Arc::new(lock_memory::MemoryBackend::new());
+    Ok(Backend {
+        locks: backend.clone(),
+        store: Some(backend),
+        description: "memory://".to_owned(),
+        in_process: true,
+    })
+}
+
+#[cfg(not(feature = "memory"))]
+fn build_memory() -> Result<Backend> {
+    Err(Error::invalid("memory:// needs the `memory` feature"))
+}
+
+#[cfg(any(feature = "redis-lua", feature = "tair"))]
+async fn build_server(server: Server) -> Result<Backend> {
+    let description = server.describe();
+    let built = match server.family {
+        #[cfg(feature = "redis-lua")]
+        Family::RedisLua => build_redis_lua(&server).await,
+        #[cfg(feature = "tair")]
+        Family::Tair => build_tair(&server).await,
+        #[allow(unreachable_patterns)]
+        _ => Err(Error::invalid("this URL's backend is not compiled in")),
+    };
+    let (locks, store) = built.map_err(|e| in_context(e, &description))?;
+    Ok(Backend {
+        locks,
+        store: Some(store),
+        description,
+        in_process: false,
+    })
+}
+
+#[cfg(any(feature = "redis-lua", feature = "tair"))]
+type Pair = (Arc<dyn LockBackend>, Arc<dyn VersionedStore>);
+
+#[cfg(feature = "redis-lua")]
+async fn build_redis_lua(server: &Server) -> Result<Pair> {
+    use lock_redis_lua::RedisLuaBuilder;
+
+    let urls = server.node_urls();
+    let mut b = if server.cluster {
+        RedisLuaBuilder::cluster(urls)
+    } else {
+        RedisLuaBuilder::url(urls.into_iter().next().unwrap_or_default())
+    };
+    let o = &server.options;
+    if let Some(t) = o.connect_timeout {
+        b = b.connect_timeout(t);
+    }
+    if let Some(t) = o.response_timeout {
+        b = b.response_timeout(t);
+    }
+    if let Some(on) = o.fencing {
+        b = b.fencing(on);
+    }
+    if let Some(on) = o.release_notifications {
+        b = b.release_notifications(on);
+    }
+    if let Some(ack) = o.replica_ack()? {
+        b = b.replica_ack(ack);
+    }
+    if let Some(n) = o.ack_connections {
+        b = b.ack_connections(n);
+    }
+    #[cfg(feature = "redis-lua-tls")]
+    if let Some(path) = &o.tls_ca {
+        b = b.tls_root_certs(read_ca(path)?);
+    }
+    let backend = Arc::new(b.build().await?);
+    Ok((backend.clone(), backend))
+}
+
+#[cfg(feature = "tair")]
+async fn build_tair(server: &Server) -> Result<Pair> {
+    use lock_tair::TairBuilder;
+
+    let mut b = TairBuilder::url(server.fred_url());
+    let o = &server.options;
+    if let Some(t) = o.connect_timeout {
+        b = b.connect_timeout(t);
+    }
+    if let Some(t) = o.response_timeout {
+        b = b.response_timeout(t);
+    }
+    if let Some(on) = o.fencing {
+        b = b.fencing(on);
+    }
+    if let Some(ack) = o.replica_ack()? {
+        b = b.replica_ack(ack);
+    }
+    if let Some(n) = o.ack_connections {
+        b = b.ack_connections(n);
+    }
+    #[cfg(feature = "tair-tls")]
+    if let Some(path) = &o.tls_ca {
+        b = b.tls_root_certs(read_ca(path)?);
+    }
+    let backend = Arc::new(b.build().await?);
+    Ok((backend.clone(), backend))
+}
+
+#[cfg(any(feature = "redis-lua-tls", feature = "tair-tls"))]
+fn read_ca(path: &std::path::Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| {
+        Error::invalid(format!(
+            "cannot read tls_ca file {}: {e}: point tls_ca at a PEM file of CA certificates",
+            path.display()
+        ))
+    })
+}
+
+#[cfg(feature = "redlock")]
+async fn build_redlock(target: RedlockTarget) -> Result<Backend> {
+    use lock_redlock::{Redlock, RedlockOptions};
+
+    let mut options = RedlockOptions::default();
+    if let Some(m) = target.quorum {
+        options = options.quorum(m);
+    }
+    if let Some(t) = target.node_timeout {
+        options = options.node_timeout(t);
+    }
+    if let Some(f) = target.drift_factor {
+        options = options.drift_factor(f);
+    }
+    let mut nodes = Vec::with_capacity(target.nodes.len());
+    let mut names = Vec::with_capacity(target.nodes.len());
+    let mut in_process = false;
+    for node in target.nodes {
+        // Nodes are never redlock:// (the parser refuses it), so this
+        // recursion is one level deep.
+        let built = Box::pin(build(node)).await?;
+        in_process |= built.in_process;
+        names.push(built.description.clone());
+        nodes.push((built.description, built.locks));
+    }
+    let redlock = Redlock::with_named_nodes(nodes, options)?;
+    Ok(Backend {
+        locks: Arc::new(redlock),
+        store: None,
+        description: format!("redlock://[{}]", names.join(", ")),
+        in_process,
+    })
+}
+
+/// Name the (password-free) URL in a backend error, so a failure among
+/// several nodes says which.
+#[cfg(any(feature = "redis-lua", feature = "tair"))]
+fn in_context(e: Error, description: &str) -> Error {
+    match e {
+        Error::Backend {
+            backend,
+            outcome_unknown,
+            message,
+            source,
+        } => Error::Backend {
+            backend,
+            outcome_unknown,
+            message: format!("{description}: {message}"),
+            source,
+        },
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests;

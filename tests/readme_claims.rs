@@ -1,0 +1,131 @@
+//! README claims checked against the code: the defaults table against
+//! `LockOptions::default()`, and "the tests never use the default Redis port"
+//! against the test sources and the harness's port range.
+
+#![allow(clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use verrou::{Backoff, LockOptions, Renewal};
+
+fn workspace() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The "verrou" column of the README's `## Defaults` table, by setting.
+fn readme_defaults() -> Vec<(String, String)> {
+    let readme = std::fs::read_to_string(workspace().join("README.md")).expect("README.md");
+    let section = readme.split("\n## Defaults\n").nth(1).expect("a Defaults section");
+    section
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2) // header and separator
+        .map(|row| {
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            (cells[1].to_owned(), cells[2].to_owned())
+        })
+        .collect()
+}
+
+fn secs(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{} ms", d.as_millis())
+    }
+}
+
+#[test]
+fn the_readme_defaults_table_is_lock_options_default() {
+    let o = LockOptions::default();
+    let Backoff {
+        initial, max, factor, ..
+    } = o.backoff;
+    let rows = readme_defaults();
+    let settings: Vec<&str> = rows.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(
+        settings,
+        [
+            "TTL",
+            "renew interval",
+            "acquire timeout",
+            "backoff",
+            "drift allowance",
+            "renew call timeout (`op_timeout`)",
+            "release call timeout"
+        ],
+        "every row of the table is checked below"
+    );
+    for (setting, value) in &rows {
+        match setting.as_str() {
+            "TTL" => assert_eq!(value, &secs(o.ttl)),
+            "renew interval" => {
+                assert_eq!(value, "TTL / 3");
+                assert_eq!(o.renewal, Renewal::Auto { interval: o.ttl / 3 });
+            }
+            "acquire timeout" => assert_eq!(value, &secs(o.acquire_timeout)),
+            "backoff" => {
+                assert_eq!(factor, 2.0, "doubling");
+                let head = format!("{} doubling to {}, full jitter", secs(initial), secs(max));
+                assert!(value.starts_with(&head), "{value:?} vs {head:?}");
+                // "capped by the holder's TTL": lock-core's lifecycle test
+                // waiting_is_capped_by_the_holders_remaining_ttl.
+            }
+            "drift allowance" => {
+                assert_eq!(value, &format!("TTL × {} + 2 ms", o.drift_factor));
+                assert_eq!(o.drift(o.ttl), o.ttl.mul_f64(o.drift_factor) + Duration::from_millis(2));
+            }
+            "renew call timeout (`op_timeout`)" => {
+                // "capped by the remaining validity": the manager's renewer.
+                assert!(value.starts_with(&format!("{},", secs(o.op_timeout))), "{value:?}");
+            }
+            "release call timeout" => {
+                // "not capped": lock-core's lifecycle test
+                // release_is_not_capped_by_the_remaining_validity.
+                assert!(
+                    value.starts_with(&format!("{} (`op_timeout`", secs(o.op_timeout))),
+                    "{value:?}"
+                );
+            }
+            other => panic!("unchecked row {other:?}"),
+        }
+    }
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The tests reach servers only through the harness, which picks ports in
+/// 12000..32000 (its unit test `ports_are_never_the_default_redis_port`);
+/// no test source names the default port.
+#[test]
+fn no_test_names_the_default_redis_port() {
+    let default_port = format!("{}{}", 63, 79);
+    let mut files = Vec::new();
+    for dir in ["tests", "lock-testkit/src"] {
+        rust_files(&workspace().join(dir), &mut files);
+    }
+    for member in std::fs::read_dir(workspace()).expect("workspace").flatten() {
+        rust_files(&member.path().join("tests"), &mut files);
+    }
+    assert!(files.len() > 30, "found the test sources: {files:?}");
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("read");
+        assert!(
+            !text.contains(&default_port),
+            "{} names port {default_port}",
+            file.display()
+        );
+    }
+}

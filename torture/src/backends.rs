@@ -1,0 +1,105 @@
+//! The backends a client builds for itself: its own connections, as a
+//! separate process would have.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{LockBackend, ReplicaAck, VersionedStore};
+use lock_memory::MemoryBackend;
+use lock_redis_lua::RedisLuaBackend;
+use lock_redlock::Redlock;
+use lock_tair::TairBackend;
+
+/// How one client reaches its backend.
+#[derive(Clone)]
+pub enum Spec {
+    /// The shared in-process backend (clones share state).
+    Memory(MemoryBackend),
+    /// Lua scripts on Redis at this URL, fencing on.
+    Lua {
+        /// Server (or proxy) URL.
+        url: String,
+        /// Replica acknowledgement.
+        ack: Option<ReplicaAck>,
+    },
+    /// Tair commands at this URL, fencing on.
+    Tair {
+        /// Server (or proxy) URL.
+        url: String,
+        /// Replica acknowledgement.
+        ack: Option<ReplicaAck>,
+    },
+    /// Redlock over Lua backends at these URLs (no fencing: Redlock has none).
+    Redlock {
+        /// One URL per node.
+        urls: Vec<String>,
+    },
+}
+
+/// A client's lock backend and, where the backend has one, its versioned store.
+pub struct Built {
+    /// For the lock manager.
+    pub lock: Arc<dyn LockBackend>,
+    /// For the counter increments.
+    pub store: Option<Arc<dyn VersionedStore>>,
+}
+
+/// Build the backend of `spec`; `timeout` bounds each reply (a timed-out
+/// write is reported as outcome unknown by the backends).
+///
+/// # Errors
+/// The backend's connect errors.
+pub async fn build(spec: &Spec, timeout: Duration) -> lock_core::Result<Built> {
+    Ok(match spec {
+        Spec::Memory(m) => {
+            let b = Arc::new(m.clone());
+            Built {
+                lock: b.clone(),
+                store: Some(b),
+            }
+        }
+        Spec::Lua { url, ack } => {
+            let mut builder = RedisLuaBackend::builder_url(url.clone())
+                .fencing(true)
+                .connect_timeout(timeout)
+                .response_timeout(timeout);
+            if let Some(ack) = ack {
+                builder = builder.replica_ack(*ack);
+            }
+            let b = Arc::new(builder.build().await?);
+            Built {
+                lock: b.clone(),
+                store: Some(b),
+            }
+        }
+        Spec::Tair { url, ack } => {
+            let mut builder = TairBackend::builder(url.clone())
+                .fencing(true)
+                .connect_timeout(timeout)
+                .response_timeout(timeout);
+            if let Some(ack) = ack {
+                builder = builder.replica_ack(*ack);
+            }
+            let b = Arc::new(builder.build().await?);
+            Built {
+                lock: b.clone(),
+                store: Some(b),
+            }
+        }
+        Spec::Redlock { urls } => {
+            let mut nodes: Vec<Arc<dyn LockBackend>> = Vec::with_capacity(urls.len());
+            for url in urls {
+                let node = RedisLuaBackend::builder_url(url.clone())
+                    .connect_timeout(timeout)
+                    .response_timeout(timeout)
+                    .build()
+                    .await?;
+                nodes.push(Arc::new(node));
+            }
+            Built {
+                lock: Arc::new(Redlock::new(nodes)?),
+                store: None,
+            }
+        }
+    })
+}

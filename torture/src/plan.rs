@@ -1,0 +1,283 @@
+//! Which scenarios run: backend × topology × fault, and what the README
+//! claims for each.
+
+use std::fmt;
+
+/// The backend under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// lock-memory, shared in process.
+    Memory,
+    /// The same bodies without any lock (the checker must see overlaps).
+    Control,
+    /// lock-redis-lua, fencing on.
+    Lua,
+    /// lock-tair (TairString module), fencing on.
+    Tair,
+    /// lock-redlock over five Lua nodes.
+    Redlock,
+}
+
+impl Backend {
+    /// Name in the table.
+    pub fn label(self) -> &'static str {
+        match self {
+            Backend::Memory => "memory",
+            Backend::Control => "control (no lock)",
+            Backend::Lua => "redis-lua",
+            Backend::Tair => "tair",
+            Backend::Redlock => "redlock",
+        }
+    }
+}
+
+/// The fault injected during contention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// No fault.
+    None,
+    /// One client's runtime stopped (a GC pause) inside a critical section, 3 × TTL.
+    Stall,
+    /// The server SIGSTOPped for 3 × TTL.
+    Pause,
+    /// The server SIGKILLed, restarted from its AOF (`appendfsync always`) a TTL later.
+    KillRestart,
+    /// The server SIGKILLed and restarted at once without its data.
+    RestartEmpty,
+    /// One client's connections blackholed by its proxy for 3 × TTL.
+    Blackhole,
+    /// The replica's link held for a TTL (lagging), then the primary
+    /// SIGKILLed, the held data dropped, the replica promoted (`REPLICAOF NO ONE`), clients moved to it.
+    Failover,
+    /// The same with `ReplicaAck` (WAIT 1) on acquires and versioned writes.
+    FailoverAck,
+    /// `n` Redlock nodes SIGSTOPped for 3 × TTL.
+    NodesPaused(usize),
+    /// `n` Redlock nodes SIGKILLed, restarted empty after the delayed-restart wait (> TTL).
+    NodesKilledDelayed(usize),
+    /// `n` Redlock nodes restarted empty at once (beyond what Redlock tolerates).
+    NodesRestartedEmpty(usize),
+    /// The bodies run without the lock.
+    NoLock,
+}
+
+impl Fault {
+    /// Short name, also the SVG file stem.
+    pub fn slug(self) -> String {
+        match self {
+            Fault::None => "none".into(),
+            Fault::Stall => "client-stall".into(),
+            Fault::Pause => "server-pause".into(),
+            Fault::KillRestart => "kill-restart-aof".into(),
+            Fault::RestartEmpty => "restart-empty".into(),
+            Fault::Blackhole => "blackhole".into(),
+            Fault::Failover => "failover".into(),
+            Fault::FailoverAck => "failover-replica-ack".into(),
+            Fault::NodesPaused(n) => format!("redlock-{n}-paused"),
+            Fault::NodesKilledDelayed(n) => format!("redlock-{n}-killed-delayed-restart"),
+            Fault::NodesRestartedEmpty(n) => format!("redlock-{n}-restarted-empty"),
+            Fault::NoLock => "no-lock".into(),
+        }
+    }
+
+    /// Whether anything is injected.
+    pub fn injects(self) -> bool {
+        !matches!(self, Fault::None | Fault::NoLock)
+    }
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Fault::None => write!(f, "none"),
+            Fault::Stall => write!(f, "client runtime stalled 3×TTL (GC pause)"),
+            Fault::Pause => write!(f, "server paused 3×TTL"),
+            Fault::KillRestart => write!(f, "server killed, restarted with data (AOF always)"),
+            Fault::RestartEmpty => write!(f, "server killed, restarted without data"),
+            Fault::Blackhole => write!(f, "one client's network blackholed 3×TTL"),
+            Fault::Failover => write!(f, "replica lagging 1×TTL, primary killed, replica promoted"),
+            Fault::FailoverAck => write!(
+                f,
+                "replica lagging 1×TTL, primary killed, replica promoted; ReplicaAck(1)"
+            ),
+            Fault::NodesPaused(n) => write!(f, "{n} of 5 nodes paused 3×TTL"),
+            Fault::NodesKilledDelayed(n) => write!(f, "{n} of 5 nodes killed, restarted empty after TTL"),
+            Fault::NodesRestartedEmpty(n) => write!(f, "{n} of 5 nodes restarted empty at once"),
+            Fault::NoLock => write!(f, "bodies run without the lock"),
+        }
+    }
+}
+
+/// What the README says about a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// No overlap, no stale write accepted, loss signalled by the deadline,
+    /// linearizable, live.
+    Safe,
+    /// A stalled holder runs past its deadline (it cannot be told), so its
+    /// body overlaps the next holder's: fencing must reject every stale
+    /// write; the rest as `Safe`.
+    Fenced,
+    /// Documented unsafe: measured, not required.
+    Unsafe,
+    /// The checker's control: must show overlaps.
+    Control,
+}
+
+impl Claim {
+    /// Words in the table.
+    pub fn label(self) -> &'static str {
+        match self {
+            Claim::Safe => "claimed safe",
+            Claim::Fenced => "claimed safe with fencing",
+            Claim::Unsafe => "documented unsafe",
+            Claim::Control => "control: must overlap",
+        }
+    }
+}
+
+/// Where the servers are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Topology {
+    /// In process.
+    InProcess,
+    /// One server.
+    Single,
+    /// Primary + replica.
+    Pair,
+    /// Five independent servers.
+    Five,
+    /// The user's deployment (`--url`).
+    External,
+}
+
+impl Topology {
+    /// Words in the table.
+    pub fn label(self) -> &'static str {
+        match self {
+            Topology::InProcess => "in-process",
+            Topology::Single => "1 server",
+            Topology::Pair => "primary + replica",
+            Topology::Five => "5 servers",
+            Topology::External => "your deployment",
+        }
+    }
+}
+
+/// One row of the run.
+#[derive(Debug, Clone, Copy)]
+pub struct Scenario {
+    /// Backend.
+    pub backend: Backend,
+    /// Topology.
+    pub topology: Topology,
+    /// Fault.
+    pub fault: Fault,
+    /// README claim.
+    pub claim: Claim,
+    /// Why it is documented unsafe (for `Claim::Unsafe`).
+    pub why: &'static str,
+}
+
+fn row(backend: Backend, topology: Topology, fault: Fault, claim: Claim, why: &'static str) -> Scenario {
+    Scenario {
+        backend,
+        topology,
+        fault,
+        claim,
+        why,
+    }
+}
+
+fn single_server(backend: Backend) -> Vec<Scenario> {
+    use Claim::*;
+    use Fault::*;
+    let t = Topology::Single;
+    vec![
+        row(backend, t, None, Safe, ""),
+        row(backend, t, Pause, Safe, ""),
+        row(backend, t, KillRestart, Safe, ""),
+        row(
+            backend,
+            t,
+            RestartEmpty,
+            Unsafe,
+            "one server that loses its data forgets every lock and counter",
+        ),
+        row(backend, t, Blackhole, Safe, ""),
+        row(backend, t, Stall, Fenced, ""),
+        row(
+            backend,
+            Topology::Pair,
+            Failover,
+            Unsafe,
+            "asynchronous replication: a failover can lose a just-granted lock or write",
+        ),
+        row(backend, Topology::Pair, FailoverAck, Safe, ""),
+    ]
+}
+
+/// Every scenario of the full run.
+pub fn full() -> Vec<Scenario> {
+    use Claim::*;
+    use Fault::*;
+    let mut plan = vec![
+        row(Backend::Control, Topology::InProcess, NoLock, Control, ""),
+        row(Backend::Memory, Topology::InProcess, None, Safe, ""),
+        row(Backend::Memory, Topology::InProcess, Stall, Fenced, ""),
+    ];
+    plan.extend(single_server(Backend::Lua));
+    plan.extend(single_server(Backend::Tair));
+    let r = Backend::Redlock;
+    let t = Topology::Five;
+    plan.extend([
+        row(r, t, None, Safe, ""),
+        row(r, t, NodesPaused(1), Safe, ""),
+        row(r, t, NodesPaused(2), Safe, ""),
+        row(r, t, NodesKilledDelayed(1), Safe, ""),
+        row(r, t, NodesKilledDelayed(2), Safe, ""),
+        row(
+            r,
+            t,
+            NodesRestartedEmpty(3),
+            Unsafe,
+            "a majority of nodes forgetting the key at once is beyond Redlock's guarantee",
+        ),
+        row(
+            r,
+            t,
+            Stall,
+            Unsafe,
+            "Redlock issues no fencing token: a stalled holder's writes reach the resource",
+        ),
+    ]);
+    plan
+}
+
+/// The CI subset: claimed-safe rows that cover each mechanism once.
+pub fn quick() -> Vec<Scenario> {
+    use Claim::*;
+    use Fault::*;
+    vec![
+        row(Backend::Control, Topology::InProcess, NoLock, Control, ""),
+        row(Backend::Memory, Topology::InProcess, Stall, Fenced, ""),
+        row(Backend::Lua, Topology::Single, Pause, Safe, ""),
+        row(Backend::Lua, Topology::Single, Blackhole, Safe, ""),
+        row(Backend::Lua, Topology::Single, Stall, Fenced, ""),
+        row(Backend::Tair, Topology::Single, KillRestart, Safe, ""),
+        row(Backend::Tair, Topology::Single, Stall, Fenced, ""),
+        row(Backend::Redlock, Topology::Five, NodesKilledDelayed(1), Safe, ""),
+    ]
+}
+
+/// Client-side faults against the user's deployment.
+pub fn external(backend: Backend) -> Vec<Scenario> {
+    use Claim::*;
+    use Fault::*;
+    let t = Topology::External;
+    vec![
+        row(backend, t, None, Safe, ""),
+        row(backend, t, Blackhole, Safe, ""),
+        row(backend, t, Stall, Fenced, ""),
+    ]
+}

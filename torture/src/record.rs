@@ -1,0 +1,182 @@
+//! What the clients record during a scenario, on the one clock of
+//! [`crate::clock`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, MutexGuard};
+
+/// One critical section (a `with_lock` body, or an unlocked one in control mode).
+#[derive(Debug, Clone)]
+pub struct Body {
+    /// Client index.
+    pub client: usize,
+    /// Key index.
+    pub key: usize,
+    /// When the body started (the lock was already granted).
+    pub start: i64,
+    /// When it returned or was cancelled.
+    pub end: i64,
+    /// The guard's local deadline, read when the body ended.
+    pub deadline: i64,
+    /// The grant's fencing token.
+    pub fence: Option<u64>,
+    /// Cancelled by `with_lock` on a loss signal (the time is `end`).
+    pub cancelled: bool,
+    /// The client's runtime was stalled inside this body.
+    pub stalled: bool,
+}
+
+impl Body {
+    /// End of the part of the body inside its validity window.
+    pub fn valid_end(&self) -> i64 {
+        self.end.min(self.deadline)
+    }
+}
+
+/// One write to the protected resource.
+#[derive(Debug, Clone)]
+pub struct Write {
+    /// Client index.
+    pub client: usize,
+    /// Key index.
+    pub key: usize,
+    /// When the resource decided.
+    pub at: i64,
+    /// Start of the writer's body.
+    pub body_start: i64,
+    /// The fencing token presented (none: the backend issues none).
+    pub fence: Option<u64>,
+    /// Whether the resource took it.
+    pub accepted: bool,
+}
+
+/// Outcome of one `update` call of the versioned store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpdateOutcome {
+    /// Acknowledged: the increment wrote this value.
+    Ok(u64),
+    /// Failed with an outcome-unknown error or timed out: may or may not have applied.
+    Unknown,
+    /// Failed with a known outcome: nothing applied.
+    Failed,
+}
+
+/// One `update` (increment) of the shared counter.
+#[derive(Debug, Clone, Copy)]
+pub struct UpdateOp {
+    /// Invocation time.
+    pub inv: i64,
+    /// Response time.
+    pub resp: i64,
+    /// What came back.
+    pub outcome: UpdateOutcome,
+}
+
+/// A fault window, as injected.
+#[derive(Debug, Clone)]
+pub struct Window {
+    /// Start.
+    pub from: i64,
+    /// End (the fault healed).
+    pub to: i64,
+}
+
+/// Everything recorded in one scenario.
+#[derive(Debug, Default)]
+pub struct Log {
+    bodies: Mutex<Vec<Body>>,
+    writes: Mutex<Vec<Write>>,
+    updates: Mutex<Vec<UpdateOp>>,
+    windows: Mutex<Vec<Window>>,
+    errors: Mutex<BTreeMap<String, u64>>,
+    fences: Mutex<HashMap<usize, u64>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+impl Log {
+    /// Record a finished or cancelled body.
+    pub fn body(&self, b: Body) {
+        lock(&self.bodies).push(b);
+    }
+
+    /// A write to the fenced resource: accepted only with a token at least
+    /// the highest it has accepted for that key (no token: always accepted,
+    /// the resource cannot tell).
+    pub fn write(&self, client: usize, key: usize, body_start: i64, fence: Option<u64>) -> bool {
+        let mut highest = lock(&self.fences);
+        let accepted = match fence {
+            None => true,
+            Some(f) => {
+                let h = highest.entry(key).or_insert(0);
+                if f >= *h {
+                    *h = f;
+                    true
+                } else {
+                    false
+                }
+            }
+        };
+        let at = crate::clock::now();
+        drop(highest);
+        lock(&self.writes).push(Write {
+            client,
+            key,
+            at,
+            body_start,
+            fence,
+            accepted,
+        });
+        accepted
+    }
+
+    /// Record an `update`.
+    pub fn update(&self, op: UpdateOp) {
+        lock(&self.updates).push(op);
+    }
+
+    /// Record a fault window.
+    pub fn window(&self, from: i64, to: i64) {
+        lock(&self.windows).push(Window { from, to });
+    }
+
+    /// When the last fault window healed, if one was recorded.
+    pub fn healed_at(&self) -> Option<i64> {
+        lock(&self.windows).iter().map(|w| w.to).max()
+    }
+
+    /// Count an error by kind.
+    pub fn error(&self, kind: impl Into<String>) {
+        *lock(&self.errors).entry(kind.into()).or_insert(0) += 1;
+    }
+
+    /// Copies of everything recorded.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            bodies: lock(&self.bodies).clone(),
+            writes: lock(&self.writes).clone(),
+            updates: lock(&self.updates).clone(),
+            windows: lock(&self.windows).clone(),
+            errors: lock(&self.errors).clone(),
+        }
+    }
+}
+
+/// A copy of a scenario's records.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// Critical sections.
+    pub bodies: Vec<Body>,
+    /// Resource writes.
+    pub writes: Vec<Write>,
+    /// Counter increments.
+    pub updates: Vec<UpdateOp>,
+    /// Fault windows.
+    pub windows: Vec<Window>,
+    /// Errors by kind.
+    pub errors: BTreeMap<String, u64>,
+}

@@ -1,0 +1,557 @@
+//! One scenario: start the servers, start the clients, inject the fault,
+//! wait for every client (bounded), read the counter, check.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::Duration;
+
+use lock_core::{LockOptions, ReplicaAck};
+use lock_memory::MemoryBackend;
+use lock_testkit::server::{Instances, RedisServer, RedisServerBuilder, TcpProxy};
+use tokio::time::Instant;
+
+use crate::BoxResult;
+use crate::backends::{Spec, build};
+use crate::check::{self, Bounds, Measured};
+use crate::client::{self, CounterClient, LockClient, Stall};
+use crate::clock;
+use crate::plan::{Backend, Claim, Fault, Scenario, Topology};
+use crate::record::{Log, Snapshot};
+use crate::switch::Switch;
+
+/// Sizes and durations of a run.
+#[derive(Debug, Clone)]
+pub struct Params {
+    /// Lock TTL.
+    pub ttl: Duration,
+    /// Length of a scenario (clients stop starting bodies after it).
+    pub duration: Duration,
+    /// When the fault starts.
+    pub fault_at: Duration,
+    /// Lock clients.
+    pub lock_clients: usize,
+    /// Counter clients.
+    pub counter_clients: usize,
+    /// Contended keys.
+    pub keys: usize,
+    /// Stated scheduling slack for loss signals.
+    pub slack: Duration,
+    /// Bound on a client finishing after the scenario ends.
+    pub hang_bound: Duration,
+}
+
+impl Params {
+    /// The full run.
+    pub fn full() -> Self {
+        Params {
+            ttl: Duration::from_millis(300),
+            duration: Duration::from_secs(5),
+            fault_at: Duration::from_millis(1500),
+            lock_clients: 4,
+            counter_clients: 2,
+            keys: 2,
+            slack: Duration::from_millis(100),
+            hang_bound: Duration::from_secs(15),
+        }
+    }
+
+    /// The CI run.
+    pub fn quick() -> Self {
+        Params {
+            ttl: Duration::from_millis(200),
+            duration: Duration::from_secs(3),
+            fault_at: Duration::from_millis(800),
+            ..Params::full()
+        }
+    }
+
+    /// Acquisitions must resume within this after a fault heals: 20 × TTL.
+    pub fn recovery_bound(&self) -> Duration {
+        self.ttl * 20
+    }
+
+    fn fault_len(&self) -> Duration {
+        self.ttl * 3
+    }
+
+    fn bounds(&self) -> Bounds {
+        let us = |d: Duration| i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
+        Bounds {
+            slack_us: us(self.slack),
+            recovery_us: us(self.recovery_bound()),
+        }
+    }
+}
+
+/// The user's deployment (`--url`).
+#[derive(Debug, Clone)]
+pub struct External {
+    /// Their URL.
+    pub url: String,
+    /// Its address, resolved.
+    pub addr: SocketAddr,
+}
+
+/// The result of one scenario.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// What ran.
+    pub scenario: Scenario,
+    /// Its seed.
+    pub seed: u64,
+    /// What was measured.
+    pub measured: Measured,
+    /// Broken claims (empty: the row holds).
+    pub violations: Vec<String>,
+    /// The records (for the timeline).
+    pub snapshot: Snapshot,
+    /// Scenario start and end on the run clock, µs.
+    pub span: (i64, i64),
+}
+
+enum Env {
+    Memory(MemoryBackend),
+    Single {
+        server: Box<RedisServer>,
+        proxies: Vec<TcpProxy>,
+    },
+    Pair {
+        primary: Box<RedisServer>,
+        replica: Box<RedisServer>,
+        /// The replication link runs through this proxy, so that it can lag.
+        link: TcpProxy,
+        switches: Vec<Switch>,
+        promoted: bool,
+        _new_replica: Option<Box<RedisServer>>,
+    },
+    Five(Instances),
+    External {
+        url: String,
+        proxies: Vec<TcpProxy>,
+    },
+}
+
+fn server_builder(backend: Backend) -> RedisServerBuilder {
+    let b = RedisServer::builder();
+    if backend == Backend::Tair { b.tair_module() } else { b }
+}
+
+async fn setup(sc: &Scenario, clients: usize, ext: Option<&External>) -> BoxResult<Env> {
+    Ok(match sc.topology {
+        Topology::InProcess => Env::Memory(MemoryBackend::new()),
+        Topology::Single => {
+            let mut b = server_builder(sc.backend);
+            if sc.fault == Fault::KillRestart {
+                b = b.persistence(true).args(["--appendfsync", "always"]);
+            }
+            let server = b.start().await?;
+            let mut proxies = Vec::with_capacity(clients);
+            for _ in 0..clients {
+                proxies.push(TcpProxy::start(server.addr()).await?);
+            }
+            Env::Single {
+                server: Box::new(server),
+                proxies,
+            }
+        }
+        Topology::Pair => {
+            let builder = server_builder(sc.backend);
+            let primary = builder.start().await?;
+            let link = TcpProxy::start(primary.addr()).await?;
+            let replica = builder
+                .clone()
+                .args(["--replicaof", "127.0.0.1"])
+                .arg(link.port().to_string())
+                .start()
+                .await?;
+            wait_for_link(&replica).await?;
+            let mut switches = Vec::with_capacity(clients);
+            for _ in 0..clients {
+                switches.push(Switch::start(primary.addr()).await?);
+            }
+            Env::Pair {
+                primary: Box::new(primary),
+                replica: Box::new(replica),
+                link,
+                switches,
+                promoted: false,
+                _new_replica: None,
+            }
+        }
+        Topology::Five => Env::Five(Instances::start(5, RedisServer::builder()).await?),
+        Topology::External => {
+            let ext = ext.ok_or("an external scenario needs --url")?;
+            let mut proxies = Vec::with_capacity(clients);
+            for _ in 0..clients {
+                proxies.push(TcpProxy::start(ext.addr).await?);
+            }
+            Env::External {
+                url: ext.url.clone(),
+                proxies,
+            }
+        }
+    })
+}
+
+/// `url` with its `host:port` replaced by `addr` (credentials and db kept).
+pub fn with_addr(url: &str, addr: SocketAddr) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let (auth, hostpath) = match rest.rsplit_once('@') {
+        Some((a, h)) => (format!("{a}@"), h),
+        None => (String::new(), rest),
+    };
+    let path = hostpath.find('/').map_or("", |i| &hostpath[i..]);
+    Some(format!("{scheme}://{auth}{addr}{path}"))
+}
+
+/// The `host:port` of a URL (port 6379 when absent).
+pub fn host_port(url: &str) -> Option<String> {
+    let rest = url.split_once("://")?.1;
+    let hostpath = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+    let host = hostpath.split('/').next()?;
+    if host.is_empty() {
+        return None;
+    }
+    Some(if host.contains(':') {
+        host.to_owned()
+    } else {
+        format!("{host}:6379")
+    })
+}
+
+impl Env {
+    fn url(&self, client: usize) -> String {
+        match self {
+            Env::Memory(_) | Env::Five(_) => String::new(),
+            Env::Single { proxies, .. } => proxies[client].url(),
+            Env::Pair { switches, .. } => switches[client].url(),
+            Env::External { url, proxies } => with_addr(url, proxies[client].addr()).unwrap_or_else(|| url.clone()),
+        }
+    }
+
+    fn direct_url(&self) -> String {
+        match self {
+            Env::Memory(_) | Env::Five(_) => String::new(),
+            Env::Single { server, .. } => server.url(),
+            Env::Pair {
+                primary,
+                replica,
+                promoted,
+                ..
+            } => {
+                if *promoted {
+                    replica.url()
+                } else {
+                    primary.url()
+                }
+            }
+            Env::External { url, .. } => url.clone(),
+        }
+    }
+
+    fn spec(&self, backend: Backend, url: String, ack: Option<ReplicaAck>) -> Spec {
+        match (self, backend) {
+            (Env::Memory(m), _) => Spec::Memory(m.clone()),
+            (Env::Five(nodes), _) => Spec::Redlock { urls: nodes.urls() },
+            (_, Backend::Tair) => Spec::Tair { url, ack },
+            _ => Spec::Lua { url, ack },
+        }
+    }
+}
+
+/// Inject `fault`; returns once it healed. Windows are recorded in `log`
+/// (the stall by the stalled client itself).
+async fn inject(env: &mut Env, sc: &Scenario, p: &Params, log: &Log, stall: Option<&Arc<Stall>>) -> BoxResult<()> {
+    let len = p.fault_len();
+    let from = clock::now();
+    match (sc.fault, env) {
+        (Fault::Stall, _) => {
+            if let Some(s) = stall {
+                s.request();
+            }
+            return Ok(());
+        }
+        (Fault::Pause, Env::Single { server, .. }) => {
+            server.pause()?;
+            tokio::time::sleep(len).await;
+            server.resume()?;
+        }
+        (Fault::KillRestart, Env::Single { server, .. }) => {
+            server.kill()?;
+            tokio::time::sleep(p.ttl).await;
+            server.restart_keeping_data().await?;
+        }
+        (Fault::RestartEmpty, Env::Single { server, .. }) => server.restart_empty().await?,
+        (Fault::Blackhole, Env::Single { proxies, .. } | Env::External { proxies, .. }) => {
+            proxies[0].set_blackhole(true);
+            tokio::time::sleep(len).await;
+            proxies[0].set_blackhole(false);
+            proxies[0].cut_all();
+        }
+        (
+            Fault::Failover | Fault::FailoverAck,
+            Env::Pair {
+                primary,
+                replica,
+                link,
+                switches,
+                promoted,
+                _new_replica,
+            },
+        ) => {
+            // A lagging replica: its link held (as a slow or partitioned
+            // replica's would be) while the primary keeps granting and
+            // renewing; then the primary dies, what was held back is
+            // dropped, and the replica is promoted with what it had.
+            link.set_blackhole(true);
+            tokio::time::sleep(p.ttl).await;
+            primary.kill()?;
+            link.cut_all();
+            let reply = replica.cmd(&["REPLICAOF", "NO", "ONE"]).await?;
+            if !reply.is_ok() {
+                return Err(format!("REPLICAOF NO ONE answered {reply:?}").into());
+            }
+            for s in switches.iter() {
+                s.retarget(replica.addr());
+            }
+            *promoted = true;
+            log.window(from, clock::now());
+            // A fresh replica for the new primary, so that WAIT can be
+            // satisfied again (liveness with ReplicaAck).
+            let port = replica.port().to_string();
+            let replica = server_builder(sc.backend)
+                .args(["--replicaof", "127.0.0.1", port.as_str()])
+                .start()
+                .await?;
+            *_new_replica = Some(Box::new(replica));
+            return Ok(());
+        }
+        (Fault::NodesPaused(n), Env::Five(nodes)) => {
+            for s in &nodes.servers()[..n] {
+                s.pause()?;
+            }
+            tokio::time::sleep(len).await;
+            for s in &nodes.servers()[..n] {
+                s.resume()?;
+            }
+        }
+        (Fault::NodesKilledDelayed(n), Env::Five(nodes)) => {
+            for s in &nodes.servers()[..n] {
+                s.kill()?;
+            }
+            // The delayed restart: longer than any lease the nodes granted.
+            tokio::time::sleep(p.ttl + p.ttl / 2).await;
+            futures::future::try_join_all(nodes.servers()[..n].iter().map(RedisServer::restart_empty)).await?;
+        }
+        (Fault::NodesRestartedEmpty(n), Env::Five(nodes)) => {
+            futures::future::try_join_all(nodes.servers()[..n].iter().map(RedisServer::restart_empty)).await?;
+        }
+        (Fault::None | Fault::NoLock, _) => return Ok(()),
+        (f, _) => return Err(format!("fault {f} does not apply to this topology").into()),
+    }
+    log.window(from, clock::now());
+    Ok(())
+}
+
+/// Wait (bounded) until the replica's link to its primary is up.
+async fn wait_for_link(replica: &RedisServer) -> BoxResult<()> {
+    let give_up = Instant::now() + lock_testkit::server::CONVERGE_TIMEOUT;
+    loop {
+        let info = replica.info("replication").await?;
+        if info.get("master_link_status").map(String::as_str) == Some("up") {
+            return Ok(());
+        }
+        if Instant::now() >= give_up {
+            return Err("the replica did not sync with its primary".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn read_counter(spec: &Spec, key: &str, ttl: Duration, log: &Log) -> Option<u64> {
+    let give_up = Instant::now() + Duration::from_secs(5);
+    let mut last = String::new();
+    while Instant::now() < give_up {
+        match build(spec, ttl * 2).await {
+            Ok(built) => match built.store {
+                Some(store) => match store.get(key).await {
+                    Ok(v) => return client::parse(v.as_ref().map(|v| v.value.as_slice())),
+                    Err(e) => last = e.to_string(),
+                },
+                None => return None,
+            },
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    log.error(format!(
+        "final read of the counter failed: {}",
+        last.chars().take(80).collect::<String>()
+    ));
+    None
+}
+
+/// Run one scenario.
+///
+/// # Errors
+/// Setting up its servers or clients failed.
+pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&External>) -> BoxResult<Outcome> {
+    let log = Arc::new(Log::default());
+    let clients = p.lock_clients + p.counter_clients;
+    let mut env = setup(&sc, clients, ext).await?;
+    let prefix = format!("verrou-torture:{seed:016x}:{idx}");
+    let keys = Arc::new((0..p.keys).map(|k| format!("{prefix}:lock{k}")).collect::<Vec<_>>());
+    let counter = format!("{prefix}:counter");
+    let ack = (sc.fault == Fault::FailoverAck).then(|| ReplicaAck::new(1, p.ttl / 2));
+    let options = LockOptions::with_ttl(p.ttl)
+        .acquire_timeout(p.ttl * 6)
+        .op_timeout(p.ttl / 2);
+    let stall = (sc.fault == Fault::Stall).then(|| Stall::new(p.fault_len()));
+    let begin = Instant::now();
+    let span_start = clock::at(begin);
+    let planned_stop = begin + p.duration;
+    let stop = Arc::new(AtomicI64::new(clock::at(planned_stop)));
+    let mut done = Vec::with_capacity(clients);
+    let first_in_body = Arc::new(AtomicBool::new(false));
+    for i in 0..p.lock_clients {
+        let c = LockClient {
+            id: i,
+            spec: env.spec(sc.backend, env.url(i), ack),
+            keys: keys.clone(),
+            options: options.clone(),
+            seed: seed ^ (0x9e37_79b9_7f4a_7c15_u64.wrapping_mul(i as u64 + 1)),
+            stop: stop.clone(),
+            stall: if i == 0 { stall.clone() } else { None },
+            control: sc.backend == Backend::Control,
+            in_body: if i == 0 {
+                first_in_body.clone()
+            } else {
+                Arc::new(AtomicBool::new(false))
+            },
+            log: log.clone(),
+        };
+        done.push(client::spawn(format!("lock-client-{i}"), move || c.run())?);
+    }
+    let has_store = matches!(sc.backend, Backend::Memory | Backend::Lua | Backend::Tair);
+    if has_store {
+        for j in 0..p.counter_clients {
+            let i = p.lock_clients + j;
+            let c = CounterClient {
+                spec: env.spec(sc.backend, env.url(i), ack),
+                key: counter.clone(),
+                op_bound: p.ttl * 4,
+                seed: seed ^ (0xbf58_476d_1ce4_e5b9_u64.wrapping_mul(i as u64 + 1)),
+                stop: stop.clone(),
+                log: log.clone(),
+            };
+            done.push(client::spawn(format!("counter-client-{j}"), move || c.run())?);
+        }
+    }
+    tokio::time::sleep_until(begin + p.fault_at).await;
+    // Start the fault while client 0 holds a lock (bounded wait), so that
+    // it hits a holder; the stall waits for a body by itself.
+    let wait_for_holder = Instant::now() + p.ttl * 2;
+    while sc.fault != Fault::Stall && !first_in_body.load(Ordering::SeqCst) && Instant::now() < wait_for_holder {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    if let Err(e) = inject(&mut env, &sc, p, &log, stall.as_ref()).await {
+        log.error(format!("fault injection failed: {e}"));
+    }
+    if let Some(st) = &stall {
+        // The stalled client performs the stall in its next body; at the
+        // planned end a request not yet started is withdrawn,
+        // one in progress is waited for (it ends within its duration).
+        let give_up = planned_stop + p.fault_len() * 2;
+        while log.healed_at().is_none() && Instant::now() < give_up {
+            if Instant::now() >= planned_stop && st.withdraw() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    // Run on for a while after the fault healed, so that recovery is seen.
+    if let Some(healed) = log.healed_at() {
+        let after = i64::try_from((p.ttl * 6).as_micros()).unwrap_or(i64::MAX);
+        stop.fetch_max(healed.saturating_add(after), Ordering::SeqCst);
+    }
+    let stop_at = begin + Duration::from_micros(u64::try_from(stop.load(Ordering::SeqCst) - span_start).unwrap_or(0));
+    tokio::time::sleep_until(stop_at).await;
+    let mut hangs = 0;
+    for rx in done {
+        if tokio::time::timeout_at(stop_at + p.hang_bound, rx).await.is_err() {
+            hangs += 1;
+        }
+    }
+    let span_end = clock::now();
+    let final_value = if has_store {
+        let spec = env.spec(sc.backend, env.direct_url(), None);
+        if let Env::Single { server, .. } = &env
+            && !server.is_running()
+        {
+            log.error(format!(
+                "server not running after the fault; log: {}",
+                server.log_tail(3)
+            ));
+        }
+        Some(read_counter(&spec, &counter, p.ttl, &log).await)
+    } else {
+        None
+    };
+    let snapshot = log.snapshot();
+    let measured = check::measure(&snapshot, p.bounds(), sc.fault.injects(), final_value, hangs);
+    let violations = judge(&sc, &measured);
+    Ok(Outcome {
+        scenario: sc,
+        seed,
+        measured,
+        violations,
+        snapshot,
+        span: (span_start, span_end),
+    })
+}
+
+/// The claims a row breaks.
+pub fn judge(sc: &Scenario, m: &Measured) -> Vec<String> {
+    let mut v = Vec::new();
+    if m.hangs > 0 {
+        v.push(format!("{} client task(s) did not finish within the bound", m.hangs));
+    }
+    match sc.claim {
+        Claim::Unsafe => {}
+        Claim::Control => {
+            if m.overlaps == 0 {
+                v.push("the control run (no lock) showed no overlap: the checker cannot see one".into());
+            }
+        }
+        Claim::Safe | Claim::Fenced => {
+            if m.acquisitions == 0 {
+                v.push("no acquisitions".into());
+            }
+            if m.fault_missing {
+                v.push("the fault was not injected".into());
+            }
+            if m.stuck {
+                v.push("acquisitions did not resume within 20 × TTL of the fault healing".into());
+            }
+            if m.overlaps > 0 {
+                v.push(format!("{} overlaps inside validity windows", m.overlaps));
+            }
+            if m.stale_accepted > 0 {
+                v.push(format!("{} stale writes accepted", m.stale_accepted));
+            }
+            if m.late_losses > 0 {
+                v.push(format!("{} loss signals later than deadline + slack", m.late_losses));
+            }
+            if let Some(l) = &m.linear {
+                if let Some(why) = &l.violation {
+                    v.push(format!("counter history not linearizable: {why}"));
+                }
+                if l.final_value.is_none() {
+                    v.push("the counter could not be read after the run".into());
+                }
+            }
+        }
+    }
+    v
+}
