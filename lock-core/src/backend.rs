@@ -268,6 +268,17 @@ pub struct Capabilities {
 }
 
 impl Capabilities {
+    /// These capabilities for a wrapper that implements only the mutex (the
+    /// layers): the lock kinds are traits of their own, which the wrapper
+    /// does not implement, so it claims none of them.
+    pub(crate) fn without_kinds(mut self) -> Self {
+        self.semaphores = false;
+        self.multi_key_locks = false;
+        self.rw_locks = false;
+        self.leader_election = false;
+        self
+    }
+
     /// Conservative defaults for a backend called `name`.
     pub fn new(name: impl Into<String>) -> Self {
         Capabilities {

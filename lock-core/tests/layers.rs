@@ -92,3 +92,28 @@ async fn prefix_refuses_an_empty_key() {
     assert!(matches!(err, lock_core::Error::InvalidArgument(_)), "{err}");
     assert!(matches!(layer.get("").await, Err(lock_core::Error::InvalidArgument(_))));
 }
+
+/// A layer implements only the mutex (and the versioned store), so its
+/// capabilities must not claim the kinds its inner backend has: a layered
+/// backend cannot be handed to a `SemaphoreManager` and friends.
+#[test]
+fn layers_claim_no_lock_kinds_they_do_not_implement() {
+    let inner = MemoryBackend::new().capabilities();
+    assert!(inner.semaphores && inner.multi_key_locks && inner.rw_locks && inner.leader_election);
+    let mut layered = vec![
+        PrefixLayer::new(MemoryBackend::new(), "tenant-a:").capabilities(),
+        TracingLayer::new(MemoryBackend::new()).capabilities(),
+    ];
+    #[cfg(feature = "metrics")]
+    layered.push(lock_core::layers::MetricsLayer::new(MemoryBackend::new()).capabilities());
+    for caps in layered {
+        assert!(
+            !(caps.semaphores || caps.multi_key_locks || caps.rw_locks || caps.leader_election),
+            "{caps:?}"
+        );
+        assert!(
+            caps.fencing_tokens,
+            "the mutex's own capabilities pass through: {caps:?}"
+        );
+    }
+}

@@ -178,7 +178,7 @@ impl<B: LockBackend> LockBackend for MetricsLayer<B> {
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+        self.inner.capabilities().without_kinds()
     }
 }
 

@@ -104,7 +104,7 @@ impl<B: LockBackend> LockBackend for PrefixLayer<B> {
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+        self.inner.capabilities().without_kinds()
     }
 }
 

@@ -174,7 +174,7 @@ impl<B: LockBackend> LockBackend for TracingLayer<B> {
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+        self.inner.capabilities().without_kinds()
     }
 }
 
