@@ -2,7 +2,8 @@
 //! `lock_core::kinds::semaphore_lua` (a sorted set of holder → server-time
 //! deadline, a hash of permits and size, a fence counter; all in the name's
 //! slot), one script per operation. With [`crate::ReplicaAck`], a grant
-//! WAITs like a mutex acquire and a shortfall is handled the same way.
+//! WAITs like a mutex acquire and a shortfall is handled the same way; a
+//! renewal WAITs too and counts only once confirmed.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -147,13 +148,24 @@ impl SemaphoreBackend for RedisLuaBackend {
             keys: &[&keys.holders, &keys.info],
             args: &[&hex, decimal(ttl_millis(ttl), &mut ms)],
         };
-        match self
-            .inner
-            .exec("semaphore renew", &keys.holders, Access::Write, call)
-            .await?
-        {
-            Value::Int(n) => lua::renew_outcome(BACKEND, name, n),
-            other => Err(unexpected_reply("semaphore renew", name, &other)),
+        let i = &self.inner;
+        let op = "semaphore renew";
+        // With replica acknowledgement a renewal counts only once WAIT
+        // confirms it, as for the mutex.
+        let (value, replication) = match &i.replica_ack {
+            Some(ack) => {
+                i.exec_acked(op, &keys.holders, call, ack, |v| *v == Value::Int(1), None)
+                    .await?
+            }
+            None => (i.exec(op, &keys.holders, Access::Write, call).await?, None),
+        };
+        let outcome = match value {
+            Value::Int(n) => lua::renew_outcome(BACKEND, name, n)?,
+            other => return Err(unexpected_reply(op, name, &other)),
+        };
+        match (outcome, i.renewal_shortfall(name, replication)) {
+            (RenewOutcome::Renewed, Some(e)) => Err(e),
+            _ => Ok(outcome),
         }
     }
 }

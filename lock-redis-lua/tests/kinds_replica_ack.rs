@@ -7,7 +7,10 @@
 use std::time::Duration;
 
 use lock_core::kinds::semaphore_lua::SemaphoreKeys;
-use lock_core::{ElectionManager, Error, LockBackend, MultiLockManager, Replication, RwLockManager, SemaphoreManager};
+use lock_core::{
+    AcquireOutcome, ElectionManager, Error, LockBackend, LockToken, MultiLockManager, PermitRequest, RenewOutcome,
+    Replication, RwLockManager, SemaphoreBackend, SemaphoreManager,
+};
 use lock_redis_lua::{RedisLuaBackend, ReplicaAck};
 use lock_testkit::server::{RedisServer, ReplicatedPair};
 
@@ -35,6 +38,48 @@ async fn semaphore_grants_wait_for_the_replica() {
     let on_replica = pair.replica().cmd(&["ZCARD", holders.as_str()]).await.expect("ZCARD");
     assert_eq!(on_replica.as_int(), Some(1));
     permit.release().await.expect("release");
+}
+
+/// As for the mutex (issue 11): a permit renewal counts only once WAIT
+/// confirms it, so a renewal the replica did not acknowledge is an
+/// unknown-outcome error (the guard's deadline stays where it was).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unacknowledged_permit_renewal_is_an_unknown_outcome() {
+    let pair = ReplicatedPair::start(RedisServer::builder())
+        .await
+        .expect("start a primary and a replica");
+    // The WAIT timeout is generous: a loaded runner's replica may take a
+    // while to acknowledge the confirmed steps.
+    let backend = acked(pair.primary().url()).await;
+    let token = LockToken::generate().expect("token");
+    let ttl = Duration::from_secs(5);
+    let granted = backend
+        .acquire_permits("renewed", &token, PermitRequest::new(2, 1), ttl)
+        .await
+        .expect("acquire");
+    assert!(matches!(granted, AcquireOutcome::Acquired(_)), "{granted:?}");
+    assert_eq!(
+        backend
+            .renew_permits("renewed", &token, ttl)
+            .await
+            .expect("confirmed renewal"),
+        RenewOutcome::Renewed
+    );
+
+    pair.replica().pause().expect("SIGSTOP the replica");
+    let err = backend
+        .renew_permits("renewed", &token, ttl)
+        .await
+        .expect_err("a renewal the replica did not acknowledge");
+    assert!(err.is_outcome_unknown(), "{err}");
+    pair.replica().resume().expect("SIGCONT the replica");
+    assert_eq!(
+        backend
+            .renew_permits("renewed", &token, ttl)
+            .await
+            .expect("confirmed again"),
+        RenewOutcome::Renewed
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
