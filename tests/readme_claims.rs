@@ -54,7 +54,8 @@ fn the_readme_defaults_table_is_lock_options_default() {
             "backoff",
             "drift allowance",
             "renew call timeout (`op_timeout`)",
-            "release call timeout"
+            "release call timeout",
+            "longest `acquire_timeout` / `op_timeout`"
         ],
         "every row of the table is checked below"
     );
@@ -88,6 +89,11 @@ fn the_readme_defaults_table_is_lock_options_default() {
                     value.starts_with(&format!("{} (`op_timeout`", secs(o.op_timeout))),
                     "{value:?}"
                 );
+            }
+            "longest `acquire_timeout` / `op_timeout`" => {
+                assert_eq!(lock_core::options::MAX_TIMEOUT, Duration::from_secs(365 * 24 * 3600));
+                assert!(value.starts_with("one year (`MAX_TIMEOUT`"), "{value:?}");
+                // "longer is refused": lock-core's option_bounds tests.
             }
             other => panic!("unchecked row {other:?}"),
         }

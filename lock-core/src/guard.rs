@@ -538,9 +538,11 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         self.renewer_stop.cancel();
-        crate::observe::ended(&self.handle.state);
         let state = self.handle.state.clone();
+        // First end the lease: a deadline that already passed is reported as
+        // a loss (observe::lost), a clean end only as an end.
         state.end(LossReason::Released);
+        crate::observe::ended(&state);
         if self.released {
             return;
         }

@@ -3,7 +3,7 @@
 //! span-recording tracing layer and metrics-util's `DebuggingRecorder`
 //! (both installed thread-locally: the tests run on current-thread runtimes).
 
-#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // test helpers
+#![allow(clippy::await_holding_lock, clippy::expect_used, clippy::unwrap_used, clippy::panic)] // test helpers
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -179,17 +179,35 @@ fn manager(backend: Arc<dyn LockBackend>, options: LockOptions) -> LockManager {
 /// Installs a span recorder and a metrics recorder for this thread (the
 /// tests run on current-thread runtimes, so spawned tasks report too) until
 /// the returned guards drop.
+/// The tests of this file run one at a time: tracing caches each callsite's
+/// interest process-wide, and a callsite first reached on a thread without
+/// a subscriber while another test installs its own can stay disabled there.
+/// Each test has its own runtime and thread, so holding this lock across
+/// their awaits only serialises the tests (clippy's await_holding_lock is
+/// allowed for that).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn record_this_thread() -> (
     SpanRecorder,
     Snapshotter,
-    (tracing::subscriber::DefaultGuard, metrics::LocalRecorderGuard<'static>),
+    (
+        std::sync::MutexGuard<'static, ()>,
+        tracing::subscriber::DefaultGuard,
+        metrics::LocalRecorderGuard<'static>,
+    ),
 ) {
+    let serial = one_at_a_time();
     let spans = SpanRecorder::default();
     let subscriber = tracing::subscriber::set_default(tracing_subscriber::registry().with(spans.clone()));
+    tracing::callsite::rebuild_interest_cache();
     // Leaked so the thread-local guard can borrow it for 'static; one per test.
     let recorder: &'static DebuggingRecorder = Box::leak(Box::new(DebuggingRecorder::new()));
     let metrics = metrics::set_default_local_recorder(recorder);
-    (spans, recorder.snapshotter(), (subscriber, metrics))
+    (spans, recorder.snapshotter(), (serial, subscriber, metrics))
 }
 
 #[tokio::test(start_paused = true)]
@@ -357,6 +375,7 @@ async fn a_loss_noticed_late_says_how_late_and_a_clean_release_is_no_loss() {
 
 #[tokio::test(start_paused = true)]
 async fn lost_token_fires_at_the_deadline_and_on_a_signalled_loss() {
+    let _serial = one_at_a_time();
     let memory = MemoryBackend::new();
     let (backend, control) = observed_backend(&memory);
     let manual = manager(backend.clone(), LockOptions::with_ttl(TTL).renewal(Renewal::Manual));

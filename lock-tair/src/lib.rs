@@ -254,9 +254,12 @@ impl std::fmt::Debug for TairBackend {
 struct Writer<'a> {
     client: &'a OptionsClient,
     ack: Option<&'a ReplicaAck>,
-    /// With `ack`: reconnects of `client` since before the write. `WAIT` on
-    /// a new connection has no write offset to wait for and would confirm
-    /// at once.
+    /// With `ack`: reconnects of `client` since before the write. A `WAIT`
+    /// on a connection that has run no command yet has no write offset and
+    /// confirms at once; fred's connection set-up (PING, CLIENT ID, INFO)
+    /// gives a new connection the primary's current offset on Redis 7.0, so
+    /// this is a defence for servers or clients that do otherwise
+    /// (`tests/wait_reconnect.rs` checks the end-to-end behaviour).
     reconnects: Option<tokio::sync::broadcast::Receiver<fred::types::config::Server>>,
 }
 

@@ -140,3 +140,27 @@ async fn follows_the_server_and_closes_on_drop() {
     eventually("the proxy to close", || std::net::TcpStream::connect(addr).is_err()).await;
     assert!(e.cmd(&["PING"]).await.is_err());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_after_next_reply_ends_one_connection_after_its_reply() {
+    let server = RedisServer::start().await.unwrap();
+    let proxy = TcpProxy::start(server.addr()).await.unwrap();
+    let mut c = RespClient::connect(proxy.addr()).await.unwrap();
+    let mut other = RespClient::connect(proxy.addr()).await.unwrap();
+    round_trip(&mut c).await;
+    round_trip(&mut other).await;
+
+    proxy.close_after_next_reply();
+    // The reply that fires the fault is delivered whole, then the stream ends.
+    assert_eq!(c.cmd(&["PING"]).await.unwrap(), pong());
+    c.set_timeout(Duration::from_secs(5));
+    let after = c.cmd(&["PING"]).await;
+    assert!(after.is_err(), "the connection should be closed: {after:?}");
+    eventually("the closed connection to be gone", || proxy.connections() == 1).await;
+
+    // One-shot: the other connection, and new ones, are untouched.
+    round_trip(&mut other).await;
+    round_trip(&mut other).await;
+    let mut fresh = RespClient::connect(proxy.addr()).await.unwrap();
+    round_trip(&mut fresh).await;
+}

@@ -1,7 +1,7 @@
 //! A small TCP proxy for network faults: latency, blackhole, cut.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,6 +25,9 @@ struct Shared {
     /// Cancelled by `cut_all`, then replaced; a child of the proxy's token.
     generation: Mutex<CancellationToken>,
     open: AtomicUsize,
+    /// Armed by `close_after_next_reply`; taken by the first connection
+    /// that forwards a chunk from the target.
+    close_after_reply: AtomicBool,
 }
 
 /// A TCP proxy on 127.0.0.1 in front of one target (typically a
@@ -38,7 +41,10 @@ struct Shared {
 ///   but no byte is forwarded either way; bytes are held, as TCP would
 ///   retransmit them, and flow again when the blackhole is lifted;
 /// - [`cut_all`](Self::cut_all): every open connection is reset, on both
-///   sides; new connections are accepted as usual.
+///   sides; new connections are accepted as usual;
+/// - [`close_after_next_reply`](Self::close_after_next_reply): the next
+///   connection to forward bytes from the target is closed right after
+///   them (a connection lost between a reply and the next request).
 ///
 /// Runs on the tokio runtime it was started on; dropping it closes the
 /// listener and every connection.
@@ -69,6 +75,7 @@ impl TcpProxy {
             settings: watch::Sender::new(Settings::default()),
             generation: Mutex::new(shutdown.child_token()),
             open: AtomicUsize::new(0),
+            close_after_reply: AtomicBool::new(false),
         });
         tokio::spawn(accept_loop(listener, target, Arc::clone(&shared), shutdown.clone()));
         Ok(TcpProxy {
@@ -119,6 +126,15 @@ impl TcpProxy {
         *generation = self.shutdown.child_token();
     }
 
+    /// Arms a one-shot fault: the next chunk of bytes forwarded from the
+    /// target to a client, on whichever connection, is followed by the end
+    /// of that connection. The client reads the chunk, then end of stream;
+    /// the connection to the target is reset. Other connections, and
+    /// connections made afterwards, are untouched.
+    pub fn close_after_next_reply(&self) {
+        self.shared.close_after_reply.store(true, Ordering::SeqCst);
+    }
+
     /// How many client connections are currently open through the proxy.
     pub fn connections(&self) -> usize {
         self.shared.open.load(Ordering::SeqCst)
@@ -163,20 +179,48 @@ async fn serve(mut client: TcpStream, target: SocketAddr, shared: Arc<Shared>, c
     };
     let _ = client.set_nodelay(true);
     let _ = upstream.set_nodelay(true);
-    let was_cut = {
+    let closed = CancellationToken::new();
+    let end = {
         let (cr, cw) = client.split();
         let (ur, uw) = upstream.split();
-        let up = pipe(cr, uw, shared.settings.subscribe());
-        let down = pipe(ur, cw, shared.settings.subscribe());
+        let up = pipe(cr, uw, shared.settings.subscribe(), None);
+        let close_after = CloseAfter {
+            armed: &shared.close_after_reply,
+            closed: closed.clone(),
+        };
+        let down = pipe(ur, cw, shared.settings.subscribe(), Some(close_after));
+        // Biased: once a fault ends the connection, no pipe is polled again
+        // (nothing more is forwarded, either way).
         tokio::select! {
-            () = cut.cancelled() => true,
-            _ = futures::future::join(up, down) => false,
+            biased;
+            () = cut.cancelled() => End::Cut,
+            () = closed.cancelled() => End::ClosedAfterReply,
+            _ = futures::future::join(up, down) => End::Eof,
         }
     };
-    if was_cut {
-        reset(&client);
-        reset(&upstream);
+    match end {
+        End::Cut => {
+            reset(&client);
+            reset(&upstream);
+        }
+        // The client already has the chunk and its end of stream.
+        End::ClosedAfterReply => reset(&upstream),
+        End::Eof => {}
     }
+}
+
+/// Why a proxied connection ended.
+enum End {
+    Cut,
+    ClosedAfterReply,
+    Eof,
+}
+
+/// The `close_after_next_reply` fault, as seen by one connection's
+/// target-to-client pipe.
+struct CloseAfter<'a> {
+    armed: &'a AtomicBool,
+    closed: CancellationToken,
 }
 
 /// Makes the coming close an RST instead of a FIN.
@@ -198,8 +242,9 @@ impl Drop for OpenGuard<'_> {
 }
 
 /// Copies `from` to `to`, each chunk delivered `latency` after it was read
-/// and held while blackholed; half-closes `to` at end of stream.
-async fn pipe<R, W>(mut from: R, mut to: W, settings: watch::Receiver<Settings>)
+/// and held while blackholed; half-closes `to` at end of stream, or after
+/// the chunk that finds `close_after` armed (and then cancels its token).
+async fn pipe<R, W>(mut from: R, mut to: W, settings: watch::Receiver<Settings>, close_after: Option<CloseAfter<'_>>)
 where
     R: tokio::io::AsyncRead + Unpin,
     W: tokio::io::AsyncWrite + Unpin,
@@ -227,6 +272,13 @@ where
                 return;
             }
             if to.write_all(&chunk).await.is_err() {
+                return;
+            }
+            if let Some(close) = &close_after
+                && close.armed.swap(false, Ordering::SeqCst)
+            {
+                let _ = to.shutdown().await;
+                close.closed.cancel();
                 return;
             }
         }
