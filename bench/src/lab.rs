@@ -77,7 +77,8 @@ pub const REDLOCK_N: usize = 5;
 impl Lab {
     /// Start the main server (persistence off, Tair module loaded).
     pub async fn start() -> BoxResult<Self> {
-        ensure_tair_module()?;
+        // From a clean clone the module is not built yet: build it.
+        lock_testkit::server::build_tair_module_if_missing()?;
         let main = RedisServer::builder().tair_module().start().await?;
         Ok(Lab {
             main,
@@ -191,28 +192,4 @@ pub async fn admin(server: &RedisServer, args: &[&str]) -> BoxResult<RespValue> 
         RespValue::Error(e) => Err(format!("{}: {e}", args.join(" ")).into()),
         v => Ok(v),
     }
-}
-
-/// From a clean clone the Tair module has not been built yet: build it the
-/// way the harness's hint says (`cargo build --release -p tair-module`)
-/// instead of stopping, so `cargo run --release -p verrou-bench` works as
-/// written. A module named by `VERROU_TAIR_MODULE` is never rebuilt.
-fn ensure_tair_module() -> BoxResult<()> {
-    if lock_testkit::server::tair_module_path().is_ok()
-        || std::env::var_os(lock_testkit::server::TAIR_MODULE_ENV).is_some_and(|v| !v.is_empty())
-    {
-        return Ok(());
-    }
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    eprintln!("verrou-bench: the Tair module is not built yet; running `cargo build --release -p tair-module`");
-    let status = std::process::Command::new(cargo)
-        .args(["build", "--release", "-p", "tair-module"])
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-        .status()
-        .map_err(|e| format!("could not run cargo to build the Tair module: {e}"))?;
-    if !status.success() {
-        return Err(format!("`cargo build --release -p tair-module` failed ({status})").into());
-    }
-    lock_testkit::server::tair_module_path()?;
-    Ok(())
 }

@@ -184,6 +184,10 @@ async fn main_async(args: Args) -> BoxResult<bool> {
             return Err(format!("--only {only}: no row matches").into());
         }
     }
+    if ext.is_none() && plan.iter().any(|s| s.backend == Backend::Tair) {
+        // From a clean clone the module is not built yet: build it.
+        lock_testkit::server::build_tair_module_if_missing()?;
+    }
     let out = args.out.clone().unwrap_or(default_out);
     println!(
         "verrou-torture: seed {seed} ({} rows, TTL {} ms, {:.1} s each); replay with --seed {seed}",

@@ -49,7 +49,8 @@ mod topology;
 pub use error::{HarnessError, HarnessResult};
 pub use monitor::Monitor;
 pub use paths::{
-    REDIS_CLI_ENV, REDIS_SERVER_ENV, TAIR_MODULE_ENV, redis_cli_binary, redis_server_binary, tair_module_path,
+    REDIS_CLI_ENV, REDIS_SERVER_ENV, TAIR_MODULE_ENV, build_tair_module_if_missing, redis_cli_binary,
+    redis_server_binary, tair_module_path,
 };
 pub use process::{DEFAULT_START_TIMEOUT, LOG_FILE, NODES_FILE, RedisServer, RedisServerBuilder};
 pub use proxy::TcpProxy;

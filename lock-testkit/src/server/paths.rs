@@ -147,3 +147,38 @@ fn is_executable(p: &Path) -> bool {
     p.metadata()
         .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
+
+/// [`tair_module_path`], building the module first when it is missing and
+/// not named by [`TAIR_MODULE_ENV`]: runs `cargo build --release -p
+/// tair-module` in this workspace (what the hint of the missing-module error
+/// says), so tools such as `verrou-bench` and `verrou-torture` work from a
+/// clean clone. Not for tests: `cargo test` holds the build lock.
+///
+/// # Errors
+/// [`HarnessError::NotFound`] when cargo cannot be run, the build fails, or
+/// the module is still missing afterwards.
+pub fn build_tair_module_if_missing() -> HarnessResult<PathBuf> {
+    if let Ok(p) = tair_module_path() {
+        return Ok(p);
+    }
+    if env::var_os(TAIR_MODULE_ENV).is_some_and(|v| !v.is_empty()) {
+        return tair_module_path(); // named by the user: never rebuilt
+    }
+    let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    eprintln!("the Tair module is not built yet: running `cargo build --release -p tair-module`");
+    let status = std::process::Command::new(cargo)
+        .args(["build", "--release", "-p", "tair-module"])
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+        .status();
+    match status {
+        Ok(s) if s.success() => tair_module_path(),
+        Ok(s) => Err(HarnessError::NotFound {
+            what: "Tair module".into(),
+            hint: format!("`cargo build --release -p tair-module` failed ({s}); run it by hand to see why"),
+        }),
+        Err(e) => Err(HarnessError::NotFound {
+            what: "Tair module".into(),
+            hint: format!("could not run cargo to build it ({e}); run `cargo build --release -p tair-module`"),
+        }),
+    }
+}
