@@ -54,6 +54,9 @@ cargo fmt --all --check
 echo "==> cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 
+echo "==> cargo doc (warnings are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --quiet --workspace --all-features --no-deps
+
 echo "==> cargo test"
 cargo test --workspace --all-features
 

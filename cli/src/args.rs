@@ -12,7 +12,7 @@ use crate::exit;
 #[derive(Debug, Parser)]
 #[command(name = "verrou", version, after_help = exit::HELP)]
 pub struct Cli {
-    /// Backend URL: redis://HOST[:PORT], rediss://…, redis+cluster://H1,H2,
+    /// Backend URL: redis://HOST:PORT, rediss://…, redis+cluster://H1,H2,
     /// tair://…, tairs://…, tair+cluster://…, redlock://?node=URL&node=URL…
     #[arg(long, env = "VERROU_URL", global = true, hide_env_values = true)]
     pub url: Option<String>,

@@ -270,6 +270,11 @@ impl RedisLuaBuilder {
     /// # Errors
     /// `InvalidArgument` for a bad URL or inconsistent options; `Backend`
     /// when the server cannot be reached or refuses the credentials.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the connections made so far; nothing is
+    /// written to the server.
     pub async fn build(self) -> Result<RedisLuaBackend> {
         self.validate()?;
         #[cfg(feature = "tls")]

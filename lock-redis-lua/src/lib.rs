@@ -173,6 +173,11 @@ impl RedisLuaBackend {
     ///
     /// # Errors
     /// As [`RedisLuaBuilder::build`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the connections made so far; nothing is
+    /// written to the server.
     pub async fn connect(url: &str) -> Result<Self> {
         RedisLuaBuilder::url(url).build().await
     }

@@ -289,6 +289,17 @@ impl Redlock {
     /// (each bounded by the per-node timeout): how many released, and what
     /// each node said. Same effect as [`LockBackend::release`], which
     /// returns as soon as the outcome is decided.
+    ///
+    /// # Errors
+    ///
+    /// [`lock_core::Error::InvalidArgument`] for a bad key; otherwise the
+    /// per-node outcomes are in the report.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the per-node calls not yet answered: those
+    /// nodes may or may not have released (owner-checked, so a repeat is
+    /// harmless; the TTL frees them at the latest).
     pub async fn release_report(&self, key: &str, token: &LockToken) -> Result<ReleaseReport> {
         validate_key(key)?;
         let inner = &self.inner;

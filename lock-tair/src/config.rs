@@ -255,6 +255,11 @@ impl TairBuilder {
     /// [`Error::InvalidArgument`] for bad settings or URL;
     /// [`Error::Backend`] when the server cannot be reached;
     /// [`Error::Unsupported`] when it lacks a TairString command.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the connections made so far; nothing is
+    /// written to the server.
     pub async fn build(self) -> Result<TairBackend> {
         TairBackend::from_builder(self).await
     }

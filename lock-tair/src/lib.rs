@@ -277,6 +277,11 @@ impl TairBackend {
     ///
     /// # Errors
     /// As [`TairBuilder::build`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the connections made so far; nothing is
+    /// written to the server.
     pub async fn connect(url: &str) -> Result<Self> {
         TairBuilder::url(url).build().await
     }

@@ -94,13 +94,13 @@ impl ConnectConfig {
         }
     }
 
-    /// Connect as [`crate::connect`] does with [`ConnectConfig::to_url`].
+    /// Connect as [`crate::connect()`] does with [`ConnectConfig::to_url`].
     ///
     /// # Errors
-    /// As [`crate::connect`].
+    /// As [`crate::connect()`].
     ///
     /// # Cancel safety
-    /// As [`crate::connect`].
+    /// As [`crate::connect()`].
     pub async fn connect(&self) -> Result<Backend> {
         super::connect(&self.to_url()).await
     }

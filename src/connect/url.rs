@@ -22,7 +22,7 @@ use lock_core::{Error, ReplicaAck, Result};
 /// Port used when a host names none.
 pub const DEFAULT_PORT: u16 = 6379;
 
-/// The schemes [`crate::connect`] understands, for error messages.
+/// The schemes [`crate::connect()`] understands, for error messages.
 pub const SCHEMES: &str = "memory://, redis://, rediss://, redis+cluster://, rediss+cluster://, tair://, tairs://, \
                            tair+cluster://, tairs+cluster://, redlock://";
 
