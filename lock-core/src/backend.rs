@@ -56,8 +56,64 @@ pub trait LockBackend: Send + Sync + 'static {
         tokio::time::sleep(max_wait).await;
     }
 
+    /// [`LockBackend::try_acquire`] in a first-come, first-served queue
+    /// ([`crate::Fairness::Fifo`]): take `key` only if it is free and
+    /// `waiter` heads the key's queue of live waiters (or the queue is
+    /// empty); otherwise queue `waiter` (once: its place is kept across
+    /// attempts) and answer `Held`. Every call keeps `waiter`'s entry alive
+    /// for `waiter.claim`; a grant removes it.
+    ///
+    /// The default answers [`crate::Error::Unsupported`]: backends with a
+    /// queue set [`Capabilities::fair_queue`].
+    async fn try_acquire_fair(
+        &self,
+        key: &str,
+        token: &LockToken,
+        ttl: Duration,
+        waiter: &FairWaiter,
+    ) -> Result<AcquireOutcome> {
+        let _ = (key, token, ttl, waiter);
+        Err(crate::Error::Unsupported {
+            backend: self.capabilities().name,
+            what: "fair (FIFO) locking".to_owned(),
+        })
+    }
+
+    /// Wait until `waiter` may head `key`'s free queue, or `max_wait`
+    /// passes. A hint, as [`LockBackend::wait_for_release`] (its default).
+    async fn wait_fair(&self, key: &str, waiter: &FairWaiter, max_wait: Duration) {
+        let _ = waiter;
+        self.wait_for_release(key, max_wait).await;
+    }
+
+    /// Take `waiter` out of `key`'s queue (it stopped waiting), and wake the
+    /// next waiter if it was the head of a free key's queue. Best effort: an
+    /// entry left behind expires after its claim.
+    async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
+        let _ = (key, waiter);
+        Ok(())
+    }
+
     /// What this backend can do.
     fn capabilities(&self) -> Capabilities;
+}
+
+/// A waiter in a key's fair queue: one per [`crate::LockManager::lock`]
+/// call (every attempt of the call still draws its own lock token).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FairWaiter {
+    /// Unpredictable id of the waiting call.
+    pub id: LockToken,
+    /// How long the queue entry lives after each attempt.
+    pub claim: Duration,
+}
+
+impl FairWaiter {
+    /// A waiter `id` whose entry lives `claim` after each attempt.
+    pub fn new(id: LockToken, claim: Duration) -> Self {
+        FairWaiter { id, claim }
+    }
 }
 
 /// Result of [`LockBackend::try_acquire`].
@@ -252,6 +308,9 @@ pub struct Capabilities {
     pub replica_ack: bool,
     /// `wait_for_release` wakes on release (not only on its timer).
     pub release_notifications: bool,
+    /// Implements [`LockBackend::try_acquire_fair`] (a server-side queue of
+    /// waiters per key: [`crate::Fairness::Fifo`]).
+    pub fair_queue: bool,
     /// Release and renew tell `HeldByOther` from `Missing`.
     pub distinguishes_missing: bool,
     /// Longest TTL the backend accepts.
@@ -287,6 +346,7 @@ impl Capabilities {
             native_compare_and_delete: false,
             replica_ack: false,
             release_notifications: false,
+            fair_queue: false,
             distinguishes_missing: true,
             max_ttl: crate::options::MAX_TTL,
             semaphores: false,
@@ -313,6 +373,21 @@ impl<B: LockBackend + ?Sized> LockBackend for std::sync::Arc<B> {
     }
     async fn wait_for_release(&self, key: &str, max_wait: Duration) {
         (**self).wait_for_release(key, max_wait).await;
+    }
+    async fn try_acquire_fair(
+        &self,
+        key: &str,
+        token: &LockToken,
+        ttl: Duration,
+        waiter: &FairWaiter,
+    ) -> Result<AcquireOutcome> {
+        (**self).try_acquire_fair(key, token, ttl, waiter).await
+    }
+    async fn wait_fair(&self, key: &str, waiter: &FairWaiter, max_wait: Duration) {
+        (**self).wait_fair(key, waiter, max_wait).await;
+    }
+    async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
+        (**self).leave_queue(key, waiter).await
     }
     fn capabilities(&self) -> Capabilities {
         (**self).capabilities()

@@ -10,12 +10,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span};
 
-use crate::backend::{AcquireOutcome, LockBackend, ReleaseOutcome};
+use crate::backend::{AcquireOutcome, FairWaiter, LockBackend, ReleaseOutcome};
 use crate::batch::RenewBatcher;
 use crate::error::{Error, Result};
 use crate::guard::{Grant, LeaseHandle, LeaseState, LockGuard, spawn_release};
 use crate::lane::Lanes;
-use crate::options::{LockOptions, Renewal, validate_key};
+use crate::options::{Fairness, LockOptions, Renewal, validate_key};
 use crate::token::LockToken;
 
 /// Hands out [`LockGuard`]s over one backend. Cheap to clone.
@@ -368,11 +368,28 @@ impl LockManager {
         let ttl = options.ttl;
         let validity = ttl.saturating_sub(options.drift(ttl));
         let give_up = crate::clock::later(Instant::now(), options.acquire_timeout);
+        // A fair call queues on the backend under one waiter id for all its
+        // attempts, and leaves the queue if it ends without a grant.
+        let fair = match options.fairness {
+            Fairness::Fifo { claim } => Some(FairWaiter::new(LockToken::generate()?, claim)),
+            Fairness::Barging => None,
+        };
+        let mut leave = LeaveOnDrop {
+            backend,
+            key,
+            waiter: fair,
+            timeout: options.op_timeout,
+        };
         // Waiters of this manager queue per key in FIFO order; only the head
         // polls. A caller that finds no line tries at once (the uncontended
         // path allocates no lane) and joins the line only when it must wait.
         // try_lock skips the line: it makes one attempt whatever happens.
-        let mut lane = if wait { self.inner.lanes.existing(key) } else { None };
+        // The backend's queue orders fair waiters: they skip the local line.
+        let mut lane = if wait && fair.is_none() {
+            self.inner.lanes.existing(key)
+        } else {
+            None
+        };
         let mut _turn = None;
         if let Some(lane) = &lane {
             match tokio::time::timeout_at(give_up, lane.turn.clone().lock_owned()).await {
@@ -388,7 +405,10 @@ impl LockManager {
             let token = LockToken::generate()?;
             let sent_at = Instant::now();
             let mut cleanup = ReleaseOnDrop::new(backend, key, token, options.op_timeout);
-            let call = backend.try_acquire(key, &token, ttl);
+            let call = match &fair {
+                Some(waiter) => backend.try_acquire_fair(key, &token, ttl, waiter),
+                None => backend.try_acquire(key, &token, ttl),
+            };
             let (retry_after, failure) = match tokio::time::timeout(options.op_timeout.min(validity), call).await {
                 Ok(Ok(AcquireOutcome::Acquired(lease))) => {
                     let validity = lease.validity.map_or(validity, |v| v.min(validity));
@@ -398,6 +418,8 @@ impl LockManager {
                         (None, None)
                     } else {
                         cleanup.disarm();
+                        // A grant took the waiter out of the queue.
+                        leave.waiter = None;
                         let grant = Grant {
                             key: key.to_owned(),
                             token,
@@ -440,6 +462,20 @@ impl LockManager {
                     }),
                     None => Ok(None),
                 };
+            }
+            if let Some(waiter) = &fair {
+                // The head is woken when the key frees; everyone polls
+                // within a third of the claim to keep their entry alive.
+                let mut delay = (waiter.claim / 3).min(give_up - now);
+                if failure.is_some() {
+                    delay = delay.min(options.backoff.delay(attempt));
+                }
+                if let Some(hint) = retry_after {
+                    delay = delay.min(hint.max(Duration::from_millis(1)));
+                }
+                backend.wait_fair(key, waiter, delay).await;
+                attempt = attempt.saturating_add(1);
+                continue;
             }
             if lane.is_none() {
                 // First wait: join the line. If others are ahead of us, our
@@ -550,6 +586,31 @@ impl Drop for ReleaseOnDrop<'_> {
                 self.timeout,
                 None,
             );
+        }
+    }
+}
+
+/// Takes a fair waiter out of the backend's queue when its call ends without
+/// a grant (timed out, failed, or dropped), in the background.
+struct LeaveOnDrop<'a> {
+    backend: &'a Arc<dyn LockBackend>,
+    key: &'a str,
+    /// `None` when not fair, or once granted.
+    waiter: Option<FairWaiter>,
+    timeout: Duration,
+}
+
+impl Drop for LeaveOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some(waiter) = self.waiter
+            && let Ok(handle) = tokio::runtime::Handle::try_current()
+        {
+            let (backend, key, timeout) = (self.backend.clone(), self.key.to_owned(), self.timeout);
+            handle.spawn(async move {
+                if !matches!(tokio::time::timeout(timeout, backend.leave_queue(&key, &waiter)).await, Ok(Ok(()))) {
+                    tracing::debug!(key, "leaving the fair queue failed; the entry expires after its claim");
+                }
+            });
         }
     }
 }

@@ -114,6 +114,31 @@ impl Backoff {
     }
 }
 
+/// How waiters of different managers (processes) share a contended key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Fairness {
+    /// Whoever asks first after a release wins (the cheapest: an
+    /// uncontended acquire is one plain command). Waiters of one manager
+    /// still take turns in its local line.
+    #[default]
+    Barging,
+    /// First come, first served across managers: the backend keeps a queue
+    /// of waiters per key, and a free key goes to the queue's head only
+    /// ([`crate::Capabilities::fair_queue`]; [`crate::Error::Unsupported`]
+    /// elsewhere). A waiter's queue entry expires `claim` after its last
+    /// attempt, so a waiter that died holds the line up for at most about
+    /// `claim`; live waiters poll every `claim / 3` to keep their entry.
+    Fifo {
+        /// Lifetime of a queue entry after each attempt (at least 30 ms).
+        claim: Duration,
+    },
+}
+
+/// The default [`Fairness::Fifo`] claim: a dead waiter delays the queue by
+/// at most about this long.
+pub const DEFAULT_CLAIM: Duration = Duration::from_millis(1000);
+
 /// Settings of a [`crate::LockManager`].
 ///
 /// | setting | default | peers |
@@ -139,6 +164,8 @@ pub struct LockOptions {
     pub drift_factor: f64,
     /// Upper bound on a single backend call made by the renewer.
     pub op_timeout: Duration,
+    /// Barging (default) or first come, first served across managers.
+    pub fairness: Fairness,
 }
 
 impl Default for LockOptions {
@@ -157,6 +184,7 @@ impl LockOptions {
             backoff: Backoff::default(),
             drift_factor: 0.01,
             op_timeout: Duration::from_secs(2),
+            fairness: Fairness::Barging,
         }
     }
 
@@ -205,6 +233,20 @@ impl LockOptions {
         self
     }
 
+    /// First come, first served across managers, with the
+    /// [`DEFAULT_CLAIM`] (see [`Fairness::Fifo`]).
+    #[must_use]
+    pub fn fair(self) -> Self {
+        self.fairness(Fairness::Fifo { claim: DEFAULT_CLAIM })
+    }
+
+    /// Set how waiters of different managers share a contended key.
+    #[must_use]
+    pub fn fairness(mut self, fairness: Fairness) -> Self {
+        self.fairness = fairness;
+        self
+    }
+
     /// The drift allowance for a TTL: `ttl × drift_factor + 2 ms`.
     pub fn drift(&self, ttl: Duration) -> Duration {
         clock_drift(ttl, self.drift_factor)
@@ -242,9 +284,21 @@ impl LockOptions {
                 self.acquire_timeout
             )));
         }
+        if let Fairness::Fifo { claim } = self.fairness
+            && !(MIN_CLAIM..=MAX_TIMEOUT).contains(&claim)
+        {
+            return Err(Error::invalid(format!(
+                "fair queue claim {claim:?} must be between {MIN_CLAIM:?} and {MAX_TIMEOUT:?}"
+            )));
+        }
         self.backoff.validate()
     }
 }
+
+/// The shortest [`Fairness::Fifo`] claim: waiters refresh their entry every
+/// third of it, and a shorter claim would expire live waiters on a loaded
+/// machine.
+pub const MIN_CLAIM: Duration = Duration::from_millis(30);
 
 /// The clock-drift allowance of a lease: `ttl × factor + 2 ms` (the Redlock
 /// rule; `factor` clamped to [0, 1]).
@@ -306,6 +360,11 @@ mod tests {
             interval: Duration::from_secs(30),
         });
         assert!(matches!(slow.validate(), Err(Error::InvalidArgument(_))));
+        let short_claim = LockOptions::default().fairness(Fairness::Fifo {
+            claim: Duration::from_millis(1),
+        });
+        assert!(matches!(short_claim.validate(), Err(Error::InvalidArgument(_))));
+        assert!(LockOptions::default().fair().validate().is_ok());
         let nan = LockOptions::default().drift_factor(f64::NAN);
         assert!(matches!(nan.validate(), Err(Error::InvalidArgument(_))));
     }

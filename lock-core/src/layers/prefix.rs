@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::backend::{AcquireOutcome, Capabilities, LockBackend, ReleaseOutcome, RenewOutcome};
+use crate::backend::{AcquireOutcome, Capabilities, FairWaiter, LockBackend, ReleaseOutcome, RenewOutcome};
 use crate::error::Result;
 use crate::options::validate_key;
 use crate::token::LockToken;
@@ -101,6 +101,29 @@ impl<B: LockBackend> LockBackend for PrefixLayer<B> {
             Ok(full) => self.inner.wait_for_release(&full, max_wait).await,
             Err(_) => tokio::time::sleep(max_wait).await,
         }
+    }
+
+    async fn try_acquire_fair(
+        &self,
+        key: &str,
+        token: &LockToken,
+        ttl: Duration,
+        waiter: &FairWaiter,
+    ) -> Result<AcquireOutcome> {
+        let full = self.server_key(key)?;
+        self.inner.try_acquire_fair(&full, token, ttl, waiter).await
+    }
+
+    async fn wait_fair(&self, key: &str, waiter: &FairWaiter, max_wait: Duration) {
+        match self.server_key(key) {
+            Ok(full) => self.inner.wait_fair(&full, waiter, max_wait).await,
+            Err(_) => tokio::time::sleep(max_wait).await,
+        }
+    }
+
+    async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
+        let full = self.server_key(key)?;
+        self.inner.leave_queue(&full, waiter).await
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -10,7 +10,7 @@ use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
 use super::{CANCELLED, Label, result_label};
-use crate::backend::{AcquireOutcome, Capabilities, LockBackend, ReleaseOutcome, RenewOutcome};
+use crate::backend::{AcquireOutcome, Capabilities, FairWaiter, LockBackend, ReleaseOutcome, RenewOutcome};
 use crate::error::Result;
 use crate::observe::{current_attempt, micros};
 use crate::token::LockToken;
@@ -171,6 +171,24 @@ impl<B: LockBackend> LockBackend for TracingLayer<B> {
 
     async fn wait_for_release(&self, key: &str, max_wait: Duration) {
         self.inner.wait_for_release(key, max_wait).await;
+    }
+
+    async fn try_acquire_fair(
+        &self,
+        key: &str,
+        token: &LockToken,
+        ttl: Duration,
+        waiter: &FairWaiter,
+    ) -> Result<AcquireOutcome> {
+        self.inner.try_acquire_fair(key, token, ttl, waiter).await
+    }
+
+    async fn wait_fair(&self, key: &str, waiter: &FairWaiter, max_wait: Duration) {
+        self.inner.wait_fair(key, waiter, max_wait).await;
+    }
+
+    async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
+        self.inner.leave_queue(key, waiter).await
     }
 
     fn capabilities(&self) -> Capabilities {
