@@ -13,6 +13,7 @@
 
 mod election;
 mod expiry;
+mod fair;
 mod multi;
 mod rw;
 mod semaphore;
@@ -24,7 +25,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::options::{validate_key, validate_ttl};
 use lock_core::{
-    AcquireOutcome, Capabilities, CasOutcome, CreateOutcome, DeleteOutcome, Expiry, FencingToken, Lease, LockBackend,
+    AcquireOutcome, Capabilities, CasOutcome, CreateOutcome, DeleteOutcome, Expiry, FairWaiter, FencingToken, Lease,
+    LockBackend,
     LockToken, ReleaseOutcome, RenewOutcome, Result, Versioned, VersionedStore,
 };
 use tokio::sync::Notify;
@@ -39,6 +41,8 @@ pub struct MemoryBackend {
     semaphores: Arc<Mutex<semaphore::Semaphores>>,
     rw_locks: Arc<Mutex<rw::RwLocks>>,
     elections: Arc<Mutex<election::Elections>>,
+    /// Fair queues; locked after `state` when both are needed.
+    queues: Arc<Mutex<fair::Queues>>,
 }
 
 impl std::fmt::Debug for MemoryBackend {
@@ -178,6 +182,14 @@ impl MemoryBackend {
         }
     }
 
+    fn lock_queues(&self) -> MutexGuard<'_, fair::Queues> {
+        // Every update leaves the queues consistent, as for `lock_state`.
+        match self.queues.lock() {
+            Ok(q) => q,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
     fn lock_semaphores(&self) -> MutexGuard<'_, semaphore::Semaphores> {
         // Every update is a single map operation, as for `lock_state`.
         match self.semaphores.lock() {
@@ -212,7 +224,12 @@ impl MemoryBackend {
     /// memory follows the keys in use.
     pub fn tracked_keys(&self) -> usize {
         let s = self.state_at(Instant::now());
-        s.locks.len() + s.values.len() + s.waiters.len() + s.lock_expiries.len() + s.value_expiries.len()
+        s.locks.len()
+            + s.values.len()
+            + s.waiters.len()
+            + s.lock_expiries.len()
+            + s.value_expiries.len()
+            + self.lock_queues().len()
     }
 
     /// Remaining TTL of a held lock (tests and diagnostics).
@@ -326,8 +343,33 @@ impl LockBackend for MemoryBackend {
         let _ = tokio::time::timeout(max_wait, waiting.notify.notified()).await;
     }
 
+    async fn try_acquire_fair(
+        &self,
+        key: &str,
+        token: &LockToken,
+        ttl: Duration,
+        waiter: &FairWaiter,
+    ) -> Result<AcquireOutcome> {
+        validate_key(key)?;
+        validate_ttl(ttl)?;
+        let now = Instant::now();
+        let mut s = self.state_at(now);
+        Ok(self.lock_queues().attempt(&mut s, key, token, ttl, waiter, now))
+    }
+
+    async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
+        validate_key(key)?;
+        let mut s = self.state_at(Instant::now());
+        if self.lock_queues().leave(key, &waiter.id) && !s.locks.contains_key(key) {
+            // The next waiter heads a free key now.
+            s.notify_release(key);
+        }
+        Ok(())
+    }
+
     fn capabilities(&self) -> Capabilities {
         let mut caps = Capabilities::new("memory");
+        caps.fair_queue = true;
         caps.fencing_tokens = true;
         caps.native_compare_and_delete = true;
         caps.release_notifications = true;

@@ -29,6 +29,11 @@ mod direct {
 
     lock_testkit::lock_conformance!(paused, lock_suite());
 
+    mod fair {
+        use super::*;
+        lock_testkit::fair_conformance!(paused, lock_suite());
+    }
+
     mod versioned {
         use super::*;
         lock_testkit::versioned_conformance!(paused, versioned_suite());
@@ -55,6 +60,11 @@ mod as_dyn {
     }
 
     lock_testkit::lock_conformance!(paused, lock_suite());
+
+    mod fair {
+        use super::*;
+        lock_testkit::fair_conformance!(paused, lock_suite());
+    }
 
     mod versioned {
         use super::*;
