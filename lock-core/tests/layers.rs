@@ -29,6 +29,10 @@ mod prefix {
         PrefixLayer::new(MemoryBackend::new(), "tenant-a:")
     }
     lock_testkit::lock_conformance!(paused, lock_suite(backend()));
+    mod fair {
+        use super::*;
+        lock_testkit::fair_conformance!(paused, lock_suite(backend()));
+    }
     mod versioned {
         use super::*;
         lock_testkit::versioned_conformance!(paused, versioned_suite(backend()));

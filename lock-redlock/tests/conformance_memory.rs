@@ -23,6 +23,10 @@ fn suite(nodes: usize) -> LockSuite {
 mod three_nodes {
     use super::*;
     lock_testkit::lock_conformance!(paused, async { suite(3) });
+    mod fair {
+        use super::*;
+        lock_testkit::fair_conformance!(paused, async { suite(3) });
+    }
 }
 
 mod five_nodes {

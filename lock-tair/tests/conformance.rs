@@ -34,6 +34,11 @@ mod single {
 
     lock_testkit::lock_conformance!(real, lock_suite());
 
+    mod fair {
+        use super::*;
+        lock_testkit::fair_conformance!(real, lock_suite());
+    }
+
     mod versioned {
         use super::*;
         lock_testkit::versioned_conformance!(real, versioned_suite());

@@ -15,6 +15,7 @@ use lock_core::{
 };
 
 pub mod election_cases;
+pub mod fair_cases;
 mod hanging;
 pub mod lock_cases;
 pub mod multi_cases;
@@ -302,6 +303,29 @@ macro_rules! lock_conformance {
     };
     (real, $suite:expr) => {
         $crate::__lock_cases!((flavor = "multi_thread", worker_threads = 2), $suite);
+    };
+}
+
+/// Expands to one `#[tokio::test]` per fair-mode lock case (see
+/// [`lock_conformance!`] for the arguments; the same `LockSuite`). On a
+/// backend without a fair queue each case checks the typed refusal.
+#[macro_export]
+macro_rules! fair_conformance {
+    (paused, $suite:expr) => {
+        $crate::__fair_cases!((start_paused = true), $suite);
+    };
+    (real, $suite:expr) => {
+        $crate::__fair_cases!((flavor = "multi_thread", worker_threads = 2), $suite);
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __fair_cases {
+    ($attr:tt, $suite:expr) => {
+        $crate::__conformance_cases!($attr, $suite, fair_cases:
+            fair_waiters_are_served_in_order, dead_waiter_holds_the_queue_up_for_its_claim_only,
+            cancelled_fair_waiter_leaves_the_queue, fair_mutual_exclusion_under_32_tasks);
     };
 }
 
