@@ -26,6 +26,12 @@ pub(crate) enum Helper {
     Fence,
     /// A waiter's marker, so the release publishes.
     Waiting,
+    /// Barging waiters to wake, one per release (id → deadline).
+    Wake,
+    /// The fair queue (waiter id → ticket).
+    Queue,
+    /// The fair queue's entry deadlines (waiter id → server ms).
+    QueueDeadlines,
     /// The id of the last release (cluster), for a re-sent release.
     Released,
     /// The id of the last versioned delete (cluster), for a re-sent delete.
@@ -37,6 +43,9 @@ impl Helper {
         match self {
             Helper::Fence => "fence",
             Helper::Waiting => "waiting",
+            Helper::Wake => "wake",
+            Helper::Queue => "queue",
+            Helper::QueueDeadlines => "queue-deadlines",
             Helper::Released => "released",
             Helper::Deleted => "deleted",
         }

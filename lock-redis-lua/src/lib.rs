@@ -48,14 +48,25 @@
 //!
 //! The acquire script returns the holder's PTTL, so the manager's jittered
 //! backoff never sleeps past the holder's expiry. On a standalone URL
-//! source, releases are also announced with `PUBLISH` when a waiter left a
-//! marker (`verrou:lua:waiting:{key}`, see [`RESERVED_KEY_PREFIX`]; set with a short TTL after subscribing; the
-//! release script deletes it with the lock in one `DEL`), and
-//! `wait_for_release` wakes on them (see
-//! [`RedisLuaBuilder::release_notifications`]): measured across two
-//! managers, a waiter took the lock 0.06–0.12 ms after the release instead
-//! of 6–70 ms on timers alone. A lost message costs the timer, never
+//! source, releases are also announced: a waiter subscribes, then joins the
+//! key's wake set (`verrou:lua:wake:{key}`, its id with a deadline) and leaves
+//! a marker (`verrou:lua:waiting:{key}`, see [`RESERVED_KEY_PREFIX`]); the
+//! release script, finding the marker, takes the earliest live waiter out of
+//! the wake set and `PUBLISH`es its id, and only that waiter wakes (see
+//! [`RedisLuaBuilder::release_notifications`]; `a_release_wakes_one_waiter_not_the_herd`
+//! in `tests/hot_path.rs`). A lost message costs the timer, never
 //! correctness.
+//!
+//! # Fair mode
+//!
+//! With [`lock_core::Fairness::Fifo`] (`LockOptions::fair`), waiters queue
+//! in `verrou:lua:queue:{key}` (waiter id → ticket) with a deadline each in
+//! `verrou:lua:queue-deadlines:{key}` (server time, `claim` after the
+//! waiter's last attempt). The acquire script grants a free key only to the
+//! queue's live head (dead entries are dropped wherever they are), and the
+//! release script publishes the head's id; a waiter that gives up leaves the
+//! queue and wakes the next head. Without release notifications (a cluster)
+//! waiters poll every third of their claim.
 //!
 //! # Cluster
 //!
@@ -102,6 +113,7 @@ mod builder;
 mod connection;
 mod election;
 mod error;
+mod fair;
 mod in_flight;
 mod keys;
 mod multi;
@@ -122,7 +134,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use deadpool_redis::redis::{self, Cmd, Value};
 use lock_core::options::{validate_key, validate_ttl};
-use lock_core::{AcquireOutcome, Capabilities, Error, LockBackend, LockToken, ReleaseOutcome, RenewOutcome, Result};
+use lock_core::{
+    AcquireOutcome, Capabilities, Error, FairWaiter, LockBackend, LockToken, ReleaseOutcome, RenewOutcome, Result,
+};
 
 pub use builder::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEDICATED_POOL_SIZE, DEFAULT_RESPONSE_TIMEOUT, OnShortfall, RedisLuaBuilder,
@@ -429,10 +443,44 @@ impl LockBackend for RedisLuaBackend {
     }
 
     async fn wait_for_release(&self, key: &str, max_wait: Duration) {
+        match (&self.inner.notifier, LockToken::generate()) {
+            (Some(n), Ok(id)) => {
+                let id = id.hex_bytes();
+                n.wait(key, id, max_wait, Some(self.inner.mark_waiting(key, &id, max_wait)))
+                    .await;
+            }
+            _ => tokio::time::sleep(max_wait).await,
+        }
+    }
+
+    /// The fair queue lives beside the key (see [`LockBackend::try_acquire_fair`]);
+    /// with release notifications the head wakes on release, without them
+    /// every waiter polls every third of its claim.
+    async fn try_acquire_fair(
+        &self,
+        key: &str,
+        token: &LockToken,
+        ttl: Duration,
+        waiter: &FairWaiter,
+    ) -> Result<AcquireOutcome> {
+        check_key(key)?;
+        validate_ttl(ttl)?;
+        self.inner.acquire_fair(key, token, ttl, waiter).await
+    }
+
+    async fn wait_fair(&self, key: &str, waiter: &FairWaiter, max_wait: Duration) {
         match &self.inner.notifier {
-            Some(n) => n.wait(key, max_wait, self.inner.mark_waiting(key, max_wait)).await,
+            Some(n) => {
+                let none: Option<std::future::Ready<bool>> = None;
+                n.wait(key, waiter.id.hex_bytes(), max_wait, none).await;
+            }
             None => tokio::time::sleep(max_wait).await,
         }
+    }
+
+    async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
+        check_key(key)?;
+        self.inner.leave_queue(key, waiter).await
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -440,6 +488,7 @@ impl LockBackend for RedisLuaBackend {
         caps.fencing_tokens = self.inner.fencing;
         caps.replica_ack = self.inner.replica_ack.is_some();
         caps.release_notifications = self.inner.notifier.is_some();
+        caps.fair_queue = self.inner.replica_ack.is_none();
         caps.semaphores = true;
         caps.multi_key_locks = self.inner.replica_ack.is_none();
         caps.rw_locks = self.inner.replica_ack.is_none();

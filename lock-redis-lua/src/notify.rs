@@ -1,11 +1,13 @@
 //! Release notifications (standalone only): waiters subscribe to a per-key
-//! channel on a dedicated pub/sub connection, then leave a marker key; the
-//! release script PUBLISHes on the channel when it finds the marker, and
-//! the waiters wake at once. Always a hint: a message lost before the
-//! subscription is in place, or with the connection, costs the waiter its
-//! timed fallback (the holder's PTTL or the backoff), never correctness.
+//! channel on a dedicated pub/sub connection, then register their id on the
+//! server (a barging waiter in the key's wake set, a fair one in its queue)
+//! and leave a marker key; the release script, finding the marker, PUBLISHes
+//! the id of one waiter on the channel, and only that waiter wakes. Always a
+//! hint: a message lost before the subscription is in place, or with the
+//! connection, costs the waiter its timed fallback (the holder's PTTL, the
+//! backoff or a third of the fair claim), never correctness.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -27,9 +29,18 @@ pub(crate) fn channel(key: &str) -> String {
     format!("{CHANNEL_PREFIX}{key}")
 }
 
+/// A waiter's id as published: a lock token's 32 hex digits.
+pub(crate) type WaiterId = [u8; 32];
+
+/// Ids announced for no waiter of this process that a channel remembers, so
+/// a waiter announced between its attempt and its wait still wakes.
+const ANNOUNCED: usize = 64;
+
 struct Entry {
-    notify: Arc<Notify>,
-    waiters: usize,
+    /// This process's waiters on the channel.
+    waiters: Vec<(WaiterId, Arc<Notify>)>,
+    /// Recent ids announced while no waiter had them, newest last.
+    announced: VecDeque<WaiterId>,
     subscribed: bool,
     idle_since: Instant,
 }
@@ -98,55 +109,71 @@ impl Notifier {
         }
     }
 
-    /// Waits until a release of `key` is announced or `max_wait` passes.
-    /// `mark` runs once subscribed (so no release after it goes unheard):
-    /// it leaves the waiter marker the release script looks for, and says
-    /// false when the lock is already free.
-    pub(crate) async fn wait(self: &Arc<Self>, key: &str, max_wait: Duration, mark: impl Future<Output = bool>) {
+    /// Waits until the waiter `id` is woken on `key`'s channel or
+    /// `max_wait` passes. `mark`, when given, runs once subscribed (so no
+    /// release after it goes unheard): it registers the waiter on the
+    /// server, and says false when the lock is already free. Without it
+    /// (the waiter registered itself before), a wait that had to subscribe
+    /// first returns at once: a wake may have gone by unheard.
+    pub(crate) async fn wait(
+        self: &Arc<Self>,
+        key: &str,
+        id: WaiterId,
+        max_wait: Duration,
+        mark: Option<impl Future<Output = bool>>,
+    ) {
         if self.refused.load(Ordering::Relaxed) {
             tokio::time::sleep(max_wait).await;
             return;
         }
         let channel = channel(key);
-        let notify = {
+        let notify = Arc::new(Notify::new());
+        {
             let mut s = self.state();
             let entry = s.channels.entry(channel.clone()).or_insert_with(|| Entry {
-                notify: Arc::new(Notify::new()),
-                waiters: 0,
+                waiters: Vec::new(),
+                announced: VecDeque::new(),
                 subscribed: false,
                 idle_since: Instant::now(),
             });
-            entry.waiters += 1;
-            entry.notify.clone()
-        };
+            if let Some(at) = entry.announced.iter().position(|a| *a == id) {
+                // Woken before it got here.
+                entry.announced.remove(at);
+                return;
+            }
+            entry.waiters.push((id, notify.clone()));
+        }
         let _waiting = Waiting {
             notifier: self,
             channel: &channel,
+            id,
         };
-        let notified = notify.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
         let _ = tokio::time::timeout(max_wait, async {
             match self.subscribe(&channel).await {
-                Ok(()) => {
-                    if !mark.await {
-                        return;
+                Ok(newly) => match mark {
+                    Some(mark) => {
+                        if !mark.await {
+                            return;
+                        }
                     }
-                }
+                    None if newly => return,
+                    None => {}
+                },
                 Err(e) => tracing::debug!(error = %e, "release notifications unavailable; waiting on the timer"),
             }
-            notified.await;
+            notify.notified().await;
         })
         .await;
     }
 
-    async fn subscribe(self: &Arc<Self>, channel: &str) -> redis::RedisResult<()> {
+    /// Subscribes to `channel` if needed: true when it just did.
+    async fn subscribe(self: &Arc<Self>, channel: &str) -> redis::RedisResult<bool> {
         if self.state().channels.get(channel).is_some_and(|e| e.subscribed) {
-            return Ok(());
+            return Ok(false);
         }
         let _serial = self.subscriptions.lock().await;
         if self.state().channels.get(channel).is_some_and(|e| e.subscribed) {
-            return Ok(());
+            return Ok(false);
         }
         let (generation, mut sink) = self.connection().await?;
         let reply = tokio::time::timeout(self.timeout, sink.subscribe(channel)).await;
@@ -158,7 +185,7 @@ impl Notifier {
                 {
                     e.subscribed = true;
                 }
-                Ok(())
+                Ok(true)
             }
             Ok(Err(e)) => {
                 forget_connection(&mut s, generation);
@@ -212,11 +239,13 @@ impl Notifier {
         Ok((generation, sink))
     }
 
-    fn leave(&self, channel: &str) {
+    fn leave(&self, channel: &str, id: WaiterId) {
         let mut s = self.state();
         if let Some(e) = s.channels.get_mut(channel) {
-            e.waiters = e.waiters.saturating_sub(1);
-            if e.waiters == 0 {
+            if let Some(at) = e.waiters.iter().position(|(w, _)| *w == id) {
+                e.waiters.swap_remove(at);
+            }
+            if e.waiters.is_empty() {
                 if e.subscribed {
                     // Lingers; the reader unsubscribes it when idle.
                     e.idle_since = Instant::now();
@@ -233,22 +262,40 @@ impl Notifier {
 fn forget_connection(s: &mut State, generation: u64) {
     if s.live.as_ref().is_some_and(|l| l.generation == generation) {
         s.live = None;
-        s.channels.retain(|_, e| e.waiters > 0);
+        s.channels.retain(|_, e| !e.waiters.is_empty());
         for e in s.channels.values_mut() {
             e.subscribed = false;
         }
     }
 }
 
-/// Decrements a channel's waiter count when a wait ends (or is cancelled).
+/// Takes a waiter off its channel when its wait ends (or is cancelled).
 struct Waiting<'a> {
     notifier: &'a Notifier,
     channel: &'a str,
+    id: WaiterId,
 }
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.notifier.leave(self.channel);
+        self.notifier.leave(self.channel, self.id);
+    }
+}
+
+/// Wakes the waiter a message names, or remembers the id for a moment (its
+/// waiter may be on its way); an older client's `1` wakes every waiter.
+fn wake(e: &mut Entry, payload: &[u8]) {
+    if let Some((_, notify)) = e.waiters.iter().find(|(w, _)| w[..] == *payload) {
+        notify.notify_one();
+    } else if payload == b"1" {
+        for (_, notify) in &e.waiters {
+            notify.notify_one();
+        }
+    } else if let Ok(id) = WaiterId::try_from(payload) {
+        if e.announced.len() == ANNOUNCED {
+            e.announced.pop_front();
+        }
+        e.announced.push_back(id);
     }
 }
 
@@ -270,11 +317,8 @@ async fn read(
             msg = stream.next() => {
                 let Some(msg) = msg else { break };
                 let Some(n) = notifier.upgrade() else { return };
-                if let Some(e) = n.state().channels.get(msg.get_channel_name()) {
-                    e.notify.notify_waiters();
-                    // A waiter between two waits (busy retrying) finds a
-                    // permit next time; a stale one costs one extra try.
-                    e.notify.notify_one();
+                if let Some(e) = n.state().channels.get_mut(msg.get_channel_name()) {
+                    wake(e, msg.get_payload_bytes());
                 }
             }
             _ = tick.tick() => {
@@ -286,7 +330,7 @@ async fn read(
                     let idle: Vec<String> = s
                         .channels
                         .iter()
-                        .filter(|(_, e)| e.waiters == 0 && now.duration_since(e.idle_since) >= LINGER)
+                        .filter(|(_, e)| e.waiters.is_empty() && now.duration_since(e.idle_since) >= LINGER)
                         .map(|(c, _)| c.clone())
                         .collect();
                     for c in &idle {
@@ -320,7 +364,7 @@ mod tests {
         let notifier = Notifier::new(client, Duration::from_millis(200));
         for i in 0..200 {
             notifier
-                .wait(&format!("key:{i}"), Duration::from_millis(2), async { true })
+                .wait(&format!("key:{i}"), [b'0'; 32], Duration::from_millis(2), Some(async { true }))
                 .await;
         }
         let s = notifier.state();

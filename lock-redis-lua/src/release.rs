@@ -11,6 +11,7 @@ use lock_core::{LockToken, ReleaseOutcome, Result};
 use crate::connection::Conn;
 use crate::error::{Access, command_error, op_timeout, unexpected_reply};
 use crate::keys::{self, Helper};
+use crate::notify::WaiterId;
 use crate::replies::decimal;
 use crate::scripts::LuaScript;
 use crate::{Call, Inner, check_key};
@@ -19,13 +20,14 @@ impl Inner {
     pub(crate) async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
         check_key(key)?;
         let hex = token.hex_bytes();
-        let marker = self.notifier.as_ref().map(|_| keys::helper(key, Helper::Waiting));
+        let notify = self.notifier.as_ref().map(|_| wake_keys(key));
         let tombstone = self.tombstone(key, Helper::Released);
         let id = tombstone.as_ref().map(|_| self.write_ids.next());
         let mut ms = [0u8; 20];
         let ms = decimal(ttl_millis(self.resend_window()), &mut ms);
-        let (script, keys, args): (&LuaScript, &[&str], &[&[u8]]) = match (&marker, &tombstone, &id) {
-            (Some(marker), _, _) => (&self.scripts.release_notify, &[key, marker.as_str()], &[&hex]),
+        let notify_keys = notify.as_ref().map(|[m, w, q, e]| [key, m.as_str(), w.as_str(), q.as_str(), e.as_str()]);
+        let (script, keys, args): (&LuaScript, &[&str], &[&[u8]]) = match (&notify_keys, &tombstone, &id) {
+            (Some(keys), _, _) => (&self.scripts.release_notify, keys, &[&hex]),
             (None, Some(tombstone), Some(id)) => (
                 &self.scripts.release_resendable,
                 &[key, tombstone.as_str()],
@@ -85,18 +87,18 @@ impl Inner {
         }
     }
 
-    /// Leaves `key`'s waiter marker for `max_wait` so that its release
-    /// publishes; false when the lock is already free (no point waiting).
-    /// A failure only costs the waiter its timer.
-    pub(crate) async fn mark_waiting(&self, key: &str, max_wait: Duration) -> bool {
-        let marker = keys::helper(key, Helper::Waiting);
+    /// Puts waiter `id` in `key`'s wake set for `max_wait` (and leaves the
+    /// marker) so that a release wakes it; false when the lock is already
+    /// free (no point waiting). A failure only costs the waiter its timer.
+    pub(crate) async fn mark_waiting(&self, key: &str, id: &WaiterId, max_wait: Duration) -> bool {
+        let [marker, wake, _, _] = wake_keys(key);
         let mut ms = [0u8; 20];
         // The margin covers the round trips between the waiter and the server.
         let ms = decimal(ttl_millis(max_wait).saturating_add(WAITING_MARGIN_MS), &mut ms);
         let call = Call::Script {
             script: &self.scripts.mark_waiting,
-            keys: &[key, &marker],
-            args: &[ms],
+            keys: &[key, &marker, &wake],
+            args: &[ms, id],
         };
         match self.exec("wait for release", key, Access::Write, call).await {
             Ok(Value::Int(0)) => false,
@@ -107,6 +109,12 @@ impl Inner {
             }
         }
     }
+}
+
+/// `key`'s helper keys that release wakes waiters with: the marker, the
+/// wake set, the fair queue and its deadlines.
+pub(crate) fn wake_keys(key: &str) -> [String; 4] {
+    [Helper::Waiting, Helper::Wake, Helper::Queue, Helper::QueueDeadlines].map(|h| keys::helper(key, h))
 }
 
 /// How much longer than its wait a waiter's marker lives.

@@ -67,6 +67,8 @@ pub(crate) struct Scripts {
     pub(crate) release_notify: LuaScript,
     pub(crate) release_resendable: LuaScript,
     pub(crate) mark_waiting: LuaScript,
+    pub(crate) acquire_fair: LuaScript,
+    pub(crate) leave_queue: LuaScript,
     pub(crate) probe: LuaScript,
     pub(crate) renew: LuaScript,
     pub(crate) renew_many: LuaScript,
@@ -85,6 +87,8 @@ impl Scripts {
             release_notify: LuaScript::new(RELEASE_NOTIFY),
             release_resendable: LuaScript::new(RELEASE_RESENDABLE),
             mark_waiting: LuaScript::new(MARK_WAITING),
+            acquire_fair: LuaScript::new(ACQUIRE_FAIR),
+            leave_queue: LuaScript::new(LEAVE_QUEUE),
             probe: LuaScript::new(PROBE),
             renew: LuaScript::new(RENEW),
             renew_many: LuaScript::new(RENEW_MANY),
@@ -166,35 +170,148 @@ if not cur then return 0 end
 return 2
 ";
 
-/// KEYS[1] lock, KEYS[2] its waiter marker (see [`MARK_WAITING`]);
-/// ARGV[1] token. As [`RELEASE`], and announces the release on the key's
-/// channel (`verrou:released:<key>`, see `notify::channel`) when a waiter
-/// left its marker (a refused `PUBLISH`, e.g. an ACL without channel
-/// rights, only costs the waiters their timers). One `DEL` removes both
-/// keys: 2 deleted means a waiter waits, so an uncontended release costs
-/// what [`RELEASE`] costs (a `PUBLISH` or a `PUBSUB NUMSUB` on every release
-/// measured 0.4–0.6 µs of server time each).
-const RELEASE_NOTIFY: &str = r"
+/// Lua shared by the scripts that wake waiters: the server clock in ms,
+/// and the head of a fair queue (KEYS `q` ticket by waiter, `e` deadline by
+/// waiter) once the waiters whose entry expired are gone from it.
+macro_rules! wake_lua {
+    () => {
+        r"
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function fair_head(q, e, now)
+  local dead = redis.call('ZRANGEBYSCORE', e, '-inf', now)
+  for _, w in ipairs(dead) do
+    redis.call('ZREM', q, w)
+    redis.call('ZREM', e, w)
+  end
+  return redis.call('ZRANGE', q, 0, 0)[1]
+end
+local function extend(key, ms)
+  if redis.call('PTTL', key) < tonumber(ms) then redis.call('PEXPIRE', key, ms) end
+end
+"
+    };
+}
+
+/// KEYS[1] lock, KEYS[2] its waiter marker, KEYS[3] its wake set (waiter
+/// id → deadline, [`MARK_WAITING`]), KEYS[4] its fair queue (waiter →
+/// ticket), KEYS[5] the fair queue's deadlines (waiter → deadline, server
+/// ms); ARGV[1] token. As [`RELEASE`], and wakes one waiter when the marker
+/// says some wait: the earliest live one of the wake set (taken out of it)
+/// and the head of the fair queue (which stays in it until granted), by
+/// publishing its id on the key's channel (`verrou:released:<key>`, see
+/// `notify::channel`; a refused `PUBLISH`, e.g. an ACL without channel
+/// rights, only costs the waiter its timer). So an uncontended release
+/// costs what [`RELEASE`] costs plus one `EXISTS`, and a contended one
+/// wakes one waiter per process instead of every waiter.
+const RELEASE_NOTIFY: &str = concat!(
+    wake_lua!(),
+    r"
 local cur = redis.call('GET', KEYS[1])
 if not cur then return 0 end
 if cur ~= ARGV[1] then return 2 end
-if redis.call('DEL', KEYS[1], KEYS[2]) == 2 then
-  redis.pcall('PUBLISH', 'verrou:released:' .. KEYS[1], '1')
+redis.call('DEL', KEYS[1])
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  local now = now_ms()
+  local ch = 'verrou:released:' .. KEYS[1]
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  local w = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  if w then
+    redis.call('ZREM', KEYS[3], w)
+    redis.pcall('PUBLISH', ch, w)
+  end
+  local h = fair_head(KEYS[4], KEYS[5], now)
+  if h then redis.pcall('PUBLISH', ch, h) end
+  if redis.call('ZCARD', KEYS[3]) == 0 and not h then redis.call('DEL', KEYS[2]) end
 end
 return 1
-";
+"
+);
 
-/// KEYS[1] lock, KEYS[2] its waiter marker; ARGV[1] how long to wait, ms.
-/// Sent by a waiter once subscribed: 0 when the lock is already free (do
-/// not wait), else 1 after leaving the marker (never shortening another
-/// waiter's).
-const MARK_WAITING: &str = r"
+/// KEYS[1] lock, KEYS[2] its waiter marker, KEYS[3] its wake set; ARGV[1]
+/// how long to wait, ms, ARGV[2] the waiter's id. Sent by a (barging)
+/// waiter once subscribed: 0 when the lock is already free (do not wait),
+/// else 1 after joining the wake set until its wait ends.
+const MARK_WAITING: &str = concat!(
+    wake_lua!(),
+    r"
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('ZADD', KEYS[3], now_ms() + tonumber(ARGV[1]), ARGV[2])
+extend(KEYS[3], ARGV[1])
 if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[1]) then
   redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])
 end
 return 1
-";
+"
+);
+
+/// KEYS[1] lock, KEYS[2] waiter marker, KEYS[3] fair queue, KEYS[4] its
+/// deadlines, KEYS[5] (optional) fence; ARGV[1] token, ARGV[2] ttl ms,
+/// ARGV[3] waiter id, ARGV[4] claim ms. Takes the lock when it is free and
+/// the waiter heads the queue of live waiters (or it is empty): `{1}`, or
+/// `{1, fence}` with KEYS[5] (as [`ACQUIRE_FENCED`]); else queues the
+/// waiter once (ticket after the last), keeps its entry `claim` ms, and
+/// answers `{0, pttl}` to the head (when to look again if nobody releases)
+/// or `{0, -1}` to the others. The marker makes releases wake the head.
+const ACQUIRE_FAIR: &str = concat!(
+    wake_lua!(),
+    r"
+local cur = redis.call('GET', KEYS[1])
+local last = false
+if KEYS[5] then last = redis.call('GET', KEYS[5]) end
+last = tonumber(last or '0') or 0
+if cur == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, last}
+end
+local now = now_ms()
+local head = fair_head(KEYS[3], KEYS[4], now)
+if not cur and (not head or head == ARGV[3]) then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  redis.call('ZREM', KEYS[3], ARGV[3])
+  redis.call('ZREM', KEYS[4], ARGV[3])
+  if not KEYS[5] then return {1} end
+  local t = redis.call('TIME')
+  local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if fence <= last then fence = last + 1 end
+  redis.call('SET', KEYS[5], string.format('%.0f', fence))
+  return {1, fence}
+end
+if not redis.call('ZSCORE', KEYS[3], ARGV[3]) then
+  local tail = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
+  local ticket = 1
+  if tail[2] then ticket = tonumber(tail[2]) + 1 end
+  redis.call('ZADD', KEYS[3], ticket, ARGV[3])
+  if not head then head = ARGV[3] end
+end
+redis.call('ZADD', KEYS[4], now + tonumber(ARGV[4]), ARGV[3])
+extend(KEYS[3], ARGV[4])
+extend(KEYS[4], ARGV[4])
+if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[4]) then
+  redis.call('SET', KEYS[2], '1', 'PX', ARGV[4])
+end
+if head == ARGV[3] then return {0, redis.call('PTTL', KEYS[1])} end
+return {0, -1}
+"
+);
+
+/// KEYS as [`ACQUIRE_FAIR`] (no fence); ARGV[1] waiter id. Takes the
+/// waiter out of the queue; if the lock is free, wakes the (new) head, so
+/// a waiter that gives up never strands the queue. Always 1.
+const LEAVE_QUEUE: &str = concat!(
+    wake_lua!(),
+    r"
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  local h = fair_head(KEYS[3], KEYS[4], now_ms())
+  if h then redis.pcall('PUBLISH', 'verrou:released:' .. KEYS[1], h) end
+end
+return 1
+"
+);
 
 /// No keys, no effect: tells at build whether EVALSHA/EVAL are available
 /// (they may be renamed away), before acquires bypass scripts.

@@ -46,6 +46,11 @@ mod plain {
 
     lock_testkit::lock_conformance!(real, lock_suite());
 
+    mod fair {
+        use super::*;
+        lock_testkit::fair_conformance!(real, lock_suite());
+    }
+
     mod versioned {
         use super::*;
         lock_testkit::versioned_conformance!(real, versioned_suite());
@@ -61,6 +66,11 @@ mod fenced_notified {
     }
 
     lock_testkit::lock_conformance!(real, lock_suite());
+
+    mod fair {
+        use super::*;
+        lock_testkit::fair_conformance!(real, lock_suite());
+    }
 }
 
 mod replica_ack {

@@ -140,3 +140,66 @@ async fn a_resent_acquire_finds_its_token_and_refreshes_the_ttl() {
         ReleaseOutcome::Released
     );
 }
+
+/// Three waiters in three backends (three processes) on a held key, with a
+/// backoff so long that only a release wakes them: each release wakes one
+/// waiter, so the three hand the key on with one acquire each (the herd
+/// took 3 + 2 + 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_one_waiter_not_the_herd() {
+    use lock_core::{Backoff, LockManager, LockOptions};
+    let server = RedisServer::start().await.expect("start");
+    let connect = || async {
+        RedisLuaBackend::builder_url(server.url())
+            .release_notifications(true)
+            .build()
+            .await
+            .unwrap()
+    };
+    let holder = connect().await;
+    let mine = token();
+    assert!(matches!(
+        holder.try_acquire("herd", &mine, TTL * 40).await.unwrap(),
+        AcquireOutcome::Acquired(_)
+    ));
+    let sleepy = Backoff::new(Duration::from_secs(8), Duration::from_secs(8)).min(Duration::from_secs(8));
+    let options = LockOptions::with_ttl(TTL)
+        .backoff(sleepy)
+        .acquire_timeout(Duration::from_secs(30));
+    let mut waiters = Vec::new();
+    for _ in 0..3 {
+        let m = LockManager::with_options(connect().await, options.clone()).unwrap();
+        waiters.push(tokio::spawn(async move {
+            let g = m.lock("herd").await.expect("woken waiter");
+            g.release().await.expect("release");
+        }));
+    }
+    // All three subscribed and registered: the marker left, and each in
+    // the wake set (both follow the SUBSCRIBE; a server state from before
+    // the wake set had only the marker).
+    let registered = Instant::now() + Duration::from_secs(10);
+    loop {
+        let int = |v: lock_testkit::server::RespValue| v.as_int();
+        let subscribed = server.cmd(&["PUBSUB", "NUMSUB", "verrou:released:herd"]).await.unwrap();
+        let subscribed = subscribed.as_array().and_then(|a| a.get(1)?.as_int());
+        let marker = int(server.cmd(&["EXISTS", "verrou:lua:waiting:{herd}"]).await.unwrap());
+        let woken_set = int(server.cmd(&["EXISTS", "verrou:lua:wake:{herd}"]).await.unwrap());
+        let in_set = int(server.cmd(&["ZCARD", "verrou:lua:wake:{herd}"]).await.unwrap());
+        if subscribed == Some(3) && marker == Some(1) && (woken_set == Some(0) || in_set == Some(3)) {
+            break;
+        }
+        assert!(Instant::now() < registered, "the waiters never registered");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(server.cmd(&["CONFIG", "RESETSTAT"]).await.unwrap().is_ok());
+    let released = Instant::now();
+    assert_eq!(holder.release("herd", &mine).await.unwrap(), ReleaseOutcome::Released);
+    for w in waiters {
+        w.await.expect("waiter");
+    }
+    assert!(
+        released.elapsed() < Duration::from_secs(8),
+        "the hand-offs came from releases, not the 8 s timers"
+    );
+    assert_eq!(calls(&server, "set").await, 3, "one acquire per waiter: nobody woke in vain");
+}

@@ -1,0 +1,101 @@
+//! The fair (FIFO) queue: acquire as the queue's head, leave the queue.
+//! The scripts (`scripts::ACQUIRE_FAIR`, `scripts::LEAVE_QUEUE`) keep a
+//! ticket and a deadline per waiter beside the lock key; the release script
+//! wakes the queue's head.
+
+use std::time::Duration;
+
+use deadpool_redis::redis::Value;
+use lock_core::options::ttl_millis;
+use lock_core::{AcquireOutcome, Error, FairWaiter, FencingToken, LockToken, Result};
+
+use crate::error::{Access, BACKEND, unexpected_reply};
+use crate::keys::{self, Helper};
+use crate::release::wake_keys;
+use crate::replies::{array, decimal, int_at, u64_at};
+use crate::{Call, Inner};
+
+impl Inner {
+    /// One fair attempt (see `LockBackend::try_acquire_fair`).
+    pub(crate) async fn acquire_fair(
+        &self,
+        key: &str,
+        token: &LockToken,
+        ttl: Duration,
+        waiter: &FairWaiter,
+    ) -> Result<AcquireOutcome> {
+        if self.replica_ack.is_some() {
+            return Err(Error::Unsupported {
+                backend: BACKEND.to_owned(),
+                what: "fair locking with replica acknowledgement".to_owned(),
+            });
+        }
+        let [marker, _, queue, deadlines] = wake_keys(key);
+        let fence = self.fencing.then(|| keys::helper(key, Helper::Fence));
+        if self.cluster && !keys::same_slot(key, &queue) {
+            return Err(Error::invalid(format!(
+                "key {key:?} contains '}}' but no hash tag, so its fair queue cannot share its cluster slot; \
+                 give it a hash tag, e.g. {{tag}}:rest"
+            )));
+        }
+        let hex = token.hex_bytes();
+        let id = waiter.id.hex_bytes();
+        let (mut ttl_ms, mut claim_ms) = ([0u8; 20], [0u8; 20]);
+        let args: [&[u8]; 4] = [
+            &hex,
+            decimal(ttl_millis(ttl), &mut ttl_ms),
+            &id,
+            decimal(ttl_millis(waiter.claim), &mut claim_ms),
+        ];
+        let mut keys: Vec<&str> = vec![key, &marker, &queue, &deadlines];
+        if let Some(f) = &fence {
+            keys.push(f);
+        }
+        let call = Call::Script {
+            script: &self.scripts.acquire_fair,
+            keys: &keys,
+            args: &args,
+        };
+        let value = self
+            .exec_tracked("acquire", key, Access::Write, call, Some((token, ttl)))
+            .await?;
+        let items = array(&value).ok_or_else(|| unexpected_reply("acquire", key, &value))?;
+        match int_at(items, 0) {
+            Some(1) => {
+                let fencing_token = match fence {
+                    Some(_) => Some(FencingToken(
+                        u64_at(items, 1).ok_or_else(|| unexpected_reply("acquire", key, &value))?,
+                    )),
+                    None => None,
+                };
+                self.granted(key, token, fencing_token, None).await
+            }
+            Some(0) => {
+                let retry_after = int_at(items, 1)
+                    .and_then(|ms| u64::try_from(ms).ok())
+                    .map(Duration::from_millis);
+                Ok(AcquireOutcome::Held { retry_after })
+            }
+            _ => Err(unexpected_reply("acquire", key, &value)),
+        }
+    }
+
+    /// Takes `waiter` out of `key`'s queue, waking the next head if the
+    /// key is free.
+    pub(crate) async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
+        let [marker, _, queue, deadlines] = wake_keys(key);
+        if self.cluster && !keys::same_slot(key, &queue) {
+            return Ok(()); // it never queued
+        }
+        let id = waiter.id.hex_bytes();
+        let call = Call::Script {
+            script: &self.scripts.leave_queue,
+            keys: &[key, &marker, &queue, &deadlines],
+            args: &[&id],
+        };
+        match self.exec("leave queue", key, Access::Write, call).await? {
+            Value::Int(1) => Ok(()),
+            other => Err(unexpected_reply("leave queue", key, &other)),
+        }
+    }
+}
