@@ -161,6 +161,8 @@ pub struct HotRow {
     pub kind: Kind,
     /// Shape.
     pub shape: Shape,
+    /// Fair mode (`LockOptions::fair`): FIFO across managers.
+    pub fair: bool,
     /// Numbers.
     pub r: HotKey,
 }

@@ -1,7 +1,7 @@
 //! The targets of issue 7, checked against one run's numbers.
 
 use crate::lab::Backend;
-use crate::results::{Kind, OpRow, RAW_FRED, RAW_REDIS_RS, RSLOCK, Results, Shape};
+use crate::results::{HotRow, Kind, Library, OpRow, RAW_FRED, RAW_REDIS_RS, RSLOCK, Results, Shape};
 
 /// Uncontended: Lua backend ≥ this × rslock.
 pub const LUA_VS_RSLOCK: f64 = 1.2;
@@ -13,8 +13,18 @@ pub const CPU_VS_RAW: f64 = 1.1;
 pub const LATENCY_VS_PINGS: f64 = 1.15;
 /// Hot key: waiters' wait p99 ≤ this (ms).
 pub const HOT_WAIT_P99_MS: f64 = 25.0;
-/// Hot key: acquisitions/s ≥ this × rslock's.
-pub const HOT_RATE_VS_RSLOCK: f64 = 0.5;
+/// Hot key: acquisitions/s ≥ this × rslock's (one server).
+pub const HOT_RATE_VS_RSLOCK: f64 = 1.0;
+/// Hot key: Redlock's acquisitions/s ≥ this × rslock's.
+pub const HOT_REDLOCK_RATE_VS_RSLOCK: f64 = 0.5;
+/// Hot key, fair mode: waiters' wait p99 ≤ this (ms).
+pub const FAIR_WAIT_P99_MS: f64 = 10.0;
+/// Hot key, fair mode: no contender below this share of its fair share.
+pub const FAIR_MIN_SHARE: f64 = 0.8;
+/// Hot key, fair mode: at least this share of acquisitions change holder.
+pub const FAIR_HOLDER_CHANGES: f64 = 0.9;
+/// Hot key, fair mode: hand-off p50 ≤ this × PING p50.
+pub const FAIR_HANDOFF_VS_PING: f64 = 2.0;
 /// Hot key: no contender below this share of its fair share.
 pub const HOT_MIN_SHARE: f64 = 0.5;
 /// EXCAS server commands per increment ≤ this × the EXGET+EXSET loop's.
@@ -184,6 +194,10 @@ fn hot_key(r: &Results, out: &mut Vec<Check>) {
     for row in h.rows.iter().filter(|row| row.kind == Kind::Verrou) {
         let name = format!("{} ({})", row.label, row.shape.name());
         let p99 = row.r.waits.p99().as_secs_f64() * 1e3;
+        if row.fair {
+            fair_hot_key(r, row, &name, out);
+            continue;
+        }
         out.push(at_most(
             format!("hot key: {name} wait p99 ≤ {HOT_WAIT_P99_MS} ms"),
             p99,
@@ -195,8 +209,13 @@ fn hot_key(r: &Results, out: &mut Vec<Check>) {
             ),
         ));
         let peer = h.rows.iter().find(|p| p.kind == Kind::Peer && p.shape == row.shape);
+        let limit = if row.label.contains("redlock") {
+            HOT_REDLOCK_RATE_VS_RSLOCK
+        } else {
+            HOT_RATE_VS_RSLOCK
+        };
         let target = format!(
-            "hot key: {name} acquisitions/s ≥ {HOT_RATE_VS_RSLOCK}× rslock ({})",
+            "hot key: {name} acquisitions/s ≥ {limit}× rslock ({})",
             row.shape.name()
         );
         out.push(match peer {
@@ -205,7 +224,7 @@ fn hot_key(r: &Results, out: &mut Vec<Check>) {
                 at_least(
                     target,
                     ratio,
-                    HOT_RATE_VS_RSLOCK,
+                    limit,
                     format!("{ratio:.1}× ({:.0} vs {:.0}/s)", row.r.rate(), p.r.rate()),
                 )
             }
@@ -223,6 +242,62 @@ fn hot_key(r: &Results, out: &mut Vec<Check>) {
         ));
     }
     let _ = Shape::Shared;
+}
+
+/// The fair-mode targets of one row: wait p99, least-served share, holder
+/// changes, and hand-off p50 against the PING p50 of the backend's client
+/// library (scenario 2; none for the memory backend).
+fn fair_hot_key(r: &Results, row: &HotRow, name: &str, out: &mut Vec<Check>) {
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let p99 = ms(row.r.waits.p99());
+    out.push(at_most(
+        format!("hot key: {name} wait p99 ≤ {FAIR_WAIT_P99_MS} ms"),
+        p99,
+        FAIR_WAIT_P99_MS,
+        format!("{p99:.2} ms (p50 {:.2}, max {:.2})", ms(row.r.waits.p50()), ms(row.r.waits.max())),
+    ));
+    out.push(at_least(
+        format!("hot key: {name} no contender below {FAIR_MIN_SHARE} of its fair share"),
+        row.r.min_share(),
+        FAIR_MIN_SHARE,
+        format!("min {:.2}, max {:.2} of fair share", row.r.min_share(), row.r.max_share()),
+    ));
+    let changes = row.r.holder_changes();
+    out.push(at_least(
+        format!("hot key: {name} holder changed ≥ {:.0}%", FAIR_HOLDER_CHANGES * 100.0),
+        changes,
+        FAIR_HOLDER_CHANGES,
+        format!("{:.0}%", changes * 100.0),
+    ));
+    let library = if row.label.contains("tair") {
+        Library::Fred
+    } else if row.label.contains("memory") {
+        return;
+    } else {
+        Library::RedisRs
+    };
+    let target = format!("hot key: {name} hand-off p50 ≤ {FAIR_HANDOFF_VS_PING} × PING p50");
+    let ping = r
+        .latency_multi
+        .as_ref()
+        .or(r.latency.as_ref())
+        .and_then(|l| l.ping_p50(library));
+    out.push(match ping {
+        Some(ping) => {
+            let ratio = row.r.handoffs.p50().as_secs_f64() / ping.as_secs_f64().max(1e-9);
+            at_most(
+                target,
+                ratio,
+                FAIR_HANDOFF_VS_PING,
+                format!(
+                    "{ratio:.1}× ({:.3} ms vs PING {:.3} ms)",
+                    ms(row.r.handoffs.p50()),
+                    ms(ping)
+                ),
+            )
+        }
+        None => missing(target, "PING not measured (scenario 2)"),
+    });
 }
 
 fn updates(r: &Results, out: &mut Vec<Check>) {

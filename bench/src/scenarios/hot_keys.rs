@@ -6,10 +6,11 @@ use super::*;
 fn say_hot(row: &HotRow) {
     let r = &row.r;
     eprintln!(
-        "  {:<30} {:<11} {:>8.0} acq/s  wait p50 {:>7.2} ms p99 {:>7.2} ms  hand-off p50 {:>6.3} ms  share {:.2}–{:.2}  {}",
+        "  {:<30} {:<11} {:>8.0} acq/s  changed {:>3.0}%  wait p50 {:>7.2} ms p99 {:>7.2} ms  hand-off p50 {:>6.3} ms  share {:.2}–{:.2}  {}",
         row.label,
         row.shape.name(),
         r.rate(),
+        r.holder_changes() * 100.0,
         r.waits.p50().as_secs_f64() * 1e3,
         r.waits.p99().as_secs_f64() * 1e3,
         r.handoffs.p50().as_secs_f64() * 1e3,
@@ -42,6 +43,9 @@ fn check_hot(problems: &mut Vec<String>, row: &HotRow) {
     }
 }
 
+/// The backends with a fair queue, measured in fair mode too.
+const FAIR: &[Backend] = &[Backend::Memory, Backend::RedisLua];
+
 /// Scenario 3: contenders on one key, shared and independent instances.
 pub async fn hot_keys(lab: &mut Lab, s: &Settings, problems: &mut Vec<String>) -> BoxResult<HotKeys> {
     let n = s.contenders;
@@ -50,43 +54,58 @@ pub async fn hot_keys(lab: &mut Lab, s: &Settings, problems: &mut Vec<String>) -
         ..HotKeys::default()
     };
     let url = lab.url();
-    for backend in Lab::available() {
-        for shape in [Shape::Shared, Shape::Independent] {
-            if !s.runs(backend.label()) {
+    // Fair rows: independent contenders only (one manager's waiters take
+    // turns in its local line anyway), on backends with a fair queue.
+    let modes = Lab::available()
+        .into_iter()
+        .flat_map(|b| [(b, Shape::Shared, false), (b, Shape::Independent, false)])
+        .chain(FAIR.iter().map(|b| (*b, Shape::Independent, true)));
+    for (backend, shape, fair) in modes {
+        let label = if fair {
+                format!("{}, fair mode", backend.label())
+            } else {
+                backend.label().to_owned()
+            };
+            if !s.runs(&label) {
                 continue;
             }
+            let options = if fair {
+                LockOptions::default().fair()
+            } else {
+                LockOptions::default()
+            };
             lab.flush().await?;
             let row = async {
                 let lockers: Vec<Arc<Verrou>> = match shape {
                     Shape::Shared => {
-                        let one = Arc::new(Verrou(verrou_manager(lab, backend, LockOptions::default()).await?));
+                        let one = Arc::new(Verrou(verrou_manager(lab, backend, options.clone()).await?));
                         (0..n).map(|_| one.clone()).collect()
                     }
                     Shape::Independent => {
                         let mut v = Vec::with_capacity(n);
                         for _ in 0..n {
                             v.push(Arc::new(Verrou(
-                                verrou_manager(lab, backend, LockOptions::default()).await?,
+                                verrou_manager(lab, backend, options.clone()).await?,
                             )));
                         }
                         v
                     }
                 };
                 let mut probe = lab.probe(backend).await?;
-                let key = format!("hot:{}:{}", backend.slug(), shape.name());
+                let key = format!("hot:{}:{}:{fair}", backend.slug(), shape.name());
                 let r = run_hot_key(lockers, &key, s.hot, &mut probe).await?;
                 let row = HotRow {
-                    label: backend.label().to_owned(),
+                    label: label.clone(),
                     kind: backend.kind(),
                     shape,
+                    fair,
                     r,
                 };
                 say_hot(&row);
                 BoxResult::Ok(row)
             }
             .await;
-            out.rows.extend(keep(problems, backend.label(), row));
-        }
+            out.rows.extend(keep(problems, &label, row));
     }
     for shape in [Shape::Shared, Shape::Independent] {
         if !s.runs(RSLOCK) {
@@ -109,6 +128,7 @@ pub async fn hot_keys(lab: &mut Lab, s: &Settings, problems: &mut Vec<String>) -
                 label: "rslock 0.10 (default retry)".to_owned(),
                 kind: Kind::Peer,
                 shape,
+                fair: false,
                 r,
             };
             say_hot(&row);
