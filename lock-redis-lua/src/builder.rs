@@ -195,11 +195,12 @@ impl RedisLuaBuilder {
     }
 
     /// Wake waiters on release with pub/sub (standalone URL sources only):
-    /// `wait_for_release` subscribes to `verrou:released:<key>` on its own
-    /// connection, opened at the first wait, then leaves a short-lived
-    /// marker key (`verrou:lua:waiting:{<key>}`); the release script PUBLISHes there
-    /// when it finds the marker, so an uncontended release publishes
-    /// nothing. Default: on for
+    /// the backend subscribes to a channel of its own (`verrou:wake:<id>`) on
+    /// its own connection, opened at the first wait; a waiter then joins the
+    /// key's wake set (or fair queue) and leaves a short-lived marker key
+    /// (`verrou:lua:waiting:{<key>}`); the release script, when it finds the
+    /// marker, PUBLISHes one waiter's id on that waiter's channel, so one
+    /// waiter wakes and an uncontended release publishes nothing. Default: on for
     /// standalone URL sources (a waiter in another process wakes about
     /// 0.1 ms after a release instead of up to one backoff step, 200 ms),
     /// off for the others. Every client of a key should use the

@@ -11,11 +11,19 @@ use lock_core::{AcquireOutcome, Error, FairWaiter, FencingToken, LockToken, Resu
 
 use crate::error::{Access, BACKEND, unexpected_reply};
 use crate::keys::{self, Helper};
+use crate::notify::{WaiterId, waiter_id};
 use crate::release::wake_keys;
 use crate::replies::{array, decimal, int_at, u64_at};
 use crate::{Call, Inner};
 
 impl Inner {
+    /// `waiter`'s id in the queue: this backend's process id (zeros without
+    /// notifications: nobody listens) followed by the waiter's own.
+    pub(crate) fn waiter_id(&self, waiter: &FairWaiter) -> WaiterId {
+        let process = self.notifier.as_ref().map_or([b'0'; 32], |n| *n.process());
+        waiter_id(&process, &waiter.id.hex_bytes())
+    }
+
     /// One fair attempt (see `LockBackend::try_acquire_fair`).
     pub(crate) async fn acquire_fair(
         &self,
@@ -39,7 +47,7 @@ impl Inner {
             )));
         }
         let hex = token.hex_bytes();
-        let id = waiter.id.hex_bytes();
+        let id = self.waiter_id(waiter);
         let (mut ttl_ms, mut claim_ms) = ([0u8; 20], [0u8; 20]);
         let args: [&[u8]; 4] = [
             &hex,
@@ -87,7 +95,7 @@ impl Inner {
         if self.cluster && !keys::same_slot(key, &queue) {
             return Ok(()); // it never queued
         }
-        let id = waiter.id.hex_bytes();
+        let id = self.waiter_id(waiter);
         let call = Call::Script {
             script: &self.scripts.leave_queue,
             keys: &[key, &marker, &queue, &deadlines],

@@ -444,9 +444,9 @@ impl LockBackend for RedisLuaBackend {
 
     async fn wait_for_release(&self, key: &str, max_wait: Duration) {
         match (&self.inner.notifier, LockToken::generate()) {
-            (Some(n), Ok(id)) => {
-                let id = id.hex_bytes();
-                n.wait(key, id, max_wait, Some(self.inner.mark_waiting(key, &id, max_wait)))
+            (Some(n), Ok(own)) => {
+                let id = notify::waiter_id(n.process(), &own.hex_bytes());
+                n.wait(id, max_wait, Some(self.inner.mark_waiting(key, &id, max_wait)))
                     .await;
             }
             _ => tokio::time::sleep(max_wait).await,
@@ -469,10 +469,11 @@ impl LockBackend for RedisLuaBackend {
     }
 
     async fn wait_fair(&self, key: &str, waiter: &FairWaiter, max_wait: Duration) {
+        let _ = key; // the waiter's id names its channel
         match &self.inner.notifier {
             Some(n) => {
                 let none: Option<std::future::Ready<bool>> = None;
-                n.wait(key, waiter.id.hex_bytes(), max_wait, none).await;
+                n.wait(self.inner.waiter_id(waiter), max_wait, none).await;
             }
             None => tokio::time::sleep(max_wait).await,
         }

@@ -1,8 +1,10 @@
-//! Release notifications (standalone only): waiters subscribe to a per-key
-//! channel on a dedicated pub/sub connection, then register their id on the
-//! server (a barging waiter in the key's wake set, a fair one in its queue)
-//! and leave a marker key; the release script, finding the marker, PUBLISHes
-//! the id of one waiter on the channel, and only that waiter wakes. Always a
+//! Release notifications (standalone only): each backend subscribes to a
+//! channel of its own (`verrou:wake:<process id>`) on a dedicated pub/sub
+//! connection; its waiters then register their id (the process id followed by
+//! the waiter's) on the server (a barging waiter in the key's wake set, a fair
+//! one in its queue) and leave a marker key; the release script, finding the
+//! marker, PUBLISHes one waiter's id on that waiter's process channel, so only
+//! that process hears it and only that waiter wakes. Always a
 //! hint: a message lost before the subscription is in place, or with the
 //! connection, costs the waiter its timed fallback (the holder's PTTL, the
 //! backoff or a third of the fair claim), never correctness.
@@ -17,20 +19,29 @@ use futures::StreamExt;
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
-/// Channel prefix; the lock key follows (the release script spells it too).
-pub(crate) const CHANNEL_PREFIX: &str = "verrou:released:";
+/// Channel prefix; a process id follows (the release script spells it too).
+pub(crate) const CHANNEL_PREFIX: &str = "verrou:wake:";
 /// A channel nobody waited on for this long is unsubscribed.
 const LINGER: Duration = Duration::from_secs(5);
 /// How often the reader looks for idle channels (and for its owner).
 const TICK: Duration = Duration::from_secs(1);
 
-/// The channel the release script publishes on for `key`.
-pub(crate) fn channel(key: &str) -> String {
-    format!("{CHANNEL_PREFIX}{key}")
+/// The channel of the process whose waiter ids start with `process`.
+fn channel(process: &[u8; 32]) -> String {
+    format!("{CHANNEL_PREFIX}{}", String::from_utf8_lossy(process))
 }
 
-/// A waiter's id as published: a lock token's 32 hex digits.
-pub(crate) type WaiterId = [u8; 32];
+/// A waiter's id as published: its process id and its own, 32 hex digits
+/// each (the release script publishes on the channel the first half names).
+pub(crate) type WaiterId = [u8; 64];
+
+/// `process`'s id for a waiter whose own id is `own`.
+pub(crate) fn waiter_id(process: &[u8; 32], own: &[u8; 32]) -> WaiterId {
+    let mut id = [0u8; 64];
+    id[..32].copy_from_slice(process);
+    id[32..].copy_from_slice(own);
+    id
+}
 
 /// Ids announced for no waiter of this process that a channel remembers, so
 /// a waiter announced between its attempt and its wait still wakes.
@@ -69,6 +80,8 @@ struct State {
 /// Subscriptions of one backend.
 pub(crate) struct Notifier {
     client: redis::Client,
+    /// This backend's id: its channel, and the first half of its waiters' ids.
+    process: [u8; 32],
     timeout: Duration,
     state: Mutex<State>,
     /// Serialises SUBSCRIBE / UNSUBSCRIBE with the bookkeeping, so an
@@ -92,8 +105,12 @@ impl std::fmt::Debug for Notifier {
 
 impl Notifier {
     pub(crate) fn new(client: redis::Client, timeout: Duration) -> Arc<Self> {
+        // A failed draw only risks sharing a channel: wakes then reach
+        // another process too, which ignores the ids it does not know.
+        let process = lock_core::LockToken::generate().map_or([b'0'; 32], |t| t.hex_bytes());
         Arc::new(Notifier {
             client,
+            process,
             timeout,
             state: Mutex::new(State::default()),
             subscriptions: tokio::sync::Mutex::new(()),
@@ -109,7 +126,12 @@ impl Notifier {
         }
     }
 
-    /// Waits until the waiter `id` is woken on `key`'s channel or
+    /// This backend's id, the first half of its waiters' ids.
+    pub(crate) fn process(&self) -> &[u8; 32] {
+        &self.process
+    }
+
+    /// Waits until the waiter `id` (see [`waiter_id`]) is woken or
     /// `max_wait` passes. `mark`, when given, runs once subscribed (so no
     /// release after it goes unheard): it registers the waiter on the
     /// server, and says false when the lock is already free. Without it
@@ -117,7 +139,6 @@ impl Notifier {
     /// first returns at once: a wake may have gone by unheard.
     pub(crate) async fn wait(
         self: &Arc<Self>,
-        key: &str,
         id: WaiterId,
         max_wait: Duration,
         mark: Option<impl Future<Output = bool>>,
@@ -126,7 +147,7 @@ impl Notifier {
             tokio::time::sleep(max_wait).await;
             return;
         }
-        let channel = channel(key);
+        let channel = channel(&self.process);
         let notify = Arc::new(Notify::new());
         {
             let mut s = self.state();
@@ -364,7 +385,7 @@ mod tests {
         let notifier = Notifier::new(client, Duration::from_millis(200));
         for i in 0..200 {
             notifier
-                .wait(&format!("key:{i}"), [b'0'; 32], Duration::from_millis(2), Some(async { true }))
+                .wait([b'0'; 64], Duration::from_millis(2 + i % 2), Some(async { true }))
                 .await;
         }
         let s = notifier.state();

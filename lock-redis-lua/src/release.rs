@@ -92,13 +92,14 @@ impl Inner {
     /// free (no point waiting). A failure only costs the waiter its timer.
     pub(crate) async fn mark_waiting(&self, key: &str, id: &WaiterId, max_wait: Duration) -> bool {
         let [marker, wake, _, _] = wake_keys(key);
-        let mut ms = [0u8; 20];
+        let (mut ms, mut wait_ms) = ([0u8; 20], [0u8; 20]);
         // The margin covers the round trips between the waiter and the server.
         let ms = decimal(ttl_millis(max_wait).saturating_add(WAITING_MARGIN_MS), &mut ms);
+        let wait_ms = decimal(ttl_millis(max_wait), &mut wait_ms);
         let call = Call::Script {
             script: &self.scripts.mark_waiting,
             keys: &[key, &marker, &wake],
-            args: &[ms, id],
+            args: &[ms, id, wait_ms],
         };
         match self.exec("wait for release", key, Access::Write, call).await {
             Ok(Value::Int(0)) => false,

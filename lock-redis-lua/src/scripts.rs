@@ -188,6 +188,9 @@ local function fair_head(q, e, now)
   end
   return redis.call('ZRANGE', q, 0, 0)[1]
 end
+local function wake(w)
+  redis.pcall('PUBLISH', 'verrou:wake:' .. string.sub(w, 1, 32), w)
+end
 local function extend(key, ms)
   if redis.call('PTTL', key) < tonumber(ms) then redis.call('PEXPIRE', key, ms) end
 end
@@ -199,10 +202,11 @@ end
 /// id → deadline, [`MARK_WAITING`]), KEYS[4] its fair queue (waiter →
 /// ticket), KEYS[5] the fair queue's deadlines (waiter → deadline, server
 /// ms); ARGV[1] token. As [`RELEASE`], and wakes one waiter when the marker
-/// says some wait: the earliest live one of the wake set (taken out of it)
+/// says some wait: the live one of the wake set whose wait ends last (the
+/// one that would sleep longest; taken out of it)
 /// and the head of the fair queue (which stays in it until granted), by
-/// publishing its id on the key's channel (`verrou:released:<key>`, see
-/// `notify::channel`; a refused `PUBLISH`, e.g. an ACL without channel
+/// publishing its id on its process's channel (`verrou:wake:` and the id's
+/// first 32 characters, see `notify`; a refused `PUBLISH`, e.g. an ACL without channel
 /// rights, only costs the waiter its timer). So an uncontended release
 /// costs what [`RELEASE`] costs plus one `EXISTS`, and a contended one
 /// wakes one waiter per process instead of every waiter.
@@ -215,15 +219,14 @@ if cur ~= ARGV[1] then return 2 end
 redis.call('DEL', KEYS[1])
 if redis.call('EXISTS', KEYS[2]) == 1 then
   local now = now_ms()
-  local ch = 'verrou:released:' .. KEYS[1]
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-  local w = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  local w = redis.call('ZRANGE', KEYS[3], -1, -1)[1]
   if w then
     redis.call('ZREM', KEYS[3], w)
-    redis.pcall('PUBLISH', ch, w)
+    wake(w)
   end
   local h = fair_head(KEYS[4], KEYS[5], now)
-  if h then redis.pcall('PUBLISH', ch, h) end
+  if h then wake(h) end
   if redis.call('ZCARD', KEYS[3]) == 0 and not h then redis.call('DEL', KEYS[2]) end
 end
 return 1
@@ -231,14 +234,16 @@ return 1
 );
 
 /// KEYS[1] lock, KEYS[2] its waiter marker, KEYS[3] its wake set; ARGV[1]
-/// how long to wait, ms, ARGV[2] the waiter's id. Sent by a (barging)
-/// waiter once subscribed: 0 when the lock is already free (do not wait),
-/// else 1 after joining the wake set until its wait ends.
+/// how long the marker lives, ms, ARGV[2] the waiter's id, ARGV[3] how long
+/// it waits, ms. Sent by a (barging) waiter once subscribed: 0 when the
+/// lock is already free (do not wait), else 1 after joining the wake set
+/// until its wait ends (its entry expires with its timer, so a release
+/// never wakes a wait that is over).
 const MARK_WAITING: &str = concat!(
     wake_lua!(),
     r"
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('ZADD', KEYS[3], now_ms() + tonumber(ARGV[1]), ARGV[2])
+redis.call('ZADD', KEYS[3], now_ms() + tonumber(ARGV[3]), ARGV[2])
 extend(KEYS[3], ARGV[1])
 if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[1]) then
   redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])
@@ -307,7 +312,7 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
 if redis.call('EXISTS', KEYS[1]) == 0 then
   local h = fair_head(KEYS[3], KEYS[4], now_ms())
-  if h then redis.pcall('PUBLISH', 'verrou:released:' .. KEYS[1], h) end
+  if h then wake(h) end
 end
 return 1
 "
@@ -442,7 +447,7 @@ mod tests {
 
     #[test]
     fn the_release_script_publishes_on_the_notifier_channel() {
-        assert!(RELEASE_NOTIFY.contains(&format!("'{}' .. KEYS[1]", crate::notify::CHANNEL_PREFIX)));
+        assert!(RELEASE_NOTIFY.contains(&format!("'{}' .. string.sub(w, 1, 32)", crate::notify::CHANNEL_PREFIX)));
     }
 
     #[test]
