@@ -254,13 +254,21 @@ fn fair_hot_key(r: &Results, row: &HotRow, name: &str, out: &mut Vec<Check>) {
         format!("hot key: {name} wait p99 ≤ {FAIR_WAIT_P99_MS} ms"),
         p99,
         FAIR_WAIT_P99_MS,
-        format!("{p99:.2} ms (p50 {:.2}, max {:.2})", ms(row.r.waits.p50()), ms(row.r.waits.max())),
+        format!(
+            "{p99:.2} ms (p50 {:.2}, max {:.2})",
+            ms(row.r.waits.p50()),
+            ms(row.r.waits.max())
+        ),
     ));
     out.push(at_least(
         format!("hot key: {name} no contender below {FAIR_MIN_SHARE} of its fair share"),
         row.r.min_share(),
         FAIR_MIN_SHARE,
-        format!("min {:.2}, max {:.2} of fair share", row.r.min_share(), row.r.max_share()),
+        format!(
+            "min {:.2}, max {:.2} of fair share",
+            row.r.min_share(),
+            row.r.max_share()
+        ),
     ));
     let changes = row.r.holder_changes();
     out.push(at_least(

@@ -22,8 +22,8 @@ pub mod token;
 pub mod versioned;
 
 pub use backend::{
-    AcquireOutcome, Capabilities, FairWaiter, Lease, LockBackend, OnShortfall, ReleaseOutcome, RenewOutcome, ReplicaAck,
-    Replication,
+    AcquireOutcome, Capabilities, FairWaiter, Lease, LockBackend, OnShortfall, ReleaseOutcome, RenewOutcome,
+    ReplicaAck, Replication,
 };
 pub use batch::RenewBatch;
 pub use error::{BoxError, Error, LossReason, NodeOutcome, NodeReports, NotHeldReason, Result};
@@ -33,7 +33,9 @@ pub use kinds::multi::{MultiLockBackend, MultiLockGuard, MultiLockManager};
 pub use kinds::rw::{RwLockBackend, RwLockGuard, RwLockManager, RwMode};
 pub use kinds::semaphore::{Permit, PermitRequest, Semaphore, SemaphoreBackend, SemaphoreManager};
 pub use manager::LockManager;
-pub use options::{Backoff, DEFAULT_CLAIM, Fairness, LockOptions, MAX_TIMEOUT, MAX_TTL, MIN_TTL, Renewal, UpdateOptions};
+pub use options::{
+    Backoff, DEFAULT_CLAIM, Fairness, LockOptions, MAX_TIMEOUT, MAX_TTL, MIN_TTL, Renewal, UpdateOptions,
+};
 pub use token::{FencingToken, LockToken};
 pub use versioned::{CasOutcome, CreateOutcome, DeleteOutcome, Expiry, Versioned, VersionedStore, VersionedStoreExt};
 

@@ -607,7 +607,10 @@ impl Drop for LeaveOnDrop<'_> {
         {
             let (backend, key, timeout) = (self.backend.clone(), self.key.to_owned(), self.timeout);
             handle.spawn(async move {
-                if !matches!(tokio::time::timeout(timeout, backend.leave_queue(&key, &waiter)).await, Ok(Ok(()))) {
+                if !matches!(
+                    tokio::time::timeout(timeout, backend.leave_queue(&key, &waiter)).await,
+                    Ok(Ok(()))
+                ) {
                     tracing::debug!(key, "leaving the fair queue failed; the entry expires after its claim");
                 }
             });

@@ -26,8 +26,7 @@ use async_trait::async_trait;
 use lock_core::options::{validate_key, validate_ttl};
 use lock_core::{
     AcquireOutcome, Capabilities, CasOutcome, CreateOutcome, DeleteOutcome, Expiry, FairWaiter, FencingToken, Lease,
-    LockBackend,
-    LockToken, ReleaseOutcome, RenewOutcome, Result, Versioned, VersionedStore,
+    LockBackend, LockToken, ReleaseOutcome, RenewOutcome, Result, Versioned, VersionedStore,
 };
 use tokio::sync::Notify;
 use tokio::time::Instant;

@@ -25,7 +25,9 @@ impl Inner {
         let id = tombstone.as_ref().map(|_| self.write_ids.next());
         let mut ms = [0u8; 20];
         let ms = decimal(ttl_millis(self.resend_window()), &mut ms);
-        let notify_keys = notify.as_ref().map(|[m, w, q, e]| [key, m.as_str(), w.as_str(), q.as_str(), e.as_str()]);
+        let notify_keys = notify
+            .as_ref()
+            .map(|[m, w, q, e]| [key, m.as_str(), w.as_str(), q.as_str(), e.as_str()]);
         let (script, keys, args): (&LuaScript, &[&str], &[&[u8]]) = match (&notify_keys, &tombstone, &id) {
             (Some(keys), _, _) => (&self.scripts.release_notify, keys, &[&hex]),
             (None, Some(tombstone), Some(id)) => (

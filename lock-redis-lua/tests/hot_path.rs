@@ -204,5 +204,9 @@ async fn a_release_wakes_one_waiter_not_the_herd() {
         released.elapsed() < Duration::from_secs(8),
         "the hand-offs came from releases, not the 8 s timers"
     );
-    assert_eq!(calls(&server, "set").await, 3, "one acquire per waiter: nobody woke in vain");
+    assert_eq!(
+        calls(&server, "set").await,
+        3,
+        "one acquire per waiter: nobody woke in vain"
+    );
 }

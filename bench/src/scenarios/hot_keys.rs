@@ -62,50 +62,48 @@ pub async fn hot_keys(lab: &mut Lab, s: &Settings, problems: &mut Vec<String>) -
         .chain(FAIR.iter().map(|b| (*b, Shape::Independent, true)));
     for (backend, shape, fair) in modes {
         let label = if fair {
-                format!("{}, fair mode", backend.label())
-            } else {
-                backend.label().to_owned()
-            };
-            if !s.runs(&label) {
-                continue;
-            }
-            let options = if fair {
-                LockOptions::default().fair()
-            } else {
-                LockOptions::default()
-            };
-            lab.flush().await?;
-            let row = async {
-                let lockers: Vec<Arc<Verrou>> = match shape {
-                    Shape::Shared => {
-                        let one = Arc::new(Verrou(verrou_manager(lab, backend, options.clone()).await?));
-                        (0..n).map(|_| one.clone()).collect()
+            format!("{}, fair mode", backend.label())
+        } else {
+            backend.label().to_owned()
+        };
+        if !s.runs(&label) {
+            continue;
+        }
+        let options = if fair {
+            LockOptions::default().fair()
+        } else {
+            LockOptions::default()
+        };
+        lab.flush().await?;
+        let row = async {
+            let lockers: Vec<Arc<Verrou>> = match shape {
+                Shape::Shared => {
+                    let one = Arc::new(Verrou(verrou_manager(lab, backend, options.clone()).await?));
+                    (0..n).map(|_| one.clone()).collect()
+                }
+                Shape::Independent => {
+                    let mut v = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        v.push(Arc::new(Verrou(verrou_manager(lab, backend, options.clone()).await?)));
                     }
-                    Shape::Independent => {
-                        let mut v = Vec::with_capacity(n);
-                        for _ in 0..n {
-                            v.push(Arc::new(Verrou(
-                                verrou_manager(lab, backend, options.clone()).await?,
-                            )));
-                        }
-                        v
-                    }
-                };
-                let mut probe = lab.probe(backend).await?;
-                let key = format!("hot:{}:{}:{fair}", backend.slug(), shape.name());
-                let r = run_hot_key(lockers, &key, s.hot, &mut probe).await?;
-                let row = HotRow {
-                    label: label.clone(),
-                    kind: backend.kind(),
-                    shape,
-                    fair,
-                    r,
-                };
-                say_hot(&row);
-                BoxResult::Ok(row)
-            }
-            .await;
-            out.rows.extend(keep(problems, &label, row));
+                    v
+                }
+            };
+            let mut probe = lab.probe(backend).await?;
+            let key = format!("hot:{}:{}:{fair}", backend.slug(), shape.name());
+            let r = run_hot_key(lockers, &key, s.hot, &mut probe).await?;
+            let row = HotRow {
+                label: label.clone(),
+                kind: backend.kind(),
+                shape,
+                fair,
+                r,
+            };
+            say_hot(&row);
+            BoxResult::Ok(row)
+        }
+        .await;
+        out.rows.extend(keep(problems, &label, row));
     }
     for shape in [Shape::Shared, Shape::Independent] {
         if !s.runs(RSLOCK) {

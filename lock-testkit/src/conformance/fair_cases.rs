@@ -131,7 +131,11 @@ pub async fn fair_waiters_are_served_in_order(s: &LockSuite) {
     for t in tasks {
         t.await.expect("waiter");
     }
-    assert_eq!(*served.lock().expect("served"), vec![0, 1, 2, 3], "FIFO order across managers");
+    assert_eq!(
+        *served.lock().expect("served"),
+        vec![0, 1, 2, 3],
+        "FIFO order across managers"
+    );
 }
 
 /// A waiter that queued and died (never came back) holds the queue up for
