@@ -27,6 +27,12 @@ impl Queues {
         head
     }
 
+    /// Whether `id` would be granted a free `key` now (it heads the queue,
+    /// or nobody queues).
+    pub(crate) fn may_take(&mut self, key: &str, id: &LockToken, now: Instant) -> bool {
+        self.head(key, now).is_none_or(|h| h == *id)
+    }
+
     /// One fair attempt against `s` (the caller holds both locks).
     pub(crate) fn attempt(
         &mut self,

@@ -356,6 +356,26 @@ impl LockBackend for MemoryBackend {
         Ok(self.lock_queues().attempt(&mut s, key, token, ttl, waiter, now))
     }
 
+    /// Waits for a release of `key` unless `waiter` may take it already:
+    /// the check follows the registration, so no release goes unheard.
+    async fn wait_fair(&self, key: &str, waiter: &FairWaiter, max_wait: Duration) {
+        let notify = self.lock_state().waiters.entry(key.to_owned()).or_default().clone();
+        let waiting = Waiting {
+            backend: self,
+            key,
+            notify,
+        };
+        let notified = waiting.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let now = Instant::now();
+        let free = !self.state_at(now).locks.contains_key(key);
+        if free && self.lock_queues().may_take(key, &waiter.id, now) {
+            return;
+        }
+        let _ = tokio::time::timeout(max_wait, notified).await;
+    }
+
     async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
         validate_key(key)?;
         let mut s = self.state_at(Instant::now());
