@@ -171,15 +171,15 @@ impl Notifier {
         };
         let _ = tokio::time::timeout(max_wait, async {
             match self.subscribe(&channel).await {
-                Ok(newly) => match mark {
-                    Some(mark) => {
-                        if !mark.await {
-                            return;
-                        }
+                Ok(newly) => {
+                    let worth_waiting = match mark {
+                        Some(mark) => mark.await,
+                        None => !newly,
+                    };
+                    if !worth_waiting {
+                        return;
                     }
-                    None if newly => return,
-                    None => {}
-                },
+                }
                 Err(e) => tracing::debug!(error = %e, "release notifications unavailable; waiting on the timer"),
             }
             notify.notified().await;
