@@ -52,6 +52,7 @@ fn the_readme_defaults_table_is_lock_options_default() {
             "renew interval",
             "acquire timeout",
             "backoff",
+            "fairness",
             "drift allowance",
             "renew call timeout (`op_timeout`)",
             "release call timeout",
@@ -73,6 +74,19 @@ fn the_readme_defaults_table_is_lock_options_default() {
                 assert!(value.starts_with(&head), "{value:?} vs {head:?}");
                 // "capped by the holder's TTL": lock-core's lifecycle test
                 // waiting_is_capped_by_the_holders_remaining_ttl.
+            }
+            "fairness" => {
+                assert_eq!(o.fairness, lock_core::Fairness::Barging);
+                assert_eq!(lock_core::DEFAULT_CLAIM, Duration::from_secs(1));
+                assert!(
+                    value.starts_with(&format!(
+                        "barging; `fair()`: FIFO queue on the server, entries live `claim` = {}",
+                        secs(lock_core::DEFAULT_CLAIM)
+                    )),
+                    "{value:?}"
+                );
+                // "polled every claim / 3": the manager's fair loop; the
+                // fair conformance cases exercise it.
             }
             "drift allowance" => {
                 assert_eq!(value, &format!("TTL × {} + 2 ms", o.drift_factor));
