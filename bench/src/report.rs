@@ -301,7 +301,8 @@ fn latency(out: &mut String, r: &Results, s: &Settings) {
          `2 × PING` is the floor. Rows are measured in {} interleaved rounds of {:.1} s: on this virtual \
          machine the loopback round trip itself moves between about 17 µs and 57 µs with the load of the \
          other processes (an idle vCPU takes long to wake), and interleaving gives every row the same mix. \
-         The target is checked on the current-thread runtime, where every row runs under the same \
+         The target (a pair's p50 against the raw client of the same library sending the same commands) \
+         is checked on the current-thread runtime, where every row runs under the same \
          conditions (the caller, the connection's driver task and any task the library spawns share one \
          thread). On the multi-threaded runtime, a latency also depends on which worker each task lands on \
          and on how many cross-thread wake-ups an operation causes.\n",
