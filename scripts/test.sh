@@ -60,6 +60,12 @@ RUSTDOCFLAGS="-D warnings" cargo doc --quiet --workspace --all-features --no-dep
 echo "==> cargo test"
 cargo test --workspace --all-features
 
+# The same suites on Valkey 8.1 (the backend renews with its native SET IFEQ
+# there), through the harness's VERROU_REDIS_SERVER override.
+valkey=$(scripts/valkey.sh)
+echo "==> cargo test on Valkey ($valkey): redis-lua and redlock"
+VERROU_REDIS_SERVER="$valkey" cargo test -p lock-redis-lua -p lock-redlock --all-features
+
 echo "==> benchmark smoke test (quick mode, no timing assertions)"
 cargo run --quiet -p verrou-bench -- --quick
 

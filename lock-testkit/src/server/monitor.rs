@@ -36,7 +36,7 @@ impl Monitor {
     /// The commands clients sent since the last call (or the start), each
     /// as its arguments with the command name lowercased; commands run
     /// inside scripts (source `lua`) or by modules (`RedisModule_Call`,
-    /// source `?:0`) are left out. Sends a marker (`ECHO`) through `server`
+    /// source `?:0` on Redis, empty on Valkey) are left out. Sends a marker (`ECHO`) through `server`
     /// and reads up to it, so nothing sent before this call is missed.
     ///
     /// # Errors
@@ -55,7 +55,7 @@ impl Monitor {
             if args.len() == 2 && args[0] == "echo" && args[1] == marker {
                 return Ok(seen);
             }
-            if source != "lua" && !source.starts_with('?') {
+            if source != "lua" && !source.starts_with('?') && !source.is_empty() {
                 seen.push(args);
             }
         }
@@ -105,5 +105,7 @@ mod tests {
         assert_eq!((source.as_str(), args.len()), ("lua", 3));
         let (source, _) = parse_line(r#"1796083396.641608 [0 ?:0] "GET" "k""#).unwrap();
         assert_eq!(source, "?:0");
+        let (source, _) = parse_line(r#"1796094660.916087 [0 ] "GET" "k""#).unwrap();
+        assert_eq!(source, "", "a module's call on Valkey");
     }
 }
