@@ -9,7 +9,8 @@
 //! ```
 //!
 //! `paused` runs each case under tokio's paused clock (in-process backends
-//! only); `real` runs on a multi-threaded runtime in real time (servers).
+//! only); `real` runs in real time (servers), on a multi-threaded runtime
+//! unless the caller picks `real, flavor = current_thread`.
 //!
 //! The default feature `harness` adds [`server`], which starts real
 //! `redis-server` processes; the suite and [`FaultyBackend`] compile without
