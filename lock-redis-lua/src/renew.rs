@@ -9,7 +9,7 @@ use lock_core::{Error, LockToken, RenewBatch, RenewOutcome, Replication, Result}
 
 use crate::error::{Access, BACKEND, same_error, unexpected_reply};
 use crate::keys;
-use crate::replies::{array, decimal};
+use crate::replies::array;
 use crate::{Call, Inner, check_key};
 
 impl Inner {
@@ -17,11 +17,11 @@ impl Inner {
         check_key(key)?;
         validate_ttl(ttl)?;
         let hex = token.hex_bytes();
-        let mut ms = [0u8; 20];
+        let mut ms = itoa::Buffer::new();
         let call = Call::Script {
             script: &self.scripts.renew,
             keys: &[key],
-            args: &[&hex, decimal(ttl_millis(ttl), &mut ms)],
+            args: &[&hex, ms.format(ttl_millis(ttl)).as_bytes()],
         };
         let (value, replication) = match &self.replica_ack {
             Some(ack) => {
@@ -73,8 +73,8 @@ impl Inner {
     pub(crate) async fn renew_many(&self, items: &[(&str, &LockToken)], ttl: Duration) -> Vec<Result<RenewOutcome>> {
         let cluster = self.cluster;
         let batch = RenewBatch::new(items, ttl, RENEW_MANY_CHUNK, |key| cluster.then(|| keys::slot(key)));
-        let mut ms = [0u8; 20];
-        let ms = decimal(ttl_millis(ttl), &mut ms);
+        let mut ms = itoa::Buffer::new();
+        let ms = ms.format(ttl_millis(ttl)).as_bytes();
         let calls = batch.chunks().iter().map(|chunk| self.renew_chunk(items, chunk, ms));
         let outcomes = futures::future::join_all(calls).await;
         batch.finish(items, outcomes, BACKEND)
