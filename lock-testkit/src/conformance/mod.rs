@@ -110,6 +110,10 @@ impl LockSuite {
     }
 
     /// A new client.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future drops the half-made client.
     pub async fn client(&self) -> Arc<dyn LockBackend> {
         (self.clients.connect)().await
     }
@@ -130,6 +134,10 @@ impl LockSuite {
     }
 
     /// A manager over a new client.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future drops the half-made client.
     pub async fn manager(&self, options: LockOptions) -> LockManager {
         LockManager::from_arc(self.client().await, options).expect("valid options")
     }
@@ -187,6 +195,10 @@ macro_rules! kind_suite {
             }
 
             /// A new client.
+            ///
+            /// # Cancel safety
+            ///
+            /// Cancel safe: dropping the future drops the half-made client.
             pub async fn client(&self) -> Arc<dyn $backend> {
                 (self.clients.connect)().await
             }
@@ -207,6 +219,10 @@ macro_rules! kind_suite {
             }
 
             /// A manager over a new client.
+            ///
+            /// # Cancel safety
+            ///
+            /// Cancel safe: dropping the future drops the half-made client.
             pub async fn manager(&self, options: LockOptions) -> $manager {
                 $manager::with_options(self.client().await, options).expect("valid options")
             }
@@ -282,6 +298,10 @@ impl VersionedSuite {
     }
 
     /// A new client.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future drops the half-made client.
     pub async fn client(&self) -> Arc<dyn VersionedStore> {
         (self.clients.connect)().await
     }
