@@ -1,7 +1,7 @@
-//! Every public async fn of the library crates documents its cancel safety:
-//! a `# Cancel safety` section on the fn, or, for a trait method, on the fn
-//! or on its trait. (lock-testkit, a test kit whose async fns are conformance
-//! cases and harness steps, is not checked.)
+//! Every public async fn of the library crates and lock-testkit documents its
+//! cancel safety: a `# Cancel safety` section on the fn, or, for a trait
+//! method, on the fn or on its trait. The conformance case functions are left
+//! out: they are test bodies, public only for the macros that run them.
 
 #![allow(clippy::expect_used, clippy::panic)]
 
@@ -9,14 +9,23 @@ mod support;
 
 use support::{rust_files, workspace};
 
-const LIBRARY_SOURCES: [&str; 6] = [
+const LIBRARY_SOURCES: [&str; 7] = [
     "src",
     "lock-core/src",
     "lock-memory/src",
     "lock-redis-lua/src",
     "lock-tair/src",
     "lock-redlock/src",
+    "lock-testkit/src",
 ];
+
+/// The conformance case files (`lock-testkit/src/conformance/*_cases.rs`).
+fn is_case_file(path: &std::path::Path) -> bool {
+    path.parent().is_some_and(|dir| dir.ends_with("conformance"))
+        && path
+            .file_name()
+            .is_some_and(|name| name.to_string_lossy().ends_with("_cases.rs"))
+}
 
 const SECTION: &str = "# Cancel safety";
 
@@ -81,14 +90,14 @@ fn every_public_async_fn_documents_cancel_safety() {
         rust_files(&workspace().join(dir), &mut files);
     }
     let (mut missing, mut documented) = (Vec::new(), 0);
-    for file in &files {
+    for file in files.iter().filter(|f| !is_case_file(f)) {
         let source = std::fs::read_to_string(file).expect("read");
         let name = file.strip_prefix(workspace()).unwrap_or(file).display().to_string();
         let (m, d) = undocumented(&name, &source);
         missing.extend(m);
         documented += d;
     }
-    assert!(documented > 50, "found the public async fns ({documented})");
+    assert!(documented > 90, "found the public async fns ({documented})");
     assert!(
         missing.is_empty(),
         "public async fns without a `{SECTION}` section:\n{}",
