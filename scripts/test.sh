@@ -54,6 +54,9 @@ cargo fmt --all --check
 echo "==> cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 
+echo "==> lock-testkit without its server harness (the conformance suite alone, for backend authors)"
+cargo check --quiet -p lock-testkit --no-default-features --tests
+
 echo "==> cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --quiet --workspace --all-features --no-deps
 

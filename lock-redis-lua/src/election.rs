@@ -17,7 +17,7 @@ use lock_core::{
 };
 
 use crate::error::{Access, BACKEND, unexpected_reply};
-use crate::replies::{bytes_of, decimal};
+use crate::replies::bytes_of;
 use crate::scripts::LuaScript;
 use crate::{Call, RedisLuaBackend, keys};
 
@@ -63,11 +63,11 @@ impl ElectionBackend for RedisLuaBackend {
         validate_ttl(ttl)?;
         validate_identity(identity)?;
         let hex = token.hex_bytes();
-        let mut ms = [0u8; 20];
+        let mut ms = itoa::Buffer::new();
         let call = Call::Script {
             script: &scripts().lead,
             keys: &[&keys.lead, &keys.term],
-            args: &[&hex, identity, decimal(ttl_millis(ttl), &mut ms)],
+            args: &[&hex, identity, ms.format(ttl_millis(ttl)).as_bytes()],
         };
         let op = "campaign";
         let value = self.inner.exec(op, &keys.lead, Access::Write, call).await?;
@@ -105,11 +105,11 @@ impl ElectionBackend for RedisLuaBackend {
         let keys = self.election_keys(name)?;
         validate_ttl(ttl)?;
         let hex = token.hex_bytes();
-        let mut ms = [0u8; 20];
+        let mut ms = itoa::Buffer::new();
         let call = Call::Script {
             script: &scripts().renew,
             keys: &[&keys.lead],
-            args: &[&hex, decimal(ttl_millis(ttl), &mut ms)],
+            args: &[&hex, ms.format(ttl_millis(ttl)).as_bytes()],
         };
         let value = self
             .inner

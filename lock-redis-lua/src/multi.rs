@@ -15,7 +15,6 @@ use lock_core::options::{ttl_millis, validate_key, validate_ttl};
 use lock_core::{AcquireOutcome, Error, Lease, LockToken, MultiLockBackend, ReleaseOutcome, RenewOutcome, Result};
 
 use crate::error::{Access, BACKEND, unexpected_reply};
-use crate::replies::decimal;
 use crate::scripts::LuaScript;
 use crate::{Call, RedisLuaBackend, keys};
 
@@ -63,11 +62,11 @@ impl MultiLockBackend for RedisLuaBackend {
         self.check_multi(set)?;
         validate_ttl(ttl)?;
         let hex = token.hex_bytes();
-        let mut ms = [0u8; 20];
+        let mut ms = itoa::Buffer::new();
         let call = Call::Script {
             script: &scripts().acquire,
             keys: set,
-            args: &[&hex, decimal(ttl_millis(ttl), &mut ms)],
+            args: &[&hex, ms.format(ttl_millis(ttl)).as_bytes()],
         };
         let op = "multi-key acquire";
         let value = self.inner.exec(op, set[0], Access::Write, call).await?;
@@ -104,11 +103,11 @@ impl MultiLockBackend for RedisLuaBackend {
         self.check_multi(set)?;
         validate_ttl(ttl)?;
         let hex = token.hex_bytes();
-        let mut ms = [0u8; 20];
+        let mut ms = itoa::Buffer::new();
         let call = Call::Script {
             script: &scripts().renew,
             keys: set,
-            args: &[&hex, decimal(ttl_millis(ttl), &mut ms)],
+            args: &[&hex, ms.format(ttl_millis(ttl)).as_bytes()],
         };
         let op = "multi-key renew";
         match self.inner.exec(op, set[0], Access::Write, call).await? {

@@ -11,7 +11,6 @@ use lock_core::{LockToken, ReleaseOutcome, Result};
 use crate::connection::Conn;
 use crate::error::{Access, command_error, op_timeout, unexpected_reply};
 use crate::keys::{self, Helper};
-use crate::replies::decimal;
 use crate::scripts::LuaScript;
 use crate::{Call, Inner, check_key};
 
@@ -22,8 +21,8 @@ impl Inner {
         let marker = self.notifier.as_ref().map(|_| keys::helper(key, Helper::Waiting));
         let tombstone = self.tombstone(key, Helper::Released);
         let id = tombstone.as_ref().map(|_| self.write_ids.next());
-        let mut ms = [0u8; 20];
-        let ms = decimal(ttl_millis(self.resend_window()), &mut ms);
+        let mut ms = itoa::Buffer::new();
+        let ms = ms.format(ttl_millis(self.resend_window())).as_bytes();
         let (script, keys, args): (&LuaScript, &[&str], &[&[u8]]) = match (&marker, &tombstone, &id) {
             (Some(marker), _, _) => (&self.scripts.release_notify, &[key, marker.as_str()], &[&hex]),
             (None, Some(tombstone), Some(id)) => (
@@ -90,9 +89,11 @@ impl Inner {
     /// A failure only costs the waiter its timer.
     pub(crate) async fn mark_waiting(&self, key: &str, max_wait: Duration) -> bool {
         let marker = keys::helper(key, Helper::Waiting);
-        let mut ms = [0u8; 20];
+        let mut ms = itoa::Buffer::new();
         // The margin covers the round trips between the waiter and the server.
-        let ms = decimal(ttl_millis(max_wait).saturating_add(WAITING_MARGIN_MS), &mut ms);
+        let ms = ms
+            .format(ttl_millis(max_wait).saturating_add(WAITING_MARGIN_MS))
+            .as_bytes();
         let call = Call::Script {
             script: &self.scripts.mark_waiting,
             keys: &[key, &marker],

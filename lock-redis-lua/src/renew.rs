@@ -11,7 +11,7 @@ use lock_core::{Error, LockToken, RenewBatch, RenewOutcome, Replication, Result}
 
 use crate::error::{Access, BACKEND, is_wrong_type, same_error, unexpected_reply};
 use crate::keys;
-use crate::replies::{array, decimal, redis_error, refuses_set_nx_get};
+use crate::replies::{array, redis_error, refuses_set_nx_get};
 use crate::{Call, Inner, check_key};
 
 impl Inner {
@@ -24,11 +24,11 @@ impl Inner {
             return Ok(outcome);
         }
         let hex = token.hex_bytes();
-        let mut ms = [0u8; 20];
+        let mut ms = itoa::Buffer::new();
         let call = Call::Script {
             script: &self.scripts.renew,
             keys: &[key],
-            args: &[&hex, decimal(ttl_millis(ttl), &mut ms)],
+            args: &[&hex, ms.format(ttl_millis(ttl)).as_bytes()],
         };
         let (value, replication) = match &self.replica_ack {
             Some(ack) => {
@@ -55,8 +55,8 @@ impl Inner {
     /// (a node of a cluster not upgraded yet): the script decides, from now on.
     async fn renew_native(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<Option<RenewOutcome>> {
         let hex = token.hex_bytes();
-        let mut ms = [0u8; 20];
-        let ms = decimal(ttl_millis(ttl), &mut ms);
+        let mut ms = itoa::Buffer::new();
+        let ms = ms.format(ttl_millis(ttl));
         let mut cmd = Cmd::with_capacity(8, 3 + key.len() + 2 * hex.len() + 4 + 2 + ms.len() + 3);
         cmd.arg("SET")
             .arg(key)
@@ -127,8 +127,8 @@ impl Inner {
     pub(crate) async fn renew_many(&self, items: &[(&str, &LockToken)], ttl: Duration) -> Vec<Result<RenewOutcome>> {
         let cluster = self.cluster;
         let batch = RenewBatch::new(items, ttl, RENEW_MANY_CHUNK, |key| cluster.then(|| keys::slot(key)));
-        let mut ms = [0u8; 20];
-        let ms = decimal(ttl_millis(ttl), &mut ms);
+        let mut ms = itoa::Buffer::new();
+        let ms = ms.format(ttl_millis(ttl)).as_bytes();
         let calls = batch.chunks().iter().map(|chunk| self.renew_chunk(items, chunk, ms));
         let outcomes = futures::future::join_all(calls).await;
         batch.finish(items, outcomes, BACKEND)

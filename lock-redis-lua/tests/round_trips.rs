@@ -155,8 +155,8 @@ async fn update_retries_without_re_reading() {
         ["evalsha", "evalsha"],
         "a conflicting write, then the write: no read in between"
     );
-    let done = store.update("n", &opts, incr).await.unwrap();
-    assert_eq!(done.value, b"4");
+    let done = store.update("n", |old| Some(incr(old))).await.unwrap();
+    assert_eq!(done.expect("written").value, b"4");
     assert_eq!(
         sent(&mut monitor, &server).await,
         ["hmget", "evalsha"],

@@ -43,6 +43,11 @@ impl LeaderInfo {
 }
 
 /// Primitive, owner-checked election operations: one round trip each.
+///
+/// # Cancel safety
+///
+/// As [`LockBackend`]: dropping a call's future leaves its outcome unknown
+/// (a write applied whole or not at all) and must leave the backend usable.
 #[async_trait]
 pub trait ElectionBackend: LockBackend {
     /// Become leader of `name` with `identity` for `ttl` if there is none

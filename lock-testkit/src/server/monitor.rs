@@ -24,6 +24,10 @@ impl Monitor {
     ///
     /// # Errors
     /// Connection errors, or a server refusing `MONITOR`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future drops its connection.
     pub async fn start(server: &RedisServer) -> HarnessResult<Monitor> {
         let mut client = server.client().await?;
         let ok = client.cmd(&["MONITOR"]).await?;
@@ -41,6 +45,12 @@ impl Monitor {
     ///
     /// # Errors
     /// Connection errors or an unreadable `MONITOR` line.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropping the future part-way loses the lines it has
+    /// read, and a later call also returns this call's `ECHO` marker. Drop
+    /// the monitor instead.
     pub async fn client_commands(&mut self, server: &RedisServer) -> HarnessResult<Vec<Vec<String>>> {
         static MARKERS: AtomicU64 = AtomicU64::new(0);
         let marker = format!("verrou-monitor-marker-{}", MARKERS.fetch_add(1, Ordering::Relaxed));
