@@ -3,7 +3,9 @@
 //! keys. On a cluster all keys must share one slot (one script touches them
 //! all); otherwise the call fails with `InvalidArgument` before anything is
 //! sent. Grants are not followed by `WAIT`: with [`crate::ReplicaAck`] the
-//! backend says `multi_key_locks: false` and refuses.
+//! backend says `multi_key_locks: false` and refuses. With release
+//! notifications on, the release announces each freed key that a mutex
+//! waiter marked, as the mutex's release does ([`RELEASE_ALL_NOTIFY`]).
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -15,12 +17,40 @@ use lock_core::options::{ttl_millis, validate_key, validate_ttl};
 use lock_core::{AcquireOutcome, Error, Lease, LockToken, MultiLockBackend, ReleaseOutcome, RenewOutcome, Result};
 
 use crate::error::{Access, BACKEND, unexpected_reply};
+use crate::keys::Helper;
 use crate::scripts::LuaScript;
 use crate::{Call, RedisLuaBackend, keys};
+
+/// KEYS the `n` keys, then their `n` waiter markers; ARGV[1] token. As
+/// `multi_lua::RELEASE_ALL` (every `GET` before the first write), and each
+/// freed key whose marker a waiter left is announced on its channel, as
+/// `scripts::RELEASE_NOTIFY` does for one key: one `DEL` of key and marker,
+/// 2 deleted means a waiter waits.
+const RELEASE_ALL_NOTIFY: &str = r"
+local n = #KEYS / 2
+local cur, mine, other = {}, 0, 0
+for i = 1, n do
+  cur[i] = redis.call('GET', KEYS[i])
+  if cur[i] == ARGV[1] then
+    mine = mine + 1
+  elseif cur[i] then
+    other = other + 1
+  end
+end
+for i = 1, n do
+  if cur[i] == ARGV[1] and redis.call('DEL', KEYS[i], KEYS[n + i]) == 2 then
+    redis.pcall('PUBLISH', 'verrou:released:' .. KEYS[i], '1')
+  end
+end
+if mine == n then return 1 end
+if other > 0 then return 2 end
+return 0
+";
 
 struct MultiScripts {
     acquire: LuaScript,
     release: LuaScript,
+    release_notify: LuaScript,
     renew: LuaScript,
 }
 
@@ -29,6 +59,7 @@ fn scripts() -> &'static MultiScripts {
     SCRIPTS.get_or_init(|| MultiScripts {
         acquire: LuaScript::new(multi_lua::ACQUIRE_ALL),
         release: LuaScript::new(multi_lua::RELEASE_ALL),
+        release_notify: LuaScript::new(RELEASE_ALL_NOTIFY),
         renew: LuaScript::new(multi_lua::RENEW_ALL),
     })
 }
@@ -85,9 +116,23 @@ impl MultiLockBackend for RedisLuaBackend {
     async fn release_all(&self, set: &[&str], token: &LockToken) -> Result<ReleaseOutcome> {
         self.check_multi(set)?;
         let hex = token.hex_bytes();
+        // Notifications are standalone only: the markers need no slot.
+        let with_markers: Vec<String>;
+        let keys_and_markers: Vec<&str>;
+        let (script, keys) = if self.inner.notifier.is_some() {
+            with_markers = set.iter().map(|k| keys::helper(k, Helper::Waiting)).collect();
+            keys_and_markers = set
+                .iter()
+                .copied()
+                .chain(with_markers.iter().map(String::as_str))
+                .collect();
+            (&scripts().release_notify, keys_and_markers.as_slice())
+        } else {
+            (&scripts().release, set)
+        };
         let call = Call::Script {
-            script: &scripts().release,
-            keys: set,
+            script,
+            keys,
             args: &[&hex],
         };
         let op = "multi-key release";
@@ -116,5 +161,14 @@ impl MultiLockBackend for RedisLuaBackend {
             Value::Int(0) => Ok(RenewOutcome::Missing),
             other => Err(unexpected_reply(op, set[0], &other)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_multi_release_publishes_on_the_notifier_channel() {
+        let publish = format!("'{}' .. KEYS[i]", crate::notify::CHANNEL_PREFIX);
+        assert!(super::RELEASE_ALL_NOTIFY.contains(&publish));
     }
 }

@@ -390,7 +390,7 @@ macro_rules! __rw_cases {
             one_writer_or_many_readers, readers_share, writer_excludes_everyone,
             waiting_writer_holds_new_readers_back, expiry_returns_dead_holders_lock,
             stale_holder_cannot_release_or_renew, lost_fires_by_deadline_when_backend_hangs,
-            with_rw_returns_output);
+            with_rw_returns_output, names_with_and_without_a_hash_tag_are_separate);
     };
 }
 
@@ -410,7 +410,7 @@ macro_rules! __election_cases {
         $crate::__conformance_cases!($attr, $suite, election_cases:
             one_leader_at_a_time, leader_reads_identity_and_term, every_observer_sees_the_change,
             expiry_hands_over, stale_leader_cannot_resign_or_renew, lost_fires_by_deadline_when_backend_hangs,
-            invalid_campaigns_are_rejected);
+            invalid_campaigns_are_rejected, names_with_and_without_a_hash_tag_are_separate);
     };
 }
 
@@ -423,7 +423,7 @@ macro_rules! __semaphore_cases {
             stale_holder_cannot_release_or_renew, release_before_acquire_refuses_the_late_acquire,
             size_mismatch_is_an_error, invalid_requests_are_rejected,
             auto_renew_keeps_permits, drop_returns_permits, lost_fires_by_deadline_when_backend_hangs,
-            with_permits_returns_output, fencing_tokens_increase);
+            with_permits_returns_output, fencing_tokens_increase, names_with_and_without_a_hash_tag_are_separate);
     };
 }
 
