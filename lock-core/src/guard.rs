@@ -32,7 +32,7 @@ pub(crate) struct LeaseState {
     /// One TTL change (renewal or `extend`) in flight per lease: the server
     /// then applies them in the order the guard records them, so the local
     /// deadline follows the TTL the server applied last.
-    ttl_change: tokio::sync::Mutex<()>,
+    pub(crate) ttl_change: tokio::sync::Mutex<()>,
     /// The smallest TTL of a TTL change whose outcome is unknown (timed out,
     /// or dropped after sending): the server may still apply it at any later
     /// moment, so no later deadline may count on more than that TTL.
@@ -40,6 +40,8 @@ pub(crate) struct LeaseState {
     /// The manager's lanes: the head waiter for this key is told when we release.
     lanes: Option<Lanes>,
     pub(crate) observed: crate::observe::LeaseObs,
+    /// The lease's place in its manager's renewal queue (auto-renewal only).
+    pub(crate) renew_slot: crate::renewer::Slot,
 }
 
 /// A TTL change sent but not answered yet: dropped armed (unknown outcome,
@@ -99,6 +101,7 @@ impl LeaseState {
             unknown_ttl: Mutex::new(None),
             lanes,
             observed: Default::default(),
+            renew_slot: Default::default(),
         }
     }
 
@@ -146,7 +149,7 @@ impl LeaseState {
     /// applied, and may still be applied at any later moment, which gives the
     /// key at least `sent_at + ttl`: the deadline drops to that if it was
     /// later, and every later deadline counts on no more than `ttl`.
-    fn outcome_unknown(&self, sent_at: Instant, ttl: Duration) {
+    pub(crate) fn outcome_unknown(&self, sent_at: Instant, ttl: Duration) {
         {
             let mut unknown = match self.unknown_ttl.lock() {
                 Ok(t) => t,
@@ -375,8 +378,9 @@ pub struct LockGuard {
     pub(crate) handle: LeaseHandle,
     pub(crate) ttl: Duration,
     pub(crate) op_timeout: Duration,
-    /// Cancels the renewer; cancelled on release and on drop.
-    pub(crate) renewer_stop: CancellationToken,
+    /// The renewer renewing this lease (auto-renewal only); told to stop on
+    /// release and on drop.
+    pub(crate) renewer: Option<crate::renewer::Renewer>,
     pub(crate) released: bool,
 }
 
@@ -511,7 +515,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub async fn release(mut self) -> Result<ReleaseOutcome> {
-        self.renewer_stop.cancel();
+        self.stop_renewing();
         let state = self.handle.state.clone();
         let call = state.backend.release(&state.key, &state.token);
         let result = match tokio::time::timeout(self.op_timeout, call).await {
@@ -535,9 +539,17 @@ impl LockGuard {
     }
 }
 
+impl LockGuard {
+    fn stop_renewing(&mut self) {
+        if let Some(renewer) = self.renewer.take() {
+            renewer.stop(&self.handle.state);
+        }
+    }
+}
+
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        self.renewer_stop.cancel();
+        self.stop_renewing();
         let state = self.handle.state.clone();
         // First end the lease: a deadline that already passed is reported as
         // a loss (observe::lost), a clean end only as an end.

@@ -135,17 +135,11 @@ pub(crate) fn with_lock_span(key: &str) -> Span {
     tracing::debug_span!("verrou.with_lock", key, held_us = Empty, outcome = Empty)
 }
 
-/// The span of a lease's renewer task: a root (it outlives the `lock` call)
-/// that follows from the span that acquired the lease.
-pub(crate) fn renewer_span(state: &LeaseState) -> Span {
-    let span = tracing::debug_span!(
-        parent: None,
-        "verrou.renewer",
-        key = %state.key,
-        fencing_token = state.fencing_token.map(|t| t.0),
-    );
-    span.follows_from(Span::current());
-    span
+/// The span of one batch of renewals (the manager's renewer renews the
+/// leases due in the same tick together): a root, since it outlives the
+/// `lock` calls that acquired them.
+pub(crate) fn renewer_span(leases: usize) -> Span {
+    tracing::debug_span!(parent: None, "verrou.renewer", leases)
 }
 
 /// A renewal sent at `sent_at` succeeded; called before the deadline moves.
