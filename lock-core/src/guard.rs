@@ -109,6 +109,14 @@ impl LeaseState {
         self.validity.borrow().deadline
     }
 
+    /// Change the validity; receivers are told only if `change` changed it
+    /// and someone watches (`lost()` subscribes before reading it), since
+    /// telling nobody still wakes every shard of the channel's notifier.
+    fn update_validity(&self, change: impl FnOnce(&mut Validity) -> bool) {
+        self.validity
+            .send_if_modified(|v| change(v) && self.validity.receiver_count() > 0);
+    }
+
     fn unknown_ttl(&self) -> Option<Duration> {
         match self.unknown_ttl.lock() {
             Ok(t) => *t,
@@ -131,7 +139,7 @@ impl LeaseState {
         }
         crate::observe::renewed(self, sent_at);
         let deadline = self.deadline_for(sent_at, ttl);
-        self.validity.send_if_modified(|v| {
+        self.update_validity(|v| {
             // Checked under the channel's lock: `mark_lost` cancels before it
             // takes that lock, so a loss is never overwritten by a renewal.
             if self.lost.is_cancelled() || sent_at < v.since {
@@ -158,7 +166,7 @@ impl LeaseState {
             *unknown = Some(unknown.map_or(ttl, |t| t.min(ttl)));
         }
         let capped = self.deadline_for(sent_at, ttl);
-        self.validity.send_if_modified(|v| {
+        self.update_validity(|v| {
             if v.deadline <= capped {
                 return false;
             }
@@ -210,7 +218,7 @@ impl LeaseState {
         }
         self.lost.cancel();
         let now = Instant::now();
-        self.validity.send_if_modified(|v| {
+        self.update_validity(|v| {
             if v.deadline <= now {
                 return false;
             }

@@ -92,7 +92,9 @@ pub(crate) async fn acquiring<F>(wait: bool, span: Span, acquire: F) -> Result<O
 where
     F: Future<Output = Result<Option<LockGuard>>>,
 {
-    let started = Instant::now();
+    // Timing costs two clock reads per call: only when someone records it.
+    let timed = cfg!(feature = "metrics") || !span.is_disabled();
+    let started = timed.then(Instant::now);
     let counted = async {
         let result = acquire.await;
         (result, ATTEMPTS.try_with(|a| a.made.get()).unwrap_or(0))
@@ -101,7 +103,7 @@ where
         .scope(Attempts::default(), counted)
         .instrument(span.clone())
         .await;
-    let waited = started.elapsed();
+    let waited = started.map_or(Duration::ZERO, |t| t.elapsed());
     let outcome = match &result {
         Ok(Some(_)) => "acquired",
         Ok(None) if wait => "timeout",
@@ -197,6 +199,9 @@ pub(crate) fn lost(state: &LeaseState, reason: LossReason) {
 pub(crate) fn ended(state: &LeaseState) {
     if state.observed.ended.swap(true, Ordering::AcqRel) {
         return;
+    }
+    if !cfg!(feature = "metrics") && !tracing::enabled!(tracing::Level::TRACE) {
+        return; // nobody records the hold time: no clock read
     }
     let held = state.acquired_at.elapsed();
     tracing::trace!(key = %state.key, held_us = micros(held), "lease ended");
