@@ -27,7 +27,11 @@ pub(crate) struct LeaseState {
     /// The local deadline, published so that `lost()` waiters re-arm
     /// whenever it moves (earlier too: `extend` with a shorter TTL).
     validity: watch::Sender<Validity>,
-    lost: CancellationToken,
+    /// Set once the lease is lost or ended; `lost()` watchers are woken
+    /// through `validity`.
+    lost: AtomicBool,
+    /// Created by the first `lost_token()` only (most leases never need one).
+    lost_token: OnceLock<CancellationToken>,
     loss_reason: OnceLock<LossReason>,
     /// One TTL change (renewal or `extend`) in flight per lease: the server
     /// then applies them in the order the guard records them, so the local
@@ -95,7 +99,8 @@ impl LeaseState {
                 since: grant.sent_at,
                 deadline: grant.deadline,
             }),
-            lost: CancellationToken::new(),
+            lost: AtomicBool::new(false),
+            lost_token: OnceLock::new(),
             loss_reason: OnceLock::new(),
             ttl_change: tokio::sync::Mutex::new(()),
             unknown_ttl: Mutex::new(None),
@@ -142,7 +147,7 @@ impl LeaseState {
         self.update_validity(|v| {
             // Checked under the channel's lock: `mark_lost` cancels before it
             // takes that lock, so a loss is never overwritten by a renewal.
-            if self.lost.is_cancelled() || sent_at < v.since {
+            if self.lost.load(Ordering::SeqCst) || sent_at < v.since {
                 return false;
             }
             *v = Validity {
@@ -216,13 +221,17 @@ impl LeaseState {
         if self.loss_reason.set(reason).is_ok() {
             crate::observe::lost(self, reason);
         }
-        self.lost.cancel();
+        self.lost.store(true, Ordering::SeqCst);
+        if let Some(token) = self.lost_token.get() {
+            token.cancel();
+        }
         let now = Instant::now();
+        // Always a change for watchers: the loss itself. A watcher that
+        // subscribes after this sees the flag (set before the channel lock).
         self.update_validity(|v| {
-            if v.deadline <= now {
-                return false;
+            if v.deadline > now {
+                v.deadline = now;
             }
-            v.deadline = now;
             true
         });
     }
@@ -237,7 +246,7 @@ impl LeaseState {
 
     /// Lost by signal, or past the deadline (which then becomes the signal).
     pub(crate) fn is_lost(&self) -> bool {
-        if self.lost.is_cancelled() {
+        if self.lost.load(Ordering::SeqCst) {
             return true;
         }
         if Instant::now() >= self.deadline() {
@@ -255,14 +264,18 @@ impl LeaseState {
         let mut validity = self.validity.subscribe();
         loop {
             let deadline = validity.borrow_and_update().deadline;
+            // After reading the channel: a loss marked later wakes us there.
+            if self.lost.load(Ordering::SeqCst) {
+                return self.reason();
+            }
             tokio::select! {
-                () = self.lost.cancelled() => return self.reason(),
                 () = tokio::time::sleep_until(deadline) => {
                     if self.is_lost() {
                         return self.reason();
                     }
                 }
-                // The deadline moved (we hold the sender: this never errs).
+                // The deadline moved, or the lease was lost (we hold the
+                // sender: this never errs).
                 Ok(()) = validity.changed() => {}
             }
         }
@@ -282,7 +295,7 @@ impl std::fmt::Debug for LeaseHandle {
             .field("key", &self.state.key)
             .field("fencing_token", &self.state.fencing_token)
             .field("remaining", &self.remaining())
-            .field("lost", &self.state.lost.is_cancelled())
+            .field("lost", &self.state.lost.load(Ordering::SeqCst))
             .finish()
     }
 }
@@ -359,7 +372,12 @@ impl LeaseHandle {
     /// outside a runtime, only a signalled loss cancels it). After a release
     /// the deadline no longer moves, so the token fires at it.
     pub fn lost_token(&self) -> CancellationToken {
-        let token = self.state.lost.child_token();
+        let parent = self.state.lost_token.get_or_init(CancellationToken::new);
+        // A loss marked before the token existed could not cancel it.
+        if self.state.lost.load(Ordering::SeqCst) {
+            parent.cancel();
+        }
+        let token = parent.child_token();
         if !token.is_cancelled()
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
