@@ -1,8 +1,9 @@
 //! What the manager itself reports about each lease, whichever backend and
 //! layers sit below it: a `verrou.lock` span around every `lock` / `try_lock`
 //! (attempts, wait time, outcome), a `verrou.with_lock` span around scoped
-//! sections, a `verrou.renewer` span per auto-renewed lease, and an `error!`
-//! event when a lease is lost (key, reason, how late it was noticed).
+//! sections, a `verrou.renewer` span per batch of renewals (`leases`: how
+//! many were due together), and an `error!` event when a lease is lost (key,
+//! reason, how late it was noticed).
 //!
 //! With the `metrics` feature the same points feed the [`metrics`] facade
 //! (any exporter: Prometheus, StatsD, OpenTelemetry):
