@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -26,9 +26,11 @@ pub(crate) struct LeaseState {
     pub(crate) drift_factor: f64,
     /// The local deadline, published so that `lost()` waiters re-arm
     /// whenever it moves (earlier too: `extend` with a shorter TTL).
-    validity: watch::Sender<Validity>,
+    validity: Mutex<Validity>,
+    /// Woken whenever `validity` or the loss flag changes.
+    changed: Notify,
     /// Set once the lease is lost or ended; `lost()` watchers are woken
-    /// through `validity`.
+    /// through `changed`.
     lost: AtomicBool,
     /// Created by the first `lost_token()` only (most leases never need one).
     lost_token: OnceLock<CancellationToken>,
@@ -95,10 +97,11 @@ impl LeaseState {
             replication: grant.lease.replication,
             acquired_at: grant.sent_at,
             drift_factor,
-            validity: watch::Sender::new(Validity {
+            validity: Mutex::new(Validity {
                 since: grant.sent_at,
                 deadline: grant.deadline,
             }),
+            changed: Notify::new(),
             lost: AtomicBool::new(false),
             lost_token: OnceLock::new(),
             loss_reason: OnceLock::new(),
@@ -111,15 +114,25 @@ impl LeaseState {
     }
 
     pub(crate) fn deadline(&self) -> Instant {
-        self.validity.borrow().deadline
+        self.validity().deadline
     }
 
-    /// Change the validity; receivers are told only if `change` changed it
-    /// and someone watches (`lost()` subscribes before reading it), since
-    /// telling nobody still wakes every shard of the channel's notifier.
+    fn validity(&self) -> std::sync::MutexGuard<'_, Validity> {
+        // Every update is one assignment: a poisoned lock is consistent.
+        match self.validity.lock() {
+            Ok(v) => v,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Change the validity and wake `lost()` watchers if `change` says it
+    /// changed it (a plain `Notify`: a `watch` channel woke its 8 notifier
+    /// shards on every change and on drop).
     fn update_validity(&self, change: impl FnOnce(&mut Validity) -> bool) {
-        self.validity
-            .send_if_modified(|v| change(v) && self.validity.receiver_count() > 0);
+        let changed = change(&mut self.validity());
+        if changed {
+            self.changed.notify_waiters();
+        }
     }
 
     fn unknown_ttl(&self) -> Option<Duration> {
@@ -145,7 +158,7 @@ impl LeaseState {
         crate::observe::renewed(self, sent_at);
         let deadline = self.deadline_for(sent_at, ttl);
         self.update_validity(|v| {
-            // Checked under the channel's lock: `mark_lost` cancels before it
+            // Checked under the validity lock: `mark_lost` sets the flag before it
             // takes that lock, so a loss is never overwritten by a renewal.
             if self.lost.load(Ordering::SeqCst) || sent_at < v.since {
                 return false;
@@ -227,7 +240,7 @@ impl LeaseState {
         }
         let now = Instant::now();
         // Always a change for watchers: the loss itself. A watcher that
-        // subscribes after this sees the flag (set before the channel lock).
+        // registers after this sees the flag (set before the lock).
         self.update_validity(|v| {
             if v.deadline > now {
                 v.deadline = now;
@@ -261,22 +274,24 @@ impl LeaseState {
     }
 
     pub(crate) async fn wait_lost(self: Arc<Self>) -> LossReason {
-        let mut validity = self.validity.subscribe();
         loop {
-            let deadline = validity.borrow_and_update().deadline;
-            // After reading the channel: a loss marked later wakes us there.
+            // Registered before reading the state: a change made after the
+            // read wakes us.
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
             if self.lost.load(Ordering::SeqCst) {
                 return self.reason();
             }
+            let deadline = self.deadline();
             tokio::select! {
                 () = tokio::time::sleep_until(deadline) => {
                     if self.is_lost() {
                         return self.reason();
                     }
                 }
-                // The deadline moved, or the lease was lost (we hold the
-                // sender: this never errs).
-                Ok(()) = validity.changed() => {}
+                // The deadline moved, or the lease was lost.
+                () = &mut changed => {}
             }
         }
     }
