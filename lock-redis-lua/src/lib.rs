@@ -389,16 +389,18 @@ impl Inner {
         acquire: Option<(&LockToken, Duration)>,
     ) -> Result<Value> {
         let (checkout, mut conn) = self.shared.get().await?;
-        if let Some((token, ttl)) = acquire {
-            self.in_flight.start(token, conn.clone(), ttl);
-        }
+        // Registered only if no answer comes (timeout, cancellation, a
+        // broken connection): the answered acquire costs no registry work.
+        let mut unanswered =
+            acquire.map(|(token, ttl)| in_flight::Unanswered::new(&self.in_flight, *token, conn.clone(), ttl));
         let budget = self.call_budget();
         let reply = tokio::time::timeout(budget, call.run(&mut conn)).await;
-        if let (Some((token, _)), Ok(r)) = (acquire, &reply)
+        if let (Some(unanswered), Ok(r)) = (&mut unanswered, &reply)
             && answered(r)
         {
-            self.in_flight.settled(token);
+            unanswered.answered();
         }
+        drop(unanswered);
         match reply {
             Ok(Ok(value)) => {
                 self.shared.succeeded(checkout);
