@@ -90,10 +90,10 @@ async fn main() -> verrou::Result<()> {
             let opts = UpdateOptions::default().max_attempts(1_000);
             for _ in 0..INCREMENTS {
                 store
-                    .update("quickstart:versioned", &opts, |old| {
+                    .update_opts("quickstart:versioned", &opts, |old| {
                         attempts.fetch_add(1, Ordering::Relaxed);
                         let n: u64 = old.and_then(|b| std::str::from_utf8(b).ok()?.parse().ok()).unwrap_or(0);
-                        (n + 1).to_string().into_bytes()
+                        Some((n + 1).to_string().into_bytes())
                     })
                     .await?;
                 tokio::task::yield_now().await;

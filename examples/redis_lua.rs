@@ -8,9 +8,7 @@
 use std::time::Duration;
 
 use verrou::redis_lua::RedisLuaBackend;
-use verrou::{
-    LockBackend, LockManager, LockOptions, LockToken, Renewal, UpdateOptions, VersionedStore, VersionedStoreExt,
-};
+use verrou::{LockBackend, LockManager, LockOptions, LockToken, Renewal, VersionedStore, VersionedStoreExt};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> verrou::Result<()> {
@@ -70,17 +68,20 @@ pub async fn run(url: String) -> verrou::Result<()> {
     // A versioned counter: compare-and-set by version, retried on conflict.
     let counter = "example:counter";
     for _ in 0..3 {
-        let v = backend
-            .update(counter, &UpdateOptions::default(), |old| {
+        let written = backend
+            .update(counter, |old| {
                 let n: u64 = old.and_then(|b| std::str::from_utf8(b).ok()?.parse().ok()).unwrap_or(0);
-                (n + 1).to_string().into_bytes()
+                Some((n + 1).to_string().into_bytes())
             })
             .await?;
-        println!(
-            "counter = {} (version {})",
-            String::from_utf8_lossy(&v.value),
-            v.version
-        );
+        // `None` only when the closure declines, which this one never does.
+        if let Some(v) = written {
+            println!(
+                "counter = {} (version {})",
+                String::from_utf8_lossy(&v.value),
+                v.version
+            );
+        }
     }
     if let Some(current) = backend.get(counter).await? {
         backend.delete(counter, current.version).await?;

@@ -84,9 +84,9 @@ pub async fn run(url: String) -> verrou::Result<()> {
             let opts = UpdateOptions::default().max_attempts(1_000);
             for _ in 0..INCREMENTS {
                 store
-                    .update(counter, &opts, |old| {
+                    .update_opts(counter, &opts, |old| {
                         let n: u64 = old.and_then(|b| std::str::from_utf8(b).ok()?.parse().ok()).unwrap_or(0);
-                        (n + 1).to_string().into_bytes()
+                        Some((n + 1).to_string().into_bytes())
                     })
                     .await?;
             }

@@ -54,11 +54,20 @@ cargo fmt --all --check
 echo "==> cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 
+echo "==> lock-testkit without its server harness (the conformance suite alone, for backend authors)"
+cargo check --quiet -p lock-testkit --no-default-features --tests
+
 echo "==> cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --quiet --workspace --all-features --no-deps
 
 echo "==> cargo test"
 cargo test --workspace --all-features
+
+# The same suites on Valkey 8.1 (the backend renews with its native SET IFEQ
+# there), through the harness's VERROU_REDIS_SERVER override.
+valkey=$(scripts/valkey.sh)
+echo "==> cargo test on Valkey ($valkey): redis-lua and redlock"
+VERROU_REDIS_SERVER="$valkey" cargo test -p lock-redis-lua -p lock-redlock --all-features
 
 echo "==> benchmark smoke test (quick mode, no timing assertions)"
 cargo run --quiet -p verrou-bench -- --quick

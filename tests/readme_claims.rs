@@ -4,14 +4,12 @@
 
 #![allow(clippy::expect_used, clippy::panic)]
 
-use std::path::{Path, PathBuf};
+mod support;
+
 use std::time::Duration;
 
+use support::{rust_files, workspace};
 use verrou::{Backoff, LockOptions, Renewal};
-
-fn workspace() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
 
 /// The "verrou" column of the README's `## Defaults` table, by setting.
 fn readme_defaults() -> Vec<(String, String)> {
@@ -110,18 +108,6 @@ fn the_readme_defaults_table_is_lock_options_default() {
                 // "longer is refused": lock-core's option_bounds tests.
             }
             other => panic!("unchecked row {other:?}"),
-        }
-    }
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
         }
     }
 }

@@ -3,8 +3,9 @@
 
 use std::fmt::Write as _;
 
-use crate::results::{Kind, Results};
+use crate::results::{Kind, Library, RAW_FRED, RAW_REDIS_RS, Results};
 use crate::targets;
+use crate::targets::LATENCY_VS_RAW;
 
 /// One bar.
 struct Bar {
@@ -200,7 +201,7 @@ fn panels(r: &Results) -> Vec<Panel> {
     for l in r.latency.iter().chain(&r.latency_multi) {
         out.push(Panel {
             title: format!(
-                "2. Sequential pair latency p50, {} runtime (µs; red tick: 1.15 × 2 × PING p50, same library)",
+                "2. Sequential pair latency p50, {} runtime (µs; red tick: 1.05 × the raw client's pair p50, same library)",
                 l.runtime
             ),
             unit: "µs",
@@ -212,10 +213,17 @@ fn panels(r: &Results) -> Vec<Panel> {
                     label: row.label.clone(),
                     value: row.m.latencies.p50().as_secs_f64() * 1e6,
                     kind: row.kind,
-                    marker: if row.label.starts_with("PING") {
-                        None
+                    marker: if row.kind == Kind::Verrou {
+                        let raw = match lib {
+                            Library::RedisRs => RAW_REDIS_RS,
+                            Library::Fred => RAW_FRED,
+                        };
+                        l.rows
+                            .iter()
+                            .find(|(_, r)| r.label == raw)
+                            .map(|(_, r)| r.m.latencies.p50().as_secs_f64() * 1e6 * LATENCY_VS_RAW)
                     } else {
-                        l.ping_p50(*lib).map(|p| p.as_secs_f64() * 1e6 * 2.0 * 1.15)
+                        None
                     },
                 })
                 .collect(),

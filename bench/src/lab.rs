@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use lock_core::{LockBackend, VersionedStore};
+use lock_core::{ElectionBackend, LockBackend, MultiLockBackend, RwLockBackend, SemaphoreBackend, VersionedStore};
 use lock_memory::MemoryBackend;
 use lock_redis_lua::RedisLuaBackend;
 use lock_redlock::Redlock;
@@ -60,6 +60,12 @@ impl Backend {
         }
     }
 }
+
+/// A backend of every lock kind (a backend whose flags refuse a kind still
+/// implements its trait, answering `Unsupported`).
+pub trait AllKinds: SemaphoreBackend + RwLockBackend + MultiLockBackend + ElectionBackend {}
+
+impl<B: SemaphoreBackend + RwLockBackend + MultiLockBackend + ElectionBackend> AllKinds for B {}
 
 /// Servers: one main server with the Tair module (every single-instance row
 /// runs against it, rslock and the raw clients included), and five plain
@@ -144,6 +150,25 @@ impl Lab {
                 }
                 Ok(Arc::new(Redlock::new(nodes)?))
             }
+        }
+    }
+
+    /// A new backend instance for the lock kinds (scenario 8); the Lua
+    /// backend without notifications is not one of them.
+    pub async fn kinds_backend(&mut self, backend: Backend) -> BoxResult<Arc<dyn AllKinds>> {
+        match backend {
+            Backend::Memory => Ok(Arc::new(self.memory.clone())),
+            Backend::RedisLua => Ok(Arc::new(RedisLuaBackend::connect(&self.url()).await?)),
+            Backend::Tair => Ok(Arc::new(TairBackend::connect(&self.url()).await?)),
+            Backend::Redlock => {
+                let urls = self.redlock_instances().await?.urls();
+                let mut nodes: Vec<Arc<dyn LockBackend>> = Vec::with_capacity(urls.len());
+                for url in urls {
+                    nodes.push(Arc::new(RedisLuaBackend::connect(&url).await?));
+                }
+                Ok(Arc::new(Redlock::new(nodes)?))
+            }
+            Backend::RedisLuaQuiet => Err("the lock kinds run on the default Lua backend only".into()),
         }
     }
 

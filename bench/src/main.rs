@@ -1,4 +1,4 @@
-//! verrou-bench: runs every scenario of issue 7 against servers it starts
+//! verrou-bench: runs every scenario of issues 7 and 16 against servers it starts
 //! itself, for verrou's backends and their peers in the same run, and writes
 //! `BENCHMARKS.md` and `BENCHMARKS.svg`.
 //!
@@ -11,6 +11,7 @@ mod chart;
 mod contend;
 mod drive;
 mod env;
+mod holds;
 mod lab;
 mod locks;
 mod measure;
@@ -41,7 +42,8 @@ usage: verrou-bench [--quick] [--out DIR] [--only 1,3,...] [--filter TEXT]
   --out DIR    where BENCHMARKS.md and BENCHMARKS.svg go (default: the repository root;
                target/verrou-bench/ with --quick)
   --only LIST  run only these scenarios (1 uncontended, 2 latency, 3 hot key,
-               4 optimistic updates, 5 redlock, 6 memory, 7 many held locks)
+               4 optimistic updates, 5 redlock, 6 memory, 7 many held locks,
+               8 lock kinds)
   --filter TEXT  run only the rows whose label contains TEXT (for profiling one row)";
 
 /// Parsed command line.
@@ -71,9 +73,9 @@ fn parse_args(args: Vec<String>) -> Result<Args, String> {
                 let list = it.next().ok_or("--only needs a list like 1,3")?;
                 let only = list
                     .split(',')
-                    .map(|n| n.trim().parse::<u8>().ok().filter(|n| (1..=7).contains(n)))
+                    .map(|n| n.trim().parse::<u8>().ok().filter(|n| (1..=8).contains(n)))
                     .collect::<Option<Vec<u8>>>()
-                    .ok_or_else(|| format!("--only: not a list of scenarios 1-7: {list}"))?;
+                    .ok_or_else(|| format!("--only: not a list of scenarios 1-8: {list}"))?;
                 parsed.only = Some(only);
             }
             "--filter" => parsed.filter = Some(it.next().ok_or("--filter needs a text")?),
@@ -196,6 +198,10 @@ fn run(args: Args) -> BoxResult<bool> {
         eprintln!("7. {} held locks under auto-renewal", s.renew_locks);
         results.renewals = Some(rt.multi.block_on(scenarios::renewals(&mut lab, s, problems))?);
     }
+    if wants(8) {
+        eprintln!("8. lock kinds (semaphore, read-write, multi-key, election)");
+        results.kinds = Some(rt.multi.block_on(scenarios::kinds(&mut lab, s, problems))?);
+    }
     drop(lab);
     environment.load_after = env::load_average();
     let elapsed = started.elapsed();
@@ -255,7 +261,8 @@ mod tests {
     fn parses_the_command_line() {
         let a = parse_args(vec!["--quick".into(), "--only".into(), "1,7".into()]);
         assert!(a.as_ref().is_ok_and(|a| a.quick && a.only == Some(vec![1, 7])));
-        assert!(parse_args(vec!["--only".into(), "8".into()]).is_err());
+        assert!(parse_args(vec!["--only".into(), "8".into()]).is_ok_and(|a| a.only == Some(vec![8])));
+        assert!(parse_args(vec!["--only".into(), "9".into()]).is_err());
         assert!(parse_args(vec!["--bogus".into()]).is_err());
         assert_eq!(
             command_line(

@@ -159,14 +159,14 @@ impl Incrementer for StoreUpdate {
                     })
                     .await?
             }
-            None => {
-                self.store
-                    .update(key, &self.options, |old| {
-                        attempts += 1;
-                        (parse_counter(old) + 1).to_string().into_bytes()
-                    })
-                    .await?
-            }
+            None => self
+                .store
+                .update_opts(key, &self.options, |old| {
+                    attempts += 1;
+                    Some((parse_counter(old) + 1).to_string().into_bytes())
+                })
+                .await?
+                .ok_or("the increment never declines")?,
         };
         self.last().insert((task, key.to_owned()), written);
         Ok(attempts)

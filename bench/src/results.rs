@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use crate::contend::HotKey;
 use crate::drive::{Measured, per_op, per_sec, ratio};
-use crate::measure::Interval;
+use crate::holds::Peak;
+use crate::measure::{Interval, Latencies};
 
 /// Who a row measures (colours the chart).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -310,6 +311,66 @@ pub struct Renewals {
     pub rows: Vec<RenewRow>,
 }
 
+/// A lock-kind row (scenario 8).
+#[derive(Debug, Clone)]
+pub struct KindRow {
+    /// Backend label.
+    pub label: String,
+    /// The kind (`semaphore`, `read-write`, …).
+    pub kind: &'static str,
+    /// The load, e.g. `N = 4, 16 contenders`.
+    pub setup: String,
+    /// Acquisitions granted inside the window.
+    pub acquisitions: u64,
+    /// Their waits (acquire call to grant).
+    pub waits: Latencies,
+    /// Wall, CPU and server work of the window.
+    pub interval: Interval,
+    /// The bound, in words (`≤ 4 holders`).
+    pub bound: String,
+    /// The sweep over every recorded hold of the run (warm-up included).
+    pub peak: Peak,
+    /// Kind-specific invariants that failed (conserved balance, increasing terms).
+    pub broken: Vec<String>,
+    /// Kind-specific numbers (reads and writes, transfers, terms).
+    pub detail: String,
+    /// Failed calls, and the first message.
+    pub errors: u64,
+    /// The first error.
+    pub first_error: Option<String>,
+}
+
+impl KindRow {
+    /// Acquisitions per second.
+    pub fn rate(&self) -> f64 {
+        per_sec(self.acquisitions, self.interval.wall)
+    }
+
+    /// Client CPU per acquisition.
+    pub fn client_cpu_per_op(&self) -> Duration {
+        per_op(self.interval.client_cpu, self.acquisitions)
+    }
+
+    /// Server commands per acquisition.
+    pub fn commands_per_op(&self) -> f64 {
+        ratio(self.interval.server.commands as f64, self.acquisitions as f64)
+    }
+
+    /// The bound held over every hold and every other invariant held.
+    pub fn correct(&self) -> bool {
+        self.peak.violations == 0 && self.broken.is_empty()
+    }
+}
+
+/// Scenario 8.
+#[derive(Debug, Clone, Default)]
+pub struct Kinds {
+    /// Rows.
+    pub rows: Vec<KindRow>,
+    /// (backend, kinds it refuses by its capability flags).
+    pub unsupported: Vec<(String, Vec<&'static str>)>,
+}
+
 /// Everything.
 #[derive(Debug, Clone, Default)]
 pub struct Results {
@@ -331,6 +392,8 @@ pub struct Results {
     pub memory: Option<Memory>,
     /// Scenario 7.
     pub renewals: Option<Renewals>,
+    /// Scenario 8.
+    pub kinds: Option<Kinds>,
     /// Problems met on the way (a row that could not run, errors).
     pub problems: Vec<String>,
 }

@@ -1,16 +1,16 @@
-//! The targets of issue 7, checked against one run's numbers.
+//! The targets of issues 7 and 15, checked against one run's numbers.
 
 use crate::lab::Backend;
 use crate::results::{HotRow, Kind, Library, OpRow, RAW_FRED, RAW_REDIS_RS, RSLOCK, Results, Shape};
 
 /// Uncontended: Lua backend ≥ this × rslock.
-pub const LUA_VS_RSLOCK: f64 = 1.2;
+pub const LUA_VS_RSLOCK: f64 = 1.3;
 /// Uncontended: backend ≥ this × the raw client of its library.
-pub const VS_RAW: f64 = 0.9;
+pub const VS_RAW: f64 = 0.95;
 /// Client CPU per pair ≤ this × the raw client's.
-pub const CPU_VS_RAW: f64 = 1.1;
-/// Sequential pair p50 ≤ this × 2 × PING p50.
-pub const LATENCY_VS_PINGS: f64 = 1.15;
+pub const CPU_VS_RAW: f64 = 1.05;
+/// Sequential pair p50 ≤ this × the raw client's pair p50 (same commands).
+pub const LATENCY_VS_RAW: f64 = 1.05;
 /// Hot key: waiters' wait p99 ≤ this (ms).
 pub const HOT_WAIT_P99_MS: f64 = 25.0;
 /// Hot key: acquisitions/s ≥ this × rslock's (one server).
@@ -31,10 +31,13 @@ pub const HOT_MIN_SHARE: f64 = 0.5;
 pub const EXCAS_VS_EXGET: f64 = 0.6;
 /// Redlock ×5 pair p50 ≤ this × single instance.
 pub const REDLOCK_RATIO: f64 = 1.5;
+/// Redlock ×5: server commands per pair ≤ this (5 × SET + 5 × a
+/// compare-and-delete script of two commands, plus a tenth of a slack).
+pub const REDLOCK_COMMANDS: f64 = 20.1;
 /// Memory pair ≤ this × tokio's mutex.
 pub const MEMORY_RATIO: f64 = 5.0;
 /// Many held locks: client CPU ≤ this share of one core.
-pub const RENEW_CORE_SHARE: f64 = 0.05;
+pub const RENEW_CORE_SHARE: f64 = 0.02;
 
 /// One checked target.
 #[derive(Debug, Clone)]
@@ -156,28 +159,26 @@ fn uncontended(r: &Results, out: &mut Vec<Check>) {
 }
 
 fn latency(r: &Results, out: &mut Vec<Check>) {
-    for backend in [Backend::RedisLua, Backend::Tair] {
+    for (backend, raw) in [(Backend::RedisLua, RAW_REDIS_RS), (Backend::Tair, RAW_FRED)] {
         let target = format!(
-            "sequential (current-thread runtime): {} pair p50 ≤ {LATENCY_VS_PINGS} × (2 × PING p50)",
+            "sequential (current-thread runtime): {} pair p50 ≤ {LATENCY_VS_RAW}× {raw}",
             backend.label()
         );
         let found = r.latency.as_ref().and_then(|l| {
-            let (lib, row) = l.rows.iter().find(|(_, row)| row.label == backend.label())?;
-            Some((row, l.ping_p50(*lib)?, *lib))
+            let find = |label: &str| l.rows.iter().find(|(_, row)| row.label == label).map(|(_, row)| row);
+            Some((find(backend.label())?, find(raw)?))
         });
         out.push(match found {
-            Some((row, ping, lib)) => {
-                let two_pings = 2.0 * us(ping);
-                let ratio = us(row.m.latencies.p50()) / two_pings.max(1e-9);
+            Some((row, raw_row)) => {
+                let ratio = us(row.m.latencies.p50()) / us(raw_row.m.latencies.p50()).max(1e-9);
                 at_most(
                     target,
                     ratio,
-                    LATENCY_VS_PINGS,
+                    LATENCY_VS_RAW,
                     format!(
-                        "{ratio:.2}× ({:.1} µs vs 2 × {:.1} µs {} PING)",
+                        "{ratio:.2}× ({:.1} vs {:.1} µs)",
                         us(row.m.latencies.p50()),
-                        us(ping),
-                        lib.name()
+                        us(raw_row.m.latencies.p50()),
                     ),
                 )
             }
@@ -350,6 +351,14 @@ fn redlock(r: &Results, out: &mut Vec<Check>) {
                     us(one.m.latencies.p50())
                 ),
             )
+        }
+        None => missing(target, "row not measured"),
+    });
+    let target = format!("redlock (current-thread runtime): ×5 server commands per pair ≤ {REDLOCK_COMMANDS}");
+    out.push(match pair {
+        Some((_, five)) => {
+            let commands = five.m.commands_per_op();
+            at_most(target, commands, REDLOCK_COMMANDS, format!("{commands:.2}"))
         }
         None => missing(target, "row not measured"),
     });

@@ -78,7 +78,11 @@ pub async fn get(backend: &Backend, key: &str, json: bool) -> Result<u8, Failure
 pub async fn set(backend: &Backend, args: SetArgs, json: bool) -> Result<u8, Failure> {
     let value = args.value.into_bytes();
     let options = UpdateOptions::default().expiry(expiry(args.ttl));
-    let written = store(backend)?.update(&args.key, &options, |_| value.clone()).await?;
+    let store = store(backend)?;
+    let current = store.get(&args.key).await?;
+    let written = store
+        .update_from(&args.key, current, &options, |_| value.clone())
+        .await?;
     if json {
         print_json(&json!({"key": args.key, "version": written.version}));
     } else {

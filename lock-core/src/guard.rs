@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -26,13 +26,19 @@ pub(crate) struct LeaseState {
     pub(crate) drift_factor: f64,
     /// The local deadline, published so that `lost()` waiters re-arm
     /// whenever it moves (earlier too: `extend` with a shorter TTL).
-    validity: watch::Sender<Validity>,
-    lost: CancellationToken,
+    validity: Mutex<Validity>,
+    /// Woken whenever `validity` or the loss flag changes.
+    changed: Notify,
+    /// Set once the lease is lost or ended; `lost()` watchers are woken
+    /// through `changed`.
+    lost: AtomicBool,
+    /// Created by the first `lost_token()` only (most leases never need one).
+    lost_token: OnceLock<CancellationToken>,
     loss_reason: OnceLock<LossReason>,
     /// One TTL change (renewal or `extend`) in flight per lease: the server
     /// then applies them in the order the guard records them, so the local
     /// deadline follows the TTL the server applied last.
-    ttl_change: tokio::sync::Mutex<()>,
+    pub(crate) ttl_change: tokio::sync::Mutex<()>,
     /// The smallest TTL of a TTL change whose outcome is unknown (timed out,
     /// or dropped after sending): the server may still apply it at any later
     /// moment, so no later deadline may count on more than that TTL.
@@ -40,6 +46,8 @@ pub(crate) struct LeaseState {
     /// The manager's lanes: the head waiter for this key is told when we release.
     lanes: Option<Lanes>,
     pub(crate) observed: crate::observe::LeaseObs,
+    /// The lease's place in its manager's renewal queue (auto-renewal only).
+    pub(crate) renew_slot: crate::renewer::Slot,
 }
 
 /// A TTL change sent but not answered yet: dropped armed (unknown outcome,
@@ -89,21 +97,42 @@ impl LeaseState {
             replication: grant.lease.replication,
             acquired_at: grant.sent_at,
             drift_factor,
-            validity: watch::Sender::new(Validity {
+            validity: Mutex::new(Validity {
                 since: grant.sent_at,
                 deadline: grant.deadline,
             }),
-            lost: CancellationToken::new(),
+            changed: Notify::new(),
+            lost: AtomicBool::new(false),
+            lost_token: OnceLock::new(),
             loss_reason: OnceLock::new(),
             ttl_change: tokio::sync::Mutex::new(()),
             unknown_ttl: Mutex::new(None),
             lanes,
             observed: Default::default(),
+            renew_slot: Default::default(),
         }
     }
 
     pub(crate) fn deadline(&self) -> Instant {
-        self.validity.borrow().deadline
+        self.validity().deadline
+    }
+
+    fn validity(&self) -> std::sync::MutexGuard<'_, Validity> {
+        // Every update is one assignment: a poisoned lock is consistent.
+        match self.validity.lock() {
+            Ok(v) => v,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Change the validity and wake `lost()` watchers if `change` says it
+    /// changed it (a plain `Notify`: a `watch` channel woke its 8 notifier
+    /// shards on every change and on drop).
+    fn update_validity(&self, change: impl FnOnce(&mut Validity) -> bool) {
+        let changed = change(&mut self.validity());
+        if changed {
+            self.changed.notify_waiters();
+        }
     }
 
     fn unknown_ttl(&self) -> Option<Duration> {
@@ -128,10 +157,10 @@ impl LeaseState {
         }
         crate::observe::renewed(self, sent_at);
         let deadline = self.deadline_for(sent_at, ttl);
-        self.validity.send_if_modified(|v| {
-            // Checked under the channel's lock: `mark_lost` cancels before it
+        self.update_validity(|v| {
+            // Checked under the validity lock: `mark_lost` sets the flag before it
             // takes that lock, so a loss is never overwritten by a renewal.
-            if self.lost.is_cancelled() || sent_at < v.since {
+            if self.lost.load(Ordering::SeqCst) || sent_at < v.since {
                 return false;
             }
             *v = Validity {
@@ -146,7 +175,7 @@ impl LeaseState {
     /// applied, and may still be applied at any later moment, which gives the
     /// key at least `sent_at + ttl`: the deadline drops to that if it was
     /// later, and every later deadline counts on no more than `ttl`.
-    fn outcome_unknown(&self, sent_at: Instant, ttl: Duration) {
+    pub(crate) fn outcome_unknown(&self, sent_at: Instant, ttl: Duration) {
         {
             let mut unknown = match self.unknown_ttl.lock() {
                 Ok(t) => t,
@@ -155,7 +184,7 @@ impl LeaseState {
             *unknown = Some(unknown.map_or(ttl, |t| t.min(ttl)));
         }
         let capped = self.deadline_for(sent_at, ttl);
-        self.validity.send_if_modified(|v| {
+        self.update_validity(|v| {
             if v.deadline <= capped {
                 return false;
             }
@@ -205,13 +234,17 @@ impl LeaseState {
         if self.loss_reason.set(reason).is_ok() {
             crate::observe::lost(self, reason);
         }
-        self.lost.cancel();
+        self.lost.store(true, Ordering::SeqCst);
+        if let Some(token) = self.lost_token.get() {
+            token.cancel();
+        }
         let now = Instant::now();
-        self.validity.send_if_modified(|v| {
-            if v.deadline <= now {
-                return false;
+        // Always a change for watchers: the loss itself. A watcher that
+        // registers after this sees the flag (set before the lock).
+        self.update_validity(|v| {
+            if v.deadline > now {
+                v.deadline = now;
             }
-            v.deadline = now;
             true
         });
     }
@@ -226,7 +259,7 @@ impl LeaseState {
 
     /// Lost by signal, or past the deadline (which then becomes the signal).
     pub(crate) fn is_lost(&self) -> bool {
-        if self.lost.is_cancelled() {
+        if self.lost.load(Ordering::SeqCst) {
             return true;
         }
         if Instant::now() >= self.deadline() {
@@ -241,18 +274,24 @@ impl LeaseState {
     }
 
     pub(crate) async fn wait_lost(self: Arc<Self>) -> LossReason {
-        let mut validity = self.validity.subscribe();
         loop {
-            let deadline = validity.borrow_and_update().deadline;
+            // Registered before reading the state: a change made after the
+            // read wakes us.
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.lost.load(Ordering::SeqCst) {
+                return self.reason();
+            }
+            let deadline = self.deadline();
             tokio::select! {
-                () = self.lost.cancelled() => return self.reason(),
                 () = tokio::time::sleep_until(deadline) => {
                     if self.is_lost() {
                         return self.reason();
                     }
                 }
-                // The deadline moved (we hold the sender: this never errs).
-                Ok(()) = validity.changed() => {}
+                // The deadline moved, or the lease was lost.
+                () = &mut changed => {}
             }
         }
     }
@@ -271,7 +310,7 @@ impl std::fmt::Debug for LeaseHandle {
             .field("key", &self.state.key)
             .field("fencing_token", &self.state.fencing_token)
             .field("remaining", &self.remaining())
-            .field("lost", &self.state.lost.is_cancelled())
+            .field("lost", &self.state.lost.load(Ordering::SeqCst))
             .finish()
     }
 }
@@ -348,7 +387,12 @@ impl LeaseHandle {
     /// outside a runtime, only a signalled loss cancels it). After a release
     /// the deadline no longer moves, so the token fires at it.
     pub fn lost_token(&self) -> CancellationToken {
-        let token = self.state.lost.child_token();
+        let parent = self.state.lost_token.get_or_init(CancellationToken::new);
+        // A loss marked before the token existed could not cancel it.
+        if self.state.lost.load(Ordering::SeqCst) {
+            parent.cancel();
+        }
+        let token = parent.child_token();
         if !token.is_cancelled()
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
@@ -375,8 +419,9 @@ pub struct LockGuard {
     pub(crate) handle: LeaseHandle,
     pub(crate) ttl: Duration,
     pub(crate) op_timeout: Duration,
-    /// Cancels the renewer; cancelled on release and on drop.
-    pub(crate) renewer_stop: CancellationToken,
+    /// The renewer renewing this lease (auto-renewal only); told to stop on
+    /// release and on drop.
+    pub(crate) renewer: Option<crate::renewer::Renewer>,
     pub(crate) released: bool,
 }
 
@@ -511,7 +556,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub async fn release(mut self) -> Result<ReleaseOutcome> {
-        self.renewer_stop.cancel();
+        self.stop_renewing();
         let state = self.handle.state.clone();
         let call = state.backend.release(&state.key, &state.token);
         let result = match tokio::time::timeout(self.op_timeout, call).await {
@@ -535,9 +580,17 @@ impl LockGuard {
     }
 }
 
+impl LockGuard {
+    fn stop_renewing(&mut self) {
+        if let Some(renewer) = self.renewer.take() {
+            renewer.stop(&self.handle.state);
+        }
+    }
+}
+
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        self.renewer_stop.cancel();
+        self.stop_renewing();
         let state = self.handle.state.clone();
         // First end the lease: a deadline that already passed is reported as
         // a loss (observe::lost), a clean end only as an end.

@@ -4,6 +4,7 @@
 //! at once instead of at its next backoff tick.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
@@ -17,7 +18,23 @@ pub(crate) struct KeyLane {
     pub(crate) released: Notify,
 }
 
-type LaneMap = Mutex<HashMap<String, Arc<KeyLane>>>;
+/// The lanes, and their number readable without the lock: with no lane at
+/// all (the uncontended case) neither the lock nor a hash is needed.
+#[derive(Default)]
+struct LaneMap {
+    lanes: Mutex<HashMap<String, Arc<KeyLane>>>,
+    len: AtomicUsize,
+}
+
+impl LaneMap {
+    fn is_empty(&self) -> bool {
+        self.len.load(Ordering::SeqCst) == 0
+    }
+
+    fn publish_len(&self, map: &HashMap<String, Arc<KeyLane>>) {
+        self.len.store(map.len(), Ordering::SeqCst);
+    }
+}
 
 /// Lanes by key. A lane lives exactly as long as someone uses it: the last
 /// [`LaneRef`] removes it from the map, so the map never grows with keys
@@ -28,7 +45,7 @@ pub(crate) struct Lanes {
 }
 
 fn lock(map: &LaneMap) -> MutexGuard<'_, HashMap<String, Arc<KeyLane>>> {
-    match map.lock() {
+    match map.lanes.lock() {
         Ok(m) => m,
         Err(poisoned) => poisoned.into_inner(),
     }
@@ -46,6 +63,7 @@ impl Lanes {
                     released: Notify::new(),
                 });
                 map.insert(key.to_owned(), lane.clone());
+                self.map.publish_len(&map);
                 lane
             }
         };
@@ -57,6 +75,9 @@ impl Lanes {
 
     /// The lane of `key` if someone waits for it (no allocation otherwise).
     pub(crate) fn existing(&self, key: &str) -> Option<LaneRef> {
+        if self.map.is_empty() {
+            return None;
+        }
         let map = lock(&self.map);
         let lane = map.get(key)?.clone();
         Some(LaneRef {
@@ -67,6 +88,11 @@ impl Lanes {
 
     /// Wake the head of `key`'s line, if there is one.
     pub(crate) fn notify_released(&self, key: &str) {
+        // A lane created after this check is a waiter that arrived after the
+        // release: it tries the key before waiting, as it always did.
+        if self.map.is_empty() {
+            return;
+        }
         if let Some(lane) = lock(&self.map).get(key) {
             lane.released.notify_one();
         }
@@ -114,6 +140,7 @@ impl Drop for LaneRef {
             drop(lane);
             if map.get(&key).is_some_and(|l| Arc::strong_count(l) == 1) {
                 map.remove(&key);
+                self.map.publish_len(&map);
             }
         }
     }

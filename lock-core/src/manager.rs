@@ -4,18 +4,18 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span};
 
 use crate::backend::{AcquireOutcome, FairWaiter, LockBackend, ReleaseOutcome};
-use crate::batch::RenewBatcher;
 use crate::error::{Error, Result};
 use crate::guard::{Grant, LeaseHandle, LeaseState, LockGuard, spawn_release};
 use crate::lane::Lanes;
 use crate::options::{Fairness, LockOptions, Renewal, validate_key};
+use crate::renewer::{Plan, Renewer};
 use crate::token::LockToken;
 
 /// Hands out [`LockGuard`]s over one backend. Cheap to clone.
@@ -37,29 +37,57 @@ pub struct LockManager {
 struct Inner {
     backend: Arc<dyn LockBackend>,
     options: LockOptions,
-    /// Parent of every renewer's stop token: dropping the last manager clone
-    /// does not stop renewers (guards own them), but `shutdown` does.
-    shutdown: CancellationToken,
+    /// Set by `shutdown`: no renewals from then on. Dropping the last
+    /// manager clone does not stop renewals (guards keep their renewer).
+    shut_down: AtomicBool,
     /// Local FIFO order of this manager's waiters, per key.
     lanes: Lanes,
-    /// One batcher per tokio runtime with auto-renewed guards, started with
-    /// the first of them: a renewer's batch runs on the runtime that drives
-    /// the renewer, never on another runtime that may be idle or gone.
-    batchers: std::sync::Mutex<HashMap<tokio::runtime::Id, RenewBatcher>>,
+    /// One renewer per tokio runtime with auto-renewed guards, started with
+    /// the first of them: a lease's renewals run on the runtime it was
+    /// acquired on, never on another runtime that may be idle or gone.
+    renewers: std::sync::Mutex<HashMap<tokio::runtime::Id, Renewer>>,
 }
 
 impl Inner {
-    fn batcher(&self, runtime: &tokio::runtime::Handle) -> RenewBatcher {
-        let mut batchers = match self.batchers.lock() {
+    fn new(backend: Arc<dyn LockBackend>, options: LockOptions) -> Self {
+        Inner {
+            backend,
+            options,
+            shut_down: AtomicBool::new(false),
+            lanes: Lanes::default(),
+            renewers: std::sync::Mutex::default(),
+        }
+    }
+
+    fn renewers(&self) -> std::sync::MutexGuard<'_, HashMap<tokio::runtime::Id, Renewer>> {
+        match self.renewers.lock() {
             Ok(s) => s,
             Err(poisoned) => poisoned.into_inner(),
-        };
-        // Forget the batchers of runtimes that shut down.
-        batchers.retain(|_, b| b.is_alive());
-        batchers
-            .entry(runtime.id())
-            .or_insert_with(|| RenewBatcher::spawn(self.backend.clone(), runtime))
-            .clone()
+        }
+    }
+
+    /// The renewer of `runtime`, or `None` after `shutdown`.
+    fn renewer(&self, runtime: &tokio::runtime::Handle) -> Option<Renewer> {
+        let mut renewers = self.renewers();
+        // Checked under the map's lock, which `shutdown` takes after setting
+        // the flag: no renewer is started past a shutdown.
+        if self.shut_down.load(Ordering::Acquire) {
+            return None;
+        }
+        let id = runtime.id();
+        if let Some(renewer) = renewers.get(&id)
+            && renewer.is_alive()
+        {
+            return Some(renewer.clone());
+        }
+        // Forget the renewers of runtimes that shut down.
+        renewers.retain(|_, r| r.is_alive());
+        Some(
+            renewers
+                .entry(id)
+                .or_insert_with(|| Renewer::spawn(self.backend.clone(), runtime))
+                .clone(),
+        )
     }
 }
 
@@ -76,13 +104,7 @@ impl LockManager {
     /// A manager with the default [`LockOptions`].
     pub fn new(backend: impl LockBackend) -> Self {
         LockManager {
-            inner: Arc::new(Inner {
-                backend: Arc::new(backend),
-                options: LockOptions::default(),
-                shutdown: CancellationToken::new(),
-                lanes: Lanes::default(),
-                batchers: std::sync::Mutex::default(),
-            }),
+            inner: Arc::new(Inner::new(Arc::new(backend), LockOptions::default())),
         }
     }
 
@@ -102,13 +124,7 @@ impl LockManager {
             )));
         }
         Ok(LockManager {
-            inner: Arc::new(Inner {
-                backend,
-                options,
-                shutdown: CancellationToken::new(),
-                lanes: Lanes::default(),
-                batchers: std::sync::Mutex::default(),
-            }),
+            inner: Arc::new(Inner::new(backend, options)),
         })
     }
 
@@ -125,7 +141,11 @@ impl LockManager {
     /// Stop every renewer started by this manager (their leases then run out
     /// at their TTL unless released).
     pub fn shutdown(&self) {
-        self.inner.shutdown.cancel();
+        self.inner.shut_down.store(true, Ordering::Release);
+        let renewers: Vec<Renewer> = self.inner.renewers().drain().map(|(_, r)| r).collect();
+        for renewer in renewers {
+            renewer.shutdown();
+        }
     }
 
     /// Acquire `key`, waiting up to the acquire timeout while another client
@@ -367,7 +387,8 @@ impl LockManager {
         let backend = &self.inner.backend;
         let ttl = options.ttl;
         let validity = ttl.saturating_sub(options.drift(ttl));
-        let give_up = crate::clock::later(Instant::now(), options.acquire_timeout);
+        let started = Instant::now();
+        let give_up = crate::clock::later(started, options.acquire_timeout);
         // A fair call queues on the backend under one waiter id for all its
         // attempts, and leaves the queue if it ends without a grant.
         let fair = match options.fairness {
@@ -397,13 +418,16 @@ impl LockManager {
                 Err(_) => return Ok(None),
             }
         }
+        // The first attempt right away counts as sent at `started` (a little
+        // early, which only moves the deadline earlier): one clock read less.
+        let mut first_sent_at = lane.is_none().then_some(started);
         let mut attempt: u32 = 0;
         loop {
             crate::observe::attempt(attempt);
             // A fresh token per attempt: cleanup of an earlier attempt can
             // never touch a later grant.
             let token = LockToken::generate()?;
-            let sent_at = Instant::now();
+            let sent_at = first_sent_at.take().unwrap_or_else(Instant::now);
             let mut cleanup = ReleaseOnDrop::new(backend, key, token, options.op_timeout);
             let call = match &fair {
                 Some(waiter) => backend.try_acquire_fair(key, &token, ttl, waiter),
@@ -528,22 +552,25 @@ impl LockManager {
             options.drift_factor,
             Some(self.inner.lanes.clone()),
         ));
-        let stop = self.inner.shutdown.child_token();
-        let guard = LockGuard {
+        let mut guard = LockGuard {
             handle: LeaseHandle { state: state.clone() },
             ttl: options.ttl,
             op_timeout: options.op_timeout,
-            renewer_stop: stop.clone(),
+            renewer: None,
             released: false,
         };
         if let Renewal::Auto { interval } = options.renewal {
             let runtime = tokio::runtime::Handle::try_current()
                 .map_err(|_| Error::invalid("automatic renewal needs a tokio runtime"))?;
-            let batcher = self.inner.batcher(&runtime);
-            let span = crate::observe::renewer_span(&state);
-            runtime.spawn(
-                crate::renewer::run(state, options.ttl, interval, options.op_timeout, stop, batcher).instrument(span),
-            );
+            if let Some(renewer) = self.inner.renewer(&runtime) {
+                let plan = Plan {
+                    ttl: options.ttl,
+                    interval,
+                    op_timeout: options.op_timeout,
+                };
+                renewer.start(state, plan);
+                guard.renewer = Some(renewer);
+            }
         }
         Ok(guard)
     }

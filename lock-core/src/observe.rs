@@ -1,8 +1,9 @@
 //! What the manager itself reports about each lease, whichever backend and
 //! layers sit below it: a `verrou.lock` span around every `lock` / `try_lock`
 //! (attempts, wait time, outcome), a `verrou.with_lock` span around scoped
-//! sections, a `verrou.renewer` span per auto-renewed lease, and an `error!`
-//! event when a lease is lost (key, reason, how late it was noticed).
+//! sections, a `verrou.renewer` span per batch of renewals (`leases`: how
+//! many were due together), and an `error!` event when a lease is lost (key,
+//! reason, how late it was noticed).
 //!
 //! With the `metrics` feature the same points feed the [`metrics`] facade
 //! (any exporter: Prometheus, StatsD, OpenTelemetry):
@@ -92,7 +93,9 @@ pub(crate) async fn acquiring<F>(wait: bool, span: Span, acquire: F) -> Result<O
 where
     F: Future<Output = Result<Option<LockGuard>>>,
 {
-    let started = Instant::now();
+    // Timing costs two clock reads per call: only when someone records it.
+    let timed = cfg!(feature = "metrics") || !span.is_disabled();
+    let started = timed.then(Instant::now);
     let counted = async {
         let result = acquire.await;
         (result, ATTEMPTS.try_with(|a| a.made.get()).unwrap_or(0))
@@ -101,7 +104,7 @@ where
         .scope(Attempts::default(), counted)
         .instrument(span.clone())
         .await;
-    let waited = started.elapsed();
+    let waited = started.map_or(Duration::ZERO, |t| t.elapsed());
     let outcome = match &result {
         Ok(Some(_)) => "acquired",
         Ok(None) if wait => "timeout",
@@ -135,17 +138,11 @@ pub(crate) fn with_lock_span(key: &str) -> Span {
     tracing::debug_span!("verrou.with_lock", key, held_us = Empty, outcome = Empty)
 }
 
-/// The span of a lease's renewer task: a root (it outlives the `lock` call)
-/// that follows from the span that acquired the lease.
-pub(crate) fn renewer_span(state: &LeaseState) -> Span {
-    let span = tracing::debug_span!(
-        parent: None,
-        "verrou.renewer",
-        key = %state.key,
-        fencing_token = state.fencing_token.map(|t| t.0),
-    );
-    span.follows_from(Span::current());
-    span
+/// The span of one batch of renewals (the manager's renewer renews the
+/// leases due in the same tick together): a root, since it outlives the
+/// `lock` calls that acquired them.
+pub(crate) fn renewer_span(leases: usize) -> Span {
+    tracing::debug_span!(parent: None, "verrou.renewer", leases)
 }
 
 /// A renewal sent at `sent_at` succeeded; called before the deadline moves.
@@ -203,6 +200,9 @@ pub(crate) fn lost(state: &LeaseState, reason: LossReason) {
 pub(crate) fn ended(state: &LeaseState) {
     if state.observed.ended.swap(true, Ordering::AcqRel) {
         return;
+    }
+    if !cfg!(feature = "metrics") && !tracing::enabled!(tracing::Level::TRACE) {
+        return; // nobody records the hold time: no clock read
     }
     let held = state.acquired_at.elapsed();
     tracing::trace!(key = %state.key, held_us = micros(held), "lease ended");

@@ -1,23 +1,37 @@
-//! The background renewer: keeps a lease alive and signals its loss.
+//! The background renewer: one task per manager and tokio runtime drives a
+//! timer queue of every auto-renewed lease of that manager on that runtime.
+//! A guard costs a queue insert when acquired and a removal when released,
+//! not a task, timers and a cancellation token of its own. Leases that come
+//! due in the same tick are renewed together with one
+//! [`LockBackend::renew_many`] call per ≤ 256 leases (one script or one
+//! pipeline), and each lease keeps its own rules: retried until its local
+//! deadline, stopped for good at the first definite "not owner".
 
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, OnceLock};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
-use crate::backend::RenewOutcome;
-use crate::batch::RenewBatcher;
+use crate::backend::{LockBackend, RenewOutcome};
 use crate::error::LossReason;
 use crate::guard::LeaseState;
+use crate::token::LockToken;
 
 /// Renewals are due on a grid of this many slots per renew interval (and at
 /// most this coarse), rounded *down*: renewing a little early is safe, and
-/// leases renewed in the same timer tick share one wake-up and get pipelined
-/// on multiplexed connections instead of each paying a syscall.
+/// leases renewed in the same timer tick share one wake-up and one batch.
 const SLOTS_PER_INTERVAL: u32 = 8;
 const MAX_SLOT: Duration = Duration::from_millis(100);
+
+/// Most leases renewed by one backend call.
+const MAX_BATCH: usize = 256;
+
+/// `Slot::scheduled` of a lease that is not in the queue.
+const UNSCHEDULED: u64 = u64::MAX;
 
 fn grid_origin() -> Instant {
     static ORIGIN: OnceLock<std::time::Instant> = OnceLock::new();
@@ -42,72 +56,340 @@ fn on_grid(due: Instant, interval: Duration, not_before: Instant) -> Instant {
     rounded.max(not_before)
 }
 
-/// Renew every `interval` until `stop` is cancelled. Stops for good at the
-/// first definite "not owner", or when the local deadline passes with every
-/// attempt failing (each failed attempt is retried until then).
-pub(crate) async fn run(
-    state: Arc<LeaseState>,
-    ttl: Duration,
-    interval: Duration,
-    op_timeout: Duration,
-    stop: CancellationToken,
-    batcher: RenewBatcher,
-) {
-    let stopped = stop.cancelled();
-    tokio::pin!(stopped);
-    let retry_delay = (interval / 8).clamp(Duration::from_millis(1), Duration::from_millis(250));
-    let mut last = state.acquired_at;
-    loop {
-        let next = on_grid(
-            crate::clock::later(last, interval),
-            interval,
-            crate::clock::later(last, interval / 2),
-        );
-        tokio::select! {
-            biased;
-            () = &mut stopped => return,
-            () = tokio::time::sleep_until(next) => {}
+/// A queue position: nanoseconds since the grid origin (saturating).
+fn position(at: Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(grid_origin()).as_nanos()).unwrap_or(UNSCHEDULED - 1)
+}
+
+fn instant_of(position: u64) -> Instant {
+    crate::clock::later(grid_origin(), Duration::from_nanos(position))
+}
+
+/// A lease's place in its renewer's queue, kept in the lease so that the
+/// guard can take it out. Only read and written under the queue's lock.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    scheduled: AtomicU64,
+    stopped: AtomicBool,
+}
+
+impl Default for Slot {
+    fn default() -> Self {
+        Slot {
+            scheduled: AtomicU64::new(UNSCHEDULED),
+            stopped: AtomicBool::new(false),
         }
-        // Retry until one renewal succeeds or the deadline passes.
-        loop {
-            if stop.is_cancelled() || state.is_lost() {
-                return;
+    }
+}
+
+/// How one lease is renewed.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Plan {
+    pub(crate) ttl: Duration,
+    pub(crate) interval: Duration,
+    pub(crate) op_timeout: Duration,
+}
+
+impl Plan {
+    fn retry_delay(&self) -> Duration {
+        (self.interval / 8).clamp(Duration::from_millis(1), Duration::from_millis(250))
+    }
+}
+
+struct Entry {
+    lease: Arc<LeaseState>,
+    plan: Plan,
+}
+
+impl Entry {
+    fn key(&self, at: u64) -> (u64, usize) {
+        (at, Arc::as_ptr(&self.lease) as usize)
+    }
+}
+
+#[derive(Default)]
+struct Queue {
+    /// By (due position, lease address): unique while the lease is queued.
+    due: BTreeMap<(u64, usize), Entry>,
+    /// When the driver wakes next, if it sleeps on a timer.
+    armed: Option<u64>,
+    stopped: bool,
+}
+
+struct Shared {
+    backend: Arc<dyn LockBackend>,
+    queue: Mutex<Queue>,
+    /// Wakes the driver: an earlier due time, a shutdown, or the last handle
+    /// gone (`Drop`).
+    wake: Arc<Notify>,
+    alive: Arc<AtomicBool>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.wake.notify_one();
+    }
+}
+
+impl Shared {
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        // Every update is a single map operation plus the lease's slot.
+        match self.queue.lock() {
+            Ok(q) => q,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    fn schedule(&self, entry: Entry, at: Instant) {
+        let at = position(at);
+        let mut q = self.queue();
+        if q.stopped || entry.lease.renew_slot.stopped.load(Ordering::Relaxed) {
+            return;
+        }
+        entry.lease.renew_slot.scheduled.store(at, Ordering::Relaxed);
+        q.due.insert(entry.key(at), entry);
+        if q.armed.is_none_or(|armed| at < armed) {
+            q.armed = Some(at);
+            self.wake.notify_one();
+        }
+    }
+}
+
+/// Handle to the renewer of one manager on one runtime. Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct Renewer {
+    shared: Arc<Shared>,
+}
+
+impl Renewer {
+    /// Start the renewer's driver task on `runtime`.
+    pub(crate) fn spawn(backend: Arc<dyn LockBackend>, runtime: &tokio::runtime::Handle) -> Self {
+        let shared = Arc::new(Shared {
+            backend,
+            queue: Mutex::default(),
+            wake: Arc::new(Notify::new()),
+            alive: Arc::new(AtomicBool::new(true)),
+        });
+        runtime.spawn(drive(
+            Arc::downgrade(&shared),
+            shared.wake.clone(),
+            Alive(shared.alive.clone()),
+        ));
+        Renewer { shared }
+    }
+
+    /// False once the driver task is gone (its runtime shut down).
+    pub(crate) fn is_alive(&self) -> bool {
+        self.shared.alive.load(Ordering::Relaxed)
+    }
+
+    /// Renew `lease` every `plan.interval` from its acquisition on.
+    pub(crate) fn start(&self, lease: Arc<LeaseState>, plan: Plan) {
+        let first = crate::clock::later(lease.acquired_at, plan.interval);
+        let at = on_grid(
+            first,
+            plan.interval,
+            crate::clock::later(lease.acquired_at, plan.interval / 2),
+        );
+        self.shared.schedule(Entry { lease, plan }, at);
+    }
+
+    /// Renew `lease` no more (its guard released or dropped it).
+    pub(crate) fn stop(&self, lease: &Arc<LeaseState>) {
+        let mut q = self.shared.queue();
+        let slot = &lease.renew_slot;
+        slot.stopped.store(true, Ordering::Relaxed);
+        let at = slot.scheduled.swap(UNSCHEDULED, Ordering::Relaxed);
+        if at != UNSCHEDULED {
+            q.due.remove(&(at, Arc::as_ptr(lease) as usize));
+        }
+    }
+
+    /// Stop renewing every lease, for good (the manager's `shutdown`).
+    pub(crate) fn shutdown(&self) {
+        let dropped = {
+            let mut q = self.shared.queue();
+            q.stopped = true;
+            for entry in q.due.values() {
+                entry.lease.renew_slot.scheduled.store(UNSCHEDULED, Ordering::Relaxed);
             }
-            let remaining = state.deadline().saturating_duration_since(Instant::now());
-            // One TTL change per lease in flight: after an `extend` in
-            // flight, if any (see `LeaseState::change_ttl`).
-            let sent = AtomicBool::new(false);
-            let call = state.change_ttl(ttl, &sent, || batcher.renew(&state, ttl));
-            let result = tokio::select! {
-                biased;
-                () = &mut stopped => return,
-                r = tokio::time::timeout(op_timeout.min(remaining), call) => r,
+            std::mem::take(&mut q.due)
+        };
+        drop(dropped); // outside the lock: dropping a lease may run its Drop
+        self.shared.wake.notify_one();
+    }
+}
+
+/// Clears the renewer's `alive` flag when the driver task ends or is dropped
+/// with its runtime.
+struct Alive(Arc<AtomicBool>);
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
+}
+
+/// The driver: sleeps until the earliest due lease, takes every lease due
+/// by then out of the queue and hands them to batches. Ends when the
+/// renewer shuts down or its last handle (manager, guard, batch) is gone.
+async fn drive(shared: Weak<Shared>, wake: Arc<Notify>, _alive: Alive) {
+    loop {
+        let next = {
+            let Some(shared) = shared.upgrade() else {
+                return;
             };
-            match result {
-                Ok(Ok((RenewOutcome::Renewed, sent_at))) => {
-                    last = sent_at;
-                    break;
-                }
-                Ok(Ok((RenewOutcome::HeldByOther | RenewOutcome::Missing, _))) => {
-                    tracing::warn!(key = %state.key, "lease lost: renewal found another owner or no key");
-                    state.mark_lost(LossReason::NotOwner);
+            let now = position(Instant::now());
+            let (due, next) = {
+                let mut q = shared.queue();
+                if q.stopped {
                     return;
                 }
-                Ok(Err(e)) => {
-                    tracing::debug!(key = %state.key, error = %e, "renewal failed; retrying until the deadline");
+                let mut due = Vec::new();
+                while let Some(entry) = q.due.first_entry() {
+                    if entry.key().0 > now {
+                        break;
+                    }
+                    let entry = entry.remove();
+                    entry.lease.renew_slot.scheduled.store(UNSCHEDULED, Ordering::Relaxed);
+                    due.push(entry);
                 }
-                Err(_) => {
-                    tracing::debug!(key = %state.key, "renewal timed out; retrying until the deadline");
+                let next = q.due.first_key_value().map(|(&(at, _), _)| at);
+                q.armed = next;
+                (due, next)
+            };
+            dispatch(&shared, due);
+            next
+        };
+        match next {
+            Some(at) => {
+                tokio::select! {
+                    () = tokio::time::sleep_until(instant_of(at)) => {}
+                    () = wake.notified() => {}
                 }
             }
-            let wake = crate::clock::later(Instant::now(), retry_delay).min(state.deadline());
-            tokio::select! {
-                biased;
-                () = &mut stopped => return,
-                () = tokio::time::sleep_until(wake) => {}
+            None => wake.notified().await,
+        }
+    }
+}
+
+/// Split the due leases into batches of one TTL and at most `MAX_BATCH`,
+/// each renewed by its own task.
+fn dispatch(shared: &Arc<Shared>, mut due: Vec<Entry>) {
+    while !due.is_empty() {
+        let ttl = due[0].plan.ttl;
+        let (mut batch, rest): (Vec<Entry>, Vec<Entry>) = due.into_iter().partition(|e| e.plan.ttl == ttl);
+        due = rest;
+        while batch.len() > MAX_BATCH {
+            let tail = batch.split_off(MAX_BATCH);
+            spawn_batch(shared, std::mem::replace(&mut batch, tail));
+        }
+        spawn_batch(shared, batch);
+    }
+}
+
+fn spawn_batch(shared: &Arc<Shared>, batch: Vec<Entry>) {
+    let span = crate::observe::renewer_span(batch.len());
+    tokio::spawn(renew_batch(shared.clone(), batch).instrument(span));
+}
+
+/// Renew one batch (one TTL) and put each lease back in the queue: at its
+/// next due time after a renewal, after a short delay (capped by its
+/// deadline) after a failure. A lease that is lost, stopped, or found held
+/// by another leaves the queue.
+async fn renew_batch(shared: Arc<Shared>, batch: Vec<Entry>) {
+    let now = Instant::now();
+    let batch: Vec<Entry> = batch
+        .into_iter()
+        .filter(|e| !e.lease.renew_slot.stopped.load(Ordering::Relaxed) && !e.lease.is_lost())
+        .collect();
+    let Some(first) = batch.first() else {
+        return;
+    };
+    let ttl = first.plan.ttl;
+    // One TTL change per lease in flight: a lease whose `extend` is in
+    // flight is retried shortly (see `LeaseState::change_ttl`).
+    let mut turns = Vec::with_capacity(batch.len());
+    let mut sent = Vec::with_capacity(batch.len());
+    for entry in &batch {
+        match entry.lease.ttl_change.try_lock() {
+            Ok(turn) => {
+                turns.push(turn);
+                sent.push(entry);
+            }
+            Err(_) => retry(&shared, entry, now),
+        }
+    }
+    if sent.is_empty() {
+        return;
+    }
+    let sent_at = Instant::now();
+    let timeout = sent
+        .iter()
+        .map(|e| {
+            e.plan
+                .op_timeout
+                .min(e.lease.deadline().saturating_duration_since(sent_at))
+        })
+        .max()
+        .unwrap_or_default();
+    let items: Vec<(&str, &LockToken)> = sent.iter().map(|e| (e.lease.key.as_str(), &e.lease.token)).collect();
+    let results = tokio::time::timeout(timeout, shared.backend.renew_many(&items, ttl)).await;
+    let mut results = match results {
+        Ok(results) => results.into_iter(),
+        Err(_) => Vec::new().into_iter(),
+    };
+    for entry in sent {
+        let lease = &entry.lease;
+        match results.next() {
+            Some(Ok(RenewOutcome::Renewed)) => {
+                lease.renewed(sent_at, ttl);
+                let next = on_grid(
+                    crate::clock::later(sent_at, entry.plan.interval),
+                    entry.plan.interval,
+                    crate::clock::later(sent_at, entry.plan.interval / 2),
+                );
+                shared.schedule(
+                    Entry {
+                        lease: lease.clone(),
+                        plan: entry.plan,
+                    },
+                    next,
+                );
+            }
+            Some(Ok(RenewOutcome::HeldByOther | RenewOutcome::Missing)) => {
+                tracing::warn!(key = %lease.key, "lease lost: renewal found another owner or no key");
+                lease.mark_lost(LossReason::NotOwner);
+            }
+            Some(Err(e)) => {
+                if e.is_outcome_unknown() {
+                    lease.outcome_unknown(sent_at, ttl);
+                }
+                tracing::debug!(key = %lease.key, error = %e, "renewal failed; retrying until the deadline");
+                retry(&shared, entry, Instant::now());
+            }
+            None => {
+                // Timed out, or no answer for this lease: it may still land.
+                lease.outcome_unknown(sent_at, ttl);
+                tracing::debug!(key = %lease.key, "renewal timed out; retrying until the deadline");
+                retry(&shared, entry, Instant::now());
             }
         }
     }
+    drop(turns);
+}
+
+/// Try `entry` again shortly, and no later than its deadline (where a lease
+/// that is still not renewed is found lost).
+fn retry(shared: &Shared, entry: &Entry, now: Instant) {
+    let at = crate::clock::later(now, entry.plan.retry_delay()).min(entry.lease.deadline());
+    shared.schedule(
+        Entry {
+            lease: entry.lease.clone(),
+            plan: entry.plan,
+        },
+        at,
+    );
 }
 
 #[cfg(test)]
@@ -133,5 +415,12 @@ mod tests {
             base + Duration::from_millis(20),
         );
         assert_eq!(early, base + Duration::from_millis(20), "never before not_before");
+    }
+
+    #[test]
+    fn queue_positions_round_trip() {
+        let at = grid_origin() + Duration::from_millis(1234);
+        assert_eq!(instant_of(position(at)), at);
+        assert_eq!(position(grid_origin()), 0);
     }
 }

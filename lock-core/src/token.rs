@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// A 128-bit random owner token, fresh from the OS CSPRNG for every
 /// acquisition. Never reused, never derived from time or a counter, so a
@@ -12,11 +12,17 @@ pub struct LockToken([u8; 16]);
 
 impl LockToken {
     /// Draw a fresh token from the operating system's CSPRNG.
+    ///
+    /// The OS is read in 4 KiB batches (one system call per 256 tokens)
+    /// into a per-thread buffer; each token is 16 bytes of that output
+    /// used once and then wiped from the buffer. A forked child discards the
+    /// buffer it inherited, so parent and child never share a token.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Error::Backend`] when the OS random source cannot be read.
     pub fn generate() -> Result<Self> {
-        let mut bytes = [0u8; 16];
-        getrandom::fill(&mut bytes)
-            .map_err(|e| Error::backend("os-rng", format!("cannot read the OS random source: {e}")))?;
-        Ok(LockToken(bytes))
+        pool::draw().map(LockToken)
     }
 
     /// Build a token from raw bytes (tests, or tokens read back from a server).
@@ -70,6 +76,71 @@ impl fmt::Display for FencingToken {
     }
 }
 
+/// Batched reads of the OS CSPRNG: a per-thread buffer of its output,
+/// refilled when used up or when the process forked since it was filled.
+mod pool {
+    use std::cell::RefCell;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use crate::error::{Error, Result};
+
+    const TOKENS: usize = 256;
+    const BYTES: usize = TOKENS * 16;
+
+    struct Pool {
+        bytes: [u8; BYTES],
+        /// Bytes before this offset were handed out (and wiped).
+        used: usize,
+        /// The fork generation the buffer was filled in.
+        generation: u64,
+    }
+
+    thread_local! {
+        static POOL: RefCell<Pool> = const {
+            RefCell::new(Pool { bytes: [0; BYTES], used: BYTES, generation: 0 })
+        };
+    }
+
+    /// Bumped in every forked child: a buffer copied by `fork` is stale.
+    static FORKS: AtomicU64 = AtomicU64::new(0);
+
+    #[cfg(unix)]
+    fn watch_forks() {
+        extern "C" fn in_child() {
+            FORKS.fetch_add(1, Ordering::Relaxed);
+        }
+        static REGISTERED: std::sync::Once = std::sync::Once::new();
+        REGISTERED.call_once(|| {
+            // SAFETY: `in_child` only touches an atomic, which is
+            // async-signal-safe, as a fork handler must be.
+            let _ = unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
+        });
+    }
+
+    #[cfg(not(unix))]
+    fn watch_forks() {}
+
+    pub(super) fn draw() -> Result<[u8; 16]> {
+        POOL.with(|pool| {
+            let mut pool = pool.borrow_mut();
+            let generation = FORKS.load(Ordering::Relaxed);
+            if pool.used + 16 > BYTES || pool.generation != generation {
+                watch_forks();
+                getrandom::fill(&mut pool.bytes)
+                    .map_err(|e| Error::backend("os-rng", format!("cannot read the OS random source: {e}")))?;
+                pool.used = 0;
+                pool.generation = FORKS.load(Ordering::Relaxed);
+            }
+            let start = pool.used;
+            let mut out = [0u8; 16];
+            out.copy_from_slice(&pool.bytes[start..start + 16]);
+            pool.bytes[start..start + 16].fill(0);
+            pool.used = start + 16;
+            Ok(out)
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,6 +152,17 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(a.to_hex().len(), 32);
         assert!(a.to_hex().bytes().all(|c| c.is_ascii_hexdigit()));
+        Ok(())
+    }
+
+    #[test]
+    fn tokens_stay_unique_across_buffer_refills() -> Result<()> {
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..2_000 {
+            let t = LockToken::generate()?;
+            assert_ne!(t.as_bytes(), &[0u8; 16], "a wiped slot was handed out");
+            assert!(seen.insert(t), "token repeated: {t:?}");
+        }
         Ok(())
     }
 }

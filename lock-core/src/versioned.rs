@@ -48,7 +48,7 @@ impl Expiry {
     }
 }
 
-/// Settings of the optimistic-update loop ([`crate::VersionedStoreExt::update`]).
+/// Settings of the optimistic-update loop ([`crate::VersionedStoreExt::update_opts`]).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct UpdateOptions {
@@ -197,18 +197,20 @@ impl<S: VersionedStore + ?Sized> VersionedStore for std::sync::Arc<S> {
 /// Convenience built on the primitive [`VersionedStore`] operations.
 #[async_trait]
 pub trait VersionedStoreExt: VersionedStore {
-    /// Read-modify-write with retries: `f` gets the current value (`None` if
-    /// absent) and returns the new one. On a conflict the value and version
+    /// Read-modify-write with retries and the default [`UpdateOptions`]: `f`
+    /// gets the current value (`None` if absent) and returns the new one, or
+    /// `None` to stop without writing (like `AtomicU64::fetch_update`); the
+    /// call then returns `Ok(None)`. On a conflict the value and version
     /// carried by the conflict reply are fed straight back into `f`: one round
-    /// trip per retry, no re-read. [`VersionedStoreExt::update_opts`] is the
-    /// form whose closure can decline to write.
+    /// trip per retry, no re-read. [`VersionedStoreExt::update_opts`] takes
+    /// per-call options.
     ///
     /// # Errors
     ///
-    /// [`Error::Conflict`] after `opts.max_attempts` conflicting attempts;
-    /// [`Error::InvalidArgument`] for a bad key, expiry or `max_attempts` 0;
-    /// the backend's error (an outcome-unknown one means the last write may
-    /// have happened: re-read before retrying).
+    /// [`Error::Conflict`] after [`UpdateOptions::max_attempts`] conflicting
+    /// attempts; [`Error::InvalidArgument`] for a bad key; the backend's error
+    /// (an outcome-unknown one means the last write may have happened: re-read
+    /// before retrying).
     ///
     /// # Cancel safety
     ///
@@ -220,32 +222,34 @@ pub trait VersionedStoreExt: VersionedStore {
     ///
     /// ```
     /// # async fn demo(store: impl lock_core::VersionedStore) -> lock_core::Result<()> {
-    /// use lock_core::{UpdateOptions, VersionedStoreExt};
-    /// let v = store
-    ///     .update("counter", &UpdateOptions::default(), |old| {
-    ///         let n: u64 = old.and_then(|b| std::str::from_utf8(b).ok()?.parse().ok()).unwrap_or(0);
-    ///         (n + 1).to_string().into_bytes()
+    /// use lock_core::VersionedStoreExt;
+    /// // Take a seat unless the room is full.
+    /// let taken = store
+    ///     .update("room:seats", |old| {
+    ///         let seats = old.map_or(0, <[u8]>::len);
+    ///         (seats < 10).then(|| [old.unwrap_or_default(), b"x"].concat())
     ///     })
     ///     .await?;
-    /// println!("now at version {}", v.version);
+    /// match taken {
+    ///     Some(v) => println!("seated; version {}", v.version),
+    ///     None => println!("full"),
+    /// }
     /// # Ok(()) }
     /// ```
-    async fn update<F>(&self, key: &str, opts: &UpdateOptions, f: F) -> Result<Versioned>
+    async fn update<F>(&self, key: &str, f: F) -> Result<Option<Versioned>>
     where
-        F: FnMut(Option<&[u8]>) -> Vec<u8> + Send,
+        F: FnMut(Option<&[u8]>) -> Option<Vec<u8>> + Send,
     {
-        crate::options::validate_key(key)?;
-        let current = self.get(key).await?;
-        self.update_from(key, current, opts, f).await
+        self.update_opts(key, &UpdateOptions::default(), f).await
     }
 
-    /// [`VersionedStoreExt::update`] with a closure that can decline: like
-    /// `AtomicU64::fetch_update`, `f` returns `None` to stop without writing,
-    /// and the call then returns `Ok(None)`.
+    /// [`VersionedStoreExt::update`] with per-call options (attempt bound,
+    /// backoff, TTL policy of each write).
     ///
     /// # Errors
     ///
-    /// As [`VersionedStoreExt::update`].
+    /// As [`VersionedStoreExt::update`], with the bound `opts.max_attempts`;
+    /// also [`Error::InvalidArgument`] for a bad expiry or `max_attempts` 0.
     ///
     /// # Cancel safety
     ///
@@ -255,15 +259,18 @@ pub trait VersionedStoreExt: VersionedStore {
     ///
     /// ```
     /// # async fn demo(store: impl lock_core::VersionedStore) -> lock_core::Result<()> {
-    /// use lock_core::{UpdateOptions, VersionedStoreExt};
-    /// // Take a seat unless the room is full.
-    /// let taken = store
-    ///     .update_opts("room:seats", &UpdateOptions::default(), |old| {
-    ///         let seats = old.map_or(0, <[u8]>::len);
-    ///         (seats < 10).then(|| [old.unwrap_or_default(), b"x"].concat())
+    /// use std::time::Duration;
+    /// use lock_core::{Expiry, UpdateOptions, VersionedStoreExt};
+    /// let opts = UpdateOptions::default()
+    ///     .max_attempts(16)
+    ///     .expiry(Expiry::After(Duration::from_secs(60)));
+    /// let v = store
+    ///     .update_opts("counter", &opts, |old| {
+    ///         let n: u64 = old.and_then(|b| std::str::from_utf8(b).ok()?.parse().ok()).unwrap_or(0);
+    ///         Some((n + 1).to_string().into_bytes())
     ///     })
     ///     .await?;
-    /// if taken.is_none() { println!("full"); }
+    /// println!("now at version {:?}", v.map(|v| v.version));
     /// # Ok(()) }
     /// ```
     async fn update_opts<F>(&self, key: &str, opts: &UpdateOptions, f: F) -> Result<Option<Versioned>>
@@ -275,15 +282,16 @@ pub trait VersionedStoreExt: VersionedStore {
         update_loop(self, key, current, opts, f).await
     }
 
-    /// [`VersionedStoreExt::update`] starting from a value the caller already
-    /// holds (e.g. the result of its previous update) instead of reading
-    /// first: when nobody else wrote meanwhile, the update costs exactly one
-    /// compare-and-set; when someone did, the conflict reply carries the
-    /// fresh value. `None` means "believed absent".
+    /// [`VersionedStoreExt::update_opts`] starting from a value the caller
+    /// already holds (e.g. the result of its previous update) instead of
+    /// reading first, with a closure that always writes: when nobody else
+    /// wrote meanwhile, the update costs exactly one compare-and-set; when
+    /// someone did, the conflict reply carries the fresh value. `None` means
+    /// "believed absent".
     ///
     /// # Errors
     ///
-    /// As [`VersionedStoreExt::update`].
+    /// As [`VersionedStoreExt::update_opts`].
     ///
     /// # Cancel safety
     ///

@@ -45,6 +45,26 @@ async fn update_opts_writes_or_declines_without_writing() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn update_takes_default_options_and_its_closure_can_decline() {
+    let store = MemoryBackend::new();
+    let incr = |old: Option<&[u8]>| {
+        let n: u64 = old.and_then(|b| std::str::from_utf8(b).ok()?.parse().ok()).unwrap_or(0);
+        Some((n + 1).to_string().into_bytes())
+    };
+    let first = store.update("n", incr).await.expect("create").expect("written");
+    assert_eq!(first.value, b"1");
+    let second = store.update("n", incr).await.expect("write").expect("written");
+    assert_eq!(second.value, b"2");
+    assert_eq!(store.update("n", |_| None).await.expect("declined"), None);
+    assert_eq!(
+        store.get("n").await.expect("get").expect("present"),
+        second,
+        "a declined update writes nothing"
+    );
+    assert!(matches!(store.update("", incr).await, Err(Error::InvalidArgument(_))));
+}
+
+#[tokio::test(start_paused = true)]
 async fn opts_variants_take_per_call_options_and_validate_them() {
     let backend = MemoryBackend::new();
     let locks = LockManager::new(backend);

@@ -343,3 +343,44 @@ async fn waiting_is_capped_by_the_holders_remaining_ttl() {
         "without the hint the backoff overshoots: {lateness:?}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_stops_every_renewal_including_later_guards() {
+    let memory = MemoryBackend::new();
+    let (backend, control) = faulty(&memory);
+    let locks = manager(backend, LockOptions::with_ttl(TTL));
+    let before = locks.lock("before").await.expect("lock");
+    tokio::time::sleep(TTL).await;
+    assert!(control.counts().renew >= 2, "renewed while held");
+    locks.shutdown();
+    let after = locks.lock("after").await.expect("lock");
+    let renews = control.counts().renew;
+    tokio::time::sleep(TTL * 3).await;
+    assert_eq!(control.counts().renew, renews, "no renewal after shutdown");
+    assert_eq!(before.lost().await, LossReason::DeadlinePassed);
+    assert_eq!(after.lost().await, LossReason::DeadlinePassed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn many_short_held_guards_leave_only_the_held_leases_renewed() {
+    let memory = MemoryBackend::new();
+    let (backend, control) = faulty(&memory);
+    let locks = manager(backend, LockOptions::with_ttl(TTL));
+    for i in 0..1_000 {
+        locks
+            .lock(&format!("short{i}"))
+            .await
+            .expect("lock")
+            .release()
+            .await
+            .expect("release");
+    }
+    let held = locks.lock("held").await.expect("lock");
+    tokio::time::sleep(TTL * 2).await;
+    let counts = control.counts();
+    assert!(
+        (4..=8).contains(&counts.renew),
+        "only the held lease is renewed, about every TTL / 3: {counts:?}"
+    );
+    assert!(!held.is_lost());
+}

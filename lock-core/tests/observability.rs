@@ -272,7 +272,10 @@ async fn scripted_lifecycle_emits_spans_events_and_metrics() {
         locks[2]
     );
     assert_eq!(locks[2].fields["wait_us"], "100000", "waited the whole acquire timeout");
-    assert!(!spans.spans("verrou.renewer").is_empty(), "a renewer span per lease");
+    assert!(
+        !spans.spans("verrou.renewer").is_empty(),
+        "a renewer span per batch of renewals"
+    );
 
     // Spans of the layer, nested under the manager's.
     let acquires = spans.spans("verrou.acquire");

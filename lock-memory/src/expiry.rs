@@ -2,6 +2,7 @@
 //! nobody touches its key again: memory follows the keys in use.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use tokio::time::Instant;
 
@@ -10,10 +11,10 @@ use tokio::time::Instant;
 /// and moved without allocating, and a stale entry can never match a newer
 /// write of the same key.
 #[derive(Default)]
-pub(crate) struct Expiries(BTreeMap<(Instant, u64), String>);
+pub(crate) struct Expiries(BTreeMap<(Instant, u64), Arc<str>>);
 
 impl Expiries {
-    pub(crate) fn insert(&mut self, at: Instant, id: u64, key: String) {
+    pub(crate) fn insert(&mut self, at: Instant, id: u64, key: Arc<str>) {
         self.0.insert((at, id), key);
     }
 
@@ -29,7 +30,7 @@ impl Expiries {
     }
 
     /// The next entry due at or before `now`, removed: (id, key).
-    pub(crate) fn pop_due(&mut self, now: Instant) -> Option<(u64, String)> {
+    pub(crate) fn pop_due(&mut self, now: Instant) -> Option<(u64, Arc<str>)> {
         let (&(at, _), _) = self.0.first_key_value()?;
         if at > now {
             return None;

@@ -56,14 +56,15 @@ impl std::fmt::Debug for MemoryBackend {
 
 #[derive(Default)]
 struct State {
-    locks: HashMap<String, HeldLock>,
+    /// Held locks; the key is shared with the lock's expiry entry.
+    locks: HashMap<Arc<str>, HeldLock>,
     /// Every held lock by expiry (keyed by its fencing token).
     lock_expiries: Expiries,
     /// Store-wide fencing counter: tokens never repeat for any key.
     fence_seq: u64,
     /// Release notifications, one per key with waiters.
     waiters: HashMap<String, Arc<Notify>>,
-    values: HashMap<String, Entry>,
+    values: HashMap<Arc<str>, Entry>,
     /// Every value with a TTL by expiry (keyed by its version).
     value_expiries: Expiries,
     /// Store-wide version counter: versions never repeat for any key.
@@ -103,9 +104,10 @@ impl State {
     fn insert_lock(&mut self, key: &str, token: LockToken, expires_at: Instant) -> u64 {
         self.fence_seq += 1;
         let fence = self.fence_seq;
-        self.lock_expiries.insert(expires_at, fence, key.to_owned());
+        let key: Arc<str> = Arc::from(key);
+        self.lock_expiries.insert(expires_at, fence, key.clone());
         self.locks.insert(
-            key.to_owned(),
+            key,
             HeldLock {
                 token,
                 expires_at,
@@ -123,10 +125,11 @@ impl State {
 
     fn insert_value(&mut self, key: &str, entry: Entry) {
         self.remove_value(key);
+        let key: Arc<str> = Arc::from(key);
         if let Some(at) = entry.expires_at {
-            self.value_expiries.insert(at, entry.version, key.to_owned());
+            self.value_expiries.insert(at, entry.version, key.clone());
         }
-        self.values.insert(key.to_owned(), entry);
+        self.values.insert(key, entry);
     }
 
     fn remove_value(&mut self, key: &str) {
@@ -159,6 +162,9 @@ impl State {
     }
 
     fn notify_release(&mut self, key: &str) {
+        if self.waiters.is_empty() {
+            return; // no hashing when nobody waits
+        }
         if let Some(n) = self.waiters.remove(key) {
             n.notify_waiters();
         }
@@ -262,7 +268,7 @@ impl Drop for Waiting<'_> {
 
 /// Give memory back once a map is mostly empty (a burst of keys has gone);
 /// the 4× margin keeps this amortized O(1) per removal.
-fn shrink<V>(map: &mut HashMap<String, V>) {
+fn shrink<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, V>) {
     if map.capacity() > 4 * map.len() + 64 {
         map.shrink_to(2 * map.len());
     }

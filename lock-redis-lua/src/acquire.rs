@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 
 use crate::error::{Access, BACKEND, unexpected_reply};
 use crate::keys::{self, Helper};
-use crate::replies::{array, decimal, int_at, redis_error, refuses_set_nx_get, status, u64_at};
+use crate::replies::{array, int_at, redis_error, refuses_set_nx_get, status, u64_at};
 use crate::scripts::LuaScript;
 use crate::{Call, Inner, OnShortfall};
 
@@ -24,8 +24,8 @@ impl Inner {
         ttl: Duration,
     ) -> Result<Option<AcquireOutcome>> {
         let hex = token.hex_bytes();
-        let mut ms = [0u8; 20];
-        let ms = decimal(ttl_millis(ttl), &mut ms);
+        let mut ms = itoa::Buffer::new();
+        let ms = ms.format(ttl_millis(ttl)).as_bytes();
         let mut cmd = Cmd::with_capacity(7, 3 + key.len() + hex.len() + 2 + 2 + ms.len() + 3);
         cmd.arg("SET").arg(key).arg(&hex).arg("NX").arg("PX").arg(ms).arg("GET");
         let call = Call::Command(cmd);
@@ -69,8 +69,8 @@ impl Inner {
             )));
         }
         let hex = token.hex_bytes();
-        let mut ms = [0u8; 20];
-        let args: [&[u8]; 2] = [&hex, decimal(ttl_millis(ttl), &mut ms)];
+        let mut ms = itoa::Buffer::new();
+        let args: [&[u8]; 2] = [&hex, ms.format(ttl_millis(ttl)).as_bytes()];
         let (script, keys): (&LuaScript, &[&str]) = match &fence_key {
             Some(f) => (&self.scripts.acquire_fenced, &[key, f.as_str()]),
             None => (&self.scripts.acquire, &[key]),

@@ -2,6 +2,9 @@
 //! `lock_core::kinds::election_lua` (the leader's hash with its TTL, a term
 //! counter without one; both in the name's slot). `leader` is one `HMGET`.
 //! Refused under [`crate::ReplicaAck`] (grants are not followed by `WAIT`).
+//! With release notifications on, a win and a resignation are published on
+//! the leader key's release channel, so `observe` wakes at once (an expiry
+//! is seen at its next poll).
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -17,9 +20,9 @@ use lock_core::{
 };
 
 use crate::error::{Access, BACKEND, unexpected_reply};
-use crate::replies::{bytes_of, decimal};
+use crate::replies::bytes_of;
 use crate::scripts::LuaScript;
-use crate::{Call, RedisLuaBackend, keys};
+use crate::{Call, RedisLuaBackend, keys, notify};
 
 struct ElectionScripts {
     lead: LuaScript,
@@ -47,6 +50,12 @@ impl RedisLuaBackend {
         validate_key(name)?;
         ElectionKeys::prefixed(keys::RESERVED_PREFIX, name)
     }
+
+    /// Where wins and resignations of the leader key `lead` are announced,
+    /// when notifications are on.
+    fn leader_channel(&self, lead: &str) -> Option<String> {
+        self.inner.notifier.as_ref().map(|_| notify::leader_channel(lead))
+    }
 }
 
 fn owner_code(op: &str, name: &str, value: &Value) -> Result<i64> {
@@ -63,11 +72,21 @@ impl ElectionBackend for RedisLuaBackend {
         validate_ttl(ttl)?;
         validate_identity(identity)?;
         let hex = token.hex_bytes();
-        let mut ms = [0u8; 20];
+        let mut ms = itoa::Buffer::new();
+        let channel = self.leader_channel(&keys.lead);
+        let ms = ms.format(ttl_millis(ttl)).as_bytes();
+        let with_channel;
+        let args: &[&[u8]] = match &channel {
+            Some(c) => {
+                with_channel = [&hex[..], identity, ms, c.as_bytes()];
+                &with_channel
+            }
+            None => &[&hex, identity, ms],
+        };
         let call = Call::Script {
             script: &scripts().lead,
             keys: &[&keys.lead, &keys.term],
-            args: &[&hex, identity, decimal(ttl_millis(ttl), &mut ms)],
+            args,
         };
         let op = "campaign";
         let value = self.inner.exec(op, &keys.lead, Access::Write, call).await?;
@@ -88,10 +107,19 @@ impl ElectionBackend for RedisLuaBackend {
     async fn resign(&self, name: &str, token: &LockToken) -> Result<ReleaseOutcome> {
         let keys = self.election_keys(name)?;
         let hex = token.hex_bytes();
+        let channel = self.leader_channel(&keys.lead);
+        let with_channel;
+        let args: &[&[u8]] = match &channel {
+            Some(c) => {
+                with_channel = [&hex[..], c.as_bytes()];
+                &with_channel
+            }
+            None => &[&hex],
+        };
         let call = Call::Script {
             script: &scripts().resign,
             keys: &[&keys.lead],
-            args: &[&hex],
+            args,
         };
         let value = self.inner.exec("resign", &keys.lead, Access::Write, call).await?;
         Ok(match owner_code("resign", name, &value)? {
@@ -105,11 +133,11 @@ impl ElectionBackend for RedisLuaBackend {
         let keys = self.election_keys(name)?;
         validate_ttl(ttl)?;
         let hex = token.hex_bytes();
-        let mut ms = [0u8; 20];
+        let mut ms = itoa::Buffer::new();
         let call = Call::Script {
             script: &scripts().renew,
             keys: &[&keys.lead],
-            args: &[&hex, decimal(ttl_millis(ttl), &mut ms)],
+            args: &[&hex, ms.format(ttl_millis(ttl)).as_bytes()],
         };
         let value = self
             .inner
@@ -144,5 +172,24 @@ impl ElectionBackend for RedisLuaBackend {
             }
             _ => Err(unexpected_reply("leader", name, &value)),
         }
+    }
+
+    /// Subscribed to the leader key's channel, then (so that no change
+    /// after it goes unheard) the leader is read again: a leader other than
+    /// `seen` returns at once.
+    async fn wait_for_leader_change(&self, name: &str, seen: Option<&LeaderInfo>, max_wait: Duration) {
+        let (Some(notifier), Ok(keys)) = (&self.inner.notifier, self.election_keys(name)) else {
+            tokio::time::sleep(max_wait).await;
+            return;
+        };
+        let Ok(own) = LockToken::generate() else {
+            tokio::time::sleep(max_wait).await;
+            return;
+        };
+        let id = notify::waiter_id(notifier.process(), &own.hex_bytes());
+        let unchanged = async { self.leader(name).await.map_or(true, |now| now.as_ref() == seen) };
+        notifier
+            .wait_on(notify::leader_channel(&keys.lead), id, max_wait, Some(unchanged))
+            .await;
     }
 }

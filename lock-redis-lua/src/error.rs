@@ -74,6 +74,11 @@ pub(crate) fn wrong_type(op: &str, key: &str) -> Error {
     ))
 }
 
+/// True for [`wrong_type`]'s error.
+pub(crate) fn is_wrong_type(e: &Error) -> bool {
+    matches!(e, Error::InvalidArgument(m) if m.contains("(WRONGTYPE)"))
+}
+
 /// The same failure again, for each other item of a batch that failed as a
 /// whole (errors are not `Clone`; the copy keeps everything but the source).
 pub(crate) fn same_error(e: &Error) -> Error {

@@ -13,7 +13,7 @@ use crate::error::{Access, BACKEND, unexpected_reply};
 use crate::keys::{self, Helper};
 use crate::notify::{WaiterId, waiter_id};
 use crate::release::wake_keys;
-use crate::replies::{array, decimal, int_at, u64_at};
+use crate::replies::{array, int_at, u64_at};
 use crate::{Call, Inner};
 
 impl Inner {
@@ -48,12 +48,12 @@ impl Inner {
         }
         let hex = token.hex_bytes();
         let id = self.waiter_id(waiter);
-        let (mut ttl_ms, mut claim_ms) = ([0u8; 20], [0u8; 20]);
+        let (mut ttl_ms, mut claim_ms) = (itoa::Buffer::new(), itoa::Buffer::new());
         let args: [&[u8]; 4] = [
             &hex,
-            decimal(ttl_millis(ttl), &mut ttl_ms),
+            ttl_ms.format(ttl_millis(ttl)).as_bytes(),
             &id,
-            decimal(ttl_millis(waiter.claim), &mut claim_ms),
+            claim_ms.format(ttl_millis(waiter.claim)).as_bytes(),
         ];
         let mut keys: Vec<&str> = vec![key, &marker, &queue, &deadlines];
         if let Some(f) = &fence {

@@ -61,6 +61,7 @@ impl InFlight {
     }
 
     /// The acquire got a reply: its outcome is known, nothing to order.
+    /// (For [`InFlight::start`]; [`Unanswered`] needs no settling.)
     pub(crate) fn settled(&self, token: &LockToken) {
         self.entries().remove(token);
     }
@@ -72,5 +73,41 @@ impl InFlight {
             return None;
         }
         entries.remove(token).map(|e| e.conn)
+    }
+}
+
+/// An acquire with `token` sent on `conn`: recorded with [`InFlight::start`]
+/// when dropped without [`Unanswered::answered`] (timed out, cancelled, or
+/// no answer), so that the common answered acquire never touches the
+/// registry. The drop runs before any clean-up release of the token can
+/// look it up: that release is spawned after the acquire future is gone.
+pub(crate) struct Unanswered<'a> {
+    registry: &'a InFlight,
+    token: LockToken,
+    conn: Option<Conn>,
+    ttl: Duration,
+}
+
+impl<'a> Unanswered<'a> {
+    pub(crate) fn new(registry: &'a InFlight, token: LockToken, conn: Conn, ttl: Duration) -> Self {
+        Unanswered {
+            registry,
+            token,
+            conn: Some(conn),
+            ttl,
+        }
+    }
+
+    /// The acquire got a reply: nothing to record.
+    pub(crate) fn answered(&mut self) {
+        self.conn = None;
+    }
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            self.registry.start(&self.token, conn, self.ttl);
+        }
     }
 }

@@ -19,6 +19,9 @@ use lock_core::{Error, Result};
 /// Every helper key starts with this; user keys may not.
 pub(crate) const RESERVED_PREFIX: &str = "verrou:lua:";
 
+/// The key the connect-time `SET IFEQ` probe names (never written).
+pub(crate) const IFEQ_PROBE: &str = "verrou:lua:probe:ifeq";
+
 /// The kinds of helper keys.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Helper {

@@ -9,7 +9,7 @@
 //! | acquire (Redis ≥ 7.0, no fencing) | `SET key token NX PX ttl GET` | 1 |
 //! | acquire (older servers, fencing) | script: `GET`; free → `SET token PX ttl` (+ fence); held → `PTTL` | 1 |
 //! | release | script: `GET == token` → `DEL` (+ `PUBLISH` when a waiter left its marker) | 1 |
-//! | renew | script: `GET == token` → `PEXPIRE` | 1 |
+//! | renew | script: `GET == token` → `PEXPIRE`; on Valkey ≥ 8.1 `SET key token IFEQ token PX ttl GET` | 1 |
 //! | renew many (the manager's batched renewals) | one script per ≤ 128 keys (per hash slot in a cluster), sent concurrently | 1 |
 //! | versioned get | `HMGET key v n` | 1 |
 //! | create / CAS / delete | scripts on a hash `{v value, n version, w write id}` | 1 |
@@ -26,6 +26,11 @@
 //! acquire (the script then refreshes the TTL from now, as it would have);
 //! another token, held (no `PTTL` hint on this path: release notifications
 //! wake waiters, and the manager's backoff is short).
+//!
+//! The native renew is chosen at build when a `SET IFEQ` on a reserved key
+//! that does not exist answers nil (it writes nothing); its `GET` reply tells
+//! the outcomes apart as the script does. A server that refuses it later
+//! switches the backend back to the script.
 //!
 //! # Connections and timeouts
 //!
@@ -254,6 +259,8 @@ pub(crate) struct Inner {
     /// Acquire with `SET NX PX GET` instead of the script (fencing off, and
     /// the server accepts it).
     native_acquire: AtomicBool,
+    /// Renew with the server's `SET IFEQ` (Valkey 8.1) instead of a script.
+    native_renew: AtomicBool,
     /// Acquires without a reply, for their clean-up to follow them.
     in_flight: InFlight,
 }
@@ -303,6 +310,7 @@ impl Inner {
             response_timeout,
             write_ids: WriteIds::new()?,
             native_acquire: AtomicBool::new(false),
+            native_renew: AtomicBool::new(false),
             in_flight: InFlight::default(),
         })
     }
@@ -325,6 +333,7 @@ impl Inner {
             }
             Err(e) => return Err(e),
         }
+        self.probe_native_renew().await;
         if self.fencing {
             return Ok(());
         }
@@ -354,6 +363,23 @@ impl Inner {
         Ok(())
     }
 
+    /// Whether the server has `SET IFEQ` (Valkey 8.1): asked on a reserved
+    /// key that does not exist, so the probe writes nothing (IFEQ never
+    /// creates a key). Any error (an older server's syntax error, a missing
+    /// ACL right on the key) keeps the renew script.
+    async fn probe_native_renew(&self) {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(keys::IFEQ_PROBE).arg("").arg("IFEQ").arg("").arg("PX").arg(1);
+        match self
+            .exec("SET IFEQ check", keys::IFEQ_PROBE, Access::Write, Call::Command(cmd))
+            .await
+        {
+            Ok(Value::Nil) => self.native_renew.store(true, Ordering::Relaxed),
+            Ok(other) => tracing::debug!(reply = ?other, "unexpected SET IFEQ reply; renewing with the script"),
+            Err(e) => tracing::debug!(error = %e, "no SET IFEQ; renewing with the script"),
+        }
+    }
+
     /// Bound of one call on an open connection: a script may take two
     /// round trips (EVALSHA, NOSCRIPT, EVAL).
     fn call_budget(&self) -> Duration {
@@ -377,16 +403,18 @@ impl Inner {
         acquire: Option<(&LockToken, Duration)>,
     ) -> Result<Value> {
         let (checkout, mut conn) = self.shared.get().await?;
-        if let Some((token, ttl)) = acquire {
-            self.in_flight.start(token, conn.clone(), ttl);
-        }
+        // Registered only if no answer comes (timeout, cancellation, a
+        // broken connection): the answered acquire costs no registry work.
+        let mut unanswered =
+            acquire.map(|(token, ttl)| in_flight::Unanswered::new(&self.in_flight, *token, conn.clone(), ttl));
         let budget = self.call_budget();
         let reply = tokio::time::timeout(budget, call.run(&mut conn)).await;
-        if let (Some((token, _)), Ok(r)) = (acquire, &reply)
+        if let (Some(unanswered), Ok(r)) = (&mut unanswered, &reply)
             && answered(r)
         {
-            self.in_flight.settled(token);
+            unanswered.answered();
         }
+        drop(unanswered);
         match reply {
             Ok(Ok(value)) => {
                 self.shared.succeeded(checkout);

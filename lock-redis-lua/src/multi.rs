@@ -3,7 +3,10 @@
 //! keys. On a cluster all keys must share one slot (one script touches them
 //! all); otherwise the call fails with `InvalidArgument` before anything is
 //! sent. Grants are not followed by `WAIT`: with [`crate::ReplicaAck`] the
-//! backend says `multi_key_locks: false` and refuses.
+//! backend says `multi_key_locks: false` and refuses. With release
+//! notifications on, the release announces each freed key that a mutex
+//! waiter marked, as the mutex's release does
+//! ([`crate::scripts::RELEASE_ALL_NOTIFY`]).
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -15,13 +18,13 @@ use lock_core::options::{ttl_millis, validate_key, validate_ttl};
 use lock_core::{AcquireOutcome, Error, Lease, LockToken, MultiLockBackend, ReleaseOutcome, RenewOutcome, Result};
 
 use crate::error::{Access, BACKEND, unexpected_reply};
-use crate::replies::decimal;
 use crate::scripts::LuaScript;
 use crate::{Call, RedisLuaBackend, keys};
 
 struct MultiScripts {
     acquire: LuaScript,
     release: LuaScript,
+    release_notify: LuaScript,
     renew: LuaScript,
 }
 
@@ -30,6 +33,7 @@ fn scripts() -> &'static MultiScripts {
     SCRIPTS.get_or_init(|| MultiScripts {
         acquire: LuaScript::new(multi_lua::ACQUIRE_ALL),
         release: LuaScript::new(multi_lua::RELEASE_ALL),
+        release_notify: LuaScript::new(crate::scripts::RELEASE_ALL_NOTIFY),
         renew: LuaScript::new(multi_lua::RENEW_ALL),
     })
 }
@@ -63,11 +67,11 @@ impl MultiLockBackend for RedisLuaBackend {
         self.check_multi(set)?;
         validate_ttl(ttl)?;
         let hex = token.hex_bytes();
-        let mut ms = [0u8; 20];
+        let mut ms = itoa::Buffer::new();
         let call = Call::Script {
             script: &scripts().acquire,
             keys: set,
-            args: &[&hex, decimal(ttl_millis(ttl), &mut ms)],
+            args: &[&hex, ms.format(ttl_millis(ttl)).as_bytes()],
         };
         let op = "multi-key acquire";
         let value = self.inner.exec(op, set[0], Access::Write, call).await?;
@@ -86,9 +90,23 @@ impl MultiLockBackend for RedisLuaBackend {
     async fn release_all(&self, set: &[&str], token: &LockToken) -> Result<ReleaseOutcome> {
         self.check_multi(set)?;
         let hex = token.hex_bytes();
+        // Notifications are standalone only: the markers need no slot.
+        let helpers: Vec<[String; 4]>;
+        let keys_and_helpers: Vec<&str>;
+        let (script, keys) = if self.inner.notifier.is_some() {
+            helpers = set.iter().map(|k| crate::release::wake_keys(k)).collect();
+            keys_and_helpers = set
+                .iter()
+                .copied()
+                .chain(helpers.iter().flatten().map(String::as_str))
+                .collect();
+            (&scripts().release_notify, keys_and_helpers.as_slice())
+        } else {
+            (&scripts().release, set)
+        };
         let call = Call::Script {
-            script: &scripts().release,
-            keys: set,
+            script,
+            keys,
             args: &[&hex],
         };
         let op = "multi-key release";
@@ -104,11 +122,11 @@ impl MultiLockBackend for RedisLuaBackend {
         self.check_multi(set)?;
         validate_ttl(ttl)?;
         let hex = token.hex_bytes();
-        let mut ms = [0u8; 20];
+        let mut ms = itoa::Buffer::new();
         let call = Call::Script {
             script: &scripts().renew,
             keys: set,
-            args: &[&hex, decimal(ttl_millis(ttl), &mut ms)],
+            args: &[&hex, ms.format(ttl_millis(ttl)).as_bytes()],
         };
         let op = "multi-key renew";
         match self.inner.exec(op, set[0], Access::Write, call).await? {

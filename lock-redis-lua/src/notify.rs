@@ -31,6 +31,15 @@ fn channel(process: &[u8; 32]) -> String {
     format!("{CHANNEL_PREFIX}{}", String::from_utf8_lossy(process))
 }
 
+/// Channel prefix of a leader key's announcements (an election's wins and
+/// resignations, published as `1`: every observer wakes); the key follows.
+pub(crate) const LEADER_PREFIX: &str = "verrou:leader:";
+
+/// The channel on which `lead` (an election's leader key) announces changes.
+pub(crate) fn leader_channel(lead: &str) -> String {
+    format!("{LEADER_PREFIX}{lead}")
+}
+
 /// A waiter's id as published: its process id and its own, 32 hex digits
 /// each (the release script publishes on the channel the first half names).
 pub(crate) type WaiterId = [u8; 64];
@@ -143,11 +152,22 @@ impl Notifier {
         max_wait: Duration,
         mark: Option<impl Future<Output = bool>>,
     ) {
+        self.wait_on(channel(&self.process), id, max_wait, mark).await;
+    }
+
+    /// As [`Notifier::wait`], on `channel`: a `1` published there wakes
+    /// every waiter of this process on it (an election's observers).
+    pub(crate) async fn wait_on(
+        self: &Arc<Self>,
+        channel: String,
+        id: WaiterId,
+        max_wait: Duration,
+        mark: Option<impl Future<Output = bool>>,
+    ) {
         if self.refused.load(Ordering::Relaxed) {
             tokio::time::sleep(max_wait).await;
             return;
         }
-        let channel = channel(&self.process);
         let notify = Arc::new(Notify::new());
         {
             let mut s = self.state();

@@ -12,7 +12,6 @@ use crate::connection::Conn;
 use crate::error::{Access, command_error, op_timeout, unexpected_reply};
 use crate::keys::{self, Helper};
 use crate::notify::WaiterId;
-use crate::replies::decimal;
 use crate::scripts::LuaScript;
 use crate::{Call, Inner, check_key};
 
@@ -23,8 +22,8 @@ impl Inner {
         let notify = self.notifier.as_ref().map(|_| wake_keys(key));
         let tombstone = self.tombstone(key, Helper::Released);
         let id = tombstone.as_ref().map(|_| self.write_ids.next());
-        let mut ms = [0u8; 20];
-        let ms = decimal(ttl_millis(self.resend_window()), &mut ms);
+        let mut ms = itoa::Buffer::new();
+        let ms = ms.format(ttl_millis(self.resend_window())).as_bytes();
         let notify_keys = notify
             .as_ref()
             .map(|[m, w, q, e]| [key, m.as_str(), w.as_str(), q.as_str(), e.as_str()]);
@@ -94,10 +93,12 @@ impl Inner {
     /// free (no point waiting). A failure only costs the waiter its timer.
     pub(crate) async fn mark_waiting(&self, key: &str, id: &WaiterId, max_wait: Duration) -> bool {
         let [marker, wake, _, _] = wake_keys(key);
-        let (mut ms, mut wait_ms) = ([0u8; 20], [0u8; 20]);
+        let (mut ms, mut wait_ms) = (itoa::Buffer::new(), itoa::Buffer::new());
         // The margin covers the round trips between the waiter and the server.
-        let ms = decimal(ttl_millis(max_wait).saturating_add(WAITING_MARGIN_MS), &mut ms);
-        let wait_ms = decimal(ttl_millis(max_wait), &mut wait_ms);
+        let ms = ms
+            .format(ttl_millis(max_wait).saturating_add(WAITING_MARGIN_MS))
+            .as_bytes();
+        let wait_ms = wait_ms.format(ttl_millis(max_wait)).as_bytes();
         let call = Call::Script {
             script: &self.scripts.mark_waiting,
             keys: &[key, &marker, &wake],

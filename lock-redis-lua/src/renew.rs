@@ -3,25 +3,32 @@
 
 use std::time::Duration;
 
-use deadpool_redis::redis::Value;
+use std::sync::atomic::Ordering;
+
+use deadpool_redis::redis::{self, Cmd, Value};
 use lock_core::options::{ttl_millis, validate_ttl};
 use lock_core::{Error, LockToken, RenewBatch, RenewOutcome, Replication, Result};
 
-use crate::error::{Access, BACKEND, same_error, unexpected_reply};
+use crate::error::{Access, BACKEND, is_wrong_type, same_error, unexpected_reply};
 use crate::keys;
-use crate::replies::{array, decimal};
+use crate::replies::{array, redis_error, refuses_set_nx_get};
 use crate::{Call, Inner, check_key};
 
 impl Inner {
     pub(crate) async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
         check_key(key)?;
         validate_ttl(ttl)?;
+        if self.native_renew.load(Ordering::Relaxed)
+            && let Some(outcome) = self.renew_native(key, token, ttl).await?
+        {
+            return Ok(outcome);
+        }
         let hex = token.hex_bytes();
-        let mut ms = [0u8; 20];
+        let mut ms = itoa::Buffer::new();
         let call = Call::Script {
             script: &self.scripts.renew,
             keys: &[key],
-            args: &[&hex, decimal(ttl_millis(ttl), &mut ms)],
+            args: &[&hex, ms.format(ttl_millis(ttl)).as_bytes()],
         };
         let (value, replication) = match &self.replica_ack {
             Some(ack) => {
@@ -39,6 +46,53 @@ impl Inner {
         match (outcome, self.renewal_shortfall(key, replication)) {
             (RenewOutcome::Renewed, Some(e)) => Err(e),
             _ => Ok(outcome),
+        }
+    }
+
+    /// `SET key token IFEQ token PX ttl GET` (Valkey 8.1): the server's own
+    /// compare-and-set, no script. The old value says which outcome: our
+    /// token, none, or another. `None` when the server refuses the command
+    /// (a node of a cluster not upgraded yet): the script decides, from now on.
+    async fn renew_native(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<Option<RenewOutcome>> {
+        let hex = token.hex_bytes();
+        let mut ms = itoa::Buffer::new();
+        let ms = ms.format(ttl_millis(ttl));
+        let mut cmd = Cmd::with_capacity(8, 3 + key.len() + 2 * hex.len() + 4 + 2 + ms.len() + 3);
+        cmd.arg("SET")
+            .arg(key)
+            .arg(&hex)
+            .arg("IFEQ")
+            .arg(&hex)
+            .arg("PX")
+            .arg(ms)
+            .arg("GET");
+        let call = Call::Command(cmd);
+        let renewed = |v: &Value| matches!(v, Value::BulkString(old) if *old == hex);
+        let sent = match &self.replica_ack {
+            Some(ack) => self.exec_acked("renew", key, call, ack, renewed, None).await,
+            None => self.exec("renew", key, Access::Write, call).await.map(|v| (v, None)),
+        };
+        let refused = |e: &Error, test: fn(&redis::RedisError) -> bool| matches!(e, Error::Backend { source: Some(source), .. } if redis_error(source).is_some_and(test));
+        let (value, replication) = match sent {
+            Ok(sent) => sent,
+            // A value of another type: someone else's key, as the script says.
+            Err(e) if is_wrong_type(&e) => return Ok(Some(RenewOutcome::HeldByOther)),
+            Err(e) if refused(&e, refuses_set_nx_get) => {
+                tracing::warn!("the server refuses SET IFEQ; renewing with the script");
+                self.native_renew.store(false, Ordering::Relaxed);
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        let outcome = match &value {
+            v if renewed(v) => RenewOutcome::Renewed,
+            Value::Nil => RenewOutcome::Missing,
+            Value::BulkString(_) => RenewOutcome::HeldByOther,
+            other => return Err(unexpected_reply("renew", key, other)),
+        };
+        match (outcome, self.renewal_shortfall(key, replication)) {
+            (RenewOutcome::Renewed, Some(e)) => Err(e),
+            _ => Ok(Some(outcome)),
         }
     }
 
@@ -73,8 +127,8 @@ impl Inner {
     pub(crate) async fn renew_many(&self, items: &[(&str, &LockToken)], ttl: Duration) -> Vec<Result<RenewOutcome>> {
         let cluster = self.cluster;
         let batch = RenewBatch::new(items, ttl, RENEW_MANY_CHUNK, |key| cluster.then(|| keys::slot(key)));
-        let mut ms = [0u8; 20];
-        let ms = decimal(ttl_millis(ttl), &mut ms);
+        let mut ms = itoa::Buffer::new();
+        let ms = ms.format(ttl_millis(ttl)).as_bytes();
         let calls = batch.chunks().iter().map(|chunk| self.renew_chunk(items, chunk, ms));
         let outcomes = futures::future::join_all(calls).await;
         batch.finish(items, outcomes, BACKEND)

@@ -1,23 +1,10 @@
-//! Reading the server's replies (script status arrays, `HELLO`) and
-//! writing numbers into commands without allocating.
+//! Reading the server's replies (script status arrays, `HELLO`) and the
+//! expiry argument of versioned writes. Numbers go into commands through
+//! `itoa` buffers, without allocating.
 
 use deadpool_redis::redis::{self, Value};
 use lock_core::options::{ttl_millis, validate_ttl};
 use lock_core::{Error, Expiry, Result};
-
-/// `n` in decimal, written into `buf`, without allocating.
-pub(crate) fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut start = buf.len();
-    loop {
-        start -= 1;
-        // n % 10 < 10: the cast cannot truncate.
-        buf[start] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &buf[start..];
-        }
-    }
-}
 
 /// The client error inside a backend error, if any.
 pub(crate) fn redis_error(source: &lock_core::BoxError) -> Option<&redis::RedisError> {
@@ -114,14 +101,16 @@ pub(crate) fn not_versioned(key: &str) -> Error {
     ))
 }
 
-pub(crate) fn expiry_arg(expiry: Expiry) -> Result<String> {
+/// The scripts' expiry argument: milliseconds, `-1` to persist, empty to
+/// keep the TTL. Written into `buf`, without allocating.
+pub(crate) fn expiry_arg(expiry: Expiry, buf: &mut itoa::Buffer) -> Result<&str> {
     match expiry {
         Expiry::After(ttl) => {
             validate_ttl(ttl)?;
-            Ok(ttl_millis(ttl).to_string())
+            Ok(buf.format(ttl_millis(ttl)))
         }
-        Expiry::Persist => Ok("-1".to_owned()),
-        _ => Ok(String::new()),
+        Expiry::Persist => Ok("-1"),
+        _ => Ok(""),
     }
 }
 
@@ -144,13 +133,14 @@ mod tests {
     }
 
     #[test]
-    fn tokens_and_numbers_are_written_as_before() {
+    fn tokens_and_expiries_are_written_as_before() {
         let token = LockToken::generate().unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(&token.hex_bytes()[..], token.to_hex().as_bytes());
-        let mut buf = [0u8; 20];
-        for n in [0, 7, 10, 30_000, u64::MAX] {
-            assert_eq!(decimal(n, &mut buf), n.to_string().as_bytes());
-        }
+        let mut buf = itoa::Buffer::new();
+        let after = Expiry::After(std::time::Duration::from_millis(30_000));
+        assert_eq!(expiry_arg(after, &mut buf).ok(), Some("30000"));
+        assert_eq!(expiry_arg(Expiry::Persist, &mut buf).ok(), Some("-1"));
+        assert_eq!(expiry_arg(Expiry::Keep, &mut buf).ok(), Some(""));
     }
 
     #[test]

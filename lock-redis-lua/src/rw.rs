@@ -14,7 +14,6 @@ use lock_core::options::{ttl_millis, validate_key, validate_ttl};
 use lock_core::{AcquireOutcome, Error, Lease, LockToken, ReleaseOutcome, RenewOutcome, Result, RwLockBackend, RwMode};
 
 use crate::error::{Access, BACKEND, unexpected_reply};
-use crate::replies::decimal;
 use crate::scripts::LuaScript;
 use crate::{Call, RedisLuaBackend, keys};
 
@@ -59,7 +58,7 @@ impl RwLockBackend for RedisLuaBackend {
         let keys = self.rw_keys(name)?;
         validate_ttl(ttl)?;
         let hex = token.hex_bytes();
-        let mut ms = [0u8; 20];
+        let mut ms = itoa::Buffer::new();
         let mode: &[u8] = match (mode, waiting) {
             (RwMode::Read, _) => b"r",
             (RwMode::Write, true) => b"w",
@@ -68,7 +67,7 @@ impl RwLockBackend for RedisLuaBackend {
         let call = Call::Script {
             script: &scripts().acquire,
             keys: &[&keys.readers, &keys.writer, &keys.intent],
-            args: &[&hex, decimal(ttl_millis(ttl), &mut ms), mode],
+            args: &[&hex, ms.format(ttl_millis(ttl)).as_bytes(), mode],
         };
         let op = "read-write acquire";
         let value = self.inner.exec(op, &keys.readers, Access::Write, call).await?;
@@ -107,11 +106,11 @@ impl RwLockBackend for RedisLuaBackend {
         let keys = self.rw_keys(name)?;
         validate_ttl(ttl)?;
         let hex = token.hex_bytes();
-        let mut ms = [0u8; 20];
+        let mut ms = itoa::Buffer::new();
         let call = Call::Script {
             script: &scripts().renew,
             keys: &[&keys.readers, &keys.writer],
-            args: &[&hex, decimal(ttl_millis(ttl), &mut ms)],
+            args: &[&hex, ms.format(ttl_millis(ttl)).as_bytes()],
         };
         match self
             .inner

@@ -191,6 +191,19 @@ end
 local function wake(w)
   redis.pcall('PUBLISH', 'verrou:wake:' .. string.sub(w, 1, 32), w)
 end
+local function wake_after_release(marker, wakes, q, e)
+  if redis.call('EXISTS', marker) == 0 then return end
+  local now = now_ms()
+  redis.call('ZREMRANGEBYSCORE', wakes, '-inf', now)
+  local w = redis.call('ZRANGE', wakes, -1, -1)[1]
+  if w then
+    redis.call('ZREM', wakes, w)
+    wake(w)
+  end
+  local h = fair_head(q, e, now)
+  if h then wake(h) end
+  if redis.call('ZCARD', wakes) == 0 and not h then redis.call('DEL', marker) end
+end
 local function extend(key, ms)
   if redis.call('PTTL', key) < tonumber(ms) then redis.call('PEXPIRE', key, ms) end
 end
@@ -217,19 +230,38 @@ local cur = redis.call('GET', KEYS[1])
 if not cur then return 0 end
 if cur ~= ARGV[1] then return 2 end
 redis.call('DEL', KEYS[1])
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  local now = now_ms()
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-  local w = redis.call('ZRANGE', KEYS[3], -1, -1)[1]
-  if w then
-    redis.call('ZREM', KEYS[3], w)
-    wake(w)
-  end
-  local h = fair_head(KEYS[4], KEYS[5], now)
-  if h then wake(h) end
-  if redis.call('ZCARD', KEYS[3]) == 0 and not h then redis.call('DEL', KEYS[2]) end
-end
+wake_after_release(KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 return 1
+"
+);
+
+/// KEYS the `n` keys of a multi-key lock, then for each its waiter marker,
+/// wake set, fair queue and queue deadlines (as [`RELEASE_NOTIFY`]); ARGV[1]
+/// token. As `multi_lua::RELEASE_ALL` (every `GET` before the first write),
+/// and each freed key wakes its waiters as a mutex release does.
+pub(crate) const RELEASE_ALL_NOTIFY: &str = concat!(
+    wake_lua!(),
+    r"
+local n = #KEYS / 5
+local cur, mine, other = {}, 0, 0
+for i = 1, n do
+  cur[i] = redis.call('GET', KEYS[i])
+  if cur[i] == ARGV[1] then
+    mine = mine + 1
+  elseif cur[i] then
+    other = other + 1
+  end
+end
+for i = 1, n do
+  if cur[i] == ARGV[1] then
+    redis.call('DEL', KEYS[i])
+    local h = n + 4 * (i - 1)
+    wake_after_release(KEYS[h + 1], KEYS[h + 2], KEYS[h + 3], KEYS[h + 4])
+  end
+end
+if mine == n then return 1 end
+if other > 0 then return 2 end
+return 0
 "
 );
 
@@ -457,5 +489,11 @@ mod tests {
         let packed = cmd.get_packed_command();
         assert!(packed.starts_with(b"*5\r\n$7\r\nEVALSHA\r\n$40\r\n"));
         assert!(packed.ends_with(b"$1\r\n1\r\n$1\r\nk\r\n$5\r\ntoken\r\n"));
+    }
+
+    #[test]
+    fn the_multi_release_wakes_as_the_mutex_release_does() {
+        assert!(RELEASE_ALL_NOTIFY.contains("wake_after_release(KEYS[h + 1]"));
+        assert!(RELEASE_NOTIFY.contains("wake_after_release(KEYS[2]"));
     }
 }

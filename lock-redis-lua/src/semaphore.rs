@@ -18,7 +18,6 @@ use lock_core::{
 };
 
 use crate::error::{Access, BACKEND, unexpected_reply};
-use crate::replies::decimal;
 use crate::scripts::LuaScript;
 use crate::{Call, RedisLuaBackend, keys};
 
@@ -64,12 +63,12 @@ impl SemaphoreBackend for RedisLuaBackend {
         request.validate()?;
         let keys = SemaphoreKeys::prefixed(keys::RESERVED_PREFIX, name)?;
         let hex = holder.hex_bytes();
-        let (mut ms, mut size, mut permits) = ([0u8; 20], [0u8; 20], [0u8; 20]);
+        let (mut ms, mut size, mut permits) = (itoa::Buffer::new(), itoa::Buffer::new(), itoa::Buffer::new());
         let args: [&[u8]; 4] = [
             &hex,
-            decimal(ttl_millis(ttl), &mut ms),
-            decimal(u64::from(request.size), &mut size),
-            decimal(u64::from(request.permits), &mut permits),
+            ms.format(ttl_millis(ttl)).as_bytes(),
+            size.format(u64::from(request.size)).as_bytes(),
+            permits.format(u64::from(request.permits)).as_bytes(),
         ];
         let call = Call::Script {
             script: &scripts().acquire,
@@ -142,11 +141,11 @@ impl SemaphoreBackend for RedisLuaBackend {
         validate_ttl(ttl)?;
         let keys = SemaphoreKeys::prefixed(keys::RESERVED_PREFIX, name)?;
         let hex = holder.hex_bytes();
-        let mut ms = [0u8; 20];
+        let mut ms = itoa::Buffer::new();
         let call = Call::Script {
             script: &scripts().renew,
             keys: &[&keys.holders, &keys.info],
-            args: &[&hex, decimal(ttl_millis(ttl), &mut ms)],
+            args: &[&hex, ms.format(ttl_millis(ttl)).as_bytes()],
         };
         let i = &self.inner;
         let op = "semaphore renew";

@@ -7,7 +7,7 @@ use lock_core::{CasOutcome, CreateOutcome, DeleteOutcome, Expiry, Result, Versio
 
 use crate::error::{Access, BACKEND, unexpected_reply};
 use crate::keys::Helper;
-use crate::replies::{array, bytes_of, decimal, expiry_arg, int_at, not_versioned, status, u64_at};
+use crate::replies::{array, bytes_of, expiry_arg, int_at, not_versioned, status, u64_at};
 use crate::{Call, RedisLuaBackend, check_key};
 
 #[async_trait]
@@ -32,9 +32,11 @@ impl VersionedStore for RedisLuaBackend {
 
     async fn create(&self, key: &str, value: &[u8], expiry: Expiry) -> Result<CreateOutcome> {
         check_key(key)?;
-        let ttl = match expiry_arg(expiry)?.as_str() {
-            "-1" => String::new(),
-            other => other.to_owned(),
+        let mut ttl = itoa::Buffer::new();
+        // A new key has no TTL to keep: persisting is keeping.
+        let ttl = match expiry_arg(expiry, &mut ttl)? {
+            "-1" => "",
+            other => other,
         };
         let id = self.inner.write_ids.next();
         let call = Call::Script {
@@ -59,8 +61,10 @@ impl VersionedStore for RedisLuaBackend {
 
     async fn compare_and_set(&self, key: &str, expected: u64, value: &[u8], expiry: Expiry) -> Result<CasOutcome> {
         check_key(key)?;
-        let expiry = expiry_arg(expiry)?;
-        let expected = expected.to_string();
+        let mut expiry_buf = itoa::Buffer::new();
+        let expiry = expiry_arg(expiry, &mut expiry_buf)?;
+        let mut expected_buf = itoa::Buffer::new();
+        let expected = expected_buf.format(expected);
         let id = self.inner.write_ids.next();
         let call = Call::Script {
             script: &self.inner.scripts.compare_and_set,
@@ -89,12 +93,13 @@ impl VersionedStore for RedisLuaBackend {
 
     async fn delete(&self, key: &str, expected: u64) -> Result<DeleteOutcome> {
         check_key(key)?;
-        let expected = expected.to_string();
+        let mut expected_buf = itoa::Buffer::new();
+        let expected = expected_buf.format(expected);
         let i = &self.inner;
         let tombstone = i.tombstone(key, Helper::Deleted);
         let id = i.write_ids.next();
-        let mut ms = [0u8; 20];
-        let ms = decimal(ttl_millis(i.resend_window()), &mut ms);
+        let mut ms = itoa::Buffer::new();
+        let ms = ms.format(ttl_millis(i.resend_window())).as_bytes();
         let call = match &tombstone {
             Some(tombstone) => Call::Script {
                 script: &i.scripts.delete_resendable,

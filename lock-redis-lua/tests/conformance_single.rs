@@ -1,7 +1,9 @@
 //! The whole conformance suite on one real redis-server, shared by every
-//! case of this file: once plain (no fencing, no release notifications), once
-//! with fencing tokens and release notifications on; and on a primary with
-//! one replica, with replica acknowledgement (`WAIT`) on every write.
+//! case of this file: once plain (no fencing, no release notifications) on a
+//! current-thread runtime, once with fencing tokens and release notifications
+//! on; and on a primary with one replica, with replica acknowledgement
+//! (`WAIT`) on every write. The other modules run on the multi-threaded
+//! runtime, so the backend is proven on both flavours.
 #![allow(clippy::expect_used, missing_docs)]
 
 use std::time::Duration;
@@ -9,6 +11,7 @@ use std::time::Duration;
 use lock_redis_lua::{RedisLuaBackend, ReplicaAck};
 use lock_testkit::server::{RedisServer, ReplicatedPair};
 use lock_testkit::{LockSuite, VersionedSuite};
+use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::OnceCell;
 
 /// One server for the whole file. It is started on the first case's
@@ -20,6 +23,11 @@ async fn server_url() -> String {
         .get_or_init(|| async { RedisServer::start().await.expect("start redis-server") })
         .await
         .url()
+}
+
+/// The suites check the runtime the macro gave their cases.
+fn assert_runtime(flavor: RuntimeFlavor) {
+    assert_eq!(Handle::current().runtime_flavor(), flavor, "the case's runtime");
 }
 
 async fn backend(url: String, full: bool) -> RedisLuaBackend {
@@ -35,16 +43,18 @@ mod plain {
     use super::*;
 
     async fn lock_suite() -> LockSuite {
+        assert_runtime(RuntimeFlavor::CurrentThread);
         let url = server_url().await;
         LockSuite::new(move || backend(url.clone(), false))
     }
 
     async fn versioned_suite() -> VersionedSuite {
+        assert_runtime(RuntimeFlavor::CurrentThread);
         let url = server_url().await;
         VersionedSuite::new(move || backend(url.clone(), false))
     }
 
-    lock_testkit::lock_conformance!(real, lock_suite());
+    lock_testkit::lock_conformance!(real, flavor = current_thread, lock_suite());
 
     mod fair {
         use super::*;
@@ -53,7 +63,7 @@ mod plain {
 
     mod versioned {
         use super::*;
-        lock_testkit::versioned_conformance!(real, versioned_suite());
+        lock_testkit::versioned_conformance!(real, flavor = current_thread, versioned_suite());
     }
 }
 
@@ -61,6 +71,7 @@ mod fenced_notified {
     use super::*;
 
     async fn lock_suite() -> LockSuite {
+        assert_runtime(RuntimeFlavor::MultiThread);
         let url = server_url().await;
         LockSuite::new(move || backend(url.clone(), true))
     }

@@ -1,11 +1,12 @@
 //! The uncontended path on Redis ≥ 7.0: a plain `SET NX PX GET` acquire, a
 //! release that publishes only to a subscribed waiter, and the safety of a
-//! re-sent acquire (our own token found: granted, TTL refreshed).
+//! re-sent acquire (our own token found: granted, TTL refreshed); a
+//! multi-key release wakes the mutex waiters of its keys too.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
 
 use std::time::Duration;
 
-use lock_core::{AcquireOutcome, LockBackend, LockToken, ReleaseOutcome};
+use lock_core::{AcquireOutcome, LockBackend, LockToken, MultiLockBackend, ReleaseOutcome};
 use lock_redis_lua::RedisLuaBackend;
 use lock_testkit::server::RedisServer;
 use tokio::time::Instant;
@@ -209,4 +210,59 @@ async fn a_release_wakes_one_waiter_not_the_herd() {
         3,
         "one acquire per waiter: nobody woke in vain"
     );
+}
+
+/// A multi-key lock holds the mutex's own keys, so its release must wake a
+/// mutex waiter of one of them as a mutex release does: the waiter's timer
+/// is 20 s, it must wake within 10 s (in practice milliseconds), and the
+/// server must have run one PUBLISH (on the key the waiter marked only).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_key_release_wakes_a_mutex_waiter_of_its_keys() {
+    let server = RedisServer::start().await.expect("start");
+    let (timer, woken_within) = (Duration::from_secs(20), Duration::from_secs(10));
+    let holder_backend = RedisLuaBackend::connect(&server.url()).await.unwrap();
+    let holder = token();
+    let keys = ["{acct}:1", "{acct}:2"];
+    assert!(matches!(
+        holder_backend.try_acquire_all(&keys, &holder, timer * 2).await.unwrap(),
+        AcquireOutcome::Acquired(_)
+    ));
+    let waiter_backend = RedisLuaBackend::builder_url(server.url())
+        .release_notifications(true)
+        .build()
+        .await
+        .unwrap();
+    let waiter = tokio::spawn(async move {
+        let started = Instant::now();
+        waiter_backend.wait_for_release("{acct}:1", timer).await;
+        started.elapsed()
+    });
+    let subscribed = Instant::now() + Duration::from_secs(5);
+    loop {
+        let channels = server.cmd(&["PUBSUB", "CHANNELS", "verrou:wake:*"]).await.unwrap();
+        let marker = server.cmd(&["EXISTS", "verrou:lua:waiting:t:{acct}:1"]).await.unwrap();
+        let in_set = server.cmd(&["ZCARD", "verrou:lua:wake:t:{acct}:1"]).await.unwrap();
+        if channels.as_array().map(<[_]>::len) == Some(1) && marker.as_int() == Some(1) && in_set.as_int() == Some(1) {
+            break;
+        }
+        assert!(Instant::now() < subscribed, "the waiter never subscribed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let published = calls(&server, "publish").await;
+    assert_eq!(
+        holder_backend.release_all(&keys, &holder).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    assert_eq!(
+        calls(&server, "publish").await,
+        published + 1,
+        "one waiter, one PUBLISH"
+    );
+    let waited = tokio::time::timeout(woken_within, waiter)
+        .await
+        .expect("the multi-key release woke the waiter before its timer")
+        .unwrap();
+    assert!(waited < woken_within);
+    let marker = server.cmd(&["EXISTS", "verrou:lua:waiting:t:{acct}:1"]).await.unwrap();
+    assert_eq!(marker.as_int(), Some(0), "the release removed the waiter's marker");
 }

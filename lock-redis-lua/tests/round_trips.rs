@@ -3,7 +3,8 @@
 //! operation, `update` retrying without re-reading, and the script acquire
 //! path used on servers without `SET NX GET` (Redis < 7.0), forced here on
 //! the installed Redis 7 by hiding its version (`HELLO` renamed away): the
-//! backend then acquires exactly as on Redis 6.
+//! backend then acquires exactly as on Redis 6. On a server with `SET
+//! IFEQ` (Valkey 8.1), a renewal is that command instead of a script.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
 
 use std::time::Duration;
@@ -13,7 +14,7 @@ use lock_core::{
     UpdateOptions, VersionedStore, VersionedStoreExt,
 };
 use lock_redis_lua::RedisLuaBackend;
-use lock_testkit::server::{Monitor, RedisServer};
+use lock_testkit::server::{Monitor, RedisServer, RespValue};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -42,7 +43,21 @@ async fn warm(backend: &RedisLuaBackend) {
     backend.release("warm", &t).await.unwrap();
 }
 
+/// What a renewal sends: `SET IFEQ` where the server has it, else the script.
+async fn renew_command(server: &RedisServer) -> &'static str {
+    let reply = server
+        .cmd(&["SET", "ifeq-probe", "x", "IFEQ", "y"])
+        .await
+        .expect("SET IFEQ probe");
+    if reply == RespValue::Bulk(None) {
+        "set"
+    } else {
+        "evalsha"
+    }
+}
+
 async fn lock_ops_are_one_command_each(server: &RedisServer, backend: &RedisLuaBackend, acquire: &str) {
+    let renew = renew_command(server).await;
     warm(backend).await;
     let mut monitor = Monitor::start(server).await.expect("MONITOR");
     let mine = token();
@@ -57,7 +72,7 @@ async fn lock_ops_are_one_command_each(server: &RedisServer, backend: &RedisLuaB
     ));
     assert_eq!(sent(&mut monitor, server).await, [acquire], "refused acquire");
     assert_eq!(backend.renew("k", &mine, TTL).await.unwrap(), RenewOutcome::Renewed);
-    assert_eq!(sent(&mut monitor, server).await, ["evalsha"], "renew");
+    assert_eq!(sent(&mut monitor, server).await, [renew], "renew");
     let batch = backend.renew_many(&[("k", &mine), ("gone", &mine)], TTL).await;
     assert_eq!(batch.len(), 2);
     assert_eq!(sent(&mut monitor, server).await, ["evalsha"], "renew_many");
@@ -140,8 +155,8 @@ async fn update_retries_without_re_reading() {
         ["evalsha", "evalsha"],
         "a conflicting write, then the write: no read in between"
     );
-    let done = store.update("n", &opts, incr).await.unwrap();
-    assert_eq!(done.value, b"4");
+    let done = store.update("n", |old| Some(incr(old))).await.unwrap();
+    assert_eq!(done.expect("written").value, b"4");
     assert_eq!(
         sent(&mut monitor, &server).await,
         ["hmget", "evalsha"],

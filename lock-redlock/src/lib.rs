@@ -517,7 +517,13 @@ async fn settle(inner: Arc<Inner>, key: String, token: LockToken, i: usize, vote
             }
         }
         FollowUp::Granted => {
-            if vote.may_have_written() && inner.inflight.is_released(&key, &token) {
+            // Settled into the record: the release will delete there. Else
+            // the release came first and left this node to us; it is marked
+            // released before it takes the record, so the check below sees it.
+            let recorded = inner
+                .holdings
+                .settle_in_flight(&key, &token, i, vote.may_have_written());
+            if vote.may_have_written() && !recorded && inner.inflight.is_released(&key, &token) {
                 inner.release_node(i, &key, &token, timeout).await;
             }
         }
@@ -629,10 +635,11 @@ impl LockBackend for Redlock {
         let mut round = attempt.disarm();
         let elapsed = sent_at.elapsed();
         if reached && elapsed < validity {
-            // Nodes still in flight may grant too: a release deletes there.
-            let mut holders = round.answered(Vote::may_have_written);
-            holders.extend(round.unanswered());
-            inner.holdings.record(key, token, holders, sent_at + ttl);
+            // Nodes still in flight may grant too: their follow-up settles them.
+            let holders = round.answered(Vote::may_have_written);
+            inner
+                .holdings
+                .record(key, token, holders, round.unanswered(), sent_at + ttl);
             spawn_follow_up(inner, key, *token, Vec::new(), round.take_pending(), FollowUp::Granted);
             return Ok(AcquireOutcome::Acquired(Lease::new().with_validity(Some(validity))));
         }
@@ -687,9 +694,17 @@ impl LockBackend for Redlock {
         validate_key(key)?;
         let inner = &self.inner;
         inner.mark_released(key, token);
-        let holders = inner.holdings.take(key, token);
+        let (holders, in_flight) = inner.holdings.take(key, token).unzip();
         let mut round = inner.release_round_on(key, token, holders.as_deref());
-        let released = round.until_decided().await;
+        let mut released = round.until_decided().await;
+        // Nodes whose acquire is still answering are released by its
+        // follow-up; call them now only if the quorum needs them.
+        if !released && let Some(in_flight) = in_flight.filter(|n| !n.is_empty()) {
+            for i in in_flight {
+                round.add_call(i, inner.release_call(i, key, token, inner.options.max_node_timeout));
+            }
+            released = round.until_decided().await;
+        }
         if !released {
             round.until_classified().await;
         }

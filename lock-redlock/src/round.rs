@@ -137,6 +137,14 @@ impl Round {
         }
     }
 
+    /// Call node `i` after all (its slot was filled without a call).
+    pub(crate) fn add_call(&mut self, i: usize, call: NodeCall) {
+        if let Some(slot) = self.replies.get_mut(i) {
+            *slot = None;
+        }
+        self.pending.push(call);
+    }
+
     /// Wait until `quorum` nodes said yes (`true`) or that has become
     /// impossible (`false`). Nodes still in flight stay in the round.
     pub(crate) async fn until_decided(&mut self) -> bool {

@@ -43,7 +43,7 @@ impl TairBackend {
             });
         }
         validate_key(name)?;
-        ElectionKeys::new(name)
+        ElectionKeys::prefixed(crate::keys::KIND_PREFIX, name)
     }
 }
 

@@ -1,7 +1,12 @@
-//! Key and version helpers: the fence counter's key, and the random initial
-//! version of a versioned key.
+//! Key and version helpers: the fence counter's key, the prefix of the lock
+//! kinds' keys, and the random initial version of a versioned key.
 
 use lock_core::{Error, Result};
+
+/// Prefix of the semaphore's, read-write lock's and election's keys
+/// (`verrou:tair:sem:{name}`, `verrou:tair:leader:t:{a}x`; see
+/// `lock_core::kinds::semaphore_lua::SemaphoreKeys::prefixed`).
+pub(crate) const KIND_PREFIX: &str = "verrou:tair:";
 
 /// Lowest initial version handed to `EXSET … ABS`. Far above the small
 /// versions (1, 2, …) that plain `EXSET` gives a recreated key, so a version

@@ -186,14 +186,14 @@ const RENEW_MANY_CHUNK: usize = 128;
 ///
 /// ```no_run
 /// # async fn demo() -> lock_core::Result<()> {
-/// use lock_core::{LockManager, VersionedStoreExt, UpdateOptions};
+/// use lock_core::{LockManager, VersionedStoreExt};
 /// let backend = lock_tair::TairBackend::connect("redis://127.0.0.1:6379").await?;
 /// let locks = LockManager::new(backend.clone());
 /// let guard = locks.lock("invoice:42").await?;
 /// guard.release().await?;
-/// let v = backend.update("counter", &UpdateOptions::default(), |old| {
+/// let v = backend.update("counter", |old| {
 ///     let n: u64 = old.and_then(|b| std::str::from_utf8(b).ok()?.parse().ok()).unwrap_or(0);
-///     (n + 1).to_string().into_bytes()
+///     Some((n + 1).to_string().into_bytes())
 /// }).await?;
 /// # Ok(()) }
 /// ```

@@ -39,7 +39,7 @@ impl TairBackend {
             });
         }
         validate_key(name)?;
-        RwKeys::new(name)
+        RwKeys::prefixed(crate::keys::KIND_PREFIX, name)
     }
 }
 

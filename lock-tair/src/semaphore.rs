@@ -81,7 +81,7 @@ impl SemaphoreBackend for TairBackend {
         validate_key(name)?;
         validate_ttl(ttl)?;
         request.validate()?;
-        let keys = SemaphoreKeys::new(name)?;
+        let keys = SemaphoreKeys::prefixed(crate::keys::KIND_PREFIX, name)?;
         let what = "EVAL (semaphore acquire)";
         let args = vec![
             token_arg(holder),
@@ -103,7 +103,7 @@ impl SemaphoreBackend for TairBackend {
 
     async fn release_permits(&self, name: &str, holder: &LockToken) -> Result<ReleaseOutcome> {
         validate_key(name)?;
-        let keys = SemaphoreKeys::new(name)?;
+        let keys = SemaphoreKeys::prefixed(crate::keys::KIND_PREFIX, name)?;
         let what = "EVAL (semaphore release)";
         let reply = self
             .semaphore_script(
@@ -122,7 +122,7 @@ impl SemaphoreBackend for TairBackend {
     async fn renew_permits(&self, name: &str, holder: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
         validate_key(name)?;
         validate_ttl(ttl)?;
-        let keys = SemaphoreKeys::new(name)?;
+        let keys = SemaphoreKeys::prefixed(crate::keys::KIND_PREFIX, name)?;
         let what = "EVAL (semaphore renew)";
         let reply = self
             .semaphore_script(

@@ -102,12 +102,13 @@ async fn one_round_trip_per_attempt_under_contention() {
             let opts = UpdateOptions::default().max_attempts(10_000);
             for _ in 0..increments {
                 store
-                    .update(key, &opts, |old| {
+                    .update_opts(key, &opts, |old| {
                         let n: u64 = old.and_then(|b| std::str::from_utf8(b).ok()?.parse().ok()).unwrap_or(0);
-                        (n + 1).to_string().into_bytes()
+                        Some((n + 1).to_string().into_bytes())
                     })
                     .await
-                    .expect("update");
+                    .expect("update")
+                    .expect("written");
             }
         }));
     }
@@ -639,9 +640,8 @@ async fn application_client_and_pool() {
     let pool = builder.build_pool(3).unwrap();
     pool.init().await.unwrap();
     let p = common::connect(lock_tair::TairBuilder::pool(pool.clone())).await;
-    let opts = UpdateOptions::default();
     for _ in 0..6 {
-        p.update("pooled", &opts, |old| [old.unwrap_or_default(), b"x"].concat())
+        p.update("pooled", |old| Some([old.unwrap_or_default(), b"x"].concat()))
             .await
             .unwrap();
     }

@@ -9,10 +9,16 @@
 //! ```
 //!
 //! `paused` runs each case under tokio's paused clock (in-process backends
-//! only); `real` runs on a multi-threaded runtime in real time (servers).
+//! only); `real` runs in real time (servers), on a multi-threaded runtime
+//! unless the caller picks `real, flavor = current_thread`.
+//!
+//! The default feature `harness` adds [`server`], which starts real
+//! `redis-server` processes; the suite and [`FaultyBackend`] compile without
+//! it (`default-features = false`).
 
 pub mod conformance;
 pub mod faulty;
+#[cfg(feature = "harness")]
 pub mod server;
 
 pub use conformance::{ElectionSuite, LockSuite, MultiSuite, RwSuite, SemaphoreSuite, VersionedSuite};

@@ -67,15 +67,20 @@ fn check_stale(cur: &ExStr, v: Option<(VerKind, u64)>) -> Result<(), RedisError>
 
 /// Replicates the key's new state as an absolute EXSET.
 fn replicate_exset(ctx: &Context, key: &RedisString, v: &ExStr, ttl: Ttl) {
-    let version = ll_bytes(v.version as i64);
-    let flags = v.flags.to_string();
-    let at;
-    let mut args: Vec<&[u8]> = vec![key.as_slice(), &v.value, b"ABS", &version, b"FLAGS", flags.as_bytes()];
+    let (mut version, mut flags, mut at) = (itoa::Buffer::new(), itoa::Buffer::new(), itoa::Buffer::new());
+    let version = version.format(v.version as i64).as_bytes();
+    let mut args: Vec<&[u8]> = vec![
+        key.as_slice(),
+        &v.value,
+        b"ABS",
+        version,
+        b"FLAGS",
+        flags.format(v.flags).as_bytes(),
+    ];
     match ttl {
         Ttl::At(ms) => {
-            at = ll_bytes(ms);
             args.push(b"PXAT");
-            args.push(&at);
+            args.push(at.format(ms).as_bytes());
         }
         Ttl::Keep => args.push(b"KEEPTTL"),
         Ttl::Remove => {}
@@ -428,8 +433,8 @@ pub fn exgae(ctx: &Context, args: &[RedisString]) -> RedisResult {
         Slot::Ex(cur) => RedisValue::Array(vec![bulk(&cur.value), ver(cur.version), int(i64::from(cur.flags))]),
     };
     key.apply_ttl(Ttl::At(at))?;
-    let at = ll_bytes(at);
-    ctx.replicate("PEXPIREAT", &[args[1].as_slice(), &at][..]);
+    let mut buf = itoa::Buffer::new();
+    ctx.replicate("PEXPIREAT", &[args[1].as_slice(), buf.format(at).as_bytes()][..]);
     Ok(reply)
 }
 
@@ -493,8 +498,8 @@ pub fn cas(ctx: &Context, args: &[RedisString]) -> RedisResult {
     key.apply_ttl(ttl)?;
     ctx.replicate("SET", &[all[1], all[3]][..]);
     if let Ttl::At(ms) = ttl {
-        let at = ll_bytes(ms);
-        ctx.replicate("PEXPIREAT", &[all[1], &at][..]);
+        let mut buf = itoa::Buffer::new();
+        ctx.replicate("PEXPIREAT", &[all[1], buf.format(ms).as_bytes()][..]);
     }
     Ok(int(1))
 }

@@ -356,7 +356,7 @@ pub fn resolve_flags(o: &Opts<'_>) -> Result<Option<u32>, &'static str> {
 /// Formats an i64 the way Redis does.
 #[must_use]
 pub fn ll_bytes(v: i64) -> Vec<u8> {
-    v.to_string().into_bytes()
+    itoa::Buffer::new().format(v).as_bytes().to_vec()
 }
 
 #[cfg(test)]

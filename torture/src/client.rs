@@ -321,15 +321,20 @@ impl CounterClient {
         let opts = UpdateOptions::default().max_attempts(32);
         while clock::now() < self.stop.load(Ordering::SeqCst) {
             let inv = clock::now();
-            let call = store.update(&self.key, &opts, increment);
+            let call = store.update_opts(&self.key, &opts, increment);
             let outcome = match tokio::time::timeout(self.op_bound, call).await {
-                Ok(Ok(v)) => match parse(Some(&v.value)) {
+                Ok(Ok(Some(v))) => match parse(Some(&v.value)) {
                     Some(n) => UpdateOutcome::Ok(n),
                     None => {
                         self.log.error("counter holds a non-number");
                         UpdateOutcome::Unknown
                     }
                 },
+                Ok(Ok(None)) => {
+                    // `increment` declined: nothing was written.
+                    self.log.error("counter holds a non-number");
+                    UpdateOutcome::Failed
+                }
                 Ok(Err(e)) => {
                     self.log.error(format!("update: {}", error_kind(&e)));
                     if e.is_outcome_unknown() {
@@ -361,10 +366,7 @@ pub fn parse(value: Option<&[u8]>) -> Option<u64> {
     }
 }
 
-fn increment(old: Option<&[u8]>) -> Vec<u8> {
-    // A non-number is left as is (the client reports it above).
-    match parse(old) {
-        Some(n) => (n + 1).to_string().into_bytes(),
-        None => old.map(<[u8]>::to_vec).unwrap_or_default(),
-    }
+fn increment(old: Option<&[u8]>) -> Option<Vec<u8>> {
+    // A non-number is left alone (the client reports the decline above).
+    parse(old).map(|n| (n + 1).to_string().into_bytes())
 }

@@ -1,8 +1,9 @@
-//! The seven scenarios of issue 7. Each row runs against freshly flushed
+//! The seven scenarios of issue 7, and the lock kinds of issue 16. Each row runs against freshly flushed
 //! servers; a row that fails is recorded as a problem and the run goes on.
 //! One file per scenario; this module holds what they share.
 
 mod hot_keys;
+mod kinds;
 mod latency;
 mod memory;
 mod redlock;
@@ -11,6 +12,7 @@ mod uncontended;
 mod updates;
 
 pub use hot_keys::hot_keys;
+pub use kinds::kinds;
 pub use latency::latency;
 pub use memory::memory;
 pub use redlock::redlock;

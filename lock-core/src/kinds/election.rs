@@ -4,9 +4,10 @@
 //! `campaign` waits until it wins and returns a [`Leadership`]: the mutex's
 //! lifecycle (renewal, `lost()` at the local deadline, resignation on drop),
 //! with the term as its fencing token. `leader` reads the current leader;
-//! `observe` is a stream of leader changes, by polling (every backend can
-//! answer it; a missed change between two polls is collapsed, never
-//! invented).
+//! `observe` is a stream of leader changes: it reads the leader, then waits
+//! for [`ElectionBackend::wait_for_leader_change`] (pub/sub where the backend
+//! has it, else the poll interval) and reads again, so a missed change
+//! between two reads is collapsed, never invented.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -43,6 +44,11 @@ impl LeaderInfo {
 }
 
 /// Primitive, owner-checked election operations: one round trip each.
+///
+/// # Cancel safety
+///
+/// As [`LockBackend`]: dropping a call's future leaves its outcome unknown
+/// (a write applied whole or not at all) and must leave the backend usable.
 #[async_trait]
 pub trait ElectionBackend: LockBackend {
     /// Become leader of `name` with `identity` for `ttl` if there is none
@@ -58,6 +64,14 @@ pub trait ElectionBackend: LockBackend {
 
     /// The current leader, if any.
     async fn leader(&self, name: &str) -> Result<Option<LeaderInfo>>;
+
+    /// Wait until the leader of `name` may differ from `seen`, or `max_wait`
+    /// passes. A hint only (the caller reads the leader again either way);
+    /// the default sleeps, so `observe` polls.
+    async fn wait_for_leader_change(&self, name: &str, seen: Option<&LeaderInfo>, max_wait: Duration) {
+        let _ = (name, seen);
+        tokio::time::sleep(max_wait).await;
+    }
 }
 
 /// Check an identity: 1 to [`MAX_IDENTITY`] bytes.
@@ -237,9 +251,13 @@ impl ElectionManager {
         super::while_held(leadership.guard, name.to_owned(), body).await
     }
 
-    /// Leader changes of `name`, polled every `interval`: the first item is
-    /// the current leader (or `None`), then one item per observed change.
-    /// Read errors are skipped (the next poll tries again).
+    /// Leader changes of `name`: the first item is the current leader (or
+    /// `None`), then one item per observed change. Between two reads it
+    /// waits for a change announced by the backend (the Lua backend with
+    /// release notifications publishes every win and resignation) or
+    /// `interval`, whichever comes first; an expiry is announced by no one,
+    /// so it is seen at the next poll. Read errors are skipped (the next
+    /// poll tries again).
     pub fn observe(&self, name: &str, interval: Duration) -> impl Stream<Item = Option<LeaderInfo>> + Send + 'static {
         let backend = self.backend.clone();
         let name = name.to_owned();
@@ -250,7 +268,8 @@ impl ElectionManager {
                     Ok(now) if last.as_ref() != Some(&now) => {
                         return Some((now.clone(), (backend, name, Some(now))));
                     }
-                    _ => tokio::time::sleep(interval).await,
+                    Ok(now) => backend.wait_for_leader_change(&name, now.as_ref(), interval).await,
+                    Err(_) => tokio::time::sleep(interval).await,
                 }
             }
         })
@@ -308,5 +327,8 @@ impl<B: ElectionBackend + ?Sized> ElectionBackend for Arc<B> {
     }
     async fn leader(&self, name: &str) -> Result<Option<LeaderInfo>> {
         (**self).leader(name).await
+    }
+    async fn wait_for_leader_change(&self, name: &str, seen: Option<&LeaderInfo>, max_wait: Duration) {
+        (**self).wait_for_leader_change(name, seen, max_wait).await;
     }
 }

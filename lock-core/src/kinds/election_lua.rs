@@ -39,8 +39,10 @@ impl ElectionKeys {
     }
 }
 
-/// KEYS lead, term; ARGV token, identity, ttl ms. `{1, term}` leads (new or
-/// refreshed); `{0, pttl}` another leads.
+/// KEYS lead, term; ARGV token, identity, ttl ms, and optionally a channel
+/// on which a new leader is announced (`PUBLISH`, a `pcall`: a refusal only
+/// costs observers their poll). `{1, term}` leads (new or refreshed);
+/// `{0, pttl}` another leads.
 pub const LEAD: &str = r"
 local cur = redis.call('HGET', KEYS[1], 't')
 if cur == ARGV[1] then
@@ -52,15 +54,19 @@ local term = redis.call('INCR', KEYS[2])
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 't', ARGV[1], 'id', ARGV[2], 'term', term)
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
+if ARGV[4] then redis.pcall('PUBLISH', ARGV[4], '1') end
 return {1, term}
 ";
 
-/// KEYS lead; ARGV token. `1` resigned, `2` another leads, `0` none.
+/// KEYS lead; ARGV token, and optionally a channel on which the
+/// resignation is announced (as in [`LEAD`]). `1` resigned, `2` another
+/// leads, `0` none.
 pub const RESIGN: &str = r"
 local cur = redis.call('HGET', KEYS[1], 't')
 if not cur then return 0 end
 if cur ~= ARGV[1] then return 2 end
 redis.call('DEL', KEYS[1])
+if ARGV[2] then redis.pcall('PUBLISH', ARGV[2], '1') end
 return 1
 ";
 

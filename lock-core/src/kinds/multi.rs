@@ -36,6 +36,11 @@ pub const MAX_KEYS: usize = 64;
 
 /// Primitive, owner-checked operations over a set of keys (sorted, no
 /// duplicates, at most [`MAX_KEYS`]): one round trip each.
+///
+/// # Cancel safety
+///
+/// As [`LockBackend`]: dropping a call's future leaves its outcome unknown
+/// (a write applied whole or not at all) and must leave the backend usable.
 #[async_trait]
 pub trait MultiLockBackend: LockBackend {
     /// Take every key for `token` if none is held by another token (keys

@@ -40,6 +40,11 @@ pub enum RwMode {
 }
 
 /// Primitive, owner-checked read-write lock operations: one round trip each.
+///
+/// # Cancel safety
+///
+/// As [`LockBackend`]: dropping a call's future leaves its outcome unknown
+/// (a write applied whole or not at all) and must leave the backend usable.
 #[async_trait]
 pub trait RwLockBackend: LockBackend {
     /// Take `name` in `mode` for `token` if the policy allows (see the module

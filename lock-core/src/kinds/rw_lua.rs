@@ -142,8 +142,8 @@ mod tests {
     #[test]
     fn keys_share_the_name_slot_tag() {
         let k = RwKeys::new("cfg").expect("plain name");
-        assert_eq!(k.readers, "{cfg}:rw:readers");
-        assert_eq!(k.writer, "{cfg}:rw:writer");
-        assert_eq!(k.intent, "{cfg}:rw:intent");
+        assert_eq!(k.readers, "rw:readers:{cfg}");
+        assert_eq!(k.writer, "rw:writer:{cfg}");
+        assert_eq!(k.intent, "rw:intent:{cfg}");
     }
 }

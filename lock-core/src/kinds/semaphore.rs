@@ -84,6 +84,11 @@ pub fn size_mismatch(name: &str, requested: u32, stored: u64) -> Error {
 ///
 /// Release and renew answer `Released`/`Renewed` or `Missing` (a holder whose
 /// lease expired, or that never held); they never touch another holder.
+///
+/// # Cancel safety
+///
+/// As [`LockBackend`]: dropping a call's future leaves its outcome unknown
+/// (a write applied whole or not at all) and must leave the backend usable.
 #[async_trait]
 pub trait SemaphoreBackend: LockBackend {
     /// Take `request.permits` of `name` for `holder` for `ttl` if that many

@@ -53,33 +53,30 @@ fn hash_tag(key: &str) -> Option<&str> {
 }
 
 /// The key of `name`'s helper of kind `kind` (`sem`, `sem:info`, `rw:writer`,
-/// …), in `name`'s cluster slot. With no `prefix` the key sits beside the
-/// name: `name` keeps its hash tag if it has one (`{a}x` → `{a}x:sem`), else
-/// it becomes the tag (`x` → `{x}:sem`). With a reserved `prefix` (the Lua
-/// backend's `verrou:lua:`) it follows that backend's helper-key shape:
-/// `verrou:lua:sem:t:{a}x`, `verrou:lua:sem:{x}` (the `t:` keeps `x` and
-/// `{x}` apart).
+/// …), in `name`'s cluster slot, after `prefix` (which has no braces; the
+/// Lua backend's reserved `verrou:lua:`, Tair's `verrou:tair:`): a name with
+/// a hash tag is kept whole after `t:` (`{a}x` → `verrou:lua:sem:t:{a}x`),
+/// a name without one becomes the tag (`x` → `verrou:lua:sem:{x}`). The two
+/// shapes differ right after the kind (`t:` or `{`), so no two names share a
+/// helper key: `x` and `{x}` are in one slot but get different keys.
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] for a name without a tag that contains `}`:
 /// wrapping it would not give one slot.
 pub(crate) fn kind_key(prefix: &str, name: &str, kind: &str) -> Result<String> {
-    let tagged = hash_tag(name).is_some();
-    if !tagged && name.contains('}') {
+    if hash_tag(name).is_some() {
+        return Ok(format!("{prefix}{kind}:t:{name}"));
+    }
+    if name.contains('}') {
         return Err(Error::invalid(format!(
             "lock name {name:?} contains '}}' without a hash tag: its keys could not share a cluster slot"
         )));
     }
-    Ok(match (prefix.is_empty(), tagged) {
-        (true, true) => format!("{name}:{kind}"),
-        (true, false) => format!("{{{name}}}:{kind}"),
-        (false, true) => format!("{prefix}{kind}:t:{name}"),
-        (false, false) => format!("{prefix}{kind}:{{{name}}}"),
-    })
+    Ok(format!("{prefix}{kind}:{{{name}}}"))
 }
 
 impl SemaphoreKeys {
-    /// The keys of `name` beside it (see [`SemaphoreKeys::prefixed`]).
+    /// The keys of `name` with no prefix (`sem:{x}`; see [`SemaphoreKeys::prefixed`]).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a name without a tag that contains `}`:
@@ -88,9 +85,9 @@ impl SemaphoreKeys {
         Self::prefixed("", name)
     }
 
-    /// The keys of `name`, under `prefix` when it is not empty: `{a}x` →
-    /// `{a}x:sem` without one, `x` → `verrou:lua:sem:{x}` with
-    /// `verrou:lua:`. Always in `name`'s cluster slot.
+    /// The keys of `name` under `prefix`: `x` → `verrou:lua:sem:{x}`, `{a}x`
+    /// → `verrou:lua:sem:t:{a}x` with `verrou:lua:`. Always in `name`'s
+    /// cluster slot, and never another name's keys.
     ///
     /// # Errors
     /// As [`SemaphoreKeys::new`].
@@ -271,13 +268,13 @@ mod tests {
     #[test]
     fn keys_share_the_name_slot_tag() {
         let k = SemaphoreKeys::new("api").expect("plain name");
-        assert_eq!(k.holders, "{api}:sem");
-        assert_eq!(k.info, "{api}:sem:info");
-        assert_eq!(k.fence, "{api}:sem:fence");
-        assert_eq!(k.gone, "{api}:sem:gone");
+        assert_eq!(k.holders, "sem:{api}");
+        assert_eq!(k.info, "sem:info:{api}");
+        assert_eq!(k.fence, "sem:fence:{api}");
+        assert_eq!(k.gone, "sem:gone:{api}");
         assert!(RELEASE.contains(&format!("now + {GONE_WINDOW_MS}")));
         let k = SemaphoreKeys::new("{t}x").expect("tagged name");
-        assert_eq!(k.holders, "{t}x:sem");
+        assert_eq!(k.holders, "sem:t:{t}x");
         assert!(SemaphoreKeys::new("a}b").is_err());
         let k = SemaphoreKeys::prefixed("verrou:lua:", "api").expect("plain name");
         assert_eq!(k.holders, "verrou:lua:sem:{api}");
@@ -285,5 +282,37 @@ mod tests {
         let k = SemaphoreKeys::prefixed("verrou:lua:", "{t}x").expect("tagged name");
         assert_eq!(k.info, "verrou:lua:sem:info:t:{t}x");
         assert!(SemaphoreKeys::prefixed("verrou:lua:", "a}b").is_err());
+    }
+
+    /// Every helper key of every kind, for every name, is distinct from
+    /// every other name's (with or without a prefix): `x` and `{x}` used to
+    /// share `{x}:sem` without one.
+    #[test]
+    fn distinct_names_never_share_a_kind_key() {
+        const KINDS: [&str; 9] = [
+            "sem",
+            "sem:info",
+            "sem:fence",
+            "sem:gone",
+            "rw:readers",
+            "rw:writer",
+            "rw:intent",
+            "leader",
+            "leader:term",
+        ];
+        let names = [
+            "x", "{x}", "{x}:sem", "{x}sem", "t:{x}", "{t:{x}}", "sem:{x}", "{x}:t", "a{x}", "{x}x",
+        ];
+        for prefix in ["", "verrou:lua:", "verrou:tair:"] {
+            let mut seen = std::collections::HashMap::new();
+            for name in names {
+                for kind in KINDS {
+                    let key = kind_key(prefix, name, kind).expect("valid name");
+                    if let Some(other) = seen.insert(key.clone(), (name, kind)) {
+                        panic!("{key:?} is the key of {other:?} and of {:?}", (name, kind));
+                    }
+                }
+            }
+        }
     }
 }

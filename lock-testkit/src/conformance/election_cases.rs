@@ -195,3 +195,26 @@ pub async fn invalid_campaigns_are_rejected(s: &ElectionSuite) {
         Err(Error::InvalidArgument(_))
     ));
 }
+
+/// `x` and `{x}` are two elections, each with its own leader.
+pub async fn names_with_and_without_a_hash_tag_are_separate(s: &ElectionSuite) {
+    let plain = s.key("tagged");
+    let tagged = format!("{{{plain}}}");
+    let m = s.manager(s.options()).await;
+    let a = m.campaign(&plain, b"a").await.expect("campaign");
+    let b = m
+        .try_campaign(&tagged, b"b")
+        .await
+        .expect("try")
+        .expect("another name has no leader");
+    assert_eq!(
+        m.leader(&plain).await.expect("read").map(|l| l.identity),
+        Some(b"a".to_vec())
+    );
+    assert_eq!(
+        m.leader(&tagged).await.expect("read").map(|l| l.identity),
+        Some(b"b".to_vec())
+    );
+    a.resign().await.expect("resign");
+    b.resign().await.expect("resign");
+}

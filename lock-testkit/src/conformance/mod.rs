@@ -111,6 +111,10 @@ impl LockSuite {
     }
 
     /// A new client.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future drops the half-made client.
     pub async fn client(&self) -> Arc<dyn LockBackend> {
         (self.clients.connect)().await
     }
@@ -131,6 +135,10 @@ impl LockSuite {
     }
 
     /// A manager over a new client.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future drops the half-made client.
     pub async fn manager(&self, options: LockOptions) -> LockManager {
         LockManager::from_arc(self.client().await, options).expect("valid options")
     }
@@ -188,6 +196,10 @@ macro_rules! kind_suite {
             }
 
             /// A new client.
+            ///
+            /// # Cancel safety
+            ///
+            /// Cancel safe: dropping the future drops the half-made client.
             pub async fn client(&self) -> Arc<dyn $backend> {
                 (self.clients.connect)().await
             }
@@ -208,6 +220,10 @@ macro_rules! kind_suite {
             }
 
             /// A manager over a new client.
+            ///
+            /// # Cancel safety
+            ///
+            /// Cancel safe: dropping the future drops the half-made client.
             pub async fn manager(&self, options: LockOptions) -> $manager {
                 $manager::with_options(self.client().await, options).expect("valid options")
             }
@@ -283,6 +299,10 @@ impl VersionedSuite {
     }
 
     /// A new client.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future drops the half-made client.
     pub async fn client(&self) -> Arc<dyn VersionedStore> {
         (self.clients.connect)().await
     }
@@ -294,15 +314,25 @@ impl VersionedSuite {
 }
 
 /// Expands to one `#[tokio::test]` per lock case. The first argument is
-/// `paused` (tokio's paused clock; in-process backends) or `real`.
-/// The second is an expression of type `impl Future<Output = LockSuite>`.
+/// the runtime:
+///
+/// - `paused`: tokio's paused clock on a current-thread runtime (in-process
+///   backends);
+/// - `real`: real time on a multi-threaded runtime with two workers;
+/// - `real, flavor = multi_thread` (the same) or
+///   `real, flavor = current_thread`: real time on the runtime flavour the
+///   caller picks (a backend that must also work on a current-thread
+///   runtime runs its suite there).
+///
+/// The last is an expression of type `impl Future<Output = LockSuite>`:
+///
+/// ```text
+/// lock_testkit::lock_conformance!(real, flavor = current_thread, lock_suite());
+/// ```
 #[macro_export]
 macro_rules! lock_conformance {
-    (paused, $suite:expr) => {
-        $crate::__lock_cases!((start_paused = true), $suite);
-    };
-    (real, $suite:expr) => {
-        $crate::__lock_cases!((flavor = "multi_thread", worker_threads = 2), $suite);
+    ($($args:tt)*) => {
+        $crate::__conformance_runtime!(__lock_cases; $($args)*);
     };
 }
 
@@ -333,11 +363,8 @@ macro_rules! __fair_cases {
 /// [`lock_conformance!`] for the arguments).
 #[macro_export]
 macro_rules! versioned_conformance {
-    (paused, $suite:expr) => {
-        $crate::__versioned_cases!((start_paused = true), $suite);
-    };
-    (real, $suite:expr) => {
-        $crate::__versioned_cases!((flavor = "multi_thread", worker_threads = 2), $suite);
+    ($($args:tt)*) => {
+        $crate::__conformance_runtime!(__versioned_cases; $($args)*);
     };
 }
 
@@ -345,11 +372,8 @@ macro_rules! versioned_conformance {
 /// [`lock_conformance!`] for the arguments).
 #[macro_export]
 macro_rules! semaphore_conformance {
-    (paused, $suite:expr) => {
-        $crate::__semaphore_cases!((start_paused = true), $suite);
-    };
-    (real, $suite:expr) => {
-        $crate::__semaphore_cases!((flavor = "multi_thread", worker_threads = 2), $suite);
+    ($($args:tt)*) => {
+        $crate::__conformance_runtime!(__semaphore_cases; $($args)*);
     };
 }
 
@@ -357,11 +381,8 @@ macro_rules! semaphore_conformance {
 /// [`lock_conformance!`] for the arguments).
 #[macro_export]
 macro_rules! multi_conformance {
-    (paused, $suite:expr) => {
-        $crate::__multi_cases!((start_paused = true), $suite);
-    };
-    (real, $suite:expr) => {
-        $crate::__multi_cases!((flavor = "multi_thread", worker_threads = 2), $suite);
+    ($($args:tt)*) => {
+        $crate::__conformance_runtime!(__multi_cases; $($args)*);
     };
 }
 
@@ -380,11 +401,8 @@ macro_rules! __multi_cases {
 /// [`lock_conformance!`] for the arguments).
 #[macro_export]
 macro_rules! rw_conformance {
-    (paused, $suite:expr) => {
-        $crate::__rw_cases!((start_paused = true), $suite);
-    };
-    (real, $suite:expr) => {
-        $crate::__rw_cases!((flavor = "multi_thread", worker_threads = 2), $suite);
+    ($($args:tt)*) => {
+        $crate::__conformance_runtime!(__rw_cases; $($args)*);
     };
 }
 
@@ -396,7 +414,7 @@ macro_rules! __rw_cases {
             one_writer_or_many_readers, readers_share, writer_excludes_everyone,
             waiting_writer_holds_new_readers_back, expiry_returns_dead_holders_lock,
             stale_holder_cannot_release_or_renew, lost_fires_by_deadline_when_backend_hangs,
-            with_rw_returns_output);
+            with_rw_returns_output, names_with_and_without_a_hash_tag_are_separate);
     };
 }
 
@@ -404,11 +422,8 @@ macro_rules! __rw_cases {
 /// [`lock_conformance!`] for the arguments).
 #[macro_export]
 macro_rules! election_conformance {
-    (paused, $suite:expr) => {
-        $crate::__election_cases!((start_paused = true), $suite);
-    };
-    (real, $suite:expr) => {
-        $crate::__election_cases!((flavor = "multi_thread", worker_threads = 2), $suite);
+    ($($args:tt)*) => {
+        $crate::__conformance_runtime!(__election_cases; $($args)*);
     };
 }
 
@@ -419,7 +434,7 @@ macro_rules! __election_cases {
         $crate::__conformance_cases!($attr, $suite, election_cases:
             one_leader_at_a_time, leader_reads_identity_and_term, every_observer_sees_the_change,
             expiry_hands_over, stale_leader_cannot_resign_or_renew, lost_fires_by_deadline_when_backend_hangs,
-            invalid_campaigns_are_rejected);
+            invalid_campaigns_are_rejected, names_with_and_without_a_hash_tag_are_separate);
     };
 }
 
@@ -432,7 +447,7 @@ macro_rules! __semaphore_cases {
             stale_holder_cannot_release_or_renew, release_before_acquire_refuses_the_late_acquire,
             size_mismatch_is_an_error, invalid_requests_are_rejected,
             auto_renew_keeps_permits, drop_returns_permits, lost_fires_by_deadline_when_backend_hangs,
-            with_permits_returns_output, fencing_tokens_increase);
+            with_permits_returns_output, fencing_tokens_increase, names_with_and_without_a_hash_tag_are_separate);
     };
 }
 
@@ -461,6 +476,26 @@ macro_rules! __versioned_cases {
             missing_key, create_race_has_one_winner, stale_cas_returns_current, cas_round_trip,
             update_increments_are_exact, delete_if_version, no_aba_after_delete, ttl_on_writes,
             binary_values, invalid_arguments_are_rejected, update_from_corrects_a_stale_start);
+    };
+}
+
+/// Maps a conformance macro's runtime arguments to the `#[tokio::test]`
+/// attribute of its cases. The `flavor` arms come first: `flavor = x` also
+/// parses as an expression.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_runtime {
+    ($cases:ident; real, flavor = current_thread, $suite:expr) => {
+        $crate::$cases!((flavor = "current_thread"), $suite);
+    };
+    ($cases:ident; real, flavor = multi_thread, $suite:expr) => {
+        $crate::$cases!((flavor = "multi_thread", worker_threads = 2), $suite);
+    };
+    ($cases:ident; real, $suite:expr) => {
+        $crate::$cases!((flavor = "multi_thread", worker_threads = 2), $suite);
+    };
+    ($cases:ident; paused, $suite:expr) => {
+        $crate::$cases!((start_paused = true), $suite);
     };
 }
 

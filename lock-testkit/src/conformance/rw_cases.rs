@@ -189,3 +189,19 @@ pub async fn with_rw_returns_output(s: &RwSuite) {
     let again = m.try_lock(&name, RwMode::Write).await.expect("try").expect("released");
     again.release().await.expect("release");
 }
+
+/// `x` and `{x}` are two read-write locks: a writer of one does not hold
+/// the other back.
+pub async fn names_with_and_without_a_hash_tag_are_separate(s: &RwSuite) {
+    let plain = s.key("tagged");
+    let tagged = format!("{{{plain}}}");
+    let m = s.manager(s.options()).await;
+    let w = m.write(&plain).await.expect("write");
+    let v = m
+        .try_lock(&tagged, RwMode::Write)
+        .await
+        .expect("try")
+        .expect("another name is free");
+    w.release().await.expect("release");
+    v.release().await.expect("release");
+}

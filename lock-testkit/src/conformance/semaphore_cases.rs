@@ -306,3 +306,22 @@ pub async fn fencing_tokens_increase(s: &SemaphoreSuite) {
         b.release().await.expect("release");
     }
 }
+
+/// `x` and `{x}` are two semaphores: a backend that names a semaphore's keys
+/// by wrapping an untagged name in braces must not give both the same keys
+/// (they would share permits and size).
+pub async fn names_with_and_without_a_hash_tag_are_separate(s: &SemaphoreSuite) {
+    let plain = s.key("tagged");
+    let tagged = format!("{{{plain}}}");
+    let m = s.manager(s.options()).await;
+    let one = m.semaphore(&plain, 1).expect("semaphore");
+    let two = m.semaphore(&tagged, 2).expect("semaphore");
+    let p = one.acquire(1).await.expect("acquire");
+    let q = two
+        .try_acquire(2)
+        .await
+        .expect("another name: no size mismatch")
+        .expect("another name: all its permits are free");
+    p.release().await.expect("release");
+    q.release().await.expect("release");
+}

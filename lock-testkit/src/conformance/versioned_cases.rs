@@ -126,12 +126,13 @@ pub async fn update_increments_are_exact(s: &VersionedSuite) {
             let opts = UpdateOptions::default().max_attempts(10_000);
             for _ in 0..increments {
                 store
-                    .update(&key, &opts, |old| {
+                    .update_opts(&key, &opts, |old| {
                         let n: u64 = old.and_then(|b| std::str::from_utf8(b).ok()?.parse().ok()).unwrap_or(0);
-                        (n + 1).to_string().into_bytes()
+                        Some((n + 1).to_string().into_bytes())
                     })
                     .await
-                    .expect("update");
+                    .expect("update")
+                    .expect("written");
             }
         }));
     }
@@ -310,7 +311,7 @@ pub async fn invalid_arguments_are_rejected(s: &VersionedSuite) {
     assert!(invalid(store.delete("", 1).await.map(drop)));
     assert!(invalid(
         store
-            .update(&key, &UpdateOptions::default().max_attempts(0), |_| Vec::new())
+            .update_opts(&key, &UpdateOptions::default().max_attempts(0), |_| Some(Vec::new()))
             .await
             .map(drop)
     ));

@@ -24,6 +24,10 @@ impl Monitor {
     ///
     /// # Errors
     /// Connection errors, or a server refusing `MONITOR`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future drops its connection.
     pub async fn start(server: &RedisServer) -> HarnessResult<Monitor> {
         let mut client = server.client().await?;
         let ok = client.cmd(&["MONITOR"]).await?;
@@ -36,11 +40,17 @@ impl Monitor {
     /// The commands clients sent since the last call (or the start), each
     /// as its arguments with the command name lowercased; commands run
     /// inside scripts (source `lua`) or by modules (`RedisModule_Call`,
-    /// source `?:0`) are left out. Sends a marker (`ECHO`) through `server`
+    /// source `?:0` on Redis, empty on Valkey) are left out. Sends a marker (`ECHO`) through `server`
     /// and reads up to it, so nothing sent before this call is missed.
     ///
     /// # Errors
     /// Connection errors or an unreadable `MONITOR` line.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropping the future part-way loses the lines it has
+    /// read, and a later call also returns this call's `ECHO` marker. Drop
+    /// the monitor instead.
     pub async fn client_commands(&mut self, server: &RedisServer) -> HarnessResult<Vec<Vec<String>>> {
         static MARKERS: AtomicU64 = AtomicU64::new(0);
         let marker = format!("verrou-monitor-marker-{}", MARKERS.fetch_add(1, Ordering::Relaxed));
@@ -55,7 +65,7 @@ impl Monitor {
             if args.len() == 2 && args[0] == "echo" && args[1] == marker {
                 return Ok(seen);
             }
-            if source != "lua" && !source.starts_with('?') {
+            if source != "lua" && !source.starts_with('?') && !source.is_empty() {
                 seen.push(args);
             }
         }
@@ -105,5 +115,7 @@ mod tests {
         assert_eq!((source.as_str(), args.len()), ("lua", 3));
         let (source, _) = parse_line(r#"1796083396.641608 [0 ?:0] "GET" "k""#).unwrap();
         assert_eq!(source, "?:0");
+        let (source, _) = parse_line(r#"1796094660.916087 [0 ] "GET" "k""#).unwrap();
+        assert_eq!(source, "", "a module's call on Valkey");
     }
 }

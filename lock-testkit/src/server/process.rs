@@ -182,6 +182,11 @@ impl RedisServerBuilder {
     /// [`HarnessError::NotFound`] for a missing binary or module;
     /// [`HarnessError::StartFailed`] / [`HarnessError::StartTimeout`], with
     /// the server's log tail, when it does not come up.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future kills a process it has already spawned (the
+    /// server under construction kills it on drop) and removes its directory.
     pub async fn start(&self) -> HarnessResult<RedisServer> {
         let launch = self.resolve()?;
         let mut last = None;
@@ -312,6 +317,10 @@ impl RedisServer {
     ///
     /// # Errors
     /// As [`RedisServerBuilder::start`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`RedisServerBuilder::start`].
     pub async fn start() -> HarnessResult<RedisServer> {
         RedisServerBuilder::new().start().await
     }
@@ -407,6 +416,11 @@ impl RedisServer {
     ///
     /// # Errors
     /// `SAVE` failing, or the start errors of [`RedisServerBuilder::start`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the server in whichever state it reached:
+    /// still running (saved or not), stopped, or starting again.
     pub async fn restart_keeping_data(&self) -> HarnessResult<()> {
         let _guard = self.lifecycle.lock().await;
         if self.is_running() {
@@ -425,6 +439,11 @@ impl RedisServer {
     /// # Errors
     /// Failing to delete the files, or the start errors of
     /// [`RedisServerBuilder::start`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the server in whichever state it reached:
+    /// stopped with some or all data files deleted, or starting again.
     pub async fn restart_empty(&self) -> HarnessResult<()> {
         let _guard = self.lifecycle.lock().await;
         self.kill()?;
@@ -450,6 +469,10 @@ impl RedisServer {
     ///
     /// # Errors
     /// As [`RespClient::connect`]; refused after [`kill`](Self::kill).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future drops the half-open connection.
     pub async fn client(&self) -> HarnessResult<RespClient> {
         RespClient::connect(self.addr()).await
     }
@@ -460,6 +483,11 @@ impl RedisServer {
     ///
     /// # Errors
     /// As [`RespClient::cmd`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe for the server handle: the connection is the call's own
+    /// and dropped with it; a command already sent may still run.
     pub async fn cmd<A: AsRef<[u8]>>(&self, args: &[A]) -> HarnessResult<RespValue> {
         self.client().await?.cmd(args).await
     }
@@ -469,6 +497,10 @@ impl RedisServer {
     ///
     /// # Errors
     /// As [`RespClient::cmd`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`RedisServer::cmd`].
     pub async fn cmd_raw<A: AsRef<[u8]>>(&self, args: &[A]) -> HarnessResult<Vec<u8>> {
         self.client().await?.cmd_raw(args).await
     }
@@ -478,6 +510,10 @@ impl RedisServer {
     ///
     /// # Errors
     /// As [`RespClient::cmd`], or [`HarnessError::Reply`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`RedisServer::cmd`].
     pub async fn info(&self, section: &str) -> HarnessResult<HashMap<String, String>> {
         let reply = if section.is_empty() {
             self.cmd(&["INFO"]).await?

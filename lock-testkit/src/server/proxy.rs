@@ -63,6 +63,10 @@ impl TcpProxy {
     ///
     /// # Errors
     /// [`HarnessError::Io`] if the listener cannot be bound.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the proxy starts forwarding only once the future returns.
     pub async fn start(target: SocketAddr) -> HarnessResult<TcpProxy> {
         let listener = TcpListener::bind(("127.0.0.1", 0))
             .await

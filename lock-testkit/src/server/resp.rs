@@ -353,6 +353,10 @@ impl RespClient {
     /// # Errors
     /// [`HarnessError::Io`] (see [`HarnessError::is_connection_refused`]) or
     /// [`HarnessError::Timeout`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future drops the half-open connection.
     pub async fn connect(addr: SocketAddr) -> HarnessResult<Self> {
         Self::connect_timeout(addr, DEFAULT_TIMEOUT).await
     }
@@ -360,6 +364,10 @@ impl RespClient {
     /// Connects to `127.0.0.1:port`.
     ///
     /// # Errors
+    /// As [`RespClient::connect`].
+    ///
+    /// # Cancel safety
+    ///
     /// As [`RespClient::connect`].
     pub async fn connect_port(port: u16) -> HarnessResult<Self> {
         Self::connect(SocketAddr::from(([127, 0, 0, 1], port))).await
@@ -369,6 +377,10 @@ impl RespClient {
     /// operation.
     ///
     /// # Errors
+    /// As [`RespClient::connect`].
+    ///
+    /// # Cancel safety
+    ///
     /// As [`RespClient::connect`].
     pub async fn connect_timeout(addr: SocketAddr, timeout: Duration) -> HarnessResult<Self> {
         let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
@@ -412,6 +424,13 @@ impl RespClient {
     ///
     /// # Errors
     /// I/O errors, [`HarnessError::Timeout`], [`HarnessError::Protocol`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropped after the command went out, the future leaves
+    /// its reply unread, and the next read returns it. Drop the client too, or
+    /// bound the call with [`RespClient::set_timeout`] instead (a timed-out
+    /// client refuses further use).
     pub async fn cmd<A: AsRef<[u8]>>(&mut self, args: &[A]) -> HarnessResult<RespValue> {
         let raw = self.cmd_raw(args).await?;
         // The reply was framed completely, so the connection stays in step
@@ -424,6 +443,10 @@ impl RespClient {
     ///
     /// # Errors
     /// As [`RespClient::cmd`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`RespClient::cmd`].
     pub async fn cmd_raw<A: AsRef<[u8]>>(&mut self, args: &[A]) -> HarnessResult<Vec<u8>> {
         self.send_raw(&encode_command(args)).await?;
         self.read_raw().await
@@ -435,6 +458,11 @@ impl RespClient {
     ///
     /// # Errors
     /// As [`RespClient::cmd`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropping the future can leave part of `bytes` written.
+    /// Drop the client too.
     pub async fn send_raw(&mut self, bytes: &[u8]) -> HarnessResult<()> {
         self.usable()?;
         let what = format!("writing to {}", self.addr);
@@ -454,6 +482,11 @@ impl RespClient {
     /// # Errors
     /// As [`RespClient::cmd`]; a connection closed before a complete reply
     /// is an [`HarnessError::Io`] of kind `UnexpectedEof`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: bytes already read stay in the client's buffer, and the
+    /// next read continues the same reply.
     pub async fn read_raw(&mut self) -> HarnessResult<Vec<u8>> {
         self.usable()?;
         let timeout = self.timeout;
@@ -472,6 +505,10 @@ impl RespClient {
     ///
     /// # Errors
     /// As [`RespClient::cmd`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`RespClient::read_raw`].
     pub async fn read(&mut self) -> HarnessResult<RespValue> {
         let raw = self.read_raw().await?;
         parse_reply(&raw)

@@ -30,6 +30,11 @@ impl ReplicatedPair {
     /// # Errors
     /// Start errors, or [`HarnessError::Timeout`] if replication does not
     /// converge within [`CONVERGE_TIMEOUT`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future stops the servers it started (each kills its
+    /// process on drop).
     pub async fn start(builder: RedisServerBuilder) -> HarnessResult<Self> {
         let primary = builder.start().await?;
         let replica = builder
@@ -58,6 +63,10 @@ impl ReplicatedPair {
     ///
     /// # Errors
     /// [`HarnessError::Timeout`] (with the last error seen, if any).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads `INFO`.
     pub async fn wait_for_sync(&self, timeout: Duration) -> HarnessResult<()> {
         let what = format!(
             "replica on port {} to sync with primary on port {}",
@@ -92,6 +101,10 @@ impl Instances {
     ///
     /// # Errors
     /// The first start error; servers already started are stopped.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`ReplicatedPair::start`].
     pub async fn start(n: usize, builder: RedisServerBuilder) -> HarnessResult<Self> {
         let servers = try_join_all((0..n).map(|_| builder.start())).await?;
         Ok(Instances { servers })
@@ -155,6 +168,10 @@ impl RedisCluster {
     /// [`HarnessError::Setup`] with `redis-cli`'s output if creation fails,
     /// [`HarnessError::Timeout`] if the cluster does not converge within
     /// [`CONVERGE_TIMEOUT`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`ReplicatedPair::start`]; a running `redis-cli` is killed too.
     pub async fn start(masters: usize, replicas_per_master: usize, builder: RedisServerBuilder) -> HarnessResult<Self> {
         if masters < 3 {
             return Err(HarnessError::Setup(format!(
@@ -225,6 +242,10 @@ impl RedisCluster {
     ///
     /// # Errors
     /// [`HarnessError::Timeout`] (with the last error seen, if any).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads the nodes' state.
     pub async fn wait_until_ok(&self, timeout: Duration) -> HarnessResult<()> {
         let total = self.nodes.len().to_string();
         wait_until(
@@ -285,6 +306,10 @@ impl RedisCluster {
     ///
     /// # Errors
     /// No running node, or an unexpected reply.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
     pub async fn master_for_key(&self, key: &[u8]) -> HarnessResult<&RedisServer> {
         let node = self
             .nodes
