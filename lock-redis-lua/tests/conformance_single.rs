@@ -58,7 +58,7 @@ mod plain {
 
     mod fair {
         use super::*;
-        lock_testkit::fair_conformance!(real, lock_suite());
+        lock_testkit::fair_conformance!(real, flavor = current_thread, lock_suite());
     }
 
     mod versioned {

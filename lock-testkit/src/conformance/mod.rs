@@ -341,11 +341,8 @@ macro_rules! lock_conformance {
 /// backend without a fair queue each case checks the typed refusal.
 #[macro_export]
 macro_rules! fair_conformance {
-    (paused, $suite:expr) => {
-        $crate::__fair_cases!((start_paused = true), $suite);
-    };
-    (real, $suite:expr) => {
-        $crate::__fair_cases!((flavor = "multi_thread", worker_threads = 2), $suite);
+    ($($args:tt)*) => {
+        $crate::__conformance_runtime!(__fair_cases; $($args)*);
     };
 }
 
