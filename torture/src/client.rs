@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use crate::backends::{Spec, build};
 use crate::clock;
+use crate::probe;
 use crate::record::{Body, Log, UpdateOp, UpdateOutcome};
 
 /// A request to stall one client's whole runtime inside its next critical
@@ -179,6 +180,7 @@ impl LockClient {
                 return;
             }
         };
+        let _probe = probe::Running::start(self.id, self.log.clone());
         let mut rng = fastrand::Rng::with_seed(self.seed);
         while clock::now() < self.stop.load(Ordering::SeqCst) {
             // Key 0 is the hot one (two thirds of the picks): a fault on its
