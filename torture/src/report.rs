@@ -165,7 +165,9 @@ pub fn markdown(outcomes: &[Outcome], p: &Params, seed: u64, command: &str, svgs
          (every acknowledged increment returns the value it wrote, which forces the order; outcome-unknown \
          increments may fill gaps), and the final value within [acknowledged, acknowledged + unknown].\n\
          - **recovery**: from the fault healing to the next critical section; the bound is 20 × TTL. Every client \
-         must finish within {} s of the row's end (no hang).\n\
+         must finish within {} s of the row's end (no hang). The stall lands in the stalled client's next critical \
+         section: while it has none the row runs on, up to 20 × TTL past its planned end; *fault not injected* \
+         means it had none by then.\n\
          - **claim**: what the README says. *claimed safe*: every check above must pass. *claimed safe with \
          fencing*: a stalled holder runs past its deadline (no library can interrupt a stopped process), so its \
          section overlaps the next holder's; every stale write must be rejected. *documented unsafe*: measured, \
