@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::linearize::{self, Verdict};
-use crate::record::{Body, Snapshot};
+use crate::record::{Body, Lag, Snapshot};
 
 /// Settings the checks derive their bounds from.
 #[derive(Debug, Clone, Copy)]
@@ -37,10 +37,17 @@ pub struct Measured {
     pub fresh_rejected: usize,
     /// Whether the backend issued fencing tokens.
     pub fenced: bool,
-    /// Bodies told of the loss (or ending) later than deadline + slack.
+    /// Bodies told of the loss (or ending) later than deadline + slack +
+    /// the time their runtime could not run after the deadline.
     pub late_losses: usize,
-    /// Worst lateness, µs.
+    /// Worst lateness of those, µs.
     pub max_late_us: i64,
+    /// Bodies that ended past deadline + slack, but by no more than their
+    /// runtime's observed scheduling delay after the deadline.
+    pub excused: usize,
+    /// Worst wake-up lateness of any lock client's runtime probe, µs
+    /// (outside an injected stall).
+    pub sched_max_us: i64,
     /// Bodies of the stalled client that ran past their deadline (they
     /// cannot be told while the runtime is stopped; fencing must catch them).
     pub stalled_late: usize,
@@ -78,15 +85,39 @@ pub fn measure(
     fencing(s, &mut m);
     for body in &s.bodies {
         // A body must be cancelled by its deadline: ending (either way)
-        // past deadline + slack means the holder was not told in time.
+        // past deadline + slack means the holder was not told in time,
+        // unless its runtime could not run for the excess: the loss timer
+        // and the cancellation run on that runtime, so the time its probe
+        // saw it stopped between the deadline and the body's end delays
+        // them by as much. Lateness elsewhere (another client, or before
+        // the deadline) excuses nothing, nor does a runtime blocked by its
+        // own code (late but not queued), so a loss never signalled still
+        // shows with its full lateness.
         let late = body.end - body.deadline;
-        if late > b.slack_us && body.stalled {
+        if late <= b.slack_us {
+            continue;
+        }
+        if body.stalled {
             m.stalled_late += 1;
-        } else if late > b.slack_us {
+        } else if late > b.slack_us + stopped_within(&s.lags, body.client, body.deadline, body.end) {
             m.late_losses += 1;
             m.max_late_us = m.max_late_us.max(late);
+        } else {
+            m.excused += 1;
         }
     }
+    m.sched_max_us = s
+        .lags
+        .iter()
+        .filter(|l| {
+            // The injected stall is the fault, not the scheduler.
+            !s.bodies
+                .iter()
+                .any(|x| x.stalled && x.client == l.client && l.due < x.end && l.woke > x.start)
+        })
+        .map(Lag::late)
+        .max()
+        .unwrap_or(0);
     match s.windows.iter().map(|w| w.to).min() {
         Some(healed) => {
             m.recovery_us = s
@@ -105,6 +136,18 @@ pub fn measure(
     }
     m.linear = final_value.map(|f| linearize::check(&s.updates, f));
     m
+}
+
+/// How long the scheduler kept `client`'s runtime from running between
+/// `from` and `to`, µs: the probe's late wake-ups clipped to that interval,
+/// each at most the run-queue wait its thread had meanwhile. The probe wakes
+/// every few ms, so a delay that began while it slept is seen up to one
+/// period short; the stated slack covers that.
+fn stopped_within(lags: &[Lag], client: usize, from: i64, to: i64) -> i64 {
+    lags.iter()
+        .filter(|l| l.client == client)
+        .map(|l| (l.woke.min(to) - l.due.max(from)).clamp(0, l.late()))
+        .sum()
 }
 
 fn overlaps(bodies: &[Body], m: &mut Measured) {
@@ -155,7 +198,7 @@ fn fencing(s: &Snapshot, m: &mut Measured) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Window, Write};
+    use crate::record::{Lag, Window, Write};
 
     const BOUNDS: Bounds = Bounds {
         slack_us: 10,
@@ -208,6 +251,71 @@ mod tests {
         let m = measure(&s, BOUNDS, false, None, 0);
         assert_eq!((m.overlaps, m.body_overlaps), (0, 1));
         assert_eq!(m.late_losses, 1, "ended 60 µs after its deadline, slack 10");
+    }
+
+    #[test]
+    fn a_late_body_on_a_runtime_that_ran_on_time_is_flagged() {
+        // a renewer that never cancels: the body runs on well past its
+        // deadline while its runtime's probe woke on time
+        let s = snapshot(vec![body(0, 0, 111, 100)], vec![]);
+        let m = measure(&s, BOUNDS, false, None, 0);
+        assert_eq!((m.late_losses, m.excused, m.max_late_us), (1, 0, 11));
+    }
+
+    #[test]
+    fn a_body_late_by_exactly_its_runtimes_stall_is_excused() {
+        // the scheduler kept client 0's runtime off the CPU from 110 to 160
+        // (50 µs), after the deadline at 100: the body may end up to
+        // 100 + 10 + 50
+        let lag = Lag {
+            client: 0,
+            due: 110,
+            woke: 160,
+            queued: 50,
+        };
+        let mut s = snapshot(vec![body(0, 0, 160, 100)], vec![]);
+        s.lags.push(lag);
+        let m = measure(&s, BOUNDS, false, None, 0);
+        assert_eq!((m.late_losses, m.excused, m.sched_max_us), (0, 1, 50));
+        s.bodies[0].end = 161;
+        let m = measure(&s, BOUNDS, false, None, 0);
+        assert_eq!((m.late_losses, m.excused), (1, 0), "one µs more than the stall");
+    }
+
+    #[test]
+    fn lateness_of_another_runtime_or_before_the_deadline_excuses_nothing() {
+        let mut s = snapshot(vec![body(0, 0, 160, 100)], vec![]);
+        // another client's runtime stalled over the whole interval
+        s.lags.push(Lag {
+            client: 1,
+            due: 90,
+            woke: 200,
+            queued: 110,
+        });
+        // this client's runtime stalled, but before its deadline
+        s.lags.push(Lag {
+            client: 0,
+            due: 20,
+            woke: 90,
+            queued: 70,
+        });
+        let m = measure(&s, BOUNDS, false, None, 0);
+        assert_eq!((m.late_losses, m.excused), (1, 0));
+    }
+
+    #[test]
+    fn a_runtime_blocked_by_its_own_code_excuses_nothing() {
+        // the probe woke 60 µs late after the deadline, but its thread
+        // waited for a CPU only 5 µs of that: something blocked the runtime
+        let mut s = snapshot(vec![body(0, 0, 160, 100)], vec![]);
+        s.lags.push(Lag {
+            client: 0,
+            due: 100,
+            woke: 160,
+            queued: 5,
+        });
+        let m = measure(&s, BOUNDS, false, None, 0);
+        assert_eq!((m.late_losses, m.excused, m.sched_max_us), (1, 0, 5));
     }
 
     #[test]

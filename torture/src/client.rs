@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use crate::backends::{Spec, build};
 use crate::clock;
+use crate::probe;
 use crate::record::{Body, Log, UpdateOp, UpdateOutcome};
 
 /// A request to stall one client's whole runtime inside its next critical
@@ -45,7 +46,8 @@ impl Stall {
         self.state.store(REQUESTED, Ordering::SeqCst);
     }
 
-    fn is_requested(&self) -> bool {
+    /// Whether the stall is asked for and not yet started.
+    pub fn is_requested(&self) -> bool {
         self.state.load(Ordering::SeqCst) == REQUESTED
     }
 
@@ -179,13 +181,17 @@ impl LockClient {
                 return;
             }
         };
+        let _probe = probe::Running::start(self.id, self.log.clone());
         let mut rng = fastrand::Rng::with_seed(self.seed);
+        let mut missed = false;
         while clock::now() < self.stop.load(Ordering::SeqCst) {
             // Key 0 is the hot one (two thirds of the picks): a fault on its
             // holder then meets waiters.
             // The stalled client goes for the hot key once its stall is asked for.
+            // After a failed try it goes for any key: a barging client can
+            // keep it off the hot key for seconds on a loaded machine.
             let stall_pending = self.stall.as_ref().is_some_and(|s| s.is_requested());
-            let key = if stall_pending || rng.f64() < 0.66 {
+            let key = if (stall_pending && !missed) || rng.f64() < 0.66 {
                 0
             } else {
                 rng.usize(..self.keys.len())
@@ -206,6 +212,7 @@ impl LockClient {
                         self.body(key, fence, Some(lease), deadline, hold)
                     })
                     .await;
+                missed = result.is_err();
                 if let Err(e) = result {
                     self.log.error(error_kind(&e));
                 }

@@ -19,6 +19,7 @@ mod client;
 mod clock;
 mod linearize;
 mod plan;
+mod probe;
 mod record;
 mod report;
 mod run;

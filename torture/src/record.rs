@@ -80,6 +80,28 @@ pub struct Window {
     pub to: i64,
 }
 
+/// A late wake-up of a client runtime's probe: the runtime did not run
+/// between `due` and `woke`, for `queued` of it because the scheduler kept
+/// its thread off the CPU.
+#[derive(Debug, Clone, Copy)]
+pub struct Lag {
+    /// Client index (whose runtime).
+    pub client: usize,
+    /// When the probe was due to wake.
+    pub due: i64,
+    /// When it woke.
+    pub woke: i64,
+    /// How long its thread waited for a CPU meanwhile, µs.
+    pub queued: i64,
+}
+
+impl Lag {
+    /// How much of the wake-up's lateness the scheduler caused, µs.
+    pub fn late(&self) -> i64 {
+        (self.woke - self.due).min(self.queued).max(0)
+    }
+}
+
 /// Everything recorded in one scenario.
 #[derive(Debug, Default)]
 pub struct Log {
@@ -88,6 +110,7 @@ pub struct Log {
     updates: Mutex<Vec<UpdateOp>>,
     windows: Mutex<Vec<Window>>,
     errors: Mutex<BTreeMap<String, u64>>,
+    lags: Mutex<Vec<Lag>>,
     fences: Mutex<HashMap<usize, u64>>,
 }
 
@@ -149,6 +172,11 @@ impl Log {
         lock(&self.windows).iter().map(|w| w.to).max()
     }
 
+    /// Record a late wake-up of a runtime probe.
+    pub fn lag(&self, l: Lag) {
+        lock(&self.lags).push(l);
+    }
+
     /// Count an error by kind.
     pub fn error(&self, kind: impl Into<String>) {
         *lock(&self.errors).entry(kind.into()).or_insert(0) += 1;
@@ -162,6 +190,7 @@ impl Log {
             updates: lock(&self.updates).clone(),
             windows: lock(&self.windows).clone(),
             errors: lock(&self.errors).clone(),
+            lags: lock(&self.lags).clone(),
         }
     }
 }
@@ -179,4 +208,6 @@ pub struct Snapshot {
     pub windows: Vec<Window>,
     /// Errors by kind.
     pub errors: BTreeMap<String, u64>,
+    /// Late wake-ups of the lock clients' runtime probes.
+    pub lags: Vec<Lag>,
 }

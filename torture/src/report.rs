@@ -64,6 +64,10 @@ pub fn cells(o: &Outcome) -> Cells {
     if m.stalled_late > 0 {
         let _ = write!(late, "; stalled holder: {}", m.stalled_late);
     }
+    let _ = write!(late, "; scheduler ≤ {}", ms(m.sched_max_us));
+    if m.excused > 0 {
+        let _ = write!(late, ", {} excused", m.excused);
+    }
     let linear = match &m.linear {
         None => "—".to_owned(),
         Some(l) => {
@@ -148,18 +152,28 @@ pub fn markdown(outcomes: &[Outcome], p: &Params, seed: u64, command: &str, svgs
          - **stale writes accepted / rejected**: writes made after a newer holder of the key had started; the \
          fencing check must reject them. *current-holder writes rejected*: the fencing token went backwards.\n\
          - **late loss signals**: critical sections still running more than {} ms (the stated scheduling slack) \
-         after their local deadline. A holder whose whole runtime is stopped cannot be told: those are counted \
-         apart (*stalled holder*).\n\
+         after their local deadline, beyond the time the scheduler kept their client's runtime off the CPU \
+         after that deadline. Each client runtime runs a probe that sleeps {} ms in a loop and records how late \
+         it wakes and how long its thread waited for a CPU meanwhile (Linux schedstat run-queue wait); \
+         *scheduler ≤ N ms* is the row's worst such delay (a loaded machine keeps threads off the CPU), \
+         *excused*: sections that ended past deadline + slack by no more than their runtime's scheduling delay \
+         after the deadline (the loss timer runs on that runtime, so it was as late). A section late on a \
+         runtime that was not kept waiting (an idle machine, or a runtime blocked by its own code) is always \
+         counted. A holder whose whole runtime is stopped by the injected stall cannot be told: those are \
+         counted apart (*stalled holder*).\n\
          - **linearizable**: the counter history checked against an atomic register incremented by `update` \
          (every acknowledged increment returns the value it wrote, which forces the order; outcome-unknown \
          increments may fill gaps), and the final value within [acknowledged, acknowledged + unknown].\n\
          - **recovery**: from the fault healing to the next critical section; the bound is 20 × TTL. Every client \
-         must finish within {} s of the row's end (no hang).\n\
+         must finish within {} s of the row's end (no hang). The stall lands in the stalled client's next critical \
+         section: while it has none the row runs on, up to 20 × TTL past its planned end; *fault not injected* \
+         means it had none by then.\n\
          - **claim**: what the README says. *claimed safe*: every check above must pass. *claimed safe with \
          fencing*: a stalled holder runs past its deadline (no library can interrupt a stopped process), so its \
          section overlaps the next holder's; every stale write must be rejected. *documented unsafe*: measured, \
          not required.\n",
         p.slack.as_millis(),
+        crate::probe::PERIOD.as_millis(),
         p.hang_bound.as_secs()
     );
     let _ = writeln!(md, "## Results\n");

@@ -459,13 +459,21 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
         log.error(format!("fault injection failed: {e}"));
     }
     if let Some(st) = &stall {
-        // The stalled client performs the stall in its next body; at the
-        // planned end a request not yet started is withdrawn,
-        // one in progress is waited for (it ends within its duration).
-        let give_up = planned_stop + p.fault_len() * 2;
+        // The stalled client performs the stall in its next body, which on
+        // a loaded machine can come late: while the request is pending the
+        // clients run on (the stop moves later), up to the recovery bound
+        // past the planned end. Only then is a request not yet started
+        // withdrawn (the fault could not be injected); one in progress is
+        // waited for (it ends within its duration).
+        let withdraw_at = planned_stop + p.recovery_bound();
+        let give_up = withdraw_at + p.fault_len() * 2;
+        let ahead = i64::try_from(p.ttl.as_micros()).unwrap_or(i64::MAX);
         while log.healed_at().is_none() && Instant::now() < give_up {
-            if Instant::now() >= planned_stop && st.withdraw() {
-                break;
+            if st.is_requested() {
+                if Instant::now() >= withdraw_at && st.withdraw() {
+                    break;
+                }
+                stop.fetch_max(clock::now().saturating_add(ahead), Ordering::SeqCst);
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
