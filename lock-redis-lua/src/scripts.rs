@@ -192,7 +192,6 @@ local function wake(w)
   redis.pcall('PUBLISH', 'verrou:wake:' .. string.sub(w, 1, 32), w)
 end
 local function wake_after_release(marker, wakes, q, e)
-  if redis.call('EXISTS', marker) == 0 then return end
   local now = now_ms()
   redis.call('ZREMRANGEBYSCORE', wakes, '-inf', now)
   local w = redis.call('ZRANGE', wakes, -1, -1)[1]
@@ -202,7 +201,17 @@ local function wake_after_release(marker, wakes, q, e)
   end
   local h = fair_head(q, e, now)
   if h then wake(h) end
-  if redis.call('ZCARD', wakes) == 0 and not h then redis.call('DEL', marker) end
+  local last = 0
+  for _, z in ipairs({wakes, e}) do
+    local top = redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')[2]
+    if top and tonumber(top) > last then last = tonumber(top) end
+  end
+  -- Waiters left: the marker again, until the last wait ends (+ the
+  -- margin, release::WAITING_MARGIN_MS).
+  if last > now then redis.call('SET', marker, '1', 'PX', last - now + 100) end
+end
+local function release_and_wake(key, marker, wakes, q, e)
+  if redis.call('DEL', key, marker) == 2 then wake_after_release(marker, wakes, q, e) end
 end
 local function extend(key, ms)
   if redis.call('PTTL', key) < tonumber(ms) then redis.call('PEXPIRE', key, ms) end
@@ -220,17 +229,18 @@ end
 /// and the head of the fair queue (which stays in it until granted), by
 /// publishing its id on its process's channel (`verrou:wake:` and the id's
 /// first 32 characters, see `notify`; a refused `PUBLISH`, e.g. an ACL without channel
-/// rights, only costs the waiter its timer). So an uncontended release
-/// costs what [`RELEASE`] costs plus one `EXISTS`, and a contended one
-/// wakes one waiter per process instead of every waiter.
+/// rights, only costs the waiter its timer). The key and the marker go in
+/// one `DEL` (2 deleted: someone waits; the marker is set again while
+/// waiters remain), so an uncontended release costs what [`RELEASE`]
+/// costs, and a contended one wakes one waiter per process instead of
+/// every waiter.
 const RELEASE_NOTIFY: &str = concat!(
     wake_lua!(),
     r"
 local cur = redis.call('GET', KEYS[1])
 if not cur then return 0 end
 if cur ~= ARGV[1] then return 2 end
-redis.call('DEL', KEYS[1])
-wake_after_release(KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+release_and_wake(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 return 1
 "
 );
@@ -254,9 +264,8 @@ for i = 1, n do
 end
 for i = 1, n do
   if cur[i] == ARGV[1] then
-    redis.call('DEL', KEYS[i])
     local h = n + 4 * (i - 1)
-    wake_after_release(KEYS[h + 1], KEYS[h + 2], KEYS[h + 3], KEYS[h + 4])
+    release_and_wake(KEYS[i], KEYS[h + 1], KEYS[h + 2], KEYS[h + 3], KEYS[h + 4])
   end
 end
 if mine == n then return 1 end
@@ -493,7 +502,7 @@ mod tests {
 
     #[test]
     fn the_multi_release_wakes_as_the_mutex_release_does() {
-        assert!(RELEASE_ALL_NOTIFY.contains("wake_after_release(KEYS[h + 1]"));
-        assert!(RELEASE_NOTIFY.contains("wake_after_release(KEYS[2]"));
+        assert!(RELEASE_ALL_NOTIFY.contains("release_and_wake(KEYS[i], KEYS[h + 1]"));
+        assert!(RELEASE_NOTIFY.contains("release_and_wake(KEYS[1], KEYS[2]"));
     }
 }

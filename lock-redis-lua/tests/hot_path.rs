@@ -205,9 +205,12 @@ async fn a_release_wakes_one_waiter_not_the_herd() {
         released.elapsed() < Duration::from_secs(8),
         "the hand-offs came from releases, not the 8 s timers"
     );
+    // Three acquires, plus the marker set again by the two releases that
+    // left waiters behind (it goes with the key in one DEL). A herd would
+    // add every woken waiter's failed SET NX: 3 + 2 + 1 tries.
     assert_eq!(
         calls(&server, "set").await,
-        3,
+        3 + 2,
         "one acquire per waiter: nobody woke in vain"
     );
 }
