@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::backend::RenewOutcome;
 use crate::error::{Error, Result};
 
-/// The bookkeeping of a backend's [`LockBackend::renew_many`]: validates
+/// The bookkeeping of a backend's [`LockBackend::renew_many`](crate::LockBackend::renew_many): validates
 /// each item, groups the valid ones (e.g. by cluster hash slot, since one
 /// script's keys must share a slot), splits groups into chunks, and puts the
 /// chunks' outcomes back in item order.
