@@ -72,6 +72,17 @@ async fn uncontended_pair_is_set_nx_and_a_release_script_without_publish() {
     assert_eq!(calls(&server, "publish").await, 0, "nobody waited: no PUBLISH");
     assert_eq!(calls(&server, "evalsha").await, 1, "the release");
     assert_eq!(calls(&server, "eval").await, 0);
+    // Inside the release script: GET, then one DEL of the key and its
+    // waiter marker, nothing else when nobody waits (README: "an
+    // uncontended release costs nothing extra").
+    assert_eq!(calls(&server, "get").await, 1, "the release's owner check");
+    assert_eq!(calls(&server, "del").await, 1, "key and marker in one DEL");
+    assert_eq!(calls(&server, "exists").await, 0, "no marker lookup of its own");
+    assert_eq!(
+        calls(&server, "zrangebyscore").await,
+        0,
+        "no wake-set work when nobody waits"
+    );
 
     // A waiter in another backend (another process) subscribes, and the
     // release wakes it long before its timer.
