@@ -132,7 +132,8 @@ impl Inner {
         ) = (&self.replica_ack, replication)
             && ack.on_shortfall == OnShortfall::ReleaseAndFail
         {
-            let released = self.release(key, token).await;
+            // Boxed: a shortfall is rare, and every acquire's future would carry a release's.
+            let released = Box::pin(self.release(key, token)).await;
             let message = format!(
                 "acquired {key:?} but only {acknowledged} of {requested} replicas acknowledged within {:?}; {}",
                 ack.timeout,

@@ -155,6 +155,13 @@ impl SharedStandalone {
         if let Some(found) = self.cached() {
             return Ok(found);
         }
+        // Boxed: the connect future is several KiB, and every call's future
+        // would carry it although nearly every call finds the connection.
+        Box::pin(self.reconnect()).await
+    }
+
+    /// Connects the shared connection (one caller at a time).
+    async fn reconnect(&self) -> Result<(Checkout, MultiplexedConnection)> {
         let queued_at = Instant::now();
         let mut last_failure = self.connecting.lock().await;
         if let Some(found) = self.cached() {
@@ -275,6 +282,14 @@ impl Shared {
             Shared::Standalone(s) => s.get().await.map(|(checkout, c)| (checkout, Conn::Single(c))),
             Shared::Cluster(c) => Ok((Checkout { generation: None }, Conn::Cluster(c.clone()))),
         }
+    }
+
+    /// Whether the connection applies the response timeout to each request
+    /// itself: true when we built it from a URL with our settings; an
+    /// application's pool or connection may have none, and the cluster
+    /// client retries (redirects, reconnects) past one request's timeout.
+    pub(crate) fn bounds_each_request(&self) -> bool {
+        matches!(self, Shared::Standalone(s) if matches!(s.source, StandaloneSource::Client { .. }))
     }
 
     pub(crate) fn succeeded(&self, checkout: Checkout) {

@@ -10,9 +10,8 @@ use lock_core::options::ttl_millis;
 use lock_core::{AcquireOutcome, Error, FairWaiter, FencingToken, LockToken, Result};
 
 use crate::error::{Access, BACKEND, unexpected_reply};
-use crate::keys::{self, Helper};
+use crate::keys::{self, Helper, WakeKeys};
 use crate::notify::{WaiterId, waiter_id};
-use crate::release::wake_keys;
 use crate::replies::{array, int_at, u64_at};
 use crate::{Call, Inner};
 
@@ -38,9 +37,10 @@ impl Inner {
                 what: "fair locking with replica acknowledgement".to_owned(),
             });
         }
-        let [marker, _, queue, deadlines] = wake_keys(key);
+        let helpers = WakeKeys::new(key);
+        let [marker, _, queue, deadlines] = helpers.names();
         let fence = self.fencing.then(|| keys::helper(key, Helper::Fence));
-        if self.cluster && !keys::same_slot(key, &queue) {
+        if self.cluster && !keys::same_slot(key, queue) {
             return Err(Error::invalid(format!(
                 "key {key:?} contains '}}' but no hash tag, so its fair queue cannot share its cluster slot; \
                  give it a hash tag, e.g. {{tag}}:rest"
@@ -91,14 +91,15 @@ impl Inner {
     /// Takes `waiter` out of `key`'s queue, waking the next head if the
     /// key is free.
     pub(crate) async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
-        let [marker, _, queue, deadlines] = wake_keys(key);
-        if self.cluster && !keys::same_slot(key, &queue) {
+        let helpers = WakeKeys::new(key);
+        let [marker, _, queue, deadlines] = helpers.names();
+        if self.cluster && !keys::same_slot(key, queue) {
             return Ok(()); // it never queued
         }
         let id = self.waiter_id(waiter);
         let call = Call::Script {
             script: &self.scripts.leave_queue,
-            keys: &[key, &marker, &queue, &deadlines],
+            keys: &[key, marker, queue, deadlines],
             args: &[&id],
         };
         match self.exec("leave queue", key, Access::Write, call).await? {

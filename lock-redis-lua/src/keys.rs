@@ -66,11 +66,58 @@ fn hash_tag(key: &str) -> Option<&str> {
 /// `key`'s helper key of kind `helper`, in the same cluster slot as `key`
 /// whenever that is possible (see [`same_slot`]).
 pub(crate) fn helper(key: &str, helper: Helper) -> String {
-    let kind = helper.name();
-    if hash_tag(key).is_some() {
-        format!("{RESERVED_PREFIX}{kind}:t:{key}")
+    let mut name = String::with_capacity(helper_len(key, helper));
+    push_helper(&mut name, key, hash_tag(key).is_some(), helper);
+    name
+}
+
+/// The length of `key`'s helper name of kind `helper` (an upper bound).
+fn helper_len(key: &str, helper: Helper) -> usize {
+    RESERVED_PREFIX.len() + helper.name().len() + key.len() + 3
+}
+
+/// Appends `key`'s helper name of kind `helper` (`tagged`: `key` has a
+/// hash tag) to `buf`, as [`helper`] names it.
+fn push_helper(buf: &mut String, key: &str, tagged: bool, helper: Helper) {
+    buf.push_str(RESERVED_PREFIX);
+    buf.push_str(helper.name());
+    if tagged {
+        buf.push_str(":t:");
+        buf.push_str(key);
     } else {
-        format!("{RESERVED_PREFIX}{kind}:{{{key}}}")
+        buf.push_str(":{");
+        buf.push_str(key);
+        buf.push('}');
+    }
+}
+
+/// The helper keys a release wakes waiters with (the marker, the wake set,
+/// the fair queue and its deadlines), built in one buffer: a release needs
+/// all four, and one allocation is cheaper than four.
+pub(crate) struct WakeKeys {
+    buf: String,
+    ends: [usize; 4],
+}
+
+impl WakeKeys {
+    const KINDS: [Helper; 4] = [Helper::Waiting, Helper::Wake, Helper::Queue, Helper::QueueDeadlines];
+
+    /// `key`'s wake keys.
+    pub(crate) fn new(key: &str) -> Self {
+        let tagged = hash_tag(key).is_some();
+        let mut buf = String::with_capacity(Self::KINDS.iter().map(|&h| helper_len(key, h)).sum());
+        let mut ends = [0; 4];
+        for (end, kind) in ends.iter_mut().zip(Self::KINDS) {
+            push_helper(&mut buf, key, tagged, kind);
+            *end = buf.len();
+        }
+        WakeKeys { buf, ends }
+    }
+
+    /// The marker, the wake set, the fair queue and its deadlines.
+    pub(crate) fn names(&self) -> [&str; 4] {
+        let [a, b, c, d] = self.ends;
+        [&self.buf[..a], &self.buf[a..b], &self.buf[b..c], &self.buf[c..d]]
     }
 }
 
@@ -107,6 +154,14 @@ mod tests {
         assert_eq!(hash_tag("plain"), None);
         assert_eq!(hash_tag("x{}y"), None);
         assert_eq!(hash_tag("x{y"), None);
+    }
+
+    #[test]
+    fn wake_keys_are_the_helper_names() {
+        for key in ["orders:42", "{user:7}:lock", "x{y", "🔒:ü"] {
+            let expected = WakeKeys::KINDS.map(|h| helper(key, h));
+            assert_eq!(WakeKeys::new(key).names(), expected.each_ref().map(String::as_str));
+        }
     }
 
     #[test]

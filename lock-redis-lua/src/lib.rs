@@ -408,7 +408,14 @@ impl Inner {
         let mut unanswered =
             acquire.map(|(token, ttl)| in_flight::Unanswered::new(&self.in_flight, *token, conn.clone(), ttl));
         let budget = self.call_budget();
-        let reply = tokio::time::timeout(budget, call.run(&mut conn)).await;
+        // A connection we configured bounds each request itself (a script
+        // is at most two: within `budget`); a second timer per call would
+        // only cost a timer-wheel insert and removal.
+        let reply = if self.shared.bounds_each_request() {
+            Ok(call.run(&mut conn).await)
+        } else {
+            tokio::time::timeout(budget, call.run(&mut conn)).await
+        };
         if let (Some(unanswered), Ok(r)) = (&mut unanswered, &reply)
             && answered(r)
         {

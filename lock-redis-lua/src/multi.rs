@@ -18,6 +18,7 @@ use lock_core::options::{ttl_millis, validate_key, validate_ttl};
 use lock_core::{AcquireOutcome, Error, Lease, LockToken, MultiLockBackend, ReleaseOutcome, RenewOutcome, Result};
 
 use crate::error::{Access, BACKEND, unexpected_reply};
+use crate::keys::WakeKeys;
 use crate::scripts::LuaScript;
 use crate::{Call, RedisLuaBackend, keys};
 
@@ -91,14 +92,14 @@ impl MultiLockBackend for RedisLuaBackend {
         self.check_multi(set)?;
         let hex = token.hex_bytes();
         // Notifications are standalone only: the markers need no slot.
-        let helpers: Vec<[String; 4]>;
+        let helpers: Vec<WakeKeys>;
         let keys_and_helpers: Vec<&str>;
         let (script, keys) = if self.inner.notifier.is_some() {
-            helpers = set.iter().map(|k| crate::release::wake_keys(k)).collect();
+            helpers = set.iter().map(|k| WakeKeys::new(k)).collect();
             keys_and_helpers = set
                 .iter()
                 .copied()
-                .chain(helpers.iter().flatten().map(String::as_str))
+                .chain(helpers.iter().flat_map(WakeKeys::names))
                 .collect();
             (&scripts().release_notify, keys_and_helpers.as_slice())
         } else {

@@ -10,7 +10,7 @@ use lock_core::{LockToken, ReleaseOutcome, Result};
 
 use crate::connection::Conn;
 use crate::error::{Access, command_error, op_timeout, unexpected_reply};
-use crate::keys::{self, Helper};
+use crate::keys::{self, Helper, WakeKeys};
 use crate::notify::WaiterId;
 use crate::scripts::LuaScript;
 use crate::{Call, Inner, check_key};
@@ -19,14 +19,15 @@ impl Inner {
     pub(crate) async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
         check_key(key)?;
         let hex = token.hex_bytes();
-        let notify = self.notifier.as_ref().map(|_| wake_keys(key));
+        let notify = self.notifier.as_ref().map(|_| WakeKeys::new(key));
         let tombstone = self.tombstone(key, Helper::Released);
         let id = tombstone.as_ref().map(|_| self.write_ids.next());
         let mut ms = itoa::Buffer::new();
         let ms = ms.format(ttl_millis(self.resend_window())).as_bytes();
-        let notify_keys = notify
-            .as_ref()
-            .map(|[m, w, q, e]| [key, m.as_str(), w.as_str(), q.as_str(), e.as_str()]);
+        let notify_keys = notify.as_ref().map(|w| {
+            let [m, w, q, e] = w.names();
+            [key, m, w, q, e]
+        });
         let (script, keys, args): (&LuaScript, &[&str], &[&[u8]]) = match (&notify_keys, &tombstone, &id) {
             (Some(keys), _, _) => (&self.scripts.release_notify, keys, &[&hex]),
             (None, Some(tombstone), Some(id)) => (
@@ -38,7 +39,8 @@ impl Inner {
         };
         let call = Call::Script { script, keys, args };
         let reply = match self.in_flight.take(token) {
-            Some(conn) => self.release_after_acquire(key, conn, call).await?,
+            // Boxed: rare, and it would double the size of every release's future.
+            Some(conn) => Box::pin(self.release_after_acquire(key, conn, call)).await?,
             None => self.exec("release", key, Access::Write, call).await?,
         };
         match reply {
@@ -92,7 +94,8 @@ impl Inner {
     /// marker) so that a release wakes it; false when the lock is already
     /// free (no point waiting). A failure only costs the waiter its timer.
     pub(crate) async fn mark_waiting(&self, key: &str, id: &WaiterId, max_wait: Duration) -> bool {
-        let [marker, wake, _, _] = wake_keys(key);
+        let helpers = WakeKeys::new(key);
+        let [marker, wake, _, _] = helpers.names();
         let (mut ms, mut wait_ms) = (itoa::Buffer::new(), itoa::Buffer::new());
         // The margin covers the round trips between the waiter and the server.
         let ms = ms
@@ -101,7 +104,7 @@ impl Inner {
         let wait_ms = wait_ms.format(ttl_millis(max_wait)).as_bytes();
         let call = Call::Script {
             script: &self.scripts.mark_waiting,
-            keys: &[key, &marker, &wake],
+            keys: &[key, marker, wake],
             args: &[ms, id, wait_ms],
         };
         match self.exec("wait for release", key, Access::Write, call).await {
@@ -113,12 +116,6 @@ impl Inner {
             }
         }
     }
-}
-
-/// `key`'s helper keys that release wakes waiters with: the marker, the
-/// wake set, the fair queue and its deadlines.
-pub(crate) fn wake_keys(key: &str) -> [String; 4] {
-    [Helper::Waiting, Helper::Wake, Helper::Queue, Helper::QueueDeadlines].map(|h| keys::helper(key, h))
 }
 
 /// How much longer than its wait a waiter's marker lives.

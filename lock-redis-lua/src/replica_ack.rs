@@ -17,7 +17,23 @@ use crate::{Call, Inner, OnShortfall, ReplicaAck};
 impl Inner {
     /// Runs a write on a dedicated connection and, when `wrote` says it
     /// wrote, WAITs on that same connection. Never used before a release.
+    ///
+    /// Boxed: its future (a pool checkout, the write, the `WAIT`) is large,
+    /// and every caller's future would otherwise carry it even when replica
+    /// acknowledgement is off.
     pub(crate) async fn exec_acked(
+        &self,
+        op: &str,
+        key: &str,
+        call: Call<'_>,
+        ack: &ReplicaAck,
+        wrote: impl Fn(&Value) -> bool + Send,
+        acquire: Option<(&LockToken, Duration)>,
+    ) -> Result<(Value, Option<Replication>)> {
+        Box::pin(self.exec_acked_unboxed(op, key, call, ack, wrote, acquire)).await
+    }
+
+    async fn exec_acked_unboxed(
         &self,
         op: &str,
         key: &str,

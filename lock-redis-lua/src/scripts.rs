@@ -233,14 +233,19 @@ end
 /// one `DEL` (2 deleted: someone waits; the marker is set again while
 /// waiters remain), so an uncontended release costs what [`RELEASE`]
 /// costs, and a contended one wakes one waiter per process instead of
-/// every waiter.
+/// every waiter. The shared functions are defined only once someone waits:
+/// defining them costs every run of the script, the uncontended ones too.
 const RELEASE_NOTIFY: &str = concat!(
-    wake_lua!(),
     r"
 local cur = redis.call('GET', KEYS[1])
 if not cur then return 0 end
 if cur ~= ARGV[1] then return 2 end
-release_and_wake(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+if redis.call('DEL', KEYS[1], KEYS[2]) == 2 then
+",
+    wake_lua!(),
+    r"
+  wake_after_release(KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+end
 return 1
 "
 );
@@ -503,6 +508,13 @@ mod tests {
     #[test]
     fn the_multi_release_wakes_as_the_mutex_release_does() {
         assert!(RELEASE_ALL_NOTIFY.contains("release_and_wake(KEYS[i], KEYS[h + 1]"));
-        assert!(RELEASE_NOTIFY.contains("release_and_wake(KEYS[1], KEYS[2]"));
+        // The mutex release inlines release_and_wake, so that its
+        // uncontended run defines no functions: the same DEL, the same wake.
+        assert!(
+            RELEASE_ALL_NOTIFY
+                .contains("if redis.call('DEL', key, marker) == 2 then wake_after_release(marker, wakes, q, e)")
+        );
+        assert!(RELEASE_NOTIFY.contains("if redis.call('DEL', KEYS[1], KEYS[2]) == 2 then"));
+        assert!(RELEASE_NOTIFY.contains("wake_after_release(KEYS[2], KEYS[3], KEYS[4], KEYS[5])"));
     }
 }
