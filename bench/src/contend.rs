@@ -50,6 +50,8 @@ pub struct HotKey {
     pub waits: Latencies,
     /// Previous holder's release start to the next holder's grant.
     pub handoffs: Latencies,
+    /// Release calls (start to return), the first part of a hand-off.
+    pub releases: Latencies,
     /// Counter value at the end.
     pub counter: u64,
     /// Acquisitions over the whole run (must equal `counter`).
@@ -109,6 +111,8 @@ struct Log {
     /// (grant time, wait) for holder changes.
     waits: Vec<(Instant, u64)>,
     handoffs: Vec<(Instant, u64)>,
+    /// (release start, its duration).
+    releases: Vec<(Instant, u64)>,
     grants: Vec<Instant>,
     errors: u64,
     first_error: Option<String>,
@@ -178,11 +182,13 @@ pub async fn run_hot_key<L: Locker>(
                 let _ = board
                     .holder
                     .compare_exchange(me, NOBODY, Ordering::SeqCst, Ordering::SeqCst);
-                board.set_last(me, Instant::now());
+                let release_start = Instant::now();
+                board.set_last(me, release_start);
                 if let Err(e) = locker.release(held).await {
                     log.errors += 1;
                     log.first_error.get_or_insert_with(|| e.to_string());
                 }
+                log.releases.push((release_start, nanos(release_start.elapsed())));
             }
             log
         });
@@ -196,7 +202,7 @@ pub async fn run_hot_key<L: Locker>(
         ..HotKey::default()
     };
     let inside = |t: Instant| t >= before.at && t <= after.at;
-    let (mut waits, mut handoffs) = (Vec::new(), Vec::new());
+    let (mut waits, mut handoffs, mut releases) = (Vec::new(), Vec::new(), Vec::new());
     while let Some(log) = set.join_next().await {
         let mut log = log?;
         log.acquired_in_window = log.grants.iter().filter(|t| inside(**t)).count() as u64;
@@ -204,6 +210,7 @@ pub async fn run_hot_key<L: Locker>(
         result.acquisitions += log.acquired_in_window;
         waits.extend(log.waits.iter().filter(|(t, _)| inside(*t)).map(|(_, w)| *w));
         handoffs.extend(log.handoffs.iter().filter(|(t, _)| inside(*t)).map(|(_, w)| *w));
+        releases.extend(log.releases.iter().filter(|(t, _)| inside(*t)).map(|(_, w)| *w));
         result.errors += log.errors;
         if result.first_error.is_none() {
             result.first_error = log.first_error;
@@ -211,6 +218,7 @@ pub async fn run_hot_key<L: Locker>(
     }
     result.waits = Latencies::from_nanos(waits);
     result.handoffs = Latencies::from_nanos(handoffs);
+    result.releases = Latencies::from_nanos(releases);
     result.counter = board.counter.load(Ordering::SeqCst);
     result.total_acquisitions = board.acquisitions.load(Ordering::SeqCst);
     result.overlaps = board.overlaps.load(Ordering::SeqCst);

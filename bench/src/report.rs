@@ -368,7 +368,8 @@ fn hot_keys(out: &mut String, r: &Results, s: &Settings) {
          releasing at once. *shared*: the contenders share one backend instance and manager; *independent*: \
          each has its own instance, connections and manager, as separate processes would. *Wait* is from the \
          acquire call to the grant, for acquisitions that changed the holder; *hand-off* is from the previous \
-         holder's release call to that grant. *Share* is the fewest and most acquisitions of one contender \
+         holder's release call to that grant, and *release call* is how long that call itself takes (the rest \
+         of a hand-off is the wake-up and the next holder's acquire). *Share* is the fewest and most acquisitions of one contender \
          over its fair share. rslock runs with its default retry (3 tries, 0–200 ms apart, looped by \
          `acquire`).\n",
         h.contenders,
@@ -387,6 +388,7 @@ fn hot_keys(out: &mut String, r: &Results, s: &Settings) {
             "wait max ms",
             "hand-off p50 ms",
             "hand-off p99 ms",
+            "release call p50 ms",
             "share min–max",
             "counter = acquisitions",
             "client CPU µs/acq",
@@ -406,6 +408,7 @@ fn hot_keys(out: &mut String, r: &Results, s: &Settings) {
                     ms(x.waits.max()),
                     ms(x.handoffs.p50()),
                     ms(x.handoffs.p99()),
+                    ms(x.releases.p50()),
                     format!("{:.2}–{:.2}", x.min_share(), x.max_share()),
                     if x.exclusive() {
                         format!("yes ({})", int(x.counter as f64))
