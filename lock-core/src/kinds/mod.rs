@@ -8,6 +8,7 @@ pub mod multi;
 pub mod multi_lua;
 pub mod rw;
 pub mod rw_lua;
+pub mod scripted;
 pub mod semaphore;
 pub mod semaphore_lua;
 
