@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Prerequisite detection for scripts/test.sh, by what the build actually loads.
-# Sourced by scripts/test.sh; tested by scripts/test-prereqs.sh against fake
-# library folders (VERROU_PREREQ_ROOT points the search at such a folder).
+# Prerequisite detection for scripts/test.sh, by what the build actually loads,
+# and the apt-get calls that install what is missing (also scripts/valkey.sh's).
+# Sourced by both; tested by scripts/test-prereqs.sh against fake library
+# folders (VERROU_PREREQ_ROOT points the search at such a folder) and a fake
+# apt-get.
 #
 # - bindgen (through clang-sys) dlopens the libclang *C* library:
 #   libclang.so*, or libclang-<version>.so* — never libclang-cpp.so*, which is
@@ -73,3 +75,18 @@ libclang_plan() {
     printf 'libclang-common-%s-dev clang resource headers (lib/clang/<N>/include/stddef.h)\n' "$v"
   fi
 }
+
+# apt-get as root: through sudo when not root already. Sourced by
+# scripts/test.sh and scripts/valkey.sh (which sends its output to stderr:
+# its stdout is the server's path).
+apt_as_root() {
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get "$@"
+}
+
+# Refreshes the package lists, quietly.
+apt_update() { apt_as_root update -qq; }
+
+# Installs Debian packages without recommends, quietly and non-interactively.
+apt_install() { apt_as_root install -y -qq --no-install-recommends "$@"; }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Tests scripts/prereqs.sh against fake library folders: for each machine
-# shape, the detection must pick the right packages to install (or none).
+# shape, the detection must pick the right packages to install (or none);
+# and its apt-get calls (through sudo unless root) against a fake apt-get.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=prereqs.sh
@@ -53,6 +54,39 @@ expect "newer LLVM 16 present" \
 expect "LLVM 15 with only libclang-cpp15" \
   "$(machine cpp15 usr/lib/llvm-15/lib/libclang-cpp.so.15 usr/lib/llvm-15/lib/clang/15.0.7/include/stddef.h)" \
   "libclang1-15"
+
+# The apt-get calls, with fake id / sudo / apt-get on PATH that log them.
+fakebin="$tmp/bin"
+mkdir -p "$fakebin"
+cat > "$fakebin/id" <<'FAKE'
+#!/usr/bin/env bash
+echo "$FAKE_UID"
+FAKE
+cat > "$fakebin/sudo" <<'FAKE'
+#!/usr/bin/env bash
+printf 'sudo ' >> "$FAKE_LOG"; exec "$@"
+FAKE
+cat > "$fakebin/apt-get" <<'FAKE'
+#!/usr/bin/env bash
+echo "apt-get $* (DEBIAN_FRONTEND=${DEBIAN_FRONTEND:-})" >> "$FAKE_LOG"
+FAKE
+chmod +x "$fakebin"/*
+expect_apt() { # name, uid, expected log
+  local name=$1 uid=$2 want=$3 got
+  : > "$tmp/apt.log"
+  (export PATH="$fakebin:$PATH" FAKE_UID=$uid FAKE_LOG="$tmp/apt.log"; apt_update; apt_install pkg-a pkg-b)
+  got=$(cat "$tmp/apt.log")
+  if [ "$got" = "$want" ]; then
+    echo "ok   $name"
+  else
+    echo "FAIL $name: ran"; echo "$got"; echo "expected"; echo "$want"
+    failures=$((failures + 1))
+  fi
+}
+expect_apt "apt-get through sudo when not root" 1000 "sudo apt-get update -qq (DEBIAN_FRONTEND=noninteractive)
+sudo apt-get install -y -qq --no-install-recommends pkg-a pkg-b (DEBIAN_FRONTEND=noninteractive)"
+expect_apt "apt-get directly as root" 0 "apt-get update -qq (DEBIAN_FRONTEND=noninteractive)
+apt-get install -y -qq --no-install-recommends pkg-a pkg-b (DEBIAN_FRONTEND=noninteractive)"
 
 if [ "$failures" -gt 0 ]; then
   echo "prerequisite detection: $failures case(s) failed"

@@ -4,9 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-
 # System packages, each detected by what the build and the tests actually
 # load (scripts/prereqs.sh; its detection is tested by scripts/test-prereqs.sh):
 # a real redis-server (+ redis-cli) for the backend tests, and the libclang C
@@ -24,14 +21,14 @@ while read -r pkg why; do
 done < <(libclang_plan)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "==> installing: ${missing[*]}"
-  $SUDO apt-get update -qq
-  if ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"; then
+  apt_update
+  if ! apt_install "${missing[@]}"; then
     # A versioned libclang package this release does not have: Debian's
     # default libclang (libclang-dev pulls the C library and the headers).
     echo "==> retrying with Debian's default libclang-dev"
     rest=()
     for p in "${missing[@]}"; do case "$p" in libclang*) ;; *) rest+=("$p") ;; esac; done
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${rest[@]}" libclang-dev
+    apt_install "${rest[@]}" libclang-dev
   fi
   lib=$(find_libclang) || { echo "libclang is still missing after the install; install libclang1-<N> for your LLVM by hand"; exit 1; }
   echo "==> libclang: $lib"

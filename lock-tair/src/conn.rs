@@ -194,9 +194,11 @@ fn is_server_reply(e: &FredError) -> bool {
     code.len() >= 2 && code.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')
 }
 
-/// `WRONGTYPE`: the key holds another kind of value.
+/// `WRONGTYPE`: the key holds another kind of value. fred parses the
+/// reply's code into [`ErrorKind::InvalidArgument`] (shared with its own
+/// argument checks) and keeps the code as the first word of the details.
 pub(crate) fn is_wrong_type(e: &FredError) -> bool {
-    e.details().starts_with("WRONGTYPE")
+    *e.kind() == ErrorKind::InvalidArgument && e.details().split_whitespace().next() == Some("WRONGTYPE")
 }
 
 /// `NOSCRIPT`: EVALSHA of a script the server does not have cached.

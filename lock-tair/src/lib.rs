@@ -98,6 +98,7 @@ mod config;
 mod conn;
 mod election;
 mod keys;
+mod kinds;
 mod multi;
 mod replies;
 mod rw;

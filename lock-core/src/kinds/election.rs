@@ -16,9 +16,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::Stream;
 
+use super::guard::{KindGuard, adapter_capabilities, kind_locks};
 use crate::backend::{AcquireOutcome, Capabilities, LockBackend, ReleaseOutcome, RenewOutcome};
 use crate::error::{Error, Result};
-use crate::guard::{LeaseHandle, LockGuard};
+use crate::guard::LeaseHandle;
 use crate::manager::LockManager;
 use crate::options::{LockOptions, validate_key};
 use crate::token::LockToken;
@@ -113,10 +114,7 @@ impl LockBackend for LeadAsLock {
         self.backend.renew_lead(key, token, ttl).await
     }
     fn capabilities(&self) -> Capabilities {
-        let mut caps = self.backend.capabilities();
-        caps.fencing_tokens = true;
-        caps.release_notifications = false;
-        caps
+        adapter_capabilities(self.backend.capabilities(), true)
     }
 }
 
@@ -159,18 +157,12 @@ impl ElectionManager {
     /// As [`ElectionManager::new`], and [`Error::InvalidArgument`] for bad options.
     pub fn with_options(backend: impl ElectionBackend, options: LockOptions) -> Result<Self> {
         let caps = backend.capabilities();
-        if !caps.leader_election {
-            return Err(Error::Unsupported {
-                backend: caps.name,
-                what: "leader election".to_owned(),
-            });
-        }
         let backend: Arc<dyn ElectionBackend> = Arc::new(backend);
         let adapter = LeadAsLock {
             backend: backend.clone(),
         };
         Ok(ElectionManager {
-            locks: LockManager::from_arc(Arc::new(adapter), options)?,
+            locks: kind_locks(caps, |c| c.leader_election, "leader election", adapter, options)?,
             backend,
         })
     }
@@ -205,7 +197,7 @@ impl ElectionManager {
         let guard = IDENTITY
             .scope(Arc::from(identity), self.locks.lock_opts(name, options))
             .await?;
-        Ok(Leadership { guard })
+        Ok(KindGuard::new(guard, Lead))
     }
 
     /// One attempt: `Ok(None)` when another leads.
@@ -219,7 +211,7 @@ impl ElectionManager {
         validate_key(name)?;
         validate_identity(identity)?;
         let guard = IDENTITY.scope(Arc::from(identity), self.locks.try_lock(name)).await?;
-        Ok(guard.map(|guard| Leadership { guard }))
+        Ok(guard.map(|guard| KindGuard::new(guard, Lead)))
     }
 
     /// The current leader of `name`, if any.
@@ -248,7 +240,7 @@ impl ElectionManager {
         Fut: Future<Output = T>,
     {
         let leadership = self.campaign(name, identity).await?;
-        super::while_held(leadership.guard, name.to_owned(), body).await
+        leadership.run_while_held(name, body).await
     }
 
     /// Leader changes of `name`: the first item is the current leader (or
@@ -276,33 +268,22 @@ impl ElectionManager {
     }
 }
 
-/// Held leadership. Owned and `'static`; dropping it resigns in the
-/// background.
-#[must_use = "dropping the leadership resigns it"]
+/// What a [`Leadership`] holds: the lead (its term is the lease's fencing
+/// token).
 #[derive(Debug)]
-pub struct Leadership {
-    guard: LockGuard,
-}
+pub struct Lead;
 
-impl std::ops::Deref for Leadership {
-    type Target = LeaseHandle;
-    fn deref(&self) -> &LeaseHandle {
-        &self.guard
-    }
-}
+/// Held leadership (the shared [`KindGuard`]). Owned and `'static`;
+/// dropping it resigns in the background.
+pub type Leadership = KindGuard<Lead>;
 
-impl Leadership {
+impl KindGuard<Lead> {
     /// The term of this leadership (its fencing token).
     pub fn term(&self) -> Option<u64> {
-        self.guard.fencing_token().map(|t| t.0)
+        self.fencing_token().map(|t| t.0)
     }
 
-    /// A cloneable view of the lease.
-    pub fn handle(&self) -> LeaseHandle {
-        self.guard.handle()
-    }
-
-    /// Step down (owner-checked).
+    /// Step down (owner-checked): [`KindGuard::release`].
     ///
     /// # Errors
     /// The backend's error; the lease then expires on its own.
@@ -310,7 +291,7 @@ impl Leadership {
     /// # Cancel safety
     /// Safe: if dropped mid-flight, the resignation is sent again in the background.
     pub async fn resign(self) -> Result<ReleaseOutcome> {
-        self.guard.release().await
+        self.release().await
     }
 }
 

@@ -5,8 +5,15 @@
 
 #[cfg(doc)]
 use super::semaphore_lua::SemaphoreKeys;
+use std::time::Duration;
+
+use super::election::validate_identity;
+use super::scripted::{KindCall, KindScript, ScriptedKinds, refuse_under_ack, released, renewed, run};
 use super::semaphore_lua::kind_key;
+use crate::backend::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use crate::error::Result;
+use crate::options::{ttl_millis, validate_key, validate_ttl};
+use crate::token::{FencingToken, LockToken};
 
 /// The two keys of one election.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,3 +85,119 @@ if cur ~= ARGV[1] then return 2 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 ";
+
+/// The keys of `name` on `kinds`, which refuses leader election under
+/// replica acknowledgement (grants are not followed by `WAIT`).
+///
+/// # Errors
+/// [`crate::Error::Unsupported`] under replica acknowledgement;
+/// [`crate::Error::InvalidArgument`] for a bad name.
+pub fn keys_on<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str) -> Result<ElectionKeys> {
+    refuse_under_ack(kinds, "leader election with replica acknowledgement")?;
+    validate_key(name)?;
+    ElectionKeys::prefixed(kinds.kinds_key_prefix(), name)
+}
+
+/// [`super::election::ElectionBackend::try_lead`] with [`LEAD`], announced
+/// on [`ScriptedKinds::leader_channel`].
+///
+/// # Errors
+/// As the trait method.
+///
+/// # Cancel safety
+/// As the trait method.
+pub async fn try_lead<K: ScriptedKinds + ?Sized>(
+    kinds: &K,
+    name: &str,
+    token: &LockToken,
+    identity: &[u8],
+    ttl: Duration,
+) -> Result<AcquireOutcome> {
+    let keys = keys_on(kinds, name)?;
+    validate_ttl(ttl)?;
+    validate_identity(identity)?;
+    let (hex, ms) = (token.hex_bytes(), ttl_millis(ttl).to_string());
+    let channel = kinds.leader_channel(&keys.lead);
+    let mut args: Vec<&[u8]> = vec![&hex, identity, ms.as_bytes()];
+    args.extend(channel.as_deref().map(str::as_bytes));
+    let op = "campaign";
+    let reply = run(
+        kinds,
+        KindCall {
+            op,
+            name,
+            script: KindScript::Lead,
+            keys: &[&keys.lead, &keys.term],
+            args: &args,
+        },
+    )
+    .await?;
+    match K::reply_ints(&reply).as_deref() {
+        Some([1, term]) => Ok(AcquireOutcome::Acquired(
+            Lease::new().with_fencing_token(Some(FencingToken(term.unsigned_abs()))),
+        )),
+        Some([0, pttl]) => Ok(AcquireOutcome::Held {
+            retry_after: u64::try_from(*pttl).ok().map(Duration::from_millis),
+        }),
+        _ => Err(kinds.unexpected_reply(op, name, &reply)),
+    }
+}
+
+/// [`super::election::ElectionBackend::resign`] with [`RESIGN`], announced
+/// on [`ScriptedKinds::leader_channel`].
+///
+/// # Errors
+/// As the trait method.
+///
+/// # Cancel safety
+/// As the trait method.
+pub async fn resign<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str, token: &LockToken) -> Result<ReleaseOutcome> {
+    let keys = keys_on(kinds, name)?;
+    let hex = token.hex_bytes();
+    let channel = kinds.leader_channel(&keys.lead);
+    let mut args: Vec<&[u8]> = vec![&hex];
+    args.extend(channel.as_deref().map(str::as_bytes));
+    let op = "resign";
+    let reply = run(
+        kinds,
+        KindCall {
+            op,
+            name,
+            script: KindScript::Resign,
+            keys: &[&keys.lead],
+            args: &args,
+        },
+    )
+    .await?;
+    released(kinds, op, name, &reply, 2)
+}
+
+/// [`super::election::ElectionBackend::renew_lead`] with [`RENEW`].
+///
+/// # Errors
+/// As the trait method.
+///
+/// # Cancel safety
+/// As the trait method.
+pub async fn renew<K: ScriptedKinds + ?Sized>(
+    kinds: &K,
+    name: &str,
+    token: &LockToken,
+    ttl: Duration,
+) -> Result<RenewOutcome> {
+    let keys = keys_on(kinds, name)?;
+    validate_ttl(ttl)?;
+    let op = "leadership renew";
+    let reply = run(
+        kinds,
+        KindCall {
+            op,
+            name,
+            script: KindScript::RenewLead,
+            keys: &[&keys.lead],
+            args: &[&token.hex_bytes(), ttl_millis(ttl).to_string().as_bytes()],
+        },
+    )
+    .await?;
+    renewed(kinds, op, name, &reply, 2)
+}

@@ -23,9 +23,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use super::guard::{KindGuard, adapter_capabilities, kind_locks};
 use crate::backend::{AcquireOutcome, Capabilities, LockBackend, ReleaseOutcome, RenewOutcome};
 use crate::error::{Error, Result};
-use crate::guard::{LeaseHandle, LockGuard};
+use crate::guard::LeaseHandle;
 use crate::manager::LockManager;
 use crate::options::{LockOptions, validate_key};
 use crate::token::LockToken;
@@ -125,10 +126,7 @@ impl LockBackend for SetAsLock {
         self.backend.renew_all(&decode(key)?, token, ttl).await
     }
     fn capabilities(&self) -> Capabilities {
-        let mut caps = self.backend.capabilities();
-        caps.fencing_tokens = false;
-        caps.release_notifications = false;
-        caps
+        adapter_capabilities(self.backend.capabilities(), false)
     }
 }
 
@@ -165,17 +163,11 @@ impl MultiLockManager {
     /// options.
     pub fn with_options(backend: impl MultiLockBackend, options: LockOptions) -> Result<Self> {
         let caps = backend.capabilities();
-        if !caps.multi_key_locks {
-            return Err(Error::Unsupported {
-                backend: caps.name,
-                what: "multi-key locks".to_owned(),
-            });
-        }
         let adapter = SetAsLock {
             backend: Arc::new(backend),
         };
         Ok(MultiLockManager {
-            locks: LockManager::from_arc(Arc::new(adapter), options)?,
+            locks: kind_locks(caps, |c| c.multi_key_locks, "multi-key locks", adapter, options)?,
         })
     }
 
@@ -208,7 +200,7 @@ impl MultiLockManager {
     pub async fn lock_opts<S: AsRef<str>>(&self, keys: &[S], options: &LockOptions) -> Result<MultiLockGuard> {
         let keys = key_set(keys)?;
         let guard = self.locks.lock_opts(&encode(&keys), options).await?;
-        Ok(MultiLockGuard { guard, keys })
+        Ok(KindGuard::new(guard, KeySet(keys)))
     }
 
     /// One attempt, no waiting: `Ok(None)` when some key is held.
@@ -221,7 +213,7 @@ impl MultiLockManager {
     pub async fn try_lock<S: AsRef<str>>(&self, keys: &[S]) -> Result<Option<MultiLockGuard>> {
         let keys = key_set(keys)?;
         let guard = self.locks.try_lock(&encode(&keys)).await?;
-        Ok(guard.map(|guard| MultiLockGuard { guard, keys }))
+        Ok(guard.map(|guard| KindGuard::new(guard, KeySet(keys))))
     }
 
     /// Run `body` while holding every key; on loss the body is dropped at its
@@ -239,58 +231,24 @@ impl MultiLockManager {
         Fut: Future<Output = T>,
     {
         let guard = self.lock(keys).await?;
-        let what = guard.keys.join(",");
-        super::while_held(guard.guard, what, body).await
+        let what = guard.keys().join(",");
+        guard.run_while_held(&what, body).await
     }
 }
 
-/// A held multi-key lock. Owned and `'static`; dropping it releases every
-/// key in the background.
-#[must_use = "dropping the guard releases the keys"]
+/// What a [`MultiLockGuard`] holds: its keys, sorted.
 #[derive(Debug)]
-pub struct MultiLockGuard {
-    guard: LockGuard,
-    keys: Vec<String>,
-}
+pub struct KeySet(Vec<String>);
 
-impl std::ops::Deref for MultiLockGuard {
-    type Target = LeaseHandle;
-    fn deref(&self) -> &LeaseHandle {
-        &self.guard
-    }
-}
+/// A held multi-key lock (the shared [`KindGuard`], holding its
+/// [`KeySet`]). Owned and `'static`; dropping it releases every key in the
+/// background.
+pub type MultiLockGuard = KindGuard<KeySet>;
 
-impl MultiLockGuard {
+impl KindGuard<KeySet> {
     /// The locked keys, sorted.
     pub fn keys(&self) -> &[String] {
-        &self.keys
-    }
-
-    /// A cloneable view of the lease.
-    pub fn handle(&self) -> LeaseHandle {
-        self.guard.handle()
-    }
-
-    /// Reset every key's TTL to `ttl` now (owner-checked).
-    ///
-    /// # Errors
-    /// [`Error::NotHeld`] when the lease is lost.
-    ///
-    /// # Cancel safety
-    /// Safe: at worst the renewal happens without moving the local deadline.
-    pub async fn extend(&self, ttl: Duration) -> Result<()> {
-        self.guard.extend(ttl).await
-    }
-
-    /// Stop renewing and release every key this lease still holds.
-    ///
-    /// # Errors
-    /// The backend's error; the TTL then frees the keys.
-    ///
-    /// # Cancel safety
-    /// Safe: if dropped mid-flight, the release is sent again in the background.
-    pub async fn release(self) -> Result<ReleaseOutcome> {
-        self.guard.release().await
+        &self.kind().0
     }
 }
 

@@ -23,9 +23,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use super::guard::{KindGuard, adapter_capabilities, kind_locks};
 use crate::backend::{AcquireOutcome, Capabilities, LockBackend, ReleaseOutcome, RenewOutcome};
 use crate::error::{Error, Result};
-use crate::guard::{LeaseHandle, LockGuard};
+use crate::guard::LeaseHandle;
 use crate::manager::LockManager;
 use crate::options::{LockOptions, validate_key};
 use crate::token::LockToken;
@@ -104,10 +105,7 @@ impl LockBackend for RwAsLock {
         self.backend.renew_rw(decode(key)?.2, token, ttl).await
     }
     fn capabilities(&self) -> Capabilities {
-        let mut caps = self.backend.capabilities();
-        caps.fencing_tokens = false;
-        caps.release_notifications = false;
-        caps
+        adapter_capabilities(self.backend.capabilities(), false)
     }
 }
 
@@ -144,17 +142,11 @@ impl RwLockManager {
     /// As [`RwLockManager::new`], and [`Error::InvalidArgument`] for bad options.
     pub fn with_options(backend: impl RwLockBackend, options: LockOptions) -> Result<Self> {
         let caps = backend.capabilities();
-        if !caps.rw_locks {
-            return Err(Error::Unsupported {
-                backend: caps.name,
-                what: "read-write locks".to_owned(),
-            });
-        }
         let adapter = RwAsLock {
             backend: Arc::new(backend),
         };
         Ok(RwLockManager {
-            locks: LockManager::from_arc(Arc::new(adapter), options)?,
+            locks: kind_locks(caps, |c| c.rw_locks, "read-write locks", adapter, options)?,
         })
     }
 
@@ -206,7 +198,7 @@ impl RwLockManager {
     pub async fn try_lock(&self, name: &str, mode: RwMode) -> Result<Option<RwLockGuard>> {
         validate_key(name)?;
         let guard = self.locks.try_lock(&encode(mode, false, name)).await?;
-        Ok(guard.map(|guard| RwLockGuard { guard, mode }))
+        Ok(guard.map(|guard| KindGuard::new(guard, mode)))
     }
 
     /// Run `body` holding `name` in `mode`; on loss the body is dropped and
@@ -223,57 +215,29 @@ impl RwLockManager {
         Fut: Future<Output = T>,
     {
         let guard = self.acquire(name, mode, self.locks.options()).await?;
-        super::while_held(guard.guard, name.to_owned(), body).await
+        guard.run_while_held(name, body).await
     }
 
     async fn acquire(&self, name: &str, mode: RwMode, options: &LockOptions) -> Result<RwLockGuard> {
         validate_key(name)?;
         let guard = self.locks.lock_opts(&encode(mode, true, name), options).await?;
-        Ok(RwLockGuard { guard, mode })
+        Ok(KindGuard::new(guard, mode))
     }
 }
 
-/// A held read or write lock. Owned and `'static`; dropping it releases in
-/// the background.
-#[must_use = "dropping the guard releases the lock"]
-#[derive(Debug)]
-pub struct RwLockGuard {
-    guard: LockGuard,
-    mode: RwMode,
-}
+/// A held read or write lock (the shared [`KindGuard`], holding its
+/// [`RwMode`]). Owned and `'static`; dropping it releases in the background.
+pub type RwLockGuard = KindGuard<RwMode>;
 
-impl std::ops::Deref for RwLockGuard {
-    type Target = LeaseHandle;
-    fn deref(&self) -> &LeaseHandle {
-        &self.guard
-    }
-}
-
-impl RwLockGuard {
+impl KindGuard<RwMode> {
     /// The lock's name.
     pub fn name(&self) -> &str {
-        self.guard.key().get(1..).unwrap_or_default()
+        self.lock_key().get(1..).unwrap_or_default()
     }
 
     /// Read or write.
     pub fn mode(&self) -> RwMode {
-        self.mode
-    }
-
-    /// A cloneable view of the lease.
-    pub fn handle(&self) -> LeaseHandle {
-        self.guard.handle()
-    }
-
-    /// Stop renewing and release (owner-checked).
-    ///
-    /// # Errors
-    /// The backend's error; the lease then expires on its own.
-    ///
-    /// # Cancel safety
-    /// Safe: if dropped mid-flight, the release is sent again in the background.
-    pub async fn release(self) -> Result<ReleaseOutcome> {
-        self.guard.release().await
+        *self.kind()
     }
 }
 

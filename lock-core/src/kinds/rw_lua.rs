@@ -6,8 +6,15 @@
 
 #[cfg(doc)]
 use super::semaphore_lua::SemaphoreKeys;
+use std::time::Duration;
+
+use super::rw::RwMode;
+use super::scripted::{KindCall, KindScript, ScriptedKinds, refuse_under_ack, released, renewed, run};
 use super::semaphore_lua::kind_key;
+use crate::backend::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use crate::error::Result;
+use crate::options::{ttl_millis, validate_key, validate_ttl};
+use crate::token::LockToken;
 
 /// The three keys of one read-write lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,6 +141,111 @@ end
 return 0
 "
 );
+
+/// The keys of `name` on `kinds`, which refuses read-write locks under
+/// replica acknowledgement (grants are not followed by `WAIT`).
+fn keys_on<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str) -> Result<RwKeys> {
+    refuse_under_ack(kinds, "read-write locks with replica acknowledgement")?;
+    validate_key(name)?;
+    RwKeys::prefixed(kinds.kinds_key_prefix(), name)
+}
+
+/// [`super::rw::RwLockBackend::try_acquire_rw`] with [`ACQUIRE`].
+///
+/// # Errors
+/// As the trait method.
+///
+/// # Cancel safety
+/// As the trait method.
+pub async fn try_acquire<K: ScriptedKinds + ?Sized>(
+    kinds: &K,
+    name: &str,
+    mode: RwMode,
+    waiting: bool,
+    token: &LockToken,
+    ttl: Duration,
+) -> Result<AcquireOutcome> {
+    let keys = keys_on(kinds, name)?;
+    validate_ttl(ttl)?;
+    let mode: &[u8] = match (mode, waiting) {
+        (RwMode::Read, _) => b"r",
+        (RwMode::Write, true) => b"w",
+        (RwMode::Write, false) => b"W",
+    };
+    let op = "read-write acquire";
+    let reply = run(
+        kinds,
+        KindCall {
+            op,
+            name,
+            script: KindScript::RwAcquire,
+            keys: &[&keys.readers, &keys.writer, &keys.intent],
+            args: &[&token.hex_bytes(), ttl_millis(ttl).to_string().as_bytes(), mode],
+        },
+    )
+    .await?;
+    match K::reply_ints(&reply).as_deref() {
+        Some([1]) => Ok(AcquireOutcome::Acquired(Lease::new())),
+        Some([0, wait]) => Ok(AcquireOutcome::Held {
+            retry_after: u64::try_from(*wait).ok().map(Duration::from_millis),
+        }),
+        _ => Err(kinds.unexpected_reply(op, name, &reply)),
+    }
+}
+
+/// [`super::rw::RwLockBackend::release_rw`] with [`RELEASE`].
+///
+/// # Errors
+/// As the trait method.
+///
+/// # Cancel safety
+/// As the trait method.
+pub async fn release<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str, token: &LockToken) -> Result<ReleaseOutcome> {
+    let keys = keys_on(kinds, name)?;
+    let op = "read-write release";
+    let reply = run(
+        kinds,
+        KindCall {
+            op,
+            name,
+            script: KindScript::RwRelease,
+            keys: &[&keys.readers, &keys.writer, &keys.intent],
+            args: &[&token.hex_bytes()],
+        },
+    )
+    .await?;
+    released(kinds, op, name, &reply, 1)
+}
+
+/// [`super::rw::RwLockBackend::renew_rw`] with [`RENEW`].
+///
+/// # Errors
+/// As the trait method.
+///
+/// # Cancel safety
+/// As the trait method.
+pub async fn renew<K: ScriptedKinds + ?Sized>(
+    kinds: &K,
+    name: &str,
+    token: &LockToken,
+    ttl: Duration,
+) -> Result<RenewOutcome> {
+    let keys = keys_on(kinds, name)?;
+    validate_ttl(ttl)?;
+    let op = "read-write renew";
+    let reply = run(
+        kinds,
+        KindCall {
+            op,
+            name,
+            script: KindScript::RwRenew,
+            keys: &[&keys.readers, &keys.writer],
+            args: &[&token.hex_bytes(), ttl_millis(ttl).to_string().as_bytes()],
+        },
+    )
+    .await?;
+    renewed(kinds, op, name, &reply, 1)
+}
 
 #[cfg(test)]
 mod tests {

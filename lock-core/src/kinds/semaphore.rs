@@ -23,9 +23,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use super::guard::{KindGuard, kind_locks};
 use crate::backend::{AcquireOutcome, Capabilities, LockBackend, ReleaseOutcome, RenewOutcome};
 use crate::error::{Error, Result};
-use crate::guard::{LeaseHandle, LockGuard};
+use crate::guard::LeaseHandle;
 use crate::manager::LockManager;
 use crate::options::LockOptions;
 use crate::token::LockToken;
@@ -198,17 +199,11 @@ impl SemaphoreManager {
     /// for [`SemaphoreManager::new`].
     pub fn with_options(backend: impl SemaphoreBackend, options: LockOptions) -> Result<Self> {
         let caps = backend.capabilities();
-        if !caps.semaphores {
-            return Err(Error::Unsupported {
-                backend: caps.name,
-                what: "leased semaphores".to_owned(),
-            });
-        }
         let adapter = HolderAsLock {
             backend: Arc::new(backend),
         };
         Ok(SemaphoreManager {
-            locks: LockManager::from_arc(Arc::new(adapter), options)?,
+            locks: kind_locks(caps, |c| c.semaphores, "leased semaphores", adapter, options)?,
         })
     }
 
@@ -283,7 +278,7 @@ impl Semaphore {
         let guard = REQUEST
             .scope(request, self.locks.lock_opts(&self.name, options))
             .await?;
-        Ok(Permit { guard, permits })
+        Ok(KindGuard::new(guard, Permits(permits)))
     }
 
     /// One attempt, no waiting: `Ok(None)` when not enough permits are free.
@@ -296,7 +291,7 @@ impl Semaphore {
     pub async fn try_acquire(&self, permits: u32) -> Result<Option<Permit>> {
         let request = self.request(permits)?;
         let guard = REQUEST.scope(request, self.locks.try_lock(&self.name)).await?;
-        Ok(guard.map(|guard| Permit { guard, permits }))
+        Ok(guard.map(|guard| KindGuard::new(guard, Permits(permits))))
     }
 
     /// Run `body` while holding `permits`. If the lease is lost, the body is
@@ -315,7 +310,7 @@ impl Semaphore {
         Fut: Future<Output = T>,
     {
         let permit = self.acquire(permits).await?;
-        super::while_held(permit.guard, self.name.clone(), body).await
+        permit.run_while_held(&self.name, body).await
     }
 
     fn request(&self, permits: u32) -> Result<PermitRequest> {
@@ -325,60 +320,24 @@ impl Semaphore {
     }
 }
 
-/// Held permits of a semaphore: a leased, renewed holder. Owned and
-/// `'static`; dropping it returns the permits in the background.
-#[must_use = "dropping the permit returns it"]
+/// What a [`Permit`] holds: its number of permits.
 #[derive(Debug)]
-pub struct Permit {
-    guard: LockGuard,
-    permits: u32,
-}
+pub struct Permits(u32);
 
-impl std::ops::Deref for Permit {
-    type Target = LeaseHandle;
-    fn deref(&self) -> &LeaseHandle {
-        &self.guard
-    }
-}
+/// Held permits of a semaphore: a leased, renewed holder (the shared
+/// [`KindGuard`], holding its [`Permits`]). Owned and `'static`; dropping it
+/// returns the permits in the background.
+pub type Permit = KindGuard<Permits>;
 
-impl Permit {
+impl KindGuard<Permits> {
     /// The semaphore's name.
     pub fn name(&self) -> &str {
-        self.guard.key()
+        self.lock_key()
     }
 
     /// How many permits this holder has.
     pub fn permits(&self) -> u32 {
-        self.permits
-    }
-
-    /// A cloneable view of the lease (for `select!`, tasks, logging).
-    pub fn handle(&self) -> LeaseHandle {
-        self.guard.handle()
-    }
-
-    /// Reset the lease to `ttl` now (owner-checked).
-    ///
-    /// # Errors
-    /// [`Error::NotHeld`] when the lease is lost; a transport error leaves
-    /// the lease's deadline as it was.
-    ///
-    /// # Cancel safety
-    /// Safe: at worst the renewal happens without moving the local deadline.
-    pub async fn extend(&self, ttl: Duration) -> Result<()> {
-        self.guard.extend(ttl).await
-    }
-
-    /// Stop renewing and return the permits if this lease still holds them.
-    /// `Missing` means the lease had already expired (nothing else touched).
-    ///
-    /// # Errors
-    /// The backend's error; the lease then expires on its own.
-    ///
-    /// # Cancel safety
-    /// Safe: if dropped mid-flight, the release is sent again in the background.
-    pub async fn release(self) -> Result<ReleaseOutcome> {
-        self.guard.release().await
+        self.kind().0
     }
 }
 

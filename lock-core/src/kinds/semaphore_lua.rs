@@ -24,9 +24,14 @@
 //! deadlines are `TIME`-based: scripts replicate by effects (Redis ≥ 5 by
 //! default, only mode since 7.0), so replicas store the same numbers.
 
-use crate::backend::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
+use std::time::Duration;
+
+use super::scripted::{KindCall, KindScript, ScriptedKinds};
+use super::semaphore::PermitRequest;
+use crate::backend::{AcquireOutcome, Lease, OnShortfall, ReleaseOutcome, RenewOutcome, Replication};
 use crate::error::{Error, Result};
-use crate::token::FencingToken;
+use crate::options::{ttl_millis, validate_key, validate_ttl};
+use crate::token::{FencingToken, LockToken};
 
 /// The three keys of one semaphore.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -259,6 +264,153 @@ pub fn renew_outcome(backend: &str, name: &str, reply: i64) -> Result<RenewOutco
             format!("semaphore renew on {name:?}: unexpected reply {other}"),
         )),
     }
+}
+
+/// The keys of `name` on `kinds`, checked after the other arguments (a
+/// backend whose grants are not followed by `WAIT` refuses semaphores under
+/// replica acknowledgement rather than grant permits a failover could lose
+/// unnoticed).
+fn keys_on<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str) -> Result<SemaphoreKeys> {
+    let keys = SemaphoreKeys::prefixed(kinds.kinds_key_prefix(), name)?;
+    if kinds.kinds_replica_ack().is_some() && !kinds.semaphore_waits_for_replicas() {
+        return Err(Error::Unsupported {
+            backend: kinds.kinds_backend().to_owned(),
+            what: "leased semaphores with replica acknowledgement (use a backend without ReplicaAck)".to_owned(),
+        });
+    }
+    Ok(keys)
+}
+
+/// [`super::semaphore::SemaphoreBackend::acquire_permits`] with
+/// [`ACQUIRE`]. Under replica acknowledgement a grant too few replicas
+/// acknowledged is given back and fails with
+/// [`OnShortfall::ReleaseAndFail`], else counts as unconfirmed.
+///
+/// # Errors
+/// As the trait method.
+///
+/// # Cancel safety
+/// As the trait method.
+pub async fn acquire<K: ScriptedKinds + ?Sized>(
+    kinds: &K,
+    name: &str,
+    holder: &LockToken,
+    request: PermitRequest,
+    ttl: Duration,
+) -> Result<AcquireOutcome> {
+    validate_key(name)?;
+    validate_ttl(ttl)?;
+    request.validate()?;
+    let keys = keys_on(kinds, name)?;
+    let op = "semaphore acquire";
+    let (reply, replication) = kinds
+        .run_kind_script(KindCall {
+            op,
+            name,
+            script: KindScript::SemaphoreAcquire,
+            keys: &[&keys.holders, &keys.info, &keys.fence, &keys.gone],
+            args: &[
+                &holder.hex_bytes(),
+                ttl_millis(ttl).to_string().as_bytes(),
+                request.size.to_string().as_bytes(),
+                request.permits.to_string().as_bytes(),
+            ],
+        })
+        .await?;
+    let codes = K::reply_ints(&reply).ok_or_else(|| kinds.unexpected_reply(op, name, &reply))?;
+    let backend = kinds.kinds_backend();
+    let outcome = acquire_outcome(backend, name, request.size, &codes, kinds.semaphore_fencing())?;
+    match (outcome, replication, kinds.kinds_replica_ack()) {
+        (
+            AcquireOutcome::Acquired(_),
+            Some(Replication::Unconfirmed {
+                acknowledged,
+                requested,
+            }),
+            Some(ack),
+        ) if ack.on_shortfall == OnShortfall::ReleaseAndFail => {
+            let released = release(kinds, name, holder).await;
+            let message = format!(
+                "took permits of {name:?} but only {acknowledged} of {requested} replicas acknowledged within {:?}; \
+                 {}",
+                ack.timeout,
+                match &released {
+                    Ok(_) => "gave them back".to_owned(),
+                    Err(e) => format!("giving them back failed ({e})"),
+                }
+            );
+            Err(match released {
+                Ok(_) => Error::backend(backend, message),
+                Err(_) => Error::outcome_unknown(backend, message),
+            })
+        }
+        (AcquireOutcome::Acquired(lease), replication, _) => Ok(AcquireOutcome::Acquired(
+            lease.with_replication(replication.unwrap_or_default()),
+        )),
+        (held, _, _) => Ok(held),
+    }
+}
+
+/// [`super::semaphore::SemaphoreBackend::release_permits`] with
+/// [`RELEASE`].
+///
+/// # Errors
+/// As the trait method.
+///
+/// # Cancel safety
+/// As the trait method.
+pub async fn release<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str, holder: &LockToken) -> Result<ReleaseOutcome> {
+    validate_key(name)?;
+    let keys = keys_on(kinds, name)?;
+    let op = "semaphore release";
+    let (reply, _) = kinds
+        .run_kind_script(KindCall {
+            op,
+            name,
+            script: KindScript::SemaphoreRelease,
+            keys: &[&keys.holders, &keys.info, &keys.gone],
+            args: &[&holder.hex_bytes()],
+        })
+        .await?;
+    match K::reply_int(&reply) {
+        Some(n) => release_outcome(kinds.kinds_backend(), name, n),
+        None => Err(kinds.unexpected_reply(op, name, &reply)),
+    }
+}
+
+/// [`super::semaphore::SemaphoreBackend::renew_permits`] with [`RENEW`];
+/// under replica acknowledgement it counts once confirmed
+/// ([`ScriptedKinds::counted_renewal`]).
+///
+/// # Errors
+/// As the trait method.
+///
+/// # Cancel safety
+/// As the trait method.
+pub async fn renew<K: ScriptedKinds + ?Sized>(
+    kinds: &K,
+    name: &str,
+    holder: &LockToken,
+    ttl: Duration,
+) -> Result<RenewOutcome> {
+    validate_key(name)?;
+    validate_ttl(ttl)?;
+    let keys = keys_on(kinds, name)?;
+    let op = "semaphore renew";
+    let (reply, replication) = kinds
+        .run_kind_script(KindCall {
+            op,
+            name,
+            script: KindScript::SemaphoreRenew,
+            keys: &[&keys.holders, &keys.info],
+            args: &[&holder.hex_bytes(), ttl_millis(ttl).to_string().as_bytes()],
+        })
+        .await?;
+    let outcome = match K::reply_int(&reply) {
+        Some(n) => renew_outcome(kinds.kinds_backend(), name, n)?,
+        None => return Err(kinds.unexpected_reply(op, name, &reply)),
+    };
+    kinds.counted_renewal(name, outcome, replication)
 }
 
 #[cfg(test)]

@@ -332,7 +332,16 @@ impl VersionedSuite {
 #[macro_export]
 macro_rules! lock_conformance {
     ($($args:tt)*) => {
-        $crate::__conformance_runtime!(__lock_cases; $($args)*);
+        $crate::__conformance_runtime!([lock_cases:
+            exclusive_acquire, try_lock_never_waits, non_owner_is_refused, expiry_then_reacquire,
+            stale_holder_cannot_release_or_renew, extend_keeps_lock_past_ttl, auto_renew_keeps_lock,
+            lost_fires_when_key_is_taken, lost_fires_by_deadline_when_backend_hangs,
+            with_lock_cancels_body_on_loss, with_lock_returns_body_output, drop_releases_promptly,
+            lock_times_out_while_held, counter_is_exact_under_lock, fencing_tokens_increase,
+            unknown_outcome_acquire_is_cleaned_up, invalid_arguments_are_rejected, renew_many_matches_renew,
+            lost_follows_an_earlier_deadline, handles_see_the_lease_end,
+            dropped_acquire_leaves_no_lock,
+            dropped_release_future_still_releases]; $($args)*);
     };
 }
 
@@ -342,17 +351,9 @@ macro_rules! lock_conformance {
 #[macro_export]
 macro_rules! fair_conformance {
     ($($args:tt)*) => {
-        $crate::__conformance_runtime!(__fair_cases; $($args)*);
-    };
-}
-
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __fair_cases {
-    ($attr:tt, $suite:expr) => {
-        $crate::__conformance_cases!($attr, $suite, fair_cases:
+        $crate::__conformance_runtime!([fair_cases:
             fair_waiters_are_served_in_order, dead_waiter_holds_the_queue_up_for_its_claim_only,
-            cancelled_fair_waiter_leaves_the_queue, fair_mutual_exclusion_under_32_tasks);
+            cancelled_fair_waiter_leaves_the_queue, fair_mutual_exclusion_under_32_tasks]; $($args)*);
     };
 }
 
@@ -361,7 +362,10 @@ macro_rules! __fair_cases {
 #[macro_export]
 macro_rules! versioned_conformance {
     ($($args:tt)*) => {
-        $crate::__conformance_runtime!(__versioned_cases; $($args)*);
+        $crate::__conformance_runtime!([versioned_cases:
+            missing_key, create_race_has_one_winner, stale_cas_returns_current, cas_round_trip,
+            update_increments_are_exact, delete_if_version, no_aba_after_delete, ttl_on_writes,
+            binary_values, invalid_arguments_are_rejected, update_from_corrects_a_stale_start]; $($args)*);
     };
 }
 
@@ -370,7 +374,13 @@ macro_rules! versioned_conformance {
 #[macro_export]
 macro_rules! semaphore_conformance {
     ($($args:tt)*) => {
-        $crate::__conformance_runtime!(__semaphore_cases; $($args)*);
+        $crate::__conformance_runtime!([semaphore_cases:
+            bound_never_exceeded, try_acquire_never_waits, expiry_returns_dead_holders_permits,
+            stale_holder_cannot_release_or_renew, release_before_acquire_refuses_the_late_acquire,
+            size_mismatch_is_an_error, invalid_requests_are_rejected,
+            auto_renew_keeps_permits, drop_returns_permits, lost_fires_by_deadline_when_backend_hangs,
+            with_permits_returns_output, fencing_tokens_increase,
+            names_with_and_without_a_hash_tag_are_separate]; $($args)*);
     };
 }
 
@@ -379,18 +389,10 @@ macro_rules! semaphore_conformance {
 #[macro_export]
 macro_rules! multi_conformance {
     ($($args:tt)*) => {
-        $crate::__conformance_runtime!(__multi_cases; $($args)*);
-    };
-}
-
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __multi_cases {
-    ($attr:tt, $suite:expr) => {
-        $crate::__conformance_cases!($attr, $suite, multi_cases:
+        $crate::__conformance_runtime!([multi_cases:
             no_key_held_twice, all_or_nothing, excludes_plain_locks, expiry_returns_dead_holders_keys,
             stale_holder_cannot_release_or_renew, lost_fires_by_deadline_when_backend_hangs,
-            invalid_key_sets_are_rejected, with_locks_returns_output);
+            invalid_key_sets_are_rejected, with_locks_returns_output]; $($args)*);
     };
 }
 
@@ -399,19 +401,11 @@ macro_rules! __multi_cases {
 #[macro_export]
 macro_rules! rw_conformance {
     ($($args:tt)*) => {
-        $crate::__conformance_runtime!(__rw_cases; $($args)*);
-    };
-}
-
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __rw_cases {
-    ($attr:tt, $suite:expr) => {
-        $crate::__conformance_cases!($attr, $suite, rw_cases:
+        $crate::__conformance_runtime!([rw_cases:
             one_writer_or_many_readers, readers_share, writer_excludes_everyone,
             waiting_writer_holds_new_readers_back, expiry_returns_dead_holders_lock,
             stale_holder_cannot_release_or_renew, lost_fires_by_deadline_when_backend_hangs,
-            with_rw_returns_output, names_with_and_without_a_hash_tag_are_separate);
+            with_rw_returns_output, names_with_and_without_a_hash_tag_are_separate]; $($args)*);
     };
 }
 
@@ -420,86 +414,37 @@ macro_rules! __rw_cases {
 #[macro_export]
 macro_rules! election_conformance {
     ($($args:tt)*) => {
-        $crate::__conformance_runtime!(__election_cases; $($args)*);
-    };
-}
-
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __election_cases {
-    ($attr:tt, $suite:expr) => {
-        $crate::__conformance_cases!($attr, $suite, election_cases:
+        $crate::__conformance_runtime!([election_cases:
             one_leader_at_a_time, leader_reads_identity_and_term, every_observer_sees_the_change,
             expiry_hands_over, stale_leader_cannot_resign_or_renew, lost_fires_by_deadline_when_backend_hangs,
-            invalid_campaigns_are_rejected, names_with_and_without_a_hash_tag_are_separate);
-    };
-}
-
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __semaphore_cases {
-    ($attr:tt, $suite:expr) => {
-        $crate::__conformance_cases!($attr, $suite, semaphore_cases:
-            bound_never_exceeded, try_acquire_never_waits, expiry_returns_dead_holders_permits,
-            stale_holder_cannot_release_or_renew, release_before_acquire_refuses_the_late_acquire,
-            size_mismatch_is_an_error, invalid_requests_are_rejected,
-            auto_renew_keeps_permits, drop_returns_permits, lost_fires_by_deadline_when_backend_hangs,
-            with_permits_returns_output, fencing_tokens_increase, names_with_and_without_a_hash_tag_are_separate);
-    };
-}
-
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __lock_cases {
-    ($attr:tt, $suite:expr) => {
-        $crate::__conformance_cases!($attr, $suite, lock_cases:
-            exclusive_acquire, try_lock_never_waits, non_owner_is_refused, expiry_then_reacquire,
-            stale_holder_cannot_release_or_renew, extend_keeps_lock_past_ttl, auto_renew_keeps_lock,
-            lost_fires_when_key_is_taken, lost_fires_by_deadline_when_backend_hangs,
-            with_lock_cancels_body_on_loss, with_lock_returns_body_output, drop_releases_promptly,
-            lock_times_out_while_held, counter_is_exact_under_lock, fencing_tokens_increase,
-            unknown_outcome_acquire_is_cleaned_up, invalid_arguments_are_rejected, renew_many_matches_renew,
-            lost_follows_an_earlier_deadline, handles_see_the_lease_end,
-            dropped_acquire_leaves_no_lock,
-            dropped_release_future_still_releases);
-    };
-}
-
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __versioned_cases {
-    ($attr:tt, $suite:expr) => {
-        $crate::__conformance_cases!($attr, $suite, versioned_cases:
-            missing_key, create_race_has_one_winner, stale_cas_returns_current, cas_round_trip,
-            update_increments_are_exact, delete_if_version, no_aba_after_delete, ttl_on_writes,
-            binary_values, invalid_arguments_are_rejected, update_from_corrects_a_stale_start);
+            invalid_campaigns_are_rejected, names_with_and_without_a_hash_tag_are_separate]; $($args)*);
     };
 }
 
 /// Maps a conformance macro's runtime arguments to the `#[tokio::test]`
-/// attribute of its cases. The `flavor` arms come first: `flavor = x` also
-/// parses as an expression.
+/// attribute of its cases (`$cases`: `[module: case, ...]`). The `flavor`
+/// arms come first: `flavor = x` also parses as an expression.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __conformance_runtime {
-    ($cases:ident; real, flavor = current_thread, $suite:expr) => {
-        $crate::$cases!((flavor = "current_thread"), $suite);
+    ($cases:tt; real, flavor = current_thread, $suite:expr) => {
+        $crate::__conformance_cases!((flavor = "current_thread"), $suite, $cases);
     };
-    ($cases:ident; real, flavor = multi_thread, $suite:expr) => {
-        $crate::$cases!((flavor = "multi_thread", worker_threads = 2), $suite);
+    ($cases:tt; real, flavor = multi_thread, $suite:expr) => {
+        $crate::__conformance_cases!((flavor = "multi_thread", worker_threads = 2), $suite, $cases);
     };
-    ($cases:ident; real, $suite:expr) => {
-        $crate::$cases!((flavor = "multi_thread", worker_threads = 2), $suite);
+    ($cases:tt; real, $suite:expr) => {
+        $crate::__conformance_runtime!($cases; real, flavor = multi_thread, $suite);
     };
-    ($cases:ident; paused, $suite:expr) => {
-        $crate::$cases!((start_paused = true), $suite);
+    ($cases:tt; paused, $suite:expr) => {
+        $crate::__conformance_cases!((start_paused = true), $suite, $cases);
     };
 }
 
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __conformance_cases {
-    ($attr:tt, $suite:expr, $module:ident: $($case:ident),* $(,)?) => {
+    ($attr:tt, $suite:expr, [$module:ident: $($case:ident),* $(,)?]) => {
         $(
             #[tokio::test $attr]
             async fn $case() {

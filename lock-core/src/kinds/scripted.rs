@@ -1,0 +1,213 @@
+//! The lock kinds on a backend that runs Lua scripts (redis-lua, Tair): the
+//! backend implements [`ScriptedKinds`] ("run this script on these keys
+//! with these arguments"), and the kinds' logic — checks, keys, arguments,
+//! reading replies — is the `*_lua` modules' functions over it, so each
+//! backend's `RwLockBackend`, `ElectionBackend` and `SemaphoreBackend` are
+//! one call per method.
+
+use std::fmt::Debug;
+
+use async_trait::async_trait;
+
+use super::{election_lua, rw_lua, semaphore_lua};
+use crate::backend::{ReleaseOutcome, RenewOutcome, ReplicaAck, Replication};
+use crate::error::{Error, Result};
+
+/// One of the kinds' shared scripts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KindScript {
+    /// [`rw_lua::ACQUIRE`].
+    RwAcquire,
+    /// [`rw_lua::RELEASE`].
+    RwRelease,
+    /// [`rw_lua::RENEW`].
+    RwRenew,
+    /// [`election_lua::LEAD`].
+    Lead,
+    /// [`election_lua::RESIGN`].
+    Resign,
+    /// [`election_lua::RENEW`].
+    RenewLead,
+    /// [`semaphore_lua::ACQUIRE`].
+    SemaphoreAcquire,
+    /// [`semaphore_lua::RELEASE`].
+    SemaphoreRelease,
+    /// [`semaphore_lua::RENEW`].
+    SemaphoreRenew,
+}
+
+impl KindScript {
+    /// Every script, in the order of [`KindScript::index`]: a backend
+    /// prepares them once (SHA1s) and picks one by index.
+    pub const ALL: [KindScript; 9] = [
+        KindScript::RwAcquire,
+        KindScript::RwRelease,
+        KindScript::RwRenew,
+        KindScript::Lead,
+        KindScript::Resign,
+        KindScript::RenewLead,
+        KindScript::SemaphoreAcquire,
+        KindScript::SemaphoreRelease,
+        KindScript::SemaphoreRenew,
+    ];
+
+    /// The script's position in [`KindScript::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The Lua source.
+    pub fn source(self) -> &'static str {
+        match self {
+            KindScript::RwAcquire => rw_lua::ACQUIRE,
+            KindScript::RwRelease => rw_lua::RELEASE,
+            KindScript::RwRenew => rw_lua::RENEW,
+            KindScript::Lead => election_lua::LEAD,
+            KindScript::Resign => election_lua::RESIGN,
+            KindScript::RenewLead => election_lua::RENEW,
+            KindScript::SemaphoreAcquire => semaphore_lua::ACQUIRE,
+            KindScript::SemaphoreRelease => semaphore_lua::RELEASE,
+            KindScript::SemaphoreRenew => semaphore_lua::RENEW,
+        }
+    }
+}
+
+/// One script call of a kind operation.
+#[derive(Debug, Clone, Copy)]
+pub struct KindCall<'a> {
+    /// The operation, for errors ("read-write acquire", "campaign", ...).
+    pub op: &'static str,
+    /// The kind's name (the user's), for errors.
+    pub name: &'a str,
+    /// The script.
+    pub script: KindScript,
+    /// Its keys, all in one slot; the first routes the call.
+    pub keys: &'a [&'a str],
+    /// Its arguments.
+    pub args: &'a [&'a [u8]],
+}
+
+/// What a Lua-scripting backend provides for the kinds of this module's
+/// functions: running a script, reading its reply, and its settings.
+///
+/// # Cancel safety
+///
+/// As [`crate::LockBackend`]: dropping [`ScriptedKinds::run_kind_script`]'s
+/// future leaves the script's outcome unknown.
+#[async_trait]
+pub trait ScriptedKinds: Send + Sync {
+    /// A script's reply as the client returns it.
+    type Reply: Debug + Send;
+
+    /// The backend's name, in errors.
+    fn kinds_backend(&self) -> &'static str;
+
+    /// The prefix of every kind key (the backend's reserved prefix).
+    fn kinds_key_prefix(&self) -> &'static str;
+
+    /// The replica acknowledgement in force, if any.
+    fn kinds_replica_ack(&self) -> Option<&ReplicaAck>;
+
+    /// Whether a semaphore grant or renewal is followed by `WAIT` under
+    /// replica acknowledgement; when not, semaphores are refused under it.
+    fn semaphore_waits_for_replicas(&self) -> bool;
+
+    /// Whether semaphore grants carry fencing tokens.
+    fn semaphore_fencing(&self) -> bool;
+
+    /// The channel on which a win or a resignation of the leader key
+    /// `lead` is announced (`PUBLISH` from the script), if any.
+    fn leader_channel(&self, lead: &str) -> Option<String> {
+        let _ = lead;
+        None
+    }
+
+    /// Runs `call`. When [`ScriptedKinds::semaphore_waits_for_replicas`] and
+    /// replica acknowledgement is on, a semaphore grant or renewal is
+    /// followed by `WAIT`, whose count comes back with the reply.
+    ///
+    /// # Errors
+    /// The backend's error for the call.
+    async fn run_kind_script(&self, call: KindCall<'_>) -> Result<(Self::Reply, Option<Replication>)>;
+
+    /// The reply as an integer.
+    fn reply_int(reply: &Self::Reply) -> Option<i64>;
+
+    /// The reply as an array of integers.
+    fn reply_ints(reply: &Self::Reply) -> Option<Vec<i64>>;
+
+    /// The error for a reply of an unexpected shape.
+    fn unexpected_reply(&self, op: &str, name: &str, reply: &Self::Reply) -> Error;
+
+    /// A renewal's outcome once replicas were counted (`replication`): an
+    /// error when a renewal too few replicas acknowledged must not count.
+    ///
+    /// # Errors
+    /// The backend's shortfall error.
+    fn counted_renewal(
+        &self,
+        name: &str,
+        outcome: RenewOutcome,
+        replication: Option<Replication>,
+    ) -> Result<RenewOutcome> {
+        let _ = (name, replication);
+        Ok(outcome)
+    }
+}
+
+/// `kind` (e.g. "read-write locks") is refused under replica
+/// acknowledgement: its grants are not followed by `WAIT`.
+pub(crate) fn refuse_under_ack<K: ScriptedKinds + ?Sized>(kinds: &K, what: &str) -> Result<()> {
+    match kinds.kinds_replica_ack() {
+        Some(_) => Err(Error::Unsupported {
+            backend: kinds.kinds_backend().to_owned(),
+            what: what.to_owned(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Runs `call` without replica counting (the kinds refused under
+/// acknowledgement).
+pub(crate) async fn run<K: ScriptedKinds + ?Sized>(kinds: &K, call: KindCall<'_>) -> Result<K::Reply> {
+    kinds.run_kind_script(call).await.map(|(reply, _)| reply)
+}
+
+/// An owner-checked release's status: `1` released, `2` held by another
+/// (a status a script answers only when `max` is 2), `0` nothing.
+pub(crate) fn released<K: ScriptedKinds + ?Sized>(
+    kinds: &K,
+    op: &str,
+    name: &str,
+    reply: &K::Reply,
+    max: i64,
+) -> Result<ReleaseOutcome> {
+    Ok(match status(kinds, op, name, reply, max)? {
+        1 => ReleaseOutcome::Released,
+        2 => ReleaseOutcome::HeldByOther,
+        _ => ReleaseOutcome::Missing,
+    })
+}
+
+/// An owner-checked renewal's status, as [`released`]'s.
+pub(crate) fn renewed<K: ScriptedKinds + ?Sized>(
+    kinds: &K,
+    op: &str,
+    name: &str,
+    reply: &K::Reply,
+    max: i64,
+) -> Result<RenewOutcome> {
+    Ok(match status(kinds, op, name, reply, max)? {
+        1 => RenewOutcome::Renewed,
+        2 => RenewOutcome::HeldByOther,
+        _ => RenewOutcome::Missing,
+    })
+}
+
+/// A status reply in `0..=max`.
+fn status<K: ScriptedKinds + ?Sized>(kinds: &K, op: &str, name: &str, reply: &K::Reply, max: i64) -> Result<i64> {
+    match K::reply_int(reply) {
+        Some(n) if (0..=max).contains(&n) => Ok(n),
+        _ => Err(kinds.unexpected_reply(op, name, reply)),
+    }
+}
