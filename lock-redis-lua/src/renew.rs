@@ -86,7 +86,7 @@ impl Inner {
         op: &str,
         key: &str,
         call: Call<'_>,
-        renewed: impl Fn(&Value) -> bool,
+        renewed: impl Fn(&Value) -> bool + Send,
     ) -> Result<(Value, Option<Replication>)> {
         match &self.replica_ack {
             Some(ack) => self.exec_acked(op, key, call, ack, renewed, None).await,
