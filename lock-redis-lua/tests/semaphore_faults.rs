@@ -198,7 +198,9 @@ async fn acquire_with_a_lost_reply_leaks_no_permit() {
     let err = sem.acquire(1).await.expect_err("the replies come too late");
     assert!(err.is_outcome_unknown(), "{err}");
     proxy.set_latency(Duration::ZERO);
-    let give_up = Instant::now() + Duration::from_secs(10);
+    // A liveness bound, not a timing claim: on a loaded 2-core machine the
+    // clean-ups and the delayed calls took longer than 10 s once.
+    let give_up = Instant::now() + Duration::from_secs(60);
     let attempts = acquires.load(Ordering::SeqCst) - a0;
     while releases.load(Ordering::SeqCst) - r0 < attempts {
         assert!(Instant::now() < give_up, "an unknown-outcome acquire got no clean-up");
