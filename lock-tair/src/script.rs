@@ -6,7 +6,7 @@ use fred::util::redis_keyslot;
 use lock_core::Result;
 
 use crate::TairBackend;
-use crate::conn::{Access, is_no_script, map_error, send};
+use crate::conn::{Access, OptionsClient, is_no_script, map_error, send};
 
 /// A script and its SHA1, computed once.
 pub(crate) struct Script {
@@ -35,12 +35,25 @@ impl TairBackend {
         args: Vec<Value>,
     ) -> Result<Value> {
         let first = keys.first().copied().unwrap_or_default();
+        self.run_script_on(self.inner.commands.next(), script, keys, args)
+            .await
+            .map_err(|e| map_error(what, first, Access::Script, e))
+    }
+
+    /// As [`TairBackend::run_script`], on `client`, with fred's error.
+    pub(crate) async fn run_script_on(
+        &self,
+        client: &OptionsClient,
+        script: &Script,
+        keys: &[&str],
+        args: Vec<Value>,
+    ) -> std::result::Result<Value, fred::error::Error> {
+        let first = keys.first().copied().unwrap_or_default();
         let mut tail: Vec<Value> = Vec::with_capacity(1 + keys.len() + args.len());
         tail.push(i64::try_from(keys.len()).unwrap_or(i64::MAX).into());
         tail.extend(keys.iter().map(|&k| Value::from(k)));
         tail.extend(args);
         let slot = ClusterHash::Custom(redis_keyslot(first.as_bytes()));
-        let client = self.inner.commands.next();
         let mut with_sha = vec![Value::from(script.sha.as_str())];
         with_sha.extend(tail.iter().cloned());
         match send(
@@ -58,6 +71,5 @@ impl TairBackend {
             }
             other => other,
         }
-        .map_err(|e| map_error(what, first, Access::Script, e))
     }
 }
