@@ -804,7 +804,9 @@ impl LockBackend for TairBackend {
         let after_acquire = self.inner.unsettled.take(token);
         let client = after_acquire.as_ref().unwrap_or_else(|| self.inner.commands.next());
         if let Some(wake) = self.inner.wake.as_ref().filter(|w| w.usable())
-            && let Some(outcome) = self.release_and_wake(wake, client, key, token).await?
+            && let Some(outcome) = self
+                .release_and_wake(wake, client, key, token, after_acquire.is_some())
+                .await?
         {
             return Ok(outcome);
         }

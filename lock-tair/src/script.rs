@@ -35,18 +35,22 @@ impl TairBackend {
         args: Vec<Value>,
     ) -> Result<Value> {
         let first = keys.first().copied().unwrap_or_default();
-        self.run_script_on(self.inner.commands.next(), script, keys, args)
+        self.run_script_on(self.inner.commands.next(), script, keys, args, false)
             .await
             .map_err(|e| map_error(what, first, Access::Script, e))
     }
 
     /// As [`TairBackend::run_script`], on `client`, with fred's error.
+    /// `source_first`: send `EVAL` at once, for a call that must run even if
+    /// its reply never comes (a `NOSCRIPT` answer to a timed-out `EVALSHA`
+    /// would leave it unrun).
     pub(crate) async fn run_script_on(
         &self,
         client: &OptionsClient,
         script: &Script,
         keys: &[&str],
         args: Vec<Value>,
+        source_first: bool,
     ) -> std::result::Result<Value, fred::error::Error> {
         let first = keys.first().copied().unwrap_or_default();
         let mut tail: Vec<Value> = Vec::with_capacity(1 + keys.len() + args.len());
@@ -54,6 +58,11 @@ impl TairBackend {
         tail.extend(keys.iter().map(|&k| Value::from(k)));
         tail.extend(args);
         let slot = ClusterHash::Custom(redis_keyslot(first.as_bytes()));
+        if source_first {
+            let mut with_source = vec![Value::from(script.source)];
+            with_source.extend(tail);
+            return send(client, &CustomCommand::new_static("EVAL", slot, false), with_source).await;
+        }
         let mut with_sha = vec![Value::from(script.sha.as_str())];
         with_sha.extend(tail.iter().cloned());
         match send(

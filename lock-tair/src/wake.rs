@@ -133,17 +133,27 @@ fn helper_keys(key: &str) -> [String; 2] {
 impl TairBackend {
     /// Release `key` with [`RELEASE_NOTIFY`] on `client`: as `CAD`, and
     /// wakes a registered waiter. `None` when the server refuses the script
-    /// (nothing ran): the caller sends `CAD`.
+    /// (nothing ran): the caller sends `CAD`. `clean_up`: the release of an
+    /// acquire whose reply never came, queued behind it: sent as `EVAL`, so
+    /// it runs even if this call times out (an `EVALSHA` answered `NOSCRIPT`
+    /// after a local timeout would never be re-sent, leaving the key held).
     pub(crate) async fn release_and_wake(
         &self,
         wake: &Notifications,
         client: &OptionsClient,
         key: &str,
         token: &LockToken,
+        clean_up: bool,
     ) -> Result<Option<ReleaseOutcome>> {
         let [marker, set] = helper_keys(key);
         let reply = match self
-            .run_script_on(client, &wake.release, &[key, &marker, &set], vec![token_arg(token)])
+            .run_script_on(
+                client,
+                &wake.release,
+                &[key, &marker, &set],
+                vec![token_arg(token)],
+                clean_up,
+            )
             .await
         {
             Ok(reply) => reply,
@@ -191,7 +201,7 @@ impl TairBackend {
         ];
         let client = self.inner.commands.next();
         match self
-            .run_script_on(client, &wake.mark_waiting, &[key, &marker, &set], args)
+            .run_script_on(client, &wake.mark_waiting, &[key, &marker, &set], args, false)
             .await
         {
             Ok(reply) => reply.as_i64() != Some(0),
