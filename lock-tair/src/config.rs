@@ -169,8 +169,8 @@ impl TairBuilder {
     /// Issue fencing tokens (default off). Acquire then runs one small Lua
     /// script (Tair runs `EVAL` too) that checks the key, sets the lock and
     /// hands out the next fence, atomically: still one round trip, but a
-    /// script instead of one native command. Release and renew stay `CAD` and
-    /// `CAS`. The counter lives at [`DEFAULT_FENCE_PREFIX`]` + key` (the key
+    /// script instead of one native command. Release and renew are as
+    /// without fencing (`CAS` renews). The counter lives at [`DEFAULT_FENCE_PREFIX`]` + key` (the key
     /// wrapped in `{}` when it has no hash tag, so both share a cluster slot),
     /// has no TTL and is never deleted: one small key per lock name.
     ///
