@@ -117,6 +117,7 @@
 mod config;
 mod conn;
 mod election;
+mod fair;
 mod keys;
 mod multi;
 mod notify;
@@ -139,8 +140,8 @@ use fred::types::{ClusterHash, CustomCommand, Value};
 use fred::util::redis_keyslot;
 use lock_core::options::{ttl_millis, validate_key, validate_ttl};
 use lock_core::{
-    AcquireOutcome, Capabilities, CasOutcome, CreateOutcome, DeleteOutcome, Error, Expiry, FencingToken, Lease,
-    LockBackend, LockToken, ReleaseOutcome, RenewOutcome, Replication, Result, Versioned, VersionedStore,
+    AcquireOutcome, Capabilities, CasOutcome, CreateOutcome, DeleteOutcome, Error, Expiry, FairWaiter, FencingToken,
+    Lease, LockBackend, LockToken, ReleaseOutcome, RenewOutcome, Replication, Result, Versioned, VersionedStore,
 };
 
 pub use config::{
@@ -904,8 +905,35 @@ impl LockBackend for TairBackend {
         }
     }
 
+    /// The queue lives beside the key, on one server (not a cluster, not
+    /// with replica acknowledgement: `Unsupported` there); with release
+    /// notifications the head wakes on release, without them waiters poll
+    /// every third of their claim.
+    async fn try_acquire_fair(
+        &self,
+        key: &str,
+        token: &LockToken,
+        ttl: Duration,
+        waiter: &FairWaiter,
+    ) -> Result<AcquireOutcome> {
+        validate_key(key)?;
+        validate_ttl(ttl)?;
+        self.acquire_fair(key, token, ttl, waiter).await
+    }
+
+    async fn wait_fair(&self, key: &str, waiter: &FairWaiter, max_wait: Duration) {
+        let _ = key; // the waiter's id names its channel
+        self.wait_fair_turn(waiter, max_wait).await;
+    }
+
+    async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
+        validate_key(key)?;
+        self.leave_fair_queue(key, waiter).await
+    }
+
     fn capabilities(&self) -> Capabilities {
         let mut caps = Capabilities::new(NAME);
+        caps.fair_queue = self.fair_supported();
         caps.fencing_tokens = self.inner.fence_prefix.is_some();
         caps.native_compare_and_delete = self.inner.wake.is_none();
         caps.release_notifications = self.inner.wake.is_some();

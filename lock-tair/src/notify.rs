@@ -128,12 +128,25 @@ impl Notifier {
         id
     }
 
-    /// Waits until waiter `id` is woken or `max_wait` passes. `mark` runs
-    /// once subscribed (so no release after it goes unheard): it registers
-    /// the waiter on the server and says false when the lock is already
-    /// free (no point waiting). Without a subscription (refused, or the
-    /// server unreachable) it does not run and the wait is the timer.
-    pub(crate) async fn wait(self: &Arc<Self>, id: WaiterId, max_wait: Duration, mark: impl Future<Output = bool>) {
+    /// This backend's id, the first half of its waiters' ids.
+    pub(crate) fn process(&self) -> &[u8; 32] {
+        &self.process
+    }
+
+    /// Waits until waiter `id` is woken or `max_wait` passes. `mark`, when
+    /// given, runs once subscribed (so no release after it goes unheard): it
+    /// registers the waiter on the server and says false when the lock is
+    /// already free (no point waiting). Without it (the waiter registered
+    /// itself before: a fair waiter), a wait that had to subscribe first
+    /// returns at once: a wake may have gone by unheard. Without a
+    /// subscription (refused, or the server unreachable) the wait is the
+    /// timer.
+    pub(crate) async fn wait(
+        self: &Arc<Self>,
+        id: WaiterId,
+        max_wait: Duration,
+        mark: Option<impl Future<Output = bool>>,
+    ) {
         if self.refused.load(Ordering::Relaxed) {
             tokio::time::sleep(max_wait).await;
             return;
@@ -151,8 +164,12 @@ impl Notifier {
         let _waiting = Waiting { notifier: self, id };
         let _ = tokio::time::timeout(max_wait, async {
             match self.subscribe().await {
-                Ok(()) => {
-                    if !mark.await {
+                Ok(newly) => {
+                    let worth_waiting = match mark {
+                        Some(mark) => mark.await,
+                        None => !newly,
+                    };
+                    if !worth_waiting {
                         return;
                     }
                 }
@@ -163,14 +180,15 @@ impl Notifier {
         .await;
     }
 
-    /// Connects and subscribes to this backend's channel, once.
-    async fn subscribe(self: &Arc<Self>) -> Result<(), String> {
+    /// Connects and subscribes to this backend's channel, once: true when
+    /// it just did.
+    async fn subscribe(self: &Arc<Self>) -> Result<bool, String> {
         if self.subscribed.load(Ordering::Acquire) {
-            return Ok(());
+            return Ok(false);
         }
         let mut link = self.link.lock().await;
         match *link {
-            Link::Subscribed { .. } => return Ok(()),
+            Link::Subscribed { .. } => return Ok(false),
             Link::Refused => return Err("SUBSCRIBE refused".to_owned()),
             Link::Idle => {}
         }
@@ -203,7 +221,7 @@ impl Notifier {
                 ));
                 *link = Link::Subscribed { _stop: stop };
                 self.subscribed.store(true, Ordering::Release);
-                return Ok(());
+                return Ok(true);
             }
             Ok(Err(e)) => {
                 if e.details().starts_with("NOPERM") {

@@ -23,12 +23,17 @@ use crate::{TairBackend, token_arg};
 const MARKER_PREFIX: &str = "verrou:tair:waiting:";
 /// Prefix of the wake sets; the lock key follows.
 const WAKE_PREFIX: &str = "verrou:tair:wake:";
+/// Prefix of the fair queues (waiter → ticket); the lock key follows.
+const QUEUE_PREFIX: &str = "verrou:tair:queue:";
+/// Prefix of the fair queues' deadlines (waiter → server ms).
+const QUEUED_PREFIX: &str = "verrou:tair:queued:";
 
 /// How much longer than its wait a waiter's marker lives: the round trips
 /// between the waiter and the server.
 const WAITING_MARGIN_MS: u64 = 100;
 
-/// KEYS[1] lock, KEYS[2] its waiter marker, KEYS[3] its wake set; ARGV[1]
+/// KEYS[1] lock, KEYS[2] its waiter marker, KEYS[3] its wake set, KEYS[4]
+/// its fair queue, KEYS[5] the queue's deadlines (see `fair`); ARGV[1]
 /// token. `CAD`'s codes: 1 released, 0 held by another, -1 missing, and -2
 /// for a key of another type (`WRONGTYPE`, caught). The key and the marker
 /// go in one `DEL`: 2 deleted means a waiter registered, and only then does
@@ -36,8 +41,9 @@ const WAITING_MARGIN_MS: u64 = 100;
 /// ends last (it would sleep longest) and publishes its id on its process's
 /// channel (`verrou:wake:` and the id's first 32 characters; a refused
 /// `PUBLISH`, e.g. an ACL without channel rights, only costs the waiter its
-/// timer, so it is a `pcall`), then sets the marker again while waiters
-/// remain. So an uncontended release runs `GET` and one `DEL`.
+/// timer, so it is a `pcall`), wakes the head of the fair queue (which stays
+/// in it until granted) the same way, then sets the marker again while
+/// waiters remain. So an uncontended release runs `GET` and one `DEL`.
 const RELEASE_NOTIFY: &str = "\
 local ok, cur = pcall(redis.call, 'GET', KEYS[1])
 if not ok then
@@ -56,9 +62,20 @@ if redis.call('DEL', KEYS[1], KEYS[2]) == 2 then
     redis.call('ZREM', KEYS[3], w)
     redis.pcall('PUBLISH', 'verrou:wake:' .. string.sub(w, 1, 32), w)
   end
-  local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2]
-  if last and tonumber(last) > now then
-    redis.call('SET', KEYS[2], '1', 'PX', tonumber(last) - now + 100)
+  local dead = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now)
+  for _, d in ipairs(dead) do
+    redis.call('ZREM', KEYS[4], d)
+    redis.call('ZREM', KEYS[5], d)
+  end
+  local h = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
+  if h then redis.pcall('PUBLISH', 'verrou:wake:' .. string.sub(h, 1, 32), h) end
+  local last = 0
+  for _, z in ipairs({KEYS[3], KEYS[5]}) do
+    local top = redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')[2]
+    if top and tonumber(top) > last then last = tonumber(top) end
+  end
+  if last > now then
+    redis.call('SET', KEYS[2], '1', 'PX', last - now + 100)
   end
 end
 return 1
@@ -125,9 +142,14 @@ impl Notifications {
     }
 }
 
-/// `key`'s waiter marker and wake set.
-fn helper_keys(key: &str) -> [String; 2] {
-    [format!("{MARKER_PREFIX}{key}"), format!("{WAKE_PREFIX}{key}")]
+/// `key`'s waiter marker, wake set, fair queue and the queue's deadlines.
+pub(crate) fn helper_keys(key: &str) -> [String; 4] {
+    [
+        format!("{MARKER_PREFIX}{key}"),
+        format!("{WAKE_PREFIX}{key}"),
+        format!("{QUEUE_PREFIX}{key}"),
+        format!("{QUEUED_PREFIX}{key}"),
+    ]
 }
 
 impl TairBackend {
@@ -145,12 +167,12 @@ impl TairBackend {
         token: &LockToken,
         clean_up: bool,
     ) -> Result<Option<ReleaseOutcome>> {
-        let [marker, set] = helper_keys(key);
+        let [marker, set, queue, deadlines] = helper_keys(key);
         let reply = match self
             .run_script_on(
                 client,
                 &wake.release,
-                &[key, &marker, &set],
+                &[key, &marker, &set, &queue, &deadlines],
                 vec![token_arg(token)],
                 clean_up,
             )
@@ -184,7 +206,7 @@ impl TairBackend {
         }
         let id = wake.notifier.waiter_id();
         wake.notifier
-            .wait(id, max_wait, self.mark_waiting(wake, key, &id, max_wait))
+            .wait(id, max_wait, Some(self.mark_waiting(wake, key, &id, max_wait)))
             .await;
     }
 
@@ -192,7 +214,7 @@ impl TairBackend {
     /// marker) so that a release wakes it; false when the lock is already
     /// free (no point waiting). A failure only costs the waiter its timer.
     async fn mark_waiting(&self, wake: &Notifications, key: &str, id: &WaiterId, max_wait: Duration) -> bool {
-        let [marker, set] = helper_keys(key);
+        let [marker, set, _, _] = helper_keys(key);
         let wait_ms = ttl_millis(max_wait);
         let args: Vec<Value> = vec![
             wait_ms.saturating_add(WAITING_MARGIN_MS).to_string().into(),

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use lock_core::{AcquireOutcome, Backoff, LockBackend, LockManager, LockOptions, LockToken, ReleaseOutcome};
+use lock_core::{AcquireOutcome, Backoff, Fairness, LockBackend, LockManager, LockOptions, LockToken, ReleaseOutcome};
 use lock_testkit::server::RedisServer;
 use tokio::time::Instant;
 
@@ -250,4 +250,50 @@ async fn a_refused_subscribe_leaks_no_connection_and_waiters_use_their_timers() 
         .unwrap();
     assert_eq!(backend.release("p", &mine).await.unwrap(), ReleaseOutcome::Released);
     assert!(server.cmd(&["GET", "p"]).await.unwrap().is_null());
+}
+
+/// Fair mode on one server: three waiters of three backends queue in turn
+/// behind a holder; each release wakes the queue's head (a waiter polls only
+/// every third of its 30 s claim), so they are served in queue order well
+/// before the first poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_waiters_are_woken_in_queue_order_by_releases() {
+    let server = tair_server().await;
+    let holder_backend = connect(builder(&server.url())).await;
+    assert!(holder_backend.capabilities().fair_queue, "fair mode on one server");
+    let claim = Duration::from_secs(30);
+    let options = LockOptions::with_ttl(TTL)
+        .fairness(Fairness::Fifo { claim })
+        .acquire_timeout(Duration::from_secs(60));
+    let holder = LockManager::with_options(holder_backend, options.clone()).unwrap();
+    let guard = holder.lock("fifo").await.expect("holder");
+    let served = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..3 {
+        let m = LockManager::with_options(connect(builder(&server.url())).await, options.clone()).unwrap();
+        let served = served.clone();
+        waiters.push(tokio::spawn(async move {
+            let g = m.lock("fifo").await.expect("queued waiter");
+            served.lock().unwrap().push(i);
+            g.release().await.expect("release");
+        }));
+        // Queued (and subscribed) before the next one starts.
+        let queued = Instant::now() + Duration::from_secs(10);
+        while int(&server, &["ZCARD", "verrou:tair:queue:fifo"]).await != Some(i + 1)
+            || wake_channels(&server).await < usize::try_from(i + 1).unwrap()
+        {
+            assert!(Instant::now() < queued, "waiter {i} never queued");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    let released = Instant::now();
+    guard.release().await.expect("release");
+    for w in waiters {
+        tokio::time::timeout(Duration::from_secs(8), w)
+            .await
+            .expect("woken by releases, not by the 10 s polls")
+            .expect("waiter");
+    }
+    assert!(released.elapsed() < claim / 3);
+    assert_eq!(*served.lock().unwrap(), vec![0, 1, 2], "FIFO order across backends");
 }
