@@ -297,3 +297,18 @@ async fn fair_waiters_are_woken_in_queue_order_by_releases() {
     assert!(released.elapsed() < claim / 3);
     assert_eq!(*served.lock().unwrap(), vec![0, 1, 2], "FIFO order across backends");
 }
+
+/// With replica acknowledgement there is no fair queue (as on the Lua
+/// backend): fair locking is refused with `Unsupported`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_mode_is_refused_with_replica_acks() {
+    let server = tair_server().await;
+    let backend = connect(builder(&server.url()).replica_ack(lock_tair::ReplicaAck::new(1, TTL))).await;
+    assert!(!backend.capabilities().fair_queue);
+    let manager = LockManager::with_options(backend, LockOptions::with_ttl(TTL).fair()).unwrap();
+    let refused = manager.lock("fair-ack").await;
+    assert!(
+        matches!(refused, Err(lock_core::Error::Unsupported { .. })),
+        "{refused:?}"
+    );
+}
