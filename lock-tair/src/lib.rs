@@ -42,6 +42,16 @@
 //! script over its keys) does not wake: mutex waiters of its keys use their
 //! timers.
 //!
+//! Fair mode ([`lock_core::Fairness::Fifo`], `LockOptions::fair`) runs on one
+//! server as on the Lua backend: waiters queue in `verrou:tair:queue:<key>`
+//! (waiter id → ticket) with a server-time claim deadline each in
+//! `verrou:tair:queued:<key>`; the acquire script grants a free key only to
+//! the head of the live waiters, the release script wakes the head, and a
+//! waiter that gives up leaves and wakes the next. Without release
+//! notifications waiters poll every third of their claim. On a cluster or
+//! with replica acknowledgement fair locking is refused with
+//! [`Error::Unsupported`].
+//!
 //! # TTL safety
 //!
 //! Tair's `CAS`, `EXSET` and `EXCAS` *remove* a key's TTL unless the command
