@@ -35,7 +35,10 @@ async fn main() -> verrou::Result<()> {
 /// its own server with the module: tests/examples.rs).
 pub async fn run(url: String) -> verrou::Result<()> {
     println!("verrou Tair example against {url}");
-    let backend = TairBackend::connect(&url).await?;
+    // Release notifications off: release is the native `CAD` printed below
+    // (on, the default on one server, it is a small script that also wakes
+    // a waiter of another process).
+    let backend = TairBackend::builder(url).release_notifications(false).build().await?;
 
     // 1. The primitives, one native command each, same key and token throughout.
     let key = "verrou:example:resource";

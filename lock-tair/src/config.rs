@@ -58,6 +58,7 @@ pub struct TairBuilder {
     pub(crate) ack_connections: usize,
     pub(crate) retry_after_hint: bool,
     pub(crate) check_commands: bool,
+    pub(crate) release_notifications: bool,
     /// PEM CA certificates for TLS; `None`: the platform's roots.
     #[cfg(feature = "tls")]
     pub(crate) tls_root_certs: Option<Vec<u8>>,
@@ -78,6 +79,7 @@ impl std::fmt::Debug for TairBuilder {
             .field("replica_ack", &self.replica_ack)
             .field("ack_connections", &self.ack_connections)
             .field("retry_after_hint", &self.retry_after_hint)
+            .field("release_notifications", &self.release_notifications)
             .field("check_commands", &self.check_commands)
             .finish()
     }
@@ -97,6 +99,7 @@ impl TairBuilder {
             ack_connections: DEFAULT_ACK_CONNECTIONS,
             retry_after_hint: false,
             check_commands: true,
+            release_notifications: true,
             #[cfg(feature = "tls")]
             tls_root_certs: None,
         }
@@ -166,8 +169,8 @@ impl TairBuilder {
     /// Issue fencing tokens (default off). Acquire then runs one small Lua
     /// script (Tair runs `EVAL` too) that checks the key, sets the lock and
     /// hands out the next fence, atomically: still one round trip, but a
-    /// script instead of one native command. Release and renew stay `CAD` and
-    /// `CAS`. The counter lives at [`DEFAULT_FENCE_PREFIX`]` + key` (the key
+    /// script instead of one native command. Release and renew are as
+    /// without fencing (`CAS` renews). The counter lives at [`DEFAULT_FENCE_PREFIX`]` + key` (the key
     /// wrapped in `{}` when it has no hash tag, so both share a cluster slot),
     /// has no TTL and is never deleted: one small key per lock name.
     ///
@@ -182,6 +185,21 @@ impl TairBuilder {
     #[must_use]
     pub fn fencing(mut self, on: bool) -> Self {
         self.fence_prefix = on.then(|| DEFAULT_FENCE_PREFIX.to_owned());
+        self
+    }
+
+    /// Announce releases to waiters (default on; a single server only: a
+    /// cluster client ignores it and its waiters poll). A waiter subscribes
+    /// on a pub/sub connection of its backend (opened by the first wait) and
+    /// registers in the key's wake set; release is then one small script
+    /// instead of `CAD`: `GET`, one `DEL` of the key and its waiter marker,
+    /// and, only when a waiter registered, a `PUBLISH` that wakes that one
+    /// waiter. Off: release is `CAD` and waiters sleep their backoff. A user
+    /// without channel rights (`NOPERM`) gets one warning, and its waiters
+    /// use their timers.
+    #[must_use]
+    pub fn release_notifications(mut self, on: bool) -> Self {
+        self.release_notifications = on;
         self
     }
 

@@ -3,12 +3,14 @@
 //! [fred](https://docs.rs/fred), on one server or Redis Cluster.
 //!
 //! One [`TairBackend`] implements both [`LockBackend`] and
-//! [`VersionedStore`]. Every operation is one native command, one round trip:
+//! [`VersionedStore`]. Every operation is one round trip, a native command
+//! but for the release on a single server (a small script, see *Release
+//! notifications*):
 //!
 //! | operation | command | replies |
 //! |---|---|---|
 //! | acquire | `SET key token NX PX ttl` | `OK` / nil |
-//! | release | `CAD key token` | 1 released, 0 held by another, -1 missing |
+//! | release | `CAD key token`; on a single server with release notifications (the default), one script: `GET`, one `DEL` of the key and its waiter marker (+ `PUBLISH` when a waiter registered) | 1 released, 0 held by another, -1 missing |
 //! | renew | `CAS key token token PX ttl` | 1 renewed, 0 held by another, -1 missing |
 //! | renew many (the manager's batched renewals) | one script running that `CAS` per key, per ≤ 128 keys (per hash slot in a cluster), sent concurrently | one code per key, as renew |
 //! | get | `EXGET key` | `[value, version]` / nil |
@@ -21,6 +23,34 @@
 //! make acquire one small script (still one round trip), and batched renewals
 //! run one small script per chunk of keys, so that thousands of auto-renewed
 //! locks cost a few commands per renewal round instead of one each.
+//!
+//! # Release notifications
+//!
+//! On a single server (not a cluster), unless
+//! [`TairBuilder::release_notifications`] turns them off, a waiter
+//! subscribes on a pub/sub connection of its backend (one channel per
+//! backend, `verrou:wake:<id>`, opened by the first wait), then joins the
+//! key's wake set (`verrou:tair:wake:<key>`: its id and the end of its wait)
+//! and leaves a marker (`verrou:tair:waiting:<key>`). The release script
+//! deletes the key and the marker in one `DEL`; only when the marker was
+//! there does it take the waiter whose wait ends last out of the wake set and
+//! `PUBLISH` its id, so one waiter wakes per release, not the herd. A lost
+//! message costs the waiter its timer, never correctness. An ACL user
+//! without channel rights (`NOPERM`) turns the notifications off with one
+//! warning and its pub/sub connection closed; a server that refuses the
+//! scripts turns release back into `CAD`. A multi-key lock's release (one
+//! script over its keys) does not wake: mutex waiters of its keys use their
+//! timers.
+//!
+//! Fair mode ([`lock_core::Fairness::Fifo`], `LockOptions::fair`) runs on one
+//! server as on the Lua backend: waiters queue in `verrou:tair:queue:<key>`
+//! (waiter id → ticket) with a server-time claim deadline each in
+//! `verrou:tair:queued:<key>`; the acquire script grants a free key only to
+//! the head of the live waiters, the release script wakes the head, and a
+//! waiter that gives up leaves and wakes the next. Without release
+//! notifications waiters poll every third of their claim. On a cluster or
+//! with replica acknowledgement fair locking is refused with
+//! [`Error::Unsupported`].
 //!
 //! # TTL safety
 //!
@@ -97,14 +127,17 @@
 mod config;
 mod conn;
 mod election;
+mod fair;
 mod keys;
 mod kinds;
 mod multi;
+mod notify;
 mod replies;
 mod rw;
 mod script;
 mod semaphore;
 mod unsettled;
+mod wake;
 
 use lock_core::RenewBatch;
 use std::sync::Arc;
@@ -118,8 +151,8 @@ use fred::types::{ClusterHash, CustomCommand, Value};
 use fred::util::redis_keyslot;
 use lock_core::options::{ttl_millis, validate_key, validate_ttl};
 use lock_core::{
-    AcquireOutcome, Capabilities, CasOutcome, CreateOutcome, DeleteOutcome, Error, Expiry, FencingToken, Lease,
-    LockBackend, LockToken, ReleaseOutcome, RenewOutcome, Replication, Result, Versioned, VersionedStore,
+    AcquireOutcome, Capabilities, CasOutcome, CreateOutcome, DeleteOutcome, Error, Expiry, FairWaiter, FencingToken,
+    Lease, LockBackend, LockToken, ReleaseOutcome, RenewOutcome, Replication, Result, Versioned, VersionedStore,
 };
 
 pub use config::{
@@ -134,6 +167,7 @@ use config::Source;
 use conn::{Access, COMMANDS, Clients, NAME, OptionsClient, map_error, send, unexpected_reply};
 use replies::{FencedReply, TriState};
 use unsettled::{Pending, Unsettled};
+use wake::Notifications;
 
 /// Fenced acquire: refuse a held key (answering its PTTL as a retry hint),
 /// else set the lock and hand out the next fence, the Lua backend's rule:
@@ -221,6 +255,8 @@ struct Inner {
     owned: Vec<Client>,
     /// Acquires that may still run, for their clean-up to follow them.
     unsettled: Unsettled,
+    /// Release notifications (single server, unless turned off).
+    wake: Option<Notifications>,
 }
 
 impl Drop for Inner {
@@ -330,10 +366,21 @@ impl TairBackend {
                 Some((Clients::new(list, &options)?, ack))
             }
         };
+        let clustered = commands.first().is_clustered();
+        let wake = match (&settings.source, &template) {
+            _ if clustered || !settings.release_notifications => None,
+            (Source::Url(url), _) => Some(conn::build_client(url, &settings, Duration::ZERO)?),
+            (_, Some(app_client)) => Some(app_client.clone_new()),
+            (_, None) => None,
+        }
+        .map(|client| {
+            let checker = commands.first().clone();
+            Notifications::new(notify::Notifier::new(client, checker, settings.command_timeout))
+        });
         // Whatever fails from here on, the clients built so far are closed
         // by `Inner`'s drop.
         let inner = Inner {
-            clustered: commands.first().is_clustered(),
+            clustered,
             commands,
             ack,
             options,
@@ -344,6 +391,7 @@ impl TairBackend {
             retry_after_hint: settings.retry_after_hint,
             owned,
             unsettled: Unsettled::default(),
+            wake,
         };
         for client in inner.commands.all() {
             conn::ensure_connected(client, settings.connect_timeout).await?;
@@ -767,6 +815,13 @@ impl LockBackend for TairBackend {
         // The clean-up of an acquire that may still be queued goes after it.
         let after_acquire = self.inner.unsettled.take(token);
         let client = after_acquire.as_ref().unwrap_or_else(|| self.inner.commands.next());
+        if let Some(wake) = self.inner.wake.as_ref().filter(|w| w.usable())
+            && let Some(outcome) = self
+                .release_and_wake(wake, client, key, token, after_acquire.is_some())
+                .await?
+        {
+            return Ok(outcome);
+        }
         let reply = match send(client, &COMMANDS.cad, args).await {
             Ok(reply) => reply,
             Err(e) if conn::is_wrong_type(&e) => {
@@ -852,10 +907,47 @@ impl LockBackend for TairBackend {
         batch.finish(items, outcomes, NAME)
     }
 
+    /// With release notifications (a single server), subscribed and in the
+    /// key's wake set: the release wakes one waiter. Else the timer.
+    async fn wait_for_release(&self, key: &str, max_wait: Duration) {
+        match &self.inner.wake {
+            Some(wake) => self.wait_woken(wake, key, max_wait).await,
+            None => tokio::time::sleep(max_wait).await,
+        }
+    }
+
+    /// The queue lives beside the key, on one server (not a cluster, not
+    /// with replica acknowledgement: `Unsupported` there); with release
+    /// notifications the head wakes on release, without them waiters poll
+    /// every third of their claim.
+    async fn try_acquire_fair(
+        &self,
+        key: &str,
+        token: &LockToken,
+        ttl: Duration,
+        waiter: &FairWaiter,
+    ) -> Result<AcquireOutcome> {
+        validate_key(key)?;
+        validate_ttl(ttl)?;
+        self.acquire_fair(key, token, ttl, waiter).await
+    }
+
+    async fn wait_fair(&self, key: &str, waiter: &FairWaiter, max_wait: Duration) {
+        let _ = key; // the waiter's id names its channel
+        self.wait_fair_turn(waiter, max_wait).await;
+    }
+
+    async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
+        validate_key(key)?;
+        self.leave_fair_queue(key, waiter).await
+    }
+
     fn capabilities(&self) -> Capabilities {
         let mut caps = Capabilities::new(NAME);
+        caps.fair_queue = self.fair_supported();
         caps.fencing_tokens = self.inner.fence_prefix.is_some();
-        caps.native_compare_and_delete = true;
+        caps.native_compare_and_delete = self.inner.wake.is_none();
+        caps.release_notifications = self.inner.wake.is_some();
         caps.replica_ack = self.inner.ack.is_some();
         caps.semaphores = self.inner.ack.is_none();
         caps.multi_key_locks = self.inner.ack.is_none();

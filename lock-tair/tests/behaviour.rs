@@ -441,7 +441,14 @@ async fn server_without_the_module_is_unsupported() {
         other => panic!("expected Unsupported, got {other:?}"),
     }
     println!("{err}");
-    let unchecked = common::connect(common::builder(&server.url()).check_commands(false)).await;
+    // Without release notifications release is `CAD` (with them, a script
+    // of plain `GET` and `DEL`, which needs no module).
+    let unchecked = common::connect(
+        common::builder(&server.url())
+            .check_commands(false)
+            .release_notifications(false),
+    )
+    .await;
     let t = token();
     let err = unchecked.release("k", &t).await.expect_err("no CAD");
     assert!(
@@ -666,8 +673,9 @@ async fn application_client_and_pool() {
     assert_eq!(pong, "PONG");
 }
 
-/// README: every lock operation is one native command (no Lua), seen on the
-/// server's MONITOR stream: `SET NX PX`, `CAD`, `CAS … PX`; with fencing the
+/// README: every lock operation is one command, seen on the server's
+/// MONITOR stream: `SET NX PX`, `CAS … PX`, and release `CAD` (without
+/// release notifications) or one script call (with them); with fencing the
 /// acquire is one script call; the PTTL hint, when asked, adds its one
 /// `PTTL` to a refused acquire only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -682,8 +690,14 @@ async fn each_lock_operation_is_one_command() {
     // Backends stay alive to the end: a dropped one's QUIT would show up in
     // the next one's stream.
     let mut alive = Vec::new();
-    for (fencing, hint) in [(false, false), (true, false), (false, true)] {
-        let b = common::connect(common::builder(&server.url()).fencing(fencing).retry_after_hint(hint)).await;
+    for (fencing, hint, notify) in [(false, false, false), (true, false, true), (false, true, true)] {
+        let b = common::connect(
+            common::builder(&server.url())
+                .fencing(fencing)
+                .retry_after_hint(hint)
+                .release_notifications(notify),
+        )
+        .await;
         // Warm-up: connections open, scripts cached.
         let t = token();
         b.try_acquire("warm", &t, ttl).await.unwrap();
@@ -711,7 +725,8 @@ async fn each_lock_operation_is_one_command() {
         assert_eq!(b.renew("k", &mine, ttl).await.unwrap(), RenewOutcome::Renewed);
         assert_eq!(sent(&mut monitor, &server).await, ["cas"], "renew");
         assert_eq!(b.release("k", &mine).await.unwrap(), ReleaseOutcome::Released);
-        assert_eq!(sent(&mut monitor, &server).await, ["cad"], "release");
+        let release = if notify { "evalsha" } else { "cad" };
+        assert_eq!(sent(&mut monitor, &server).await, [release], "release");
         alive.push(b);
     }
 }

@@ -74,6 +74,12 @@ mod cluster {
 
     lock_testkit::lock_conformance!(real, lock_suite());
 
+    /// No fair queue on a cluster: each case checks the typed refusal.
+    mod fair {
+        use super::*;
+        lock_testkit::fair_conformance!(real, lock_suite());
+    }
+
     mod versioned {
         use super::*;
         lock_testkit::versioned_conformance!(real, versioned_suite());

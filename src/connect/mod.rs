@@ -232,6 +232,9 @@ async fn build_tair(server: &Server) -> Result<Pair> {
     if let Some(on) = o.fencing {
         b = b.fencing(on);
     }
+    if let Some(on) = o.release_notifications {
+        b = b.release_notifications(on);
+    }
     if let Some(ack) = o.replica_ack()? {
         b = b.replica_ack(ack);
     }

@@ -117,7 +117,7 @@ fn malformed_urls_get_errors_that_say_what_to_fix() {
         ("redis://h?replica_ack=1", "needs replica_ack_timeout"),
         ("redis://h?replica_ack_timeout=1s", "without replica_ack=N"),
         ("redis://h?tls_ca=/ca.pem", "use rediss://"),
-        ("tair://h?release_notifications=true", "Tair backend does not publish"),
+        ("tair+cluster://a?release_notifications=true", "one standalone server"),
         ("redis+cluster://a?release_notifications=true", "one standalone server"),
         ("redis://h#frag", "#fragment"),
         ("memory://host", "takes no host"),

@@ -283,12 +283,6 @@ fn parse_server(
             "{scheme}:// cannot select a database: a Redis Cluster has only database 0"
         )));
     }
-    if family == Family::Tair && options.release_notifications == Some(true) {
-        return Err(Error::invalid(format!(
-            "{scheme}:// has no release notifications (the Tair backend does not publish releases): remove \
-             release_notifications=true"
-        )));
-    }
     if cluster && options.release_notifications == Some(true) {
         return Err(Error::invalid(format!(
             "{scheme}:// has no release notifications (they need one standalone server): remove \

@@ -44,7 +44,7 @@ fn check_hot(problems: &mut Vec<String>, row: &HotRow) {
 }
 
 /// The backends with a fair queue, measured in fair mode too.
-const FAIR: &[Backend] = &[Backend::Memory, Backend::RedisLua];
+const FAIR: &[Backend] = &[Backend::Memory, Backend::RedisLua, Backend::Tair];
 
 /// Scenario 3: contenders on one key, shared and independent instances.
 pub async fn hot_keys(lab: &mut Lab, s: &Settings, problems: &mut Vec<String>) -> BoxResult<HotKeys> {

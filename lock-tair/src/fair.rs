@@ -1,0 +1,226 @@
+//! The fair (FIFO) queue on a single server, the redis-lua backend's
+//! scheme: a ticket and a server-time claim deadline per waiter beside the
+//! lock key (`verrou:tair:queue:<key>`, `verrou:tair:queued:<key>`); a free
+//! key goes only to the head of the live waiters; the release script (with
+//! release notifications) wakes the head, a waiter that gives up leaves and
+//! wakes the next head. Without notifications waiters poll every third of
+//! their claim (the manager's rule).
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use fred::types::Value;
+use lock_core::options::ttl_millis;
+use lock_core::{AcquireOutcome, Error, FairWaiter, FencingToken, Lease, LockToken, Result};
+
+use crate::conn::{Access, NAME, map_error, unexpected_reply};
+use crate::keys::fence_key;
+use crate::notify::WaiterId;
+use crate::script::Script;
+use crate::unsettled::Pending;
+use crate::wake::helper_keys;
+use crate::{TairBackend, token_arg};
+
+/// KEYS[1] lock, KEYS[2] waiter marker, KEYS[3] fair queue (waiter →
+/// ticket), KEYS[4] its deadlines (waiter → server ms), KEYS[5] (optional)
+/// fence; ARGV[1] token, ARGV[2] ttl ms, ARGV[3] waiter id, ARGV[4] claim
+/// ms. Takes the lock when it is free and the waiter heads the queue of live
+/// waiters (or it is empty): `{1}`, or `{1, fence}` with KEYS[5]
+/// (`max(last + 1, server µs)`); else queues the waiter once (ticket after
+/// the last), keeps its entry `claim` ms, and answers `{0, pttl}` to the
+/// head or `{0, -1}` to the others. The marker makes releases wake the head.
+/// A re-sent acquire that finds its own token is granted again.
+const ACQUIRE_FAIR: &str = "\
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function extend(key, ms)
+  if redis.call('PTTL', key) < tonumber(ms) then redis.call('PEXPIRE', key, ms) end
+end
+local cur = redis.call('GET', KEYS[1])
+local last = false
+if KEYS[5] then last = redis.call('GET', KEYS[5]) end
+last = tonumber(last or '0') or 0
+if cur == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, last}
+end
+local now = now_ms()
+local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
+for _, w in ipairs(dead) do
+  redis.call('ZREM', KEYS[3], w)
+  redis.call('ZREM', KEYS[4], w)
+end
+local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+if not cur and (not head or head == ARGV[3]) then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  redis.call('ZREM', KEYS[3], ARGV[3])
+  redis.call('ZREM', KEYS[4], ARGV[3])
+  if not KEYS[5] then return {1} end
+  local t = redis.call('TIME')
+  local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if fence <= last then fence = last + 1 end
+  redis.call('SET', KEYS[5], string.format('%.0f', fence))
+  return {1, fence}
+end
+if not redis.call('ZSCORE', KEYS[3], ARGV[3]) then
+  local tail = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
+  local ticket = 1
+  if tail[2] then ticket = tonumber(tail[2]) + 1 end
+  redis.call('ZADD', KEYS[3], ticket, ARGV[3])
+  if not head then head = ARGV[3] end
+end
+redis.call('ZADD', KEYS[4], now + tonumber(ARGV[4]), ARGV[3])
+extend(KEYS[3], ARGV[4])
+extend(KEYS[4], ARGV[4])
+if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[4]) then
+  redis.call('SET', KEYS[2], '1', 'PX', ARGV[4])
+end
+if head == ARGV[3] then return {0, redis.call('PTTL', KEYS[1])} end
+return {0, -1}
+";
+
+/// KEYS as [`ACQUIRE_FAIR`] (no fence); ARGV[1] waiter id. Takes the
+/// waiter out of the queue; if the lock is free, wakes the (new) live head,
+/// so a waiter that gives up never strands the queue. Always 1.
+const LEAVE_QUEUE: &str = "\
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
+  for _, w in ipairs(dead) do
+    redis.call('ZREM', KEYS[3], w)
+    redis.call('ZREM', KEYS[4], w)
+  end
+  local h = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  if h then redis.pcall('PUBLISH', 'verrou:wake:' .. string.sub(h, 1, 32), h) end
+end
+return 1
+";
+
+struct Scripts {
+    acquire: Script,
+    leave: Script,
+}
+
+fn scripts() -> &'static Scripts {
+    static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
+    SCRIPTS.get_or_init(|| Scripts {
+        acquire: Script::new(ACQUIRE_FAIR),
+        leave: Script::new(LEAVE_QUEUE),
+    })
+}
+
+impl TairBackend {
+    /// `waiter`'s id in the queue: this backend's process id (zeros without
+    /// notifications: nobody listens) followed by the waiter's own.
+    pub(crate) fn fair_waiter_id(&self, waiter: &FairWaiter) -> WaiterId {
+        let process = self.inner.wake.as_ref().map_or([b'0'; 32], |w| *w.notifier.process());
+        let mut id = [0u8; 64];
+        id[..32].copy_from_slice(&process);
+        id[32..].copy_from_slice(&waiter.id.hex_bytes());
+        id
+    }
+
+    /// Fair mode runs on one server without replica acknowledgement.
+    pub(crate) fn fair_supported(&self) -> bool {
+        !self.inner.clustered && self.inner.ack.is_none()
+    }
+
+    /// One fair attempt (see `LockBackend::try_acquire_fair`).
+    pub(crate) async fn acquire_fair(
+        &self,
+        key: &str,
+        token: &LockToken,
+        ttl: Duration,
+        waiter: &FairWaiter,
+    ) -> Result<AcquireOutcome> {
+        if !self.fair_supported() {
+            return Err(Error::Unsupported {
+                backend: NAME.to_owned(),
+                what: "fair locking on a cluster or with replica acknowledgement".to_owned(),
+            });
+        }
+        let [marker, _, queue, deadlines] = helper_keys(key);
+        let fence = self.inner.fence_prefix.as_deref().map(|p| fence_key(p, key));
+        let mut keys: Vec<&str> = vec![key, &marker, &queue, &deadlines];
+        if let Some(f) = &fence {
+            keys.push(f);
+        }
+        let id = self.fair_waiter_id(waiter);
+        let args: Vec<Value> = vec![
+            token_arg(token),
+            ttl_millis(ttl).to_string().into(),
+            Value::from(&id[..]),
+            ttl_millis(waiter.claim).to_string().into(),
+        ];
+        let client = self.inner.commands.next();
+        // Until the server answers, a clean-up release must follow this
+        // write on its connection (see the `unsettled` module).
+        let pending = Pending::new(&self.inner.unsettled, *token, client, self.unsettled_for(ttl));
+        let reply = self
+            .run_script_on(client, &scripts().acquire, &keys, args, false)
+            .await
+            .map_err(|e| map_error("EVAL (fair acquire)", key, Access::Script, e))?;
+        pending.settle();
+        let bad = || unexpected_reply("EVAL (fair acquire)", key, Access::Script, &reply);
+        let Value::Array(items) = &reply else {
+            return Err(bad());
+        };
+        let code = items.first().and_then(Value::as_i64);
+        let second = items.get(1).and_then(Value::as_i64);
+        match code {
+            Some(1) => {
+                let fencing_token = match fence {
+                    Some(_) => Some(FencingToken(
+                        second.and_then(|f| u64::try_from(f).ok()).ok_or_else(bad)?,
+                    )),
+                    None => None,
+                };
+                Ok(AcquireOutcome::Acquired(Lease::new().with_fencing_token(fencing_token)))
+            }
+            Some(0) => Ok(AcquireOutcome::Held {
+                retry_after: second.and_then(|ms| u64::try_from(ms).ok()).map(Duration::from_millis),
+            }),
+            _ => Err(bad()),
+        }
+    }
+
+    /// Takes `waiter` out of `key`'s queue, waking the next head if the
+    /// key is free.
+    pub(crate) async fn leave_fair_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
+        if !self.fair_supported() {
+            return Ok(()); // it never queued
+        }
+        let [marker, _, queue, deadlines] = helper_keys(key);
+        let id = self.fair_waiter_id(waiter);
+        let reply = self
+            .run_script(
+                "EVAL (leave queue)",
+                &scripts().leave,
+                &[key, &marker, &queue, &deadlines],
+                vec![Value::from(&id[..])],
+            )
+            .await?;
+        match reply.as_i64() {
+            Some(1) => Ok(()),
+            _ => Err(unexpected_reply("EVAL (leave queue)", key, Access::Script, &reply)),
+        }
+    }
+
+    /// Waits until `waiter` may head `key`'s free queue, or `max_wait`
+    /// passes: woken by a release or a leaving head with notifications,
+    /// else the timer.
+    pub(crate) async fn wait_fair_turn(&self, waiter: &FairWaiter, max_wait: Duration) {
+        match self.inner.wake.as_ref().filter(|w| w.usable()) {
+            Some(wake) => {
+                let none: Option<std::future::Ready<bool>> = None;
+                wake.notifier.wait(self.fair_waiter_id(waiter), max_wait, none).await;
+            }
+            None => tokio::time::sleep(max_wait).await,
+        }
+    }
+}

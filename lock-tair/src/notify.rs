@@ -1,0 +1,340 @@
+//! Release notifications, the client side (single server only): each
+//! backend subscribes to a channel of its own (`verrou:wake:<process id>`,
+//! the redis-lua backend's protocol) on a dedicated fred connection, opened
+//! by the first wait; its waiters register their id (the process id
+//! followed by the waiter's) in the key's wake set on the server (see
+//! `wake`), and the release script `PUBLISH`es one waiter's id on that
+//! waiter's process channel, so only that waiter wakes. Always a hint: a
+//! message lost (before the subscription, across a reconnect) costs the
+//! waiter its timer, never correctness.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use fred::clients::Client;
+use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
+use fred::types::{Message, Value};
+use tokio::sync::broadcast::Receiver;
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{Notify, oneshot};
+
+use crate::conn::{NAME, OptionsClient, ensure_connected};
+
+/// Channel prefix; a process id follows (the release script spells it too).
+pub(crate) const CHANNEL_PREFIX: &str = "verrou:wake:";
+
+/// A waiter's id as published: its process id and its own, 32 hex digits
+/// each (the release script publishes on the channel the first half names).
+pub(crate) type WaiterId = [u8; 64];
+
+/// Ids announced for no waiter of this process that are remembered, so a
+/// waiter announced between its registration and its wait still wakes.
+const ANNOUNCED: usize = 64;
+
+#[derive(Default)]
+struct Waiters {
+    list: Vec<(WaiterId, Arc<Notify>)>,
+    /// Recent ids announced while no waiter had them, newest last.
+    announced: VecDeque<WaiterId>,
+}
+
+/// The subscription's state.
+enum Link {
+    /// Not subscribed: the next wait connects and subscribes.
+    Idle,
+    /// Subscribed; dropping the sender stops the reader task.
+    Subscribed { _stop: oneshot::Sender<()> },
+    /// The server refused SUBSCRIBE (NOPERM): waits use their timers only.
+    Refused,
+}
+
+/// The pub/sub connection of one backend and its waiters.
+pub(crate) struct Notifier {
+    client: Client,
+    /// A command connection, to check the subscription.
+    checker: OptionsClient,
+    /// This backend's id: its channel, and the first half of its waiters' ids.
+    process: [u8; 32],
+    channel: String,
+    timeout: Duration,
+    waiters: Mutex<Waiters>,
+    link: tokio::sync::Mutex<Link>,
+    /// Fast path of the waits once subscribed (or refused).
+    subscribed: AtomicBool,
+    refused: AtomicBool,
+    /// Whether `client` was ever started (and so must be closed).
+    started: AtomicBool,
+}
+
+impl std::fmt::Debug for Notifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Notifier")
+            .field("subscribed", &self.subscribed.load(Ordering::Relaxed))
+            .field("refused", &self.refused.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Notifier {
+    fn drop(&mut self) {
+        if !self.started.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let client = self.client.clone();
+            runtime.spawn(async move {
+                let _ = client.quit().await;
+            });
+        }
+    }
+}
+
+impl Notifier {
+    /// A notifier on `client` (not connected yet: the first wait connects).
+    pub(crate) fn new(client: Client, checker: OptionsClient, timeout: Duration) -> Arc<Self> {
+        // A failed draw only risks sharing a channel: wakes then reach
+        // another process too, which ignores the ids it does not know.
+        let process = lock_core::LockToken::generate().map_or([b'0'; 32], |t| t.hex_bytes());
+        Arc::new(Notifier {
+            channel: format!("{CHANNEL_PREFIX}{}", String::from_utf8_lossy(&process)),
+            client,
+            checker,
+            process,
+            timeout,
+            waiters: Mutex::new(Waiters::default()),
+            link: tokio::sync::Mutex::new(Link::Idle),
+            subscribed: AtomicBool::new(false),
+            refused: AtomicBool::new(false),
+            started: AtomicBool::new(false),
+        })
+    }
+
+    fn waiters(&self) -> MutexGuard<'_, Waiters> {
+        // Each update leaves the list consistent: a poisoned lock is usable.
+        match self.waiters.lock() {
+            Ok(w) => w,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// A fresh waiter id of this backend.
+    pub(crate) fn waiter_id(&self) -> WaiterId {
+        let own = lock_core::LockToken::generate().map_or([b'0'; 32], |t| t.hex_bytes());
+        let mut id = [0u8; 64];
+        id[..32].copy_from_slice(&self.process);
+        id[32..].copy_from_slice(&own);
+        id
+    }
+
+    /// This backend's id, the first half of its waiters' ids.
+    pub(crate) fn process(&self) -> &[u8; 32] {
+        &self.process
+    }
+
+    /// Waits until waiter `id` is woken or `max_wait` passes. `mark`, when
+    /// given, runs once subscribed (so no release after it goes unheard): it
+    /// registers the waiter on the server and says false when the lock is
+    /// already free (no point waiting). Without it (the waiter registered
+    /// itself before: a fair waiter), a wait that had to subscribe first
+    /// returns at once: a wake may have gone by unheard. Without a
+    /// subscription (refused, or the server unreachable) the wait is the
+    /// timer.
+    pub(crate) async fn wait(
+        self: &Arc<Self>,
+        id: WaiterId,
+        max_wait: Duration,
+        mark: Option<impl Future<Output = bool>>,
+    ) {
+        if self.refused.load(Ordering::Relaxed) {
+            tokio::time::sleep(max_wait).await;
+            return;
+        }
+        let notify = Arc::new(Notify::new());
+        {
+            let mut w = self.waiters();
+            if let Some(at) = w.announced.iter().position(|a| *a == id) {
+                // Woken before it got here.
+                w.announced.remove(at);
+                return;
+            }
+            w.list.push((id, notify.clone()));
+        }
+        let _waiting = Waiting { notifier: self, id };
+        let _ = tokio::time::timeout(max_wait, async {
+            match self.subscribe().await {
+                Ok(newly) => {
+                    let worth_waiting = match mark {
+                        Some(mark) => mark.await,
+                        None => !newly,
+                    };
+                    if !worth_waiting {
+                        return;
+                    }
+                }
+                Err(reason) => tracing::debug!(reason, "release notifications unavailable; waiting on the timer"),
+            }
+            notify.notified().await;
+        })
+        .await;
+    }
+
+    /// Connects and subscribes to this backend's channel, once: true when
+    /// it just did.
+    async fn subscribe(self: &Arc<Self>) -> Result<bool, String> {
+        if self.subscribed.load(Ordering::Acquire) {
+            return Ok(false);
+        }
+        let mut link = self.link.lock().await;
+        match *link {
+            Link::Subscribed { .. } => return Ok(false),
+            Link::Refused => return Err("SUBSCRIBE refused".to_owned()),
+            Link::Idle => {}
+        }
+        self.started.store(true, Ordering::Relaxed);
+        // `ensure_connected` closes the client when it cannot connect.
+        ensure_connected(&self.client, self.timeout)
+            .await
+            .map_err(|e| e.to_string())?;
+        // Listening before SUBSCRIBE: no message is missed in between.
+        let messages = self.client.message_rx();
+        let reconnects = self.client.reconnect_rx();
+        let reply = tokio::time::timeout(self.timeout, self.client.subscribe(self.channel.as_str())).await;
+        let failure = match reply {
+            Ok(Ok(())) if !self.listed().await => {
+                // fred reports a SUBSCRIBE refused with NOPERM (RESP2) as done:
+                // the channel is not on the server's list, so it was refused.
+                self.refuse("SUBSCRIBE refused (the channel has no subscriber after it)", &mut link);
+                "SUBSCRIBE refused".to_owned()
+            }
+            Ok(Ok(())) => {
+                let (stop, stopped) = oneshot::channel();
+                tokio::spawn(read(
+                    Arc::downgrade(self),
+                    self.client.clone(),
+                    self.channel.clone(),
+                    self.timeout,
+                    messages,
+                    reconnects,
+                    stopped,
+                ));
+                *link = Link::Subscribed { _stop: stop };
+                self.subscribed.store(true, Ordering::Release);
+                return Ok(true);
+            }
+            Ok(Err(e)) => {
+                if e.details().starts_with("NOPERM") {
+                    self.refuse(e.details(), &mut link);
+                }
+                format!("SUBSCRIBE: {}", e.details())
+            }
+            Err(_) => "SUBSCRIBE timed out".to_owned(),
+        };
+        // No connection is kept for a subscription that failed.
+        let _ = tokio::time::timeout(self.timeout, self.client.quit()).await;
+        Err(failure)
+    }
+
+    /// Whether the server lists this backend's channel as subscribed
+    /// (`PUBSUB NUMSUB` on a command connection); true when it cannot tell.
+    async fn listed(&self) -> bool {
+        let reply: Result<Vec<Value>, _> = self.checker.pubsub_numsub(self.channel.as_str()).await;
+        match reply {
+            Ok(reply) => reply.get(1).and_then(Value::as_i64).is_none_or(|n| n > 0),
+            Err(e) => {
+                tracing::debug!(error = %e, "PUBSUB NUMSUB failed; the subscription is taken as made");
+                true
+            }
+        }
+    }
+
+    /// Turns the notifications off for good, with one warning.
+    fn refuse(&self, why: &str, link: &mut Link) {
+        *link = Link::Refused;
+        self.refused.store(true, Ordering::Relaxed);
+        tracing::warn!(
+            backend = NAME,
+            error = why,
+            "the server refuses SUBSCRIBE to this ACL user (no channel rights, e.g. Redis 7's \
+             acl-pubsub-default resetchannels): release notifications are off for this backend; waiters use \
+             their timers"
+        );
+    }
+
+    /// Wakes the waiter `payload` names, or remembers the id for a moment
+    /// (its waiter may be on its way).
+    fn wake(&self, payload: &[u8]) {
+        let mut w = self.waiters();
+        if let Some((_, notify)) = w.list.iter().find(|(id, _)| id[..] == *payload) {
+            notify.notify_one();
+        } else if let Ok(id) = WaiterId::try_from(payload) {
+            if w.announced.len() == ANNOUNCED {
+                w.announced.pop_front();
+            }
+            w.announced.push_back(id);
+        }
+    }
+
+    fn leave(&self, id: &WaiterId) {
+        let mut w = self.waiters();
+        if let Some(at) = w.list.iter().position(|(w, _)| w == id) {
+            w.list.swap_remove(at);
+        }
+    }
+}
+
+/// Takes a waiter off the list when its wait ends (or is cancelled).
+struct Waiting<'a> {
+    notifier: &'a Notifier,
+    id: WaiterId,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.notifier.leave(&self.id);
+    }
+}
+
+/// Delivers messages to waiters and subscribes again after each reconnect
+/// (fred reconnects by itself); ends when the notifier stops it or is gone.
+async fn read(
+    notifier: Weak<Notifier>,
+    client: Client,
+    channel: String,
+    timeout: Duration,
+    mut messages: Receiver<Message>,
+    mut reconnects: Receiver<fred::types::config::Server>,
+    mut stopped: oneshot::Receiver<()>,
+) {
+    loop {
+        tokio::select! {
+            _ = &mut stopped => return,
+            message = messages.recv() => match message {
+                Ok(message) => {
+                    if *message.channel != *channel {
+                        continue;
+                    }
+                    let Some(n) = notifier.upgrade() else { return };
+                    if let Some(payload) = message.value.as_bytes() {
+                        n.wake(payload);
+                    }
+                }
+                Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => return,
+            },
+            reconnected = reconnects.recv() => match reconnected {
+                Ok(_) | Err(RecvError::Lagged(_)) => {
+                    if let Err(e) = tokio::time::timeout(timeout, client.subscribe(channel.as_str()))
+                        .await
+                        .map_err(|_| "timed out".to_owned())
+                        .and_then(|r| r.map_err(|e| e.details().to_owned()))
+                    {
+                        tracing::debug!(error = %e, "SUBSCRIBE after a reconnect failed; waiters use their timers");
+                    }
+                }
+                Err(RecvError::Closed) => return,
+            },
+        }
+    }
+}
