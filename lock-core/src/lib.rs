@@ -20,6 +20,7 @@ pub mod options;
 mod renewer;
 pub mod token;
 pub mod versioned;
+pub mod wake_lua;
 
 pub use backend::{
     AcquireOutcome, Capabilities, FairWaiter, Lease, LockBackend, OnShortfall, ReleaseOutcome, RenewOutcome,

@@ -18,7 +18,9 @@
 //! (about 2^51 today), exact in Lua's doubles below 2^53, stored with
 //! `%.0f` because `tostring` would switch to exponent notation.
 
+use const_format::concatcp;
 use deadpool_redis::redis::{self, Cmd};
+use lock_core::wake_lua;
 
 /// A script and its SHA1, computed once.
 pub(crate) struct LuaScript {
@@ -86,9 +88,9 @@ impl Scripts {
             release: LuaScript::new(RELEASE),
             release_notify: LuaScript::new(RELEASE_NOTIFY),
             release_resendable: LuaScript::new(RELEASE_RESENDABLE),
-            mark_waiting: LuaScript::new(MARK_WAITING),
-            acquire_fair: LuaScript::new(ACQUIRE_FAIR),
-            leave_queue: LuaScript::new(LEAVE_QUEUE),
+            mark_waiting: LuaScript::new(wake_lua::MARK_WAITING),
+            acquire_fair: LuaScript::new(wake_lua::ACQUIRE_FAIR),
+            leave_queue: LuaScript::new(wake_lua::LEAVE_QUEUE),
             probe: LuaScript::new(PROBE),
             renew: LuaScript::new(RENEW),
             renew_many: LuaScript::new(RENEW_MANY),
@@ -170,58 +172,8 @@ if not cur then return 0 end
 return 2
 ";
 
-/// Lua shared by the scripts that wake waiters: the server clock in ms,
-/// and the head of a fair queue (KEYS `q` ticket by waiter, `e` deadline by
-/// waiter) once the waiters whose entry expired are gone from it.
-macro_rules! wake_lua {
-    () => {
-        r"
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local function fair_head(q, e, now)
-  local dead = redis.call('ZRANGEBYSCORE', e, '-inf', now)
-  for _, w in ipairs(dead) do
-    redis.call('ZREM', q, w)
-    redis.call('ZREM', e, w)
-  end
-  return redis.call('ZRANGE', q, 0, 0)[1]
-end
-local function wake(w)
-  redis.pcall('PUBLISH', 'verrou:wake:' .. string.sub(w, 1, 32), w)
-end
-local function wake_after_release(marker, wakes, q, e)
-  local now = now_ms()
-  redis.call('ZREMRANGEBYSCORE', wakes, '-inf', now)
-  local w = redis.call('ZRANGE', wakes, -1, -1)[1]
-  if w then
-    redis.call('ZREM', wakes, w)
-    wake(w)
-  end
-  local h = fair_head(q, e, now)
-  if h then wake(h) end
-  local last = 0
-  for _, z in ipairs({wakes, e}) do
-    local top = redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')[2]
-    if top and tonumber(top) > last then last = tonumber(top) end
-  end
-  -- Waiters left: the marker again, until the last wait ends (+ the
-  -- margin, release::WAITING_MARGIN_MS).
-  if last > now then redis.call('SET', marker, '1', 'PX', last - now + 100) end
-end
-local function release_and_wake(key, marker, wakes, q, e)
-  if redis.call('DEL', key, marker) == 2 then wake_after_release(marker, wakes, q, e) end
-end
-local function extend(key, ms)
-  if redis.call('PTTL', key) < tonumber(ms) then redis.call('PEXPIRE', key, ms) end
-end
-"
-    };
-}
-
 /// KEYS[1] lock, KEYS[2] its waiter marker, KEYS[3] its wake set (waiter
-/// id → deadline, [`MARK_WAITING`]), KEYS[4] its fair queue (waiter →
+/// id → deadline, [`wake_lua::MARK_WAITING`]), KEYS[4] its fair queue (waiter →
 /// ticket), KEYS[5] the fair queue's deadlines (waiter → deadline, server
 /// ms); ARGV[1] token. As [`RELEASE`], and wakes one waiter when the marker
 /// says some wait: the live one of the wake set whose wait ends last (the
@@ -235,14 +187,14 @@ end
 /// costs, and a contended one wakes one waiter per process instead of
 /// every waiter. The shared functions are defined only once someone waits:
 /// defining them costs every run of the script, the uncontended ones too.
-const RELEASE_NOTIFY: &str = concat!(
+const RELEASE_NOTIFY: &str = concatcp!(
     r"
 local cur = redis.call('GET', KEYS[1])
 if not cur then return 0 end
 if cur ~= ARGV[1] then return 2 end
 if redis.call('DEL', KEYS[1], KEYS[2]) == 2 then
 ",
-    wake_lua!(),
+    wake_lua::FUNCTIONS,
     r"
   wake_after_release(KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 end
@@ -254,8 +206,8 @@ return 1
 /// wake set, fair queue and queue deadlines (as [`RELEASE_NOTIFY`]); ARGV[1]
 /// token. As `multi_lua::RELEASE_ALL` (every `GET` before the first write),
 /// and each freed key wakes its waiters as a mutex release does.
-pub(crate) const RELEASE_ALL_NOTIFY: &str = concat!(
-    wake_lua!(),
+pub(crate) const RELEASE_ALL_NOTIFY: &str = concatcp!(
+    wake_lua::FUNCTIONS,
     r"
 local n = #KEYS / 5
 local cur, mine, other = {}, 0, 0
@@ -276,91 +228,6 @@ end
 if mine == n then return 1 end
 if other > 0 then return 2 end
 return 0
-"
-);
-
-/// KEYS[1] lock, KEYS[2] its waiter marker, KEYS[3] its wake set; ARGV[1]
-/// how long the marker lives, ms, ARGV[2] the waiter's id, ARGV[3] how long
-/// it waits, ms. Sent by a (barging) waiter once subscribed: 0 when the
-/// lock is already free (do not wait), else 1 after joining the wake set
-/// until its wait ends (its entry expires with its timer, so a release
-/// never wakes a wait that is over).
-const MARK_WAITING: &str = concat!(
-    wake_lua!(),
-    r"
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('ZADD', KEYS[3], now_ms() + tonumber(ARGV[3]), ARGV[2])
-extend(KEYS[3], ARGV[1])
-if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[1]) then
-  redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])
-end
-return 1
-"
-);
-
-/// KEYS[1] lock, KEYS[2] waiter marker, KEYS[3] fair queue, KEYS[4] its
-/// deadlines, KEYS[5] (optional) fence; ARGV[1] token, ARGV[2] ttl ms,
-/// ARGV[3] waiter id, ARGV[4] claim ms. Takes the lock when it is free and
-/// the waiter heads the queue of live waiters (or it is empty): `{1}`, or
-/// `{1, fence}` with KEYS[5] (as [`ACQUIRE_FENCED`]); else queues the
-/// waiter once (ticket after the last), keeps its entry `claim` ms, and
-/// answers `{0, pttl}` to the head (when to look again if nobody releases)
-/// or `{0, -1}` to the others. The marker makes releases wake the head.
-const ACQUIRE_FAIR: &str = concat!(
-    wake_lua!(),
-    r"
-local cur = redis.call('GET', KEYS[1])
-local last = false
-if KEYS[5] then last = redis.call('GET', KEYS[5]) end
-last = tonumber(last or '0') or 0
-if cur == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, last}
-end
-local now = now_ms()
-local head = fair_head(KEYS[3], KEYS[4], now)
-if not cur and (not head or head == ARGV[3]) then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  redis.call('ZREM', KEYS[3], ARGV[3])
-  redis.call('ZREM', KEYS[4], ARGV[3])
-  if not KEYS[5] then return {1} end
-  local t = redis.call('TIME')
-  local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  if fence <= last then fence = last + 1 end
-  redis.call('SET', KEYS[5], string.format('%.0f', fence))
-  return {1, fence}
-end
-if not redis.call('ZSCORE', KEYS[3], ARGV[3]) then
-  local tail = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
-  local ticket = 1
-  if tail[2] then ticket = tonumber(tail[2]) + 1 end
-  redis.call('ZADD', KEYS[3], ticket, ARGV[3])
-  if not head then head = ARGV[3] end
-end
-redis.call('ZADD', KEYS[4], now + tonumber(ARGV[4]), ARGV[3])
-extend(KEYS[3], ARGV[4])
-extend(KEYS[4], ARGV[4])
-if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[4]) then
-  redis.call('SET', KEYS[2], '1', 'PX', ARGV[4])
-end
-if head == ARGV[3] then return {0, redis.call('PTTL', KEYS[1])} end
-return {0, -1}
-"
-);
-
-/// KEYS as [`ACQUIRE_FAIR`] (no fence); ARGV[1] waiter id. Takes the
-/// waiter out of the queue; if the lock is free, wakes the (new) head, so
-/// a waiter that gives up never strands the queue. Always 1.
-const LEAVE_QUEUE: &str = concat!(
-    wake_lua!(),
-    r"
-redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('ZREM', KEYS[4], ARGV[1])
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  local h = fair_head(KEYS[3], KEYS[4], now_ms())
-  if h then wake(h) end
-end
-return 1
 "
 );
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use fred::types::Value;
 use lock_core::options::ttl_millis;
-use lock_core::{AcquireOutcome, Error, FairWaiter, FencingToken, Lease, LockToken, Result};
+use lock_core::{AcquireOutcome, Error, FairWaiter, FencingToken, Lease, LockToken, Result, wake_lua};
 
 use crate::conn::{Access, NAME, map_error, unexpected_reply};
 use crate::keys::fence_key;
@@ -21,86 +21,6 @@ use crate::unsettled::Pending;
 use crate::wake::helper_keys;
 use crate::{TairBackend, token_arg};
 
-/// KEYS[1] lock, KEYS[2] waiter marker, KEYS[3] fair queue (waiter →
-/// ticket), KEYS[4] its deadlines (waiter → server ms), KEYS[5] (optional)
-/// fence; ARGV[1] token, ARGV[2] ttl ms, ARGV[3] waiter id, ARGV[4] claim
-/// ms. Takes the lock when it is free and the waiter heads the queue of live
-/// waiters (or it is empty): `{1}`, or `{1, fence}` with KEYS[5]
-/// (`max(last + 1, server µs)`); else queues the waiter once (ticket after
-/// the last), keeps its entry `claim` ms, and answers `{0, pttl}` to the
-/// head or `{0, -1}` to the others. The marker makes releases wake the head.
-/// A re-sent acquire that finds its own token is granted again.
-const ACQUIRE_FAIR: &str = "\
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local function extend(key, ms)
-  if redis.call('PTTL', key) < tonumber(ms) then redis.call('PEXPIRE', key, ms) end
-end
-local cur = redis.call('GET', KEYS[1])
-local last = false
-if KEYS[5] then last = redis.call('GET', KEYS[5]) end
-last = tonumber(last or '0') or 0
-if cur == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, last}
-end
-local now = now_ms()
-local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
-for _, w in ipairs(dead) do
-  redis.call('ZREM', KEYS[3], w)
-  redis.call('ZREM', KEYS[4], w)
-end
-local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-if not cur and (not head or head == ARGV[3]) then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  redis.call('ZREM', KEYS[3], ARGV[3])
-  redis.call('ZREM', KEYS[4], ARGV[3])
-  if not KEYS[5] then return {1} end
-  local t = redis.call('TIME')
-  local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  if fence <= last then fence = last + 1 end
-  redis.call('SET', KEYS[5], string.format('%.0f', fence))
-  return {1, fence}
-end
-if not redis.call('ZSCORE', KEYS[3], ARGV[3]) then
-  local tail = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
-  local ticket = 1
-  if tail[2] then ticket = tonumber(tail[2]) + 1 end
-  redis.call('ZADD', KEYS[3], ticket, ARGV[3])
-  if not head then head = ARGV[3] end
-end
-redis.call('ZADD', KEYS[4], now + tonumber(ARGV[4]), ARGV[3])
-extend(KEYS[3], ARGV[4])
-extend(KEYS[4], ARGV[4])
-if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[4]) then
-  redis.call('SET', KEYS[2], '1', 'PX', ARGV[4])
-end
-if head == ARGV[3] then return {0, redis.call('PTTL', KEYS[1])} end
-return {0, -1}
-";
-
-/// KEYS as [`ACQUIRE_FAIR`] (no fence); ARGV[1] waiter id. Takes the
-/// waiter out of the queue; if the lock is free, wakes the (new) live head,
-/// so a waiter that gives up never strands the queue. Always 1.
-const LEAVE_QUEUE: &str = "\
-redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('ZREM', KEYS[4], ARGV[1])
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
-  for _, w in ipairs(dead) do
-    redis.call('ZREM', KEYS[3], w)
-    redis.call('ZREM', KEYS[4], w)
-  end
-  local h = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-  if h then redis.pcall('PUBLISH', 'verrou:wake:' .. string.sub(h, 1, 32), h) end
-end
-return 1
-";
-
 struct Scripts {
     acquire: Script,
     leave: Script,
@@ -109,8 +29,8 @@ struct Scripts {
 fn scripts() -> &'static Scripts {
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
-        acquire: Script::new(ACQUIRE_FAIR),
-        leave: Script::new(LEAVE_QUEUE),
+        acquire: Script::new(wake_lua::ACQUIRE_FAIR),
+        leave: Script::new(wake_lua::LEAVE_QUEUE),
     })
 }
 

@@ -10,9 +10,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use const_format::concatcp;
 use fred::types::Value;
 use lock_core::options::ttl_millis;
-use lock_core::{LockToken, ReleaseOutcome, Result};
+use lock_core::{LockToken, ReleaseOutcome, Result, wake_lua};
 
 use crate::conn::{Access, NAME, OptionsClient, map_error, unexpected_reply};
 use crate::notify::{Notifier, WaiterId};
@@ -28,10 +29,6 @@ const QUEUE_PREFIX: &str = "verrou:tair:queue:";
 /// Prefix of the fair queues' deadlines (waiter → server ms).
 const QUEUED_PREFIX: &str = "verrou:tair:queued:";
 
-/// How much longer than its wait a waiter's marker lives: the round trips
-/// between the waiter and the server.
-const WAITING_MARGIN_MS: u64 = 100;
-
 /// KEYS[1] lock, KEYS[2] its waiter marker, KEYS[3] its wake set, KEYS[4]
 /// its fair queue, KEYS[5] the queue's deadlines (see `fair`); ARGV[1]
 /// token. `CAD`'s codes: 1 released, 0 held by another, -1 missing, and -2
@@ -44,7 +41,8 @@ const WAITING_MARGIN_MS: u64 = 100;
 /// timer, so it is a `pcall`), wakes the head of the fair queue (which stays
 /// in it until granted) the same way, then sets the marker again while
 /// waiters remain. So an uncontended release runs `GET` and one `DEL`.
-const RELEASE_NOTIFY: &str = "\
+const RELEASE_NOTIFY: &str = concatcp!(
+    "\
 local ok, cur = pcall(redis.call, 'GET', KEYS[1])
 if not ok then
   local msg = type(cur) == 'table' and cur.err or tostring(cur)
@@ -54,50 +52,14 @@ end
 if not cur then return -1 end
 if cur ~= ARGV[1] then return 0 end
 if redis.call('DEL', KEYS[1], KEYS[2]) == 2 then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-  local w = redis.call('ZRANGE', KEYS[3], -1, -1)[1]
-  if w then
-    redis.call('ZREM', KEYS[3], w)
-    redis.pcall('PUBLISH', 'verrou:wake:' .. string.sub(w, 1, 32), w)
-  end
-  local dead = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now)
-  for _, d in ipairs(dead) do
-    redis.call('ZREM', KEYS[4], d)
-    redis.call('ZREM', KEYS[5], d)
-  end
-  local h = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
-  if h then redis.pcall('PUBLISH', 'verrou:wake:' .. string.sub(h, 1, 32), h) end
-  local last = 0
-  for _, z in ipairs({KEYS[3], KEYS[5]}) do
-    local top = redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')[2]
-    if top and tonumber(top) > last then last = tonumber(top) end
-  end
-  if last > now then
-    redis.call('SET', KEYS[2], '1', 'PX', last - now + 100)
-  end
+",
+    wake_lua::FUNCTIONS,
+    "
+  wake_after_release(KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 end
 return 1
-";
-
-/// KEYS[1] lock, KEYS[2] its waiter marker, KEYS[3] its wake set; ARGV[1]
-/// how long the marker lives, ms, ARGV[2] the waiter's id, ARGV[3] how long
-/// it waits, ms. Sent by a waiter once subscribed: 0 when the lock is
-/// already free (do not wait), else 1 after joining the wake set until its
-/// wait ends (its entry expires with its timer, so a release never wakes a
-/// wait that is over) and leaving the marker.
-const MARK_WAITING: &str = "\
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[2])
-if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[1]) then redis.call('PEXPIRE', KEYS[3], ARGV[1]) end
-if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[1]) then
-  redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])
-end
-return 1
-";
+"
+);
 
 /// Release notifications of one backend: its pub/sub connection and the
 /// scripts.
@@ -115,7 +77,7 @@ impl Notifications {
         Notifications {
             notifier,
             release: Script::new(RELEASE_NOTIFY),
-            mark_waiting: Script::new(MARK_WAITING),
+            mark_waiting: Script::new(wake_lua::MARK_WAITING),
             refused: AtomicBool::new(false),
         }
     }
@@ -217,7 +179,7 @@ impl TairBackend {
         let [marker, set, _, _] = helper_keys(key);
         let wait_ms = ttl_millis(max_wait);
         let args: Vec<Value> = vec![
-            wait_ms.saturating_add(WAITING_MARGIN_MS).to_string().into(),
+            wait_ms.saturating_add(wake_lua::WAITING_MARGIN_MS).to_string().into(),
             Value::from(&id[..]),
             wait_ms.to_string().into(),
         ];
