@@ -75,8 +75,8 @@ end
 "
 );
 
-/// KEYS[1] lock, KEYS[2] its waiter marker, KEYS[3] its wake set; ARGV[1]
-/// how long the marker lives, ms, ARGV[2] the waiter's id, ARGV[3] how long
+/// `KEYS[1]` lock, `KEYS[2]` its waiter marker, `KEYS[3]` its wake set; `ARGV[1]`
+/// how long the marker lives, ms, `ARGV[2]` the waiter's id, `ARGV[3]` how long
 /// it waits, ms. Sent by a (barging) waiter once subscribed: 0 when the
 /// lock is already free (do not wait), else 1 after joining the wake set
 /// until its wait ends (its entry expires with its timer, so a release
@@ -94,11 +94,11 @@ return 1
 "
 );
 
-/// KEYS[1] lock, KEYS[2] waiter marker, KEYS[3] fair queue, KEYS[4] its
-/// deadlines, KEYS[5] (optional) fence; ARGV[1] token, ARGV[2] ttl ms,
-/// ARGV[3] waiter id, ARGV[4] claim ms. Takes the lock when it is free and
+/// `KEYS[1]` lock, `KEYS[2]` waiter marker, `KEYS[3]` fair queue, `KEYS[4]` its
+/// deadlines, `KEYS[5]` (optional) fence; `ARGV[1]` token, `ARGV[2]` ttl ms,
+/// `ARGV[3]` waiter id, `ARGV[4]` claim ms. Takes the lock when it is free and
 /// the waiter heads the queue of live waiters (or it is empty): `{1}`, or
-/// `{1, fence}` with KEYS[5] (as the plain fenced acquire: `max(last + 1, server µs)`); else queues the
+/// `{1, fence}` with `KEYS[5]` (as the plain fenced acquire: `max(last + 1, server µs)`); else queues the
 /// waiter once (ticket after the last), keeps its entry `claim` ms, and
 /// answers `{0, pttl}` to the head (when to look again if nobody releases)
 /// or `{0, -1}` to the others. The marker makes releases wake the head.
@@ -144,7 +144,7 @@ return {0, -1}
 "
 );
 
-/// KEYS as [`ACQUIRE_FAIR`] (no fence); ARGV[1] waiter id. Takes the
+/// KEYS as [`ACQUIRE_FAIR`] (no fence); `ARGV[1]` waiter id. Takes the
 /// waiter out of the queue; if the lock is free, wakes the (new) head, so
 /// a waiter that gives up never strands the queue. Always 1.
 pub const LEAVE_QUEUE: &str = concatcp!(
