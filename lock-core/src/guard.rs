@@ -152,10 +152,16 @@ impl LeaseState {
     }
 
     pub(crate) fn renewed(&self, sent_at: Instant, ttl: Duration) {
-        if self.is_lost() {
+        self.renewed_at(sent_at, ttl, Instant::now());
+    }
+
+    /// [`LeaseState::renewed`], the reply having come at `now` (the
+    /// renewer reads the clock once per batch).
+    pub(crate) fn renewed_at(&self, sent_at: Instant, ttl: Duration, now: Instant) {
+        if self.is_lost_at(now) {
             return; // loss is sticky: the holder was already told
         }
-        crate::observe::renewed(self, sent_at);
+        crate::observe::renewed(self, sent_at, now);
         let deadline = self.deadline_for(sent_at, ttl);
         self.update_validity(|v| {
             // Checked under the validity lock: `mark_lost` sets the flag before it
@@ -231,6 +237,11 @@ impl LeaseState {
     /// Signal the end of the lease: the first reason sticks, and the deadline
     /// moves to now so that `remaining()` reads zero from here on.
     pub(crate) fn mark_lost(&self, reason: LossReason) {
+        self.mark_lost_at(reason, Instant::now());
+    }
+
+    /// [`LeaseState::mark_lost`] with the clock already read.
+    fn mark_lost_at(&self, reason: LossReason, now: Instant) {
         if self.loss_reason.set(reason).is_ok() {
             crate::observe::lost(self, reason);
         }
@@ -238,7 +249,6 @@ impl LeaseState {
         if let Some(token) = self.lost_token.get() {
             token.cancel();
         }
-        let now = Instant::now();
         // Always a change for watchers: the loss itself. A watcher that
         // registers after this sees the flag (set before the lock).
         self.update_validity(|v| {
@@ -252,18 +262,31 @@ impl LeaseState {
     /// The guard is done with the lease (released or dropped). A lease already
     /// lost, or past its deadline, keeps that reason.
     pub(crate) fn end(&self, reason: LossReason) {
-        if !self.is_lost() {
-            self.mark_lost(reason);
+        if self.lost.load(Ordering::SeqCst) {
+            return;
+        }
+        // One clock read for both the deadline check and the end itself.
+        let now = Instant::now();
+        if now >= self.deadline() {
+            self.mark_lost_at(LossReason::DeadlinePassed, now);
+        } else {
+            self.mark_lost_at(reason, now);
         }
     }
 
     /// Lost by signal, or past the deadline (which then becomes the signal).
     pub(crate) fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst) || self.is_lost_at(Instant::now())
+    }
+
+    /// [`LeaseState::is_lost`] with the clock read at `now` (no later than
+    /// the call: an earlier reading only finds a loss later).
+    pub(crate) fn is_lost_at(&self, now: Instant) -> bool {
         if self.lost.load(Ordering::SeqCst) {
             return true;
         }
-        if Instant::now() >= self.deadline() {
-            self.mark_lost(LossReason::DeadlinePassed);
+        if now >= self.deadline() {
+            self.mark_lost_at(LossReason::DeadlinePassed, now);
             return true;
         }
         false
@@ -558,13 +581,18 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<ReleaseOutcome> {
         self.stop_renewing();
         let state = self.handle.state.clone();
-        let call = state.backend.release(&state.key, &state.token);
-        let result = match tokio::time::timeout(self.op_timeout, call).await {
-            Ok(r) => r,
-            Err(_) => Err(Error::outcome_unknown(
-                state.backend.capabilities().name,
-                "release timed out",
-            )),
+        let result = match state.backend.instant() {
+            Some(instant) => instant.release_now(&state.key, &state.token),
+            None => {
+                let call = state.backend.release(&state.key, &state.token);
+                match tokio::time::timeout(self.op_timeout, call).await {
+                    Ok(r) => r,
+                    Err(_) => Err(Error::outcome_unknown(
+                        state.backend.capabilities().name,
+                        "release timed out",
+                    )),
+                }
+            }
         };
         if result.is_ok() {
             self.released = true;
