@@ -1,7 +1,8 @@
 //! The background renewer: one task per manager and tokio runtime drives a
 //! timer queue of every auto-renewed lease of that manager on that runtime.
-//! A guard costs a queue insert when acquired and a removal when released,
-//! not a task, timers and a cancellation token of its own. Leases that come
+//! A guard costs a push on an arrivals list when acquired (moved into the
+//! queue when the driver next runs) and a pop or a flag when released, not a
+//! task, timers and a cancellation token of its own. Leases that come
 //! due in the same tick are renewed together with one
 //! [`LockBackend::renew_many`] call per ≤ 256 leases (one script or one
 //! pipeline), and each lease keeps its own rules: retried until its local
