@@ -1,7 +1,7 @@
 //! The owned lock guard, its shareable lease view, and the loss signal.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -34,7 +34,9 @@ pub(crate) struct LeaseState {
     lost: AtomicBool,
     /// Created by the first `lost_token()` only (most leases never need one).
     lost_token: OnceLock<CancellationToken>,
-    loss_reason: OnceLock<LossReason>,
+    /// The first loss reason ([`reason_code`]; 0 until lost): an atomic,
+    /// not a `OnceLock`, since every lease sets it once (at its end).
+    loss_reason: AtomicU8,
     /// One TTL change (renewal or `extend`) in flight per lease: the server
     /// then applies them in the order the guard records them, so the local
     /// deadline follows the TTL the server applied last.
@@ -48,6 +50,15 @@ pub(crate) struct LeaseState {
     pub(crate) observed: crate::observe::LeaseObs,
     /// The lease's place in its manager's renewal queue (auto-renewal only).
     pub(crate) renew_slot: crate::renewer::Slot,
+}
+
+/// `LeaseState::loss_reason`'s code of `reason` (never 0).
+fn reason_code(reason: LossReason) -> u8 {
+    match reason {
+        LossReason::NotOwner => 1,
+        LossReason::DeadlinePassed => 2,
+        LossReason::Released => 3,
+    }
 }
 
 /// A TTL change sent but not answered yet: dropped armed (unknown outcome,
@@ -104,7 +115,7 @@ impl LeaseState {
             changed: Notify::new(),
             lost: AtomicBool::new(false),
             lost_token: OnceLock::new(),
-            loss_reason: OnceLock::new(),
+            loss_reason: AtomicU8::new(0),
             ttl_change: tokio::sync::Mutex::new(()),
             unknown_ttl: Mutex::new(None),
             lanes,
@@ -242,7 +253,11 @@ impl LeaseState {
 
     /// [`LeaseState::mark_lost`] with the clock already read.
     fn mark_lost_at(&self, reason: LossReason, now: Instant) {
-        if self.loss_reason.set(reason).is_ok() {
+        if self
+            .loss_reason
+            .compare_exchange(0, reason_code(reason), Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
             crate::observe::lost(self, reason);
         }
         self.lost.store(true, Ordering::SeqCst);
@@ -293,7 +308,11 @@ impl LeaseState {
     }
 
     pub(crate) fn reason(&self) -> LossReason {
-        self.loss_reason.get().copied().unwrap_or(LossReason::DeadlinePassed)
+        match self.loss_reason.load(Ordering::SeqCst) {
+            1 => LossReason::NotOwner,
+            3 => LossReason::Released,
+            _ => LossReason::DeadlinePassed,
+        }
     }
 
     pub(crate) async fn wait_lost(self: Arc<Self>) -> LossReason {
