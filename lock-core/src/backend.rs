@@ -96,6 +96,33 @@ pub trait LockBackend: Send + Sync + 'static {
 
     /// What this backend can do.
     fn capabilities(&self) -> Capabilities;
+
+    /// The same lock, answered at once: `Some` for a backend whose acquire
+    /// and release never wait (in-process state, no I/O), so the manager
+    /// calls them directly, without boxing a future or arming a timeout.
+    ///
+    /// The default is `None`. A wrapper (a layer, a fault injector) must not
+    /// forward it: returning `None` keeps every call going through the
+    /// wrapper's own [`LockBackend`] methods.
+    fn instant(&self) -> Option<&dyn InstantLockBackend> {
+        None
+    }
+}
+
+/// Acquire and release of a [`LockBackend`] that answers in the caller's
+/// thread without waiting ([`LockBackend::instant`]): the same key space and
+/// the same semantics as its `try_acquire` and `release`, with an outcome
+/// that is always known (there is no future to drop half-way).
+///
+/// # Errors
+///
+/// As [`LockBackend::try_acquire`] and [`LockBackend::release`].
+pub trait InstantLockBackend: Send + Sync {
+    /// [`LockBackend::try_acquire`], answered at once.
+    fn try_acquire_now(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome>;
+
+    /// [`LockBackend::release`], answered at once.
+    fn release_now(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome>;
 }
 
 /// A waiter in a key's fair queue: one per [`crate::LockManager::lock`]
@@ -391,5 +418,8 @@ impl<B: LockBackend + ?Sized> LockBackend for std::sync::Arc<B> {
     }
     fn capabilities(&self) -> Capabilities {
         (**self).capabilities()
+    }
+    fn instant(&self) -> Option<&dyn InstantLockBackend> {
+        (**self).instant()
     }
 }

@@ -1,7 +1,7 @@
 //! The owned lock guard, its shareable lease view, and the loss signal.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -34,7 +34,9 @@ pub(crate) struct LeaseState {
     lost: AtomicBool,
     /// Created by the first `lost_token()` only (most leases never need one).
     lost_token: OnceLock<CancellationToken>,
-    loss_reason: OnceLock<LossReason>,
+    /// The first loss reason ([`reason_code`]; 0 until lost): an atomic,
+    /// not a `OnceLock`, since every lease sets it once (at its end).
+    loss_reason: AtomicU8,
     /// One TTL change (renewal or `extend`) in flight per lease: the server
     /// then applies them in the order the guard records them, so the local
     /// deadline follows the TTL the server applied last.
@@ -48,6 +50,15 @@ pub(crate) struct LeaseState {
     pub(crate) observed: crate::observe::LeaseObs,
     /// The lease's place in its manager's renewal queue (auto-renewal only).
     pub(crate) renew_slot: crate::renewer::Slot,
+}
+
+/// `LeaseState::loss_reason`'s code of `reason` (never 0).
+fn reason_code(reason: LossReason) -> u8 {
+    match reason {
+        LossReason::NotOwner => 1,
+        LossReason::DeadlinePassed => 2,
+        LossReason::Released => 3,
+    }
 }
 
 /// A TTL change sent but not answered yet: dropped armed (unknown outcome,
@@ -104,7 +115,7 @@ impl LeaseState {
             changed: Notify::new(),
             lost: AtomicBool::new(false),
             lost_token: OnceLock::new(),
-            loss_reason: OnceLock::new(),
+            loss_reason: AtomicU8::new(0),
             ttl_change: tokio::sync::Mutex::new(()),
             unknown_ttl: Mutex::new(None),
             lanes,
@@ -152,10 +163,16 @@ impl LeaseState {
     }
 
     pub(crate) fn renewed(&self, sent_at: Instant, ttl: Duration) {
-        if self.is_lost() {
+        self.renewed_at(sent_at, ttl, Instant::now());
+    }
+
+    /// [`LeaseState::renewed`], the reply having come at `now` (the
+    /// renewer reads the clock once per batch).
+    pub(crate) fn renewed_at(&self, sent_at: Instant, ttl: Duration, now: Instant) {
+        if self.is_lost_at(now) {
             return; // loss is sticky: the holder was already told
         }
-        crate::observe::renewed(self, sent_at);
+        crate::observe::renewed(self, sent_at, now);
         let deadline = self.deadline_for(sent_at, ttl);
         self.update_validity(|v| {
             // Checked under the validity lock: `mark_lost` sets the flag before it
@@ -231,14 +248,22 @@ impl LeaseState {
     /// Signal the end of the lease: the first reason sticks, and the deadline
     /// moves to now so that `remaining()` reads zero from here on.
     pub(crate) fn mark_lost(&self, reason: LossReason) {
-        if self.loss_reason.set(reason).is_ok() {
+        self.mark_lost_at(reason, Instant::now());
+    }
+
+    /// [`LeaseState::mark_lost`] with the clock already read.
+    fn mark_lost_at(&self, reason: LossReason, now: Instant) {
+        if self
+            .loss_reason
+            .compare_exchange(0, reason_code(reason), Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
             crate::observe::lost(self, reason);
         }
         self.lost.store(true, Ordering::SeqCst);
         if let Some(token) = self.lost_token.get() {
             token.cancel();
         }
-        let now = Instant::now();
         // Always a change for watchers: the loss itself. A watcher that
         // registers after this sees the flag (set before the lock).
         self.update_validity(|v| {
@@ -252,25 +277,42 @@ impl LeaseState {
     /// The guard is done with the lease (released or dropped). A lease already
     /// lost, or past its deadline, keeps that reason.
     pub(crate) fn end(&self, reason: LossReason) {
-        if !self.is_lost() {
-            self.mark_lost(reason);
+        if self.lost.load(Ordering::SeqCst) {
+            return;
+        }
+        // One clock read for both the deadline check and the end itself.
+        let now = Instant::now();
+        if now >= self.deadline() {
+            self.mark_lost_at(LossReason::DeadlinePassed, now);
+        } else {
+            self.mark_lost_at(reason, now);
         }
     }
 
     /// Lost by signal, or past the deadline (which then becomes the signal).
     pub(crate) fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst) || self.is_lost_at(Instant::now())
+    }
+
+    /// [`LeaseState::is_lost`] with the clock read at `now` (no later than
+    /// the call: an earlier reading only finds a loss later).
+    pub(crate) fn is_lost_at(&self, now: Instant) -> bool {
         if self.lost.load(Ordering::SeqCst) {
             return true;
         }
-        if Instant::now() >= self.deadline() {
-            self.mark_lost(LossReason::DeadlinePassed);
+        if now >= self.deadline() {
+            self.mark_lost_at(LossReason::DeadlinePassed, now);
             return true;
         }
         false
     }
 
     pub(crate) fn reason(&self) -> LossReason {
-        self.loss_reason.get().copied().unwrap_or(LossReason::DeadlinePassed)
+        match self.loss_reason.load(Ordering::SeqCst) {
+            1 => LossReason::NotOwner,
+            3 => LossReason::Released,
+            _ => LossReason::DeadlinePassed,
+        }
     }
 
     pub(crate) async fn wait_lost(self: Arc<Self>) -> LossReason {
@@ -558,13 +600,18 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<ReleaseOutcome> {
         self.stop_renewing();
         let state = self.handle.state.clone();
-        let call = state.backend.release(&state.key, &state.token);
-        let result = match tokio::time::timeout(self.op_timeout, call).await {
-            Ok(r) => r,
-            Err(_) => Err(Error::outcome_unknown(
-                state.backend.capabilities().name,
-                "release timed out",
-            )),
+        let result = match state.backend.instant() {
+            Some(instant) => instant.release_now(&state.key, &state.token),
+            None => {
+                let call = state.backend.release(&state.key, &state.token);
+                match tokio::time::timeout(self.op_timeout, call).await {
+                    Ok(r) => r,
+                    Err(_) => Err(Error::outcome_unknown(
+                        state.backend.capabilities().name,
+                        "release timed out",
+                    )),
+                }
+            }
         };
         if result.is_ok() {
             self.released = true;

@@ -86,6 +86,12 @@ impl Lanes {
         })
     }
 
+    /// Whether someone of this manager waits for `key` (no lock, no hash
+    /// when nobody waits at all).
+    pub(crate) fn is_waited(&self, key: &str) -> bool {
+        !self.map.is_empty() && lock(&self.map).contains_key(key)
+    }
+
     /// Wake the head of `key`'s line, if there is one.
     pub(crate) fn notify_released(&self, key: &str) {
         // A lane created after this check is a waiter that arrived after the

@@ -23,8 +23,8 @@ pub mod versioned;
 pub mod wake_lua;
 
 pub use backend::{
-    AcquireOutcome, Capabilities, FairWaiter, Lease, LockBackend, OnShortfall, ReleaseOutcome, RenewOutcome,
-    ReplicaAck, Replication,
+    AcquireOutcome, Capabilities, FairWaiter, InstantLockBackend, Lease, LockBackend, OnShortfall, ReleaseOutcome,
+    RenewOutcome, ReplicaAck, Replication,
 };
 pub use batch::RenewBatch;
 pub use error::{BoxError, Error, LossReason, NodeOutcome, NodeReports, NotHeldReason, Result};

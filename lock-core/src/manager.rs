@@ -203,8 +203,7 @@ impl LockManager {
     /// # drop(guard); Ok(()) }
     /// ```
     pub async fn lock_opts(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
-        let acquire = self.acquire(key, options, true);
-        match crate::observe::acquiring(true, crate::observe::lock_span(key, true), acquire).await? {
+        match self.acquire_observed(key, options, true).await? {
             Some(guard) => Ok(guard),
             None => Err(Error::Timeout {
                 key: key.to_owned(),
@@ -265,8 +264,7 @@ impl LockManager {
     ///
     /// As [`LockManager::try_lock`].
     pub async fn try_lock_opts(&self, key: &str, options: &LockOptions) -> Result<Option<LockGuard>> {
-        let acquire = self.acquire(key, options, false);
-        crate::observe::acquiring(false, crate::observe::lock_span(key, false), acquire).await
+        self.acquire_observed(key, options, false).await
     }
 
     /// Run `body` while holding `key`, then release the lock.
@@ -379,6 +377,80 @@ impl LockManager {
         self.with_lock(key, body).await?
     }
 
+    /// `lock` (`wait`) or `try_lock`, in its span.
+    async fn acquire_observed(&self, key: &str, options: &LockOptions, wait: bool) -> Result<Option<LockGuard>> {
+        let span = crate::observe::lock_span(key, wait);
+        let started = crate::observe::lock_started(&span);
+        let attempted = match self.acquire_at_once(key, options, wait) {
+            AtOnce::Done(result) => {
+                crate::observe::record_lock(&span, wait, started, 1, &result);
+                return result;
+            }
+            AtOnce::Tried => 1,
+            AtOnce::NotTried => 0,
+        };
+        // Boxed: the call that waits (or talks to a server) pays one
+        // allocation, and the uncontended in-process call moves no large
+        // future around.
+        let acquire = self.acquire(key, options, wait);
+        Box::pin(crate::observe::acquiring(wait, span, started, attempted, acquire)).await
+    }
+
+    /// The first attempt on a backend that answers at once
+    /// ([`LockBackend::instant`]), made without a future: it decides an
+    /// uncontended call (a grant, or `try_lock`'s "busy") on its own. Fair
+    /// calls, and calls that would queue behind this manager's waiters for
+    /// `key`, go to the loop.
+    fn acquire_at_once(&self, key: &str, options: &LockOptions, wait: bool) -> AtOnce {
+        let Some(instant) = self.inner.backend.instant() else {
+            return AtOnce::NotTried;
+        };
+        if options.fairness != Fairness::Barging || (wait && self.inner.lanes.is_waited(key)) {
+            return AtOnce::NotTried;
+        }
+        if let Err(e) = validate_key(key) {
+            return AtOnce::Done(Err(e));
+        }
+        if !std::ptr::eq(options, &self.inner.options)
+            && let Err(e) = options.validate()
+        {
+            return AtOnce::Done(Err(e));
+        }
+        let ttl = options.ttl;
+        let sent_at = Instant::now();
+        let token = match LockToken::generate() {
+            Ok(token) => token,
+            Err(e) => return AtOnce::Done(Err(e)),
+        };
+        match instant.try_acquire_now(key, &token, ttl) {
+            Ok(AcquireOutcome::Acquired(lease)) => {
+                let validity = ttl.saturating_sub(options.drift(ttl));
+                let validity = lease.validity.map_or(validity, |v| v.min(validity));
+                let deadline = crate::clock::later(sent_at, validity);
+                if Instant::now() >= deadline {
+                    // Granted too late to be useful (the thread was held up):
+                    // give it back; the loop tries again.
+                    if let Err(e) = instant.release_now(key, &token) {
+                        tracing::debug!(key, error = %e, "giving back a late grant failed; the TTL will free the key");
+                    }
+                    return if wait { AtOnce::Tried } else { AtOnce::Done(Ok(None)) };
+                }
+                let grant = Grant {
+                    key: key.to_owned(),
+                    token,
+                    lease,
+                    sent_at,
+                    deadline,
+                };
+                AtOnce::Done(self.guard(grant, options).map(Some))
+            }
+            Ok(AcquireOutcome::Held { .. }) if wait => AtOnce::Tried,
+            Ok(AcquireOutcome::Held { .. }) => AtOnce::Done(Ok(None)),
+            Err(e) if wait && e.is_backend() => AtOnce::Tried,
+            Err(e) => AtOnce::Done(Err(e)),
+        }
+    }
+
     async fn acquire(&self, key: &str, options: &LockOptions, wait: bool) -> Result<Option<LockGuard>> {
         validate_key(key)?;
         if !std::ptr::eq(options, &self.inner.options) {
@@ -429,11 +501,19 @@ impl LockManager {
             let token = LockToken::generate()?;
             let sent_at = first_sent_at.take().unwrap_or_else(Instant::now);
             let mut cleanup = ReleaseOnDrop::new(backend, key, token, options.op_timeout);
-            let call = match &fair {
-                Some(waiter) => backend.try_acquire_fair(key, &token, ttl, waiter),
-                None => backend.try_acquire(key, &token, ttl),
+            let answer = match (&fair, backend.instant()) {
+                // Answered at once: no future to box, no timeout to arm.
+                (None, Some(instant)) => Ok(instant.try_acquire_now(key, &token, ttl)),
+                (Some(waiter), _) => {
+                    let call = backend.try_acquire_fair(key, &token, ttl, waiter);
+                    tokio::time::timeout(options.op_timeout.min(validity), call).await
+                }
+                (None, None) => {
+                    let call = backend.try_acquire(key, &token, ttl);
+                    tokio::time::timeout(options.op_timeout.min(validity), call).await
+                }
             };
-            let (retry_after, failure) = match tokio::time::timeout(options.op_timeout.min(validity), call).await {
+            let (retry_after, failure) = match answer {
                 Ok(Ok(AcquireOutcome::Acquired(lease))) => {
                     let validity = lease.validity.map_or(validity, |v| v.min(validity));
                     let deadline = crate::clock::later(sent_at, validity);
@@ -574,6 +654,16 @@ impl LockManager {
         }
         Ok(guard)
     }
+}
+
+/// What [`LockManager::acquire_at_once`] made of a call.
+enum AtOnce {
+    /// The call is decided.
+    Done(Result<Option<LockGuard>>),
+    /// One attempt made; the call waits in the loop.
+    Tried,
+    /// Not tried here: the loop makes every attempt.
+    NotTried,
 }
 
 /// Releases a token on drop unless disarmed: an acquire that was cancelled,

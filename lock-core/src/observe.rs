@@ -88,14 +88,24 @@ pub(crate) fn lock_span(key: &str, wait: bool) -> Span {
     )
 }
 
-/// Run the manager's acquire loop inside its span, then record how it went.
-pub(crate) async fn acquiring<F>(wait: bool, span: Span, acquire: F) -> Result<Option<LockGuard>>
+/// When a `lock` / `try_lock` call started, if anyone records its wait:
+/// timing costs two clock reads per call.
+pub(crate) fn lock_started(span: &Span) -> Option<Instant> {
+    (cfg!(feature = "metrics") || !span.is_disabled()).then(Instant::now)
+}
+
+/// Run the manager's acquire loop inside its span, then record how it went
+/// (`attempted`: attempts made before the loop).
+pub(crate) async fn acquiring<F>(
+    wait: bool,
+    span: Span,
+    started: Option<Instant>,
+    attempted: u32,
+    acquire: F,
+) -> Result<Option<LockGuard>>
 where
     F: Future<Output = Result<Option<LockGuard>>>,
 {
-    // Timing costs two clock reads per call: only when someone records it.
-    let timed = cfg!(feature = "metrics") || !span.is_disabled();
-    let started = timed.then(Instant::now);
     let counted = async {
         let result = acquire.await;
         (result, ATTEMPTS.try_with(|a| a.made.get()).unwrap_or(0))
@@ -104,8 +114,20 @@ where
         .scope(Attempts::default(), counted)
         .instrument(span.clone())
         .await;
+    record_lock(&span, wait, started, attempted.saturating_add(attempts), &result);
+    result
+}
+
+/// Record how a `lock` / `try_lock` call went in its span (and metrics).
+pub(crate) fn record_lock(
+    span: &Span,
+    wait: bool,
+    started: Option<Instant>,
+    attempts: u32,
+    result: &Result<Option<LockGuard>>,
+) {
     let waited = started.map_or(Duration::ZERO, |t| t.elapsed());
-    let outcome = match &result {
+    let outcome = match result {
         Ok(Some(_)) => "acquired",
         Ok(None) if wait => "timeout",
         Ok(None) => "busy",
@@ -115,14 +137,13 @@ where
     span.record("attempts", attempts);
     span.record("wait_us", micros(waited));
     span.record("outcome", outcome);
-    if let Ok(Some(guard)) = &result
+    if let Ok(Some(guard)) = result
         && let Some(token) = guard.fencing_token()
     {
         span.record("fencing_token", token.0);
     }
     #[cfg(feature = "metrics")]
     metrics::histogram!(LOCK_WAIT_SECONDS, "outcome" => outcome).record(waited.as_secs_f64());
-    result
 }
 
 /// The manager is about to make acquire attempt `n` (0-based).
@@ -146,8 +167,10 @@ pub(crate) fn renewer_span(leases: usize) -> Span {
 }
 
 /// A renewal sent at `sent_at` succeeded; called before the deadline moves.
-pub(crate) fn renewed(state: &LeaseState, sent_at: Instant) {
-    let now = Instant::now();
+pub(crate) fn renewed(state: &LeaseState, sent_at: Instant, now: Instant) {
+    if !cfg!(feature = "metrics") && !tracing::enabled!(tracing::Level::TRACE) {
+        return; // nobody records the margin: no deadline read
+    }
     let margin = state.deadline().saturating_duration_since(now);
     tracing::trace!(
         key = %state.key,

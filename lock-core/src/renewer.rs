@@ -1,7 +1,8 @@
 //! The background renewer: one task per manager and tokio runtime drives a
 //! timer queue of every auto-renewed lease of that manager on that runtime.
-//! A guard costs a queue insert when acquired and a removal when released,
-//! not a task, timers and a cancellation token of its own. Leases that come
+//! A guard costs a push on an arrivals list when acquired (moved into the
+//! queue when the driver next runs) and a pop or a flag when released, not a
+//! task, timers and a cancellation token of its own. Leases that come
 //! due in the same tick are renewed together with one
 //! [`LockBackend::renew_many`] call per ≤ 256 leases (one script or one
 //! pipeline), and each lease keeps its own rules: retried until its local
@@ -30,6 +31,9 @@ const MAX_SLOT: Duration = Duration::from_millis(100);
 /// Most leases renewed by one backend call.
 const MAX_BATCH: usize = 256;
 
+/// Smallest `Queue::sweep_at`.
+const MIN_SWEEP: usize = 64;
+
 /// `Slot::scheduled` of a lease that is not in the queue.
 const UNSCHEDULED: u64 = u64::MAX;
 
@@ -47,12 +51,12 @@ fn on_grid(due: Instant, interval: Duration, not_before: Instant) -> Instant {
     if slot.is_zero() || due <= origin {
         return due;
     }
-    let since = due - origin;
-    let slots = since.as_nanos() / slot.as_nanos();
-    let rounded = u32::try_from(slots)
-        .ok()
-        .and_then(|n| slot.checked_mul(n))
-        .map_or(due, |offset| crate::clock::later(origin, offset));
+    // In u64 nanoseconds (584 years): a 128-bit division costs more than
+    // the rest of a lease's registration.
+    let (Ok(since), Ok(slot)) = (u64::try_from((due - origin).as_nanos()), u64::try_from(slot.as_nanos())) else {
+        return due;
+    };
+    let rounded = crate::clock::later(origin, Duration::from_nanos(since - since % slot));
     rounded.max(not_before)
 }
 
@@ -111,6 +115,14 @@ impl Entry {
 struct Queue {
     /// By (due position, lease address): unique while the lease is queued.
     due: BTreeMap<(u64, usize), Entry>,
+    /// Leases started since the driver last ran, with their first due
+    /// position: most locks are released before their first renewal, and
+    /// then cost a push here and a flag, not a map insert and removal. The
+    /// driver moves the live ones into `due`; stopped ones are swept out
+    /// whenever the list doubles.
+    arrivals: Vec<(u64, Entry)>,
+    /// Sweep `arrivals` once it is this long.
+    sweep_at: usize,
     /// When the driver wakes next, if it sleeps on a timer.
     armed: Option<u64>,
     stopped: bool,
@@ -186,22 +198,44 @@ impl Renewer {
     /// Renew `lease` every `plan.interval` from its acquisition on.
     pub(crate) fn start(&self, lease: Arc<LeaseState>, plan: Plan) {
         let first = crate::clock::later(lease.acquired_at, plan.interval);
-        let at = on_grid(
+        let at = position(on_grid(
             first,
             plan.interval,
             crate::clock::later(lease.acquired_at, plan.interval / 2),
-        );
-        self.shared.schedule(Entry { lease, plan }, at);
+        ));
+        let mut swept = Vec::new();
+        let mut q = self.shared.queue();
+        if q.stopped {
+            return;
+        }
+        q.arrivals.push((at, Entry { lease, plan }));
+        if q.arrivals.len() >= q.sweep_at {
+            swept = q
+                .arrivals
+                .extract_if(.., |(_, e)| e.lease.renew_slot.stopped.load(Ordering::Relaxed))
+                .collect();
+            q.sweep_at = (2 * q.arrivals.len()).max(MIN_SWEEP);
+        }
+        if q.armed.is_none_or(|armed| at < armed) {
+            q.armed = Some(at);
+            self.shared.wake.notify_one();
+        }
+        drop(q);
+        drop(swept); // outside the lock: dropping a lease may run its Drop
     }
 
     /// Renew `lease` no more (its guard released or dropped it).
     pub(crate) fn stop(&self, lease: &Arc<LeaseState>) {
-        let mut q = self.shared.queue();
         let slot = &lease.renew_slot;
+        let mut q = self.shared.queue();
         slot.stopped.store(true, Ordering::Relaxed);
         let at = slot.scheduled.swap(UNSCHEDULED, Ordering::Relaxed);
         if at != UNSCHEDULED {
             q.due.remove(&(at, Arc::as_ptr(lease) as usize));
+        } else if q.arrivals.last().is_some_and(|(_, e)| Arc::ptr_eq(&e.lease, lease)) {
+            // The latest arrival (a lock released right away): out at once,
+            // others wait for the sweep.
+            q.arrivals.pop();
         }
     }
 
@@ -213,7 +247,7 @@ impl Renewer {
             for entry in q.due.values() {
                 entry.lease.renew_slot.scheduled.store(UNSCHEDULED, Ordering::Relaxed);
             }
-            std::mem::take(&mut q.due)
+            (std::mem::take(&mut q.due), std::mem::take(&mut q.arrivals))
         };
         drop(dropped); // outside the lock: dropping a lease may run its Drop
         self.shared.wake.notify_one();
@@ -240,11 +274,21 @@ async fn drive(shared: Weak<Shared>, wake: Arc<Notify>, _alive: Alive) {
                 return;
             };
             let now = position(Instant::now());
-            let (due, next) = {
+            let (due, next, gone) = {
                 let mut q = shared.queue();
                 if q.stopped {
                     return;
                 }
+                let mut gone = Vec::new();
+                for (at, entry) in std::mem::take(&mut q.arrivals) {
+                    if entry.lease.renew_slot.stopped.load(Ordering::Relaxed) {
+                        gone.push(entry);
+                    } else {
+                        entry.lease.renew_slot.scheduled.store(at, Ordering::Relaxed);
+                        q.due.insert(entry.key(at), entry);
+                    }
+                }
+                q.sweep_at = MIN_SWEEP;
                 let mut due = Vec::new();
                 while let Some(entry) = q.due.first_entry() {
                     if entry.key().0 > now {
@@ -254,10 +298,18 @@ async fn drive(shared: Weak<Shared>, wake: Arc<Notify>, _alive: Alive) {
                     entry.lease.renew_slot.scheduled.store(UNSCHEDULED, Ordering::Relaxed);
                     due.push(entry);
                 }
-                let next = q.due.first_key_value().map(|(&(at, _), _)| at);
+                // Keep a timer armed for later even when its lease left the
+                // queue: a lease queued behind it then needs no wake-up (a
+                // lock taken and released before its first renewal costs the
+                // driver nothing). Every queued lease is due at or after it.
+                let next = q
+                    .armed
+                    .filter(|&armed| armed > now)
+                    .or_else(|| q.due.first_key_value().map(|(&(at, _), _)| at));
                 q.armed = next;
-                (due, next)
+                (due, next, gone)
             };
+            drop(gone); // outside the lock: dropping a lease may run its Drop
             dispatch(&shared, due);
             next
         };
@@ -301,7 +353,7 @@ async fn renew_batch(shared: Arc<Shared>, batch: Vec<Entry>) {
     let now = Instant::now();
     let batch: Vec<Entry> = batch
         .into_iter()
-        .filter(|e| !e.lease.renew_slot.stopped.load(Ordering::Relaxed) && !e.lease.is_lost())
+        .filter(|e| !e.lease.renew_slot.stopped.load(Ordering::Relaxed) && !e.lease.is_lost_at(now))
         .collect();
     let Some(first) = batch.first() else {
         return;
@@ -323,7 +375,9 @@ async fn renew_batch(shared: Arc<Shared>, batch: Vec<Entry>) {
     if sent.is_empty() {
         return;
     }
-    let sent_at = Instant::now();
+    // Read before any of the batch is sent: deadlines counted from it can
+    // only be early. With the reply's, the batch's only clock reads.
+    let sent_at = now;
     let timeout = sent
         .iter()
         .map(|e| {
@@ -335,6 +389,7 @@ async fn renew_batch(shared: Arc<Shared>, batch: Vec<Entry>) {
         .unwrap_or_default();
     let items: Vec<(&str, &LockToken)> = sent.iter().map(|e| (e.lease.key.as_str(), &e.lease.token)).collect();
     let results = tokio::time::timeout(timeout, shared.backend.renew_many(&items, ttl)).await;
+    let replied_at = Instant::now();
     let mut results = match results {
         Ok(results) => results.into_iter(),
         Err(_) => Vec::new().into_iter(),
@@ -343,7 +398,7 @@ async fn renew_batch(shared: Arc<Shared>, batch: Vec<Entry>) {
         let lease = &entry.lease;
         match results.next() {
             Some(Ok(RenewOutcome::Renewed)) => {
-                lease.renewed(sent_at, ttl);
+                lease.renewed_at(sent_at, ttl, replied_at);
                 let next = on_grid(
                     crate::clock::later(sent_at, entry.plan.interval),
                     entry.plan.interval,
@@ -366,13 +421,13 @@ async fn renew_batch(shared: Arc<Shared>, batch: Vec<Entry>) {
                     lease.outcome_unknown(sent_at, ttl);
                 }
                 tracing::debug!(key = %lease.key, error = %e, "renewal failed; retrying until the deadline");
-                retry(&shared, entry, Instant::now());
+                retry(&shared, entry, replied_at);
             }
             None => {
                 // Timed out, or no answer for this lease: it may still land.
                 lease.outcome_unknown(sent_at, ttl);
                 tracing::debug!(key = %lease.key, "renewal timed out; retrying until the deadline");
-                retry(&shared, entry, Instant::now());
+                retry(&shared, entry, replied_at);
             }
         }
     }

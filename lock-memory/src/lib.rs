@@ -25,8 +25,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::options::{validate_key, validate_ttl};
 use lock_core::{
-    AcquireOutcome, Capabilities, CasOutcome, CreateOutcome, DeleteOutcome, Expiry, FairWaiter, FencingToken, Lease,
-    LockBackend, LockToken, ReleaseOutcome, RenewOutcome, Result, Versioned, VersionedStore,
+    AcquireOutcome, Capabilities, CasOutcome, CreateOutcome, DeleteOutcome, Expiry, FairWaiter, FencingToken,
+    InstantLockBackend, Lease, LockBackend, LockToken, ReleaseOutcome, RenewOutcome, Result, Versioned, VersionedStore,
 };
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -54,17 +54,22 @@ impl std::fmt::Debug for MemoryBackend {
     }
 }
 
+/// Hashes keys: foldhash is several times faster than SipHash on short
+/// keys and randomly seeded per map, which keeps flooding a map with
+/// colliding keys impractical.
+type KeyHasher = foldhash::fast::RandomState;
+
 #[derive(Default)]
 struct State {
     /// Held locks; the key is shared with the lock's expiry entry.
-    locks: HashMap<Arc<str>, HeldLock>,
+    locks: HashMap<Arc<str>, HeldLock, KeyHasher>,
     /// Every held lock by expiry (keyed by its fencing token).
     lock_expiries: Expiries,
     /// Store-wide fencing counter: tokens never repeat for any key.
     fence_seq: u64,
     /// Release notifications, one per key with waiters.
-    waiters: HashMap<String, Arc<Notify>>,
-    values: HashMap<Arc<str>, Entry>,
+    waiters: HashMap<String, Arc<Notify>, KeyHasher>,
+    values: HashMap<Arc<str>, Entry, KeyHasher>,
     /// Every value with a TTL by expiry (keyed by its version).
     value_expiries: Expiries,
     /// Store-wide version counter: versions never repeat for any key.
@@ -268,7 +273,7 @@ impl Drop for Waiting<'_> {
 
 /// Give memory back once a map is mostly empty (a burst of keys has gone);
 /// the 4× margin keeps this amortized O(1) per removal.
-fn shrink<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, V>) {
+fn shrink<K: std::hash::Hash + Eq, V, S: std::hash::BuildHasher>(map: &mut HashMap<K, V, S>) {
     if map.capacity() > 4 * map.len() + 64 {
         map.shrink_to(2 * map.len());
     }
@@ -282,9 +287,8 @@ fn expires(expiry: Expiry, now: Instant, current: Option<Instant>) -> Option<Ins
     }
 }
 
-#[async_trait]
-impl LockBackend for MemoryBackend {
-    async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+impl InstantLockBackend for MemoryBackend {
+    fn try_acquire_now(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
         validate_key(key)?;
         validate_ttl(ttl)?;
         let now = Instant::now();
@@ -300,7 +304,7 @@ impl LockBackend for MemoryBackend {
         ))
     }
 
-    async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
+    fn release_now(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
         validate_key(key)?;
         let mut s = self.state_at(Instant::now());
         match s.locks.get(key) {
@@ -312,6 +316,17 @@ impl LockBackend for MemoryBackend {
                 Ok(ReleaseOutcome::Released)
             }
         }
+    }
+}
+
+#[async_trait]
+impl LockBackend for MemoryBackend {
+    async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        self.try_acquire_now(key, token, ttl)
+    }
+
+    async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
+        self.release_now(key, token)
     }
 
     async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
@@ -403,6 +418,10 @@ impl LockBackend for MemoryBackend {
         caps.rw_locks = true;
         caps.leader_election = true;
         caps
+    }
+
+    fn instant(&self) -> Option<&dyn InstantLockBackend> {
+        Some(self)
     }
 }
 
