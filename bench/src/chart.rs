@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::results::{Kind, Library, RAW_FRED, RAW_REDIS_RS, Results};
+use crate::results::{Kind, Library, RAW_FRED_SCRIPTED, RAW_REDIS_RS, Results};
 use crate::targets;
 use crate::targets::LATENCY_VS_RAW;
 
@@ -216,7 +216,7 @@ fn panels(r: &Results) -> Vec<Panel> {
                     marker: if row.kind == Kind::Verrou {
                         let raw = match lib {
                             Library::RedisRs => RAW_REDIS_RS,
-                            Library::Fred => RAW_FRED,
+                            Library::Fred => RAW_FRED_SCRIPTED,
                         };
                         l.rows
                             .iter()

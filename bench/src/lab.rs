@@ -23,8 +23,11 @@ pub enum Backend {
     RedisLua,
     /// `lock-redis-lua` with release notifications off.
     RedisLuaQuiet,
-    /// `lock-tair` on the main server (Tair module loaded).
+    /// `lock-tair` on the main server (Tair module loaded), defaults
+    /// (release notifications on).
     Tair,
+    /// `lock-tair` with release notifications off (`CAD` releases).
+    TairQuiet,
     /// `lock-redlock` over five Lua backends on five servers.
     Redlock,
 }
@@ -37,6 +40,7 @@ impl Backend {
             Backend::RedisLua => "verrou redis-lua",
             Backend::RedisLuaQuiet => "verrou redis-lua, notifications off",
             Backend::Tair => "verrou tair",
+            Backend::TairQuiet => "verrou tair, notifications off",
             Backend::Redlock => "verrou redlock ×5 (redis-lua)",
         }
     }
@@ -44,7 +48,7 @@ impl Backend {
     /// A default configuration (targets apply) or a variant (diagnostic).
     pub fn kind(self) -> Kind {
         match self {
-            Backend::RedisLuaQuiet => Kind::Reference,
+            Backend::RedisLuaQuiet | Backend::TairQuiet => Kind::Reference,
             _ => Kind::Verrou,
         }
     }
@@ -56,6 +60,7 @@ impl Backend {
             Backend::RedisLua => "lua",
             Backend::RedisLuaQuiet => "lua-quiet",
             Backend::Tair => "tair",
+            Backend::TairQuiet => "tair-quiet",
             Backend::Redlock => "redlock",
         }
     }
@@ -125,6 +130,7 @@ impl Lab {
             Backend::RedisLua,
             Backend::RedisLuaQuiet,
             Backend::Tair,
+            Backend::TairQuiet,
             Backend::Redlock,
         ]
     }
@@ -142,6 +148,12 @@ impl Lab {
                     .await?,
             )),
             Backend::Tair => Ok(Arc::new(TairBackend::connect(&self.url()).await?)),
+            Backend::TairQuiet => Ok(Arc::new(
+                TairBackend::builder(self.url())
+                    .release_notifications(false)
+                    .build()
+                    .await?,
+            )),
             Backend::Redlock => {
                 let urls = self.redlock_instances().await?.urls();
                 let mut nodes: Vec<Arc<dyn LockBackend>> = Vec::with_capacity(urls.len());
@@ -168,7 +180,9 @@ impl Lab {
                 }
                 Ok(Arc::new(Redlock::new(nodes)?))
             }
-            Backend::RedisLuaQuiet => Err("the lock kinds run on the default Lua backend only".into()),
+            Backend::RedisLuaQuiet | Backend::TairQuiet => {
+                Err("the lock kinds run on the default Lua and Tair backends only".into())
+            }
         }
     }
 
@@ -186,7 +200,9 @@ impl Lab {
     pub async fn probe(&mut self, backend: Backend) -> BoxResult<Probe> {
         match backend {
             Backend::Memory => Ok(Probe::none()),
-            Backend::RedisLua | Backend::RedisLuaQuiet | Backend::Tair => Probe::connect(&[&self.main]).await,
+            Backend::RedisLua | Backend::RedisLuaQuiet | Backend::Tair | Backend::TairQuiet => {
+                Probe::connect(&[&self.main]).await
+            }
             Backend::Redlock => {
                 let instances = self.redlock_instances().await?;
                 Probe::connect(&instances.servers().iter().collect::<Vec<_>>()).await

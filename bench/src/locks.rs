@@ -227,6 +227,8 @@ pub struct RawFred {
     client: fred::clients::Client,
     tokens: TokenSource,
     ttl_ms: i64,
+    /// The release script's SHA, when releasing by `EVALSHA` instead of `CAD`.
+    release_sha: Option<String>,
 }
 
 impl RawFred {
@@ -236,7 +238,20 @@ impl RawFred {
             client: fred_client(url).await?,
             tokens: TokenSource::new()?,
             ttl_ms: i64::try_from(lock_core::options::ttl_millis(ttl))?,
+            release_sha: None,
         })
+    }
+
+    /// Connect to `url`; release with the compare-and-delete script (loaded
+    /// here) by `EVALSHA`: the commands of the Tair backend's default release.
+    pub async fn connect_scripted(url: &str, ttl: Duration) -> BoxResult<Self> {
+        let mut raw = Self::connect(url, ttl).await?;
+        let sha: String = raw
+            .client
+            .custom(fred::cmd!("SCRIPT"), vec!["LOAD", RELEASE_LUA])
+            .await?;
+        raw.release_sha = Some(sha);
+        Ok(raw)
     }
 
     /// The client, for PING and other raw commands.
@@ -267,10 +282,18 @@ impl Locker for RawFred {
     }
 
     async fn release(&self, (key, token): (String, String)) -> BoxResult<()> {
-        let deleted: i64 = self
-            .client
-            .custom(fred::cmd!("CAD"), vec![key.as_str(), token.as_str()])
-            .await?;
+        let deleted: i64 = match &self.release_sha {
+            Some(sha) => {
+                self.client
+                    .custom(fred::cmd!("EVALSHA"), vec![sha.as_str(), "1", key.as_str(), token.as_str()])
+                    .await?
+            }
+            None => {
+                self.client
+                    .custom(fred::cmd!("CAD"), vec![key.as_str(), token.as_str()])
+                    .await?
+            }
+        };
         if deleted == 1 {
             Ok(())
         } else {

@@ -27,8 +27,11 @@ pub const RSLOCK: &str = "rslock 0.10";
 pub const RAW_REDIS_RS: &str = "raw redis-rs (SET NX PX + EVALSHA)";
 /// Label of the raw redis-rs rows that acquire with a script.
 pub const RAW_REDIS_RS_SCRIPTED: &str = "raw redis-rs (EVALSHA acquire + EVALSHA release)";
-/// Label of the raw fred rows.
+/// Label of the raw fred rows that release with `CAD`.
 pub const RAW_FRED: &str = "raw fred (SET NX PX + CAD)";
+/// Label of the raw fred rows that release with a script: the commands the
+/// Tair backend sends with release notifications on (its default).
+pub const RAW_FRED_SCRIPTED: &str = "raw fred (SET NX PX + EVALSHA)";
 
 /// A row of repeated operations.
 #[derive(Debug, Clone)]

@@ -1,7 +1,7 @@
 //! The targets of issues 7 and 15, checked against one run's numbers.
 
 use crate::lab::Backend;
-use crate::results::{HotRow, Kind, Library, OpRow, RAW_FRED, RAW_REDIS_RS, RSLOCK, Results, Shape};
+use crate::results::{HotRow, Kind, Library, OpRow, RAW_FRED_SCRIPTED, RAW_REDIS_RS, RSLOCK, Results, Shape};
 
 /// Uncontended: Lua backend ≥ this × rslock.
 pub const LUA_VS_RSLOCK: f64 = 1.3;
@@ -99,7 +99,7 @@ fn uncontended(r: &Results, out: &mut Vec<Check>) {
     let rows = r.uncontended.as_ref().map(|u| u.rows.as_slice()).unwrap_or(&[]);
     let lua = row(rows, Backend::RedisLua.label());
     let tair = row(rows, Backend::Tair.label());
-    let (rslock, raw_rs, raw_fred) = (row(rows, RSLOCK), row(rows, RAW_REDIS_RS), row(rows, RAW_FRED));
+    let (rslock, raw_rs, raw_fred) = (row(rows, RSLOCK), row(rows, RAW_REDIS_RS), row(rows, RAW_FRED_SCRIPTED));
     let rate = |a: &OpRow, b: &OpRow, limit: f64, what: &str| {
         let ratio = a.m.rate() / b.m.rate().max(1e-9);
         at_least(
@@ -159,7 +159,7 @@ fn uncontended(r: &Results, out: &mut Vec<Check>) {
 }
 
 fn latency(r: &Results, out: &mut Vec<Check>) {
-    for (backend, raw) in [(Backend::RedisLua, RAW_REDIS_RS), (Backend::Tair, RAW_FRED)] {
+    for (backend, raw) in [(Backend::RedisLua, RAW_REDIS_RS), (Backend::Tair, RAW_FRED_SCRIPTED)] {
         let target = format!(
             "sequential (current-thread runtime): {} pair p50 ≤ {LATENCY_VS_RAW}× {raw}",
             backend.label()

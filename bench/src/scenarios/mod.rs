@@ -36,7 +36,7 @@ use crate::locks::{RawFred, RawRedisRs, Rslock, TokioMutex, Verrou, fred_client}
 use crate::measure::{Probe, children_cpu, process_cpu};
 use crate::ops::{BareBackend, ExgetExset, Incrementer, PingFanout, PingFred, PingRedisRs, StoreUpdate, WatchMulti};
 use crate::results::{
-    CeilingRow, HotKeys, HotRow, Kind, Latency, Library, Memory, OpRow, RAW_FRED, RAW_REDIS_RS, RAW_REDIS_RS_SCRIPTED,
+    CeilingRow, HotKeys, HotRow, Kind, Latency, Library, Memory, OpRow, RAW_FRED, RAW_FRED_SCRIPTED, RAW_REDIS_RS, RAW_REDIS_RS_SCRIPTED,
     RSLOCK, Redlock, RenewRow, Renewals, Shape, Uncontended, UpdateRow, Updates,
 };
 use crate::rows::{Subject, run_subjects};
@@ -93,10 +93,17 @@ enum Peer {
     RawRedisRs,
     RawRedisRsScripted,
     RawFred,
+    RawFredScripted,
 }
 
 impl Peer {
-    const ALL: [Peer; 4] = [Peer::Rslock, Peer::RawRedisRs, Peer::RawRedisRsScripted, Peer::RawFred];
+    const ALL: [Peer; 5] = [
+        Peer::Rslock,
+        Peer::RawRedisRs,
+        Peer::RawRedisRsScripted,
+        Peer::RawFred,
+        Peer::RawFredScripted,
+    ];
 
     fn label(self) -> &'static str {
         match self {
@@ -104,12 +111,13 @@ impl Peer {
             Peer::RawRedisRs => RAW_REDIS_RS,
             Peer::RawRedisRsScripted => RAW_REDIS_RS_SCRIPTED,
             Peer::RawFred => RAW_FRED,
+            Peer::RawFredScripted => RAW_FRED_SCRIPTED,
         }
     }
 
     fn library(self) -> Library {
         match self {
-            Peer::RawFred => Library::Fred,
+            Peer::RawFred | Peer::RawFredScripted => Library::Fred,
             _ => Library::RedisRs,
         }
     }
@@ -126,6 +134,12 @@ impl Peer {
                 probe,
             ),
             Peer::RawFred => Subject::new(label, Kind::Raw, Pairs(RawFred::connect(&url, TTL).await?), probe),
+            Peer::RawFredScripted => Subject::new(
+                label,
+                Kind::Raw,
+                Pairs(RawFred::connect_scripted(&url, TTL).await?),
+                probe,
+            ),
         })
     }
 }
