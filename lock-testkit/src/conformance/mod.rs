@@ -20,6 +20,8 @@ mod hanging;
 pub mod lock_cases;
 pub mod multi_cases;
 #[cfg(feature = "harness")]
+pub mod paused_server;
+#[cfg(feature = "harness")]
 pub mod renew_many_cases;
 pub mod rw_cases;
 pub mod semaphore_cases;
