@@ -48,13 +48,8 @@ async fn holders(server: &RedisServer, name: &str) -> i64 {
 
 /// EVAL + EVALSHA calls the server has run (INFO commandstats).
 async fn script_calls(server: &RedisServer) -> u64 {
-    let stats = server.info("commandstats").await.expect("INFO");
-    ["cmdstat_eval", "cmdstat_evalsha"]
-        .iter()
-        .filter_map(|k| stats.get(*k))
-        .filter_map(|v| v.split(',').find_map(|f| f.strip_prefix("calls=")))
-        .filter_map(|n| n.parse::<u64>().ok())
-        .sum()
+    let calls = |command| server.command_calls(command);
+    calls("eval").await.expect("INFO commandstats") + calls("evalsha").await.expect("INFO commandstats")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
