@@ -44,6 +44,13 @@ async fn pttl(server: &RedisServer, key: &str) -> i64 {
         .expect("PTTL is an integer")
 }
 
+fn assert_all_renewed(results: &[lock_core::Result<RenewOutcome>]) {
+    assert!(
+        results.iter().all(|r| matches!(r, Ok(RenewOutcome::Renewed))),
+        "{results:?}"
+    );
+}
+
 /// A command and its arguments, without the empty placeholders.
 fn args_of(args: &[String; 3]) -> Vec<&str> {
     args.iter().map(String::as_str).filter(|a| !a.is_empty()).collect()
@@ -165,10 +172,7 @@ pub async fn renew_many_on_a_server_gives_per_key_outcomes_in_one_script_call(s:
     assert!(server.cmd(&["CONFIG", "RESETSTAT"]).await.unwrap().is_ok());
     let items: Vec<(&str, &LockToken)> = keys.iter().take(50).map(|k| (k.as_str(), &mine)).collect();
     let results = backend.renew_many(&items, RENEWED).await;
-    assert!(
-        results.iter().all(|r| matches!(r, Ok(RenewOutcome::Renewed))),
-        "{results:?}"
-    );
+    assert_all_renewed(&results);
     assert_eq!(calls(&server, "evalsha").await, 1, "one script call for 50 leases");
     assert_eq!(calls(&server, "eval").await, 0);
     assert_eq!(calls(&server, s.per_key_command).await, 50);
@@ -176,10 +180,7 @@ pub async fn renew_many_on_a_server_gives_per_key_outcomes_in_one_script_call(s:
     assert!(server.cmd(&["CONFIG", "RESETSTAT"]).await.unwrap().is_ok());
     let items: Vec<(&str, &LockToken)> = keys.iter().map(|k| (k.as_str(), &mine)).collect();
     let results = backend.renew_many(&items, RENEWED).await;
-    assert!(
-        results.iter().all(|r| matches!(r, Ok(RenewOutcome::Renewed))),
-        "{results:?}"
-    );
+    assert_all_renewed(&results);
     assert_eq!(calls(&server, "evalsha").await, 3, "chunks of at most 128 keys");
     let ttl = pttl(&server, "batch:299").await;
     assert!(ttl > TAKEN_MS, "the last chunk renewed too, PTTL {ttl}");
@@ -266,10 +267,7 @@ pub async fn renew_many_on_a_cluster_sends_one_call_per_slot(s: &RenewManySuite)
     }
     let items: Vec<(&str, &LockToken)> = keys.iter().map(|k| (k.as_str(), &mine)).collect();
     let results = backend.renew_many(&items, RENEWED).await;
-    assert!(
-        results.iter().all(|r| matches!(r, Ok(RenewOutcome::Renewed))),
-        "{results:?}"
-    );
+    assert_all_renewed(&results);
     let mut scripts = 0;
     for node in cluster.masters() {
         scripts += calls(node, "evalsha").await + calls(node, "eval").await;
