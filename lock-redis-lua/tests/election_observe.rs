@@ -12,13 +12,7 @@ use tokio::time::Instant;
 
 /// Calls of `command` so far.
 async fn calls(server: &RedisServer, command: &str) -> u64 {
-    let info = server.cmd(&["INFO", "commandstats"]).await.unwrap();
-    let text = String::from_utf8_lossy(info.as_bytes().expect("INFO text")).into_owned();
-    let prefix = format!("cmdstat_{command}:calls=");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next()?.parse().ok())
-        .unwrap_or(0)
+    server.command_calls(command).await.expect("INFO commandstats")
 }
 
 /// Waits (at most 5 s) until someone is subscribed to the election's

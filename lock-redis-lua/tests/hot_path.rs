@@ -19,13 +19,7 @@ fn token() -> LockToken {
 
 /// Calls of `command` since the last `CONFIG RESETSTAT`.
 async fn calls(server: &RedisServer, command: &str) -> u64 {
-    let info = server.cmd(&["INFO", "commandstats"]).await.unwrap();
-    let text = String::from_utf8_lossy(info.as_bytes().expect("INFO text")).into_owned();
-    let prefix = format!("cmdstat_{command}:calls=");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next()?.parse().ok())
-        .unwrap_or(0)
+    server.command_calls(command).await.expect("INFO commandstats")
 }
 
 async fn server_version(server: &RedisServer) -> (u32, u32) {

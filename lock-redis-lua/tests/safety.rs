@@ -153,12 +153,7 @@ async fn renewing_a_key_of_another_type_is_a_loss_at_once() {
 
 /// `calls` of `cmdstat_<command>` in `INFO commandstats` (0 if absent).
 async fn calls(server: &RedisServer, command: &str) -> u64 {
-    let stats = server.info("commandstats").await.expect("INFO commandstats");
-    stats
-        .get(&format!("cmdstat_{command}"))
-        .and_then(|v| v.split(',').find_map(|kv| kv.strip_prefix("calls=")))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+    server.command_calls(command).await.expect("INFO commandstats")
 }
 
 /// Issue 11 item 8: an acquire that timed out on a paused server, with the

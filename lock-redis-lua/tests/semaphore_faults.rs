@@ -10,10 +10,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::kinds::semaphore_lua::SemaphoreKeys;
 use lock_core::{
-    AcquireOutcome, Capabilities, LockBackend, LockOptions, LockToken, LossReason, PermitRequest, ReleaseOutcome,
-    RenewOutcome, Result, SemaphoreBackend, SemaphoreManager,
+    AcquireOutcome, Capabilities, LockBackend, LockOptions, LockToken, PermitRequest, ReleaseOutcome, RenewOutcome,
+    Result, SemaphoreBackend, SemaphoreManager,
 };
 use lock_redis_lua::RedisLuaBackend;
+use lock_testkit::conformance::paused_server::semaphore_loss_by_the_local_deadline;
 use lock_testkit::server::{RedisServer, TcpProxy};
 use tokio::time::Instant;
 
@@ -47,39 +48,15 @@ async fn holders(server: &RedisServer, name: &str) -> i64 {
 
 /// EVAL + EVALSHA calls the server has run (INFO commandstats).
 async fn script_calls(server: &RedisServer) -> u64 {
-    let stats = server.info("commandstats").await.expect("INFO");
-    ["cmdstat_eval", "cmdstat_evalsha"]
-        .iter()
-        .filter_map(|k| stats.get(*k))
-        .filter_map(|v| v.split(',').find_map(|f| f.strip_prefix("calls=")))
-        .filter_map(|n| n.parse::<u64>().ok())
-        .sum()
+    let calls = |command| server.command_calls(command);
+    calls("eval").await.expect("INFO commandstats") + calls("evalsha").await.expect("INFO commandstats")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_server_past_the_ttl_signals_loss_by_the_local_deadline() {
     let server = RedisServer::start().await.expect("start");
     let sems = SemaphoreManager::with_options(backend(server.url()).await, options()).unwrap();
-    let sem = sems.semaphore("paused", 2).unwrap();
-    let permit = sem.acquire(1).await.expect("acquire");
-    server.pause().expect("SIGSTOP");
-    let deadline = permit.deadline();
-    let reason = tokio::time::timeout(TTL * 10, permit.lost())
-        .await
-        .expect("lost() must fire while the server is paused");
-    let fired = Instant::now();
-    server.resume().expect("SIGCONT");
-    assert_eq!(reason, LossReason::DeadlinePassed);
-    assert!(
-        fired <= deadline + TTL,
-        "lost() fired {:?} after the local deadline",
-        fired.saturating_duration_since(deadline)
-    );
-    drop(permit);
-    // The server's clock ran while it was stopped: the lease is over, both
-    // permits are free again.
-    let both = sem.acquire(2).await.expect("permits back after the pause");
-    both.release().await.expect("release");
+    semaphore_loss_by_the_local_deadline(&server, &sems, TTL).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

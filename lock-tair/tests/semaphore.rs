@@ -9,10 +9,10 @@ mod common;
 
 use std::time::Duration;
 
-use lock_core::{Error, LockOptions, LossReason, SemaphoreManager};
+use lock_core::{Error, LockOptions, SemaphoreManager};
 use lock_tair::ReplicaAck;
 use lock_testkit::SemaphoreSuite;
-use tokio::time::Instant;
+use lock_testkit::conformance::paused_server::semaphore_loss_by_the_local_deadline;
 
 mod single {
     use super::*;
@@ -56,24 +56,7 @@ async fn paused_server_past_the_ttl_signals_loss_by_the_local_deadline() {
     let server = common::tair_server().await;
     let backend = common::connect(common::builder(&server.url())).await;
     let sems = SemaphoreManager::with_options(backend, LockOptions::with_ttl(ttl).acquire_timeout(ttl)).unwrap();
-    let sem = sems.semaphore("paused", 2).unwrap();
-    let permit = sem.acquire(1).await.expect("acquire");
-    server.pause().expect("SIGSTOP");
-    let deadline = permit.deadline();
-    let reason = tokio::time::timeout(ttl * 10, permit.lost())
-        .await
-        .expect("lost() must fire while the server is paused");
-    let fired = Instant::now();
-    server.resume().expect("SIGCONT");
-    assert_eq!(reason, LossReason::DeadlinePassed);
-    assert!(
-        fired <= deadline + ttl,
-        "lost() fired {:?} after the local deadline",
-        fired.saturating_duration_since(deadline)
-    );
-    drop(permit);
-    let both = sem.acquire(2).await.expect("permits back after the pause");
-    both.release().await.expect("release");
+    semaphore_loss_by_the_local_deadline(&server, &sems, ttl).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

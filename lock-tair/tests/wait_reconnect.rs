@@ -28,14 +28,7 @@ use lock_testkit::server::{RedisServer, ReplicatedPair, TcpProxy};
 
 /// `calls` of one command in `INFO commandstats`.
 async fn calls(server: &RedisServer, command: &str) -> u64 {
-    let stats = server.info("commandstats").await.expect("INFO commandstats");
-    stats
-        .get(&format!("cmdstat_{command}"))
-        .and_then(|v| {
-            v.split(',')
-                .find_map(|kv| kv.strip_prefix("calls=").and_then(|n| n.parse().ok()))
-        })
-        .unwrap_or(0)
+    server.command_calls(command).await.expect("INFO commandstats")
 }
 
 /// The proxy closes the WAIT connection right after forwarding the `SET NX`

@@ -22,6 +22,8 @@ pub mod faulty;
 pub mod server;
 
 pub use conformance::{ElectionSuite, LockSuite, MultiSuite, RwSuite, SemaphoreSuite, VersionedSuite};
+#[cfg(feature = "harness")]
+pub use conformance::{RenewManySuite, RenewManyTarget};
 pub use faulty::{CallCounts, Fault, FaultControl, FaultyBackend};
 
 #[doc(hidden)]

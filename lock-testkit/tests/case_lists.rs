@@ -79,6 +79,7 @@ fn every_kind_case_is_in_its_macro_list() {
         ("multi", include_str!("../src/conformance/multi_cases.rs")),
         ("rw", include_str!("../src/conformance/rw_cases.rs")),
         ("election", include_str!("../src/conformance/election_cases.rs")),
+        ("renew_many", include_str!("../src/conformance/renew_many_cases.rs")),
     ];
     for (kind, source) in kinds {
         let module = format!("{kind}_cases");

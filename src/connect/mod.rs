@@ -177,6 +177,35 @@ async fn build_server(server: Server) -> Result<Backend> {
     })
 }
 
+/// Applies the options both Redis-family builders (`RedisLuaBuilder`,
+/// `TairBuilder`) take under the same names; a macro, as the builders share
+/// no trait.
+#[cfg(any(feature = "redis-lua", feature = "tair"))]
+macro_rules! redis_family_options {
+    ($builder:expr, $options:expr) => {{
+        let (mut b, o) = ($builder, $options);
+        if let Some(t) = o.connect_timeout {
+            b = b.connect_timeout(t);
+        }
+        if let Some(t) = o.response_timeout {
+            b = b.response_timeout(t);
+        }
+        if let Some(on) = o.fencing {
+            b = b.fencing(on);
+        }
+        if let Some(on) = o.release_notifications {
+            b = b.release_notifications(on);
+        }
+        if let Some(ack) = o.replica_ack()? {
+            b = b.replica_ack(ack);
+        }
+        if let Some(n) = o.ack_connections {
+            b = b.ack_connections(n);
+        }
+        b
+    }};
+}
+
 #[cfg(any(feature = "redis-lua", feature = "tair"))]
 type Pair = (Arc<dyn LockBackend>, Arc<dyn VersionedStore>);
 
@@ -191,24 +220,7 @@ async fn build_redis_lua(server: &Server) -> Result<Pair> {
         RedisLuaBuilder::url(urls.into_iter().next().unwrap_or_default())
     };
     let o = &server.options;
-    if let Some(t) = o.connect_timeout {
-        b = b.connect_timeout(t);
-    }
-    if let Some(t) = o.response_timeout {
-        b = b.response_timeout(t);
-    }
-    if let Some(on) = o.fencing {
-        b = b.fencing(on);
-    }
-    if let Some(on) = o.release_notifications {
-        b = b.release_notifications(on);
-    }
-    if let Some(ack) = o.replica_ack()? {
-        b = b.replica_ack(ack);
-    }
-    if let Some(n) = o.ack_connections {
-        b = b.ack_connections(n);
-    }
+    b = redis_family_options!(b, o);
     #[cfg(feature = "redis-lua-tls")]
     if let Some(path) = &o.tls_ca {
         b = b.tls_root_certs(read_ca(path)?);
@@ -223,24 +235,7 @@ async fn build_tair(server: &Server) -> Result<Pair> {
 
     let mut b = TairBuilder::url(server.fred_url());
     let o = &server.options;
-    if let Some(t) = o.connect_timeout {
-        b = b.connect_timeout(t);
-    }
-    if let Some(t) = o.response_timeout {
-        b = b.response_timeout(t);
-    }
-    if let Some(on) = o.fencing {
-        b = b.fencing(on);
-    }
-    if let Some(on) = o.release_notifications {
-        b = b.release_notifications(on);
-    }
-    if let Some(ack) = o.replica_ack()? {
-        b = b.replica_ack(ack);
-    }
-    if let Some(n) = o.ack_connections {
-        b = b.ack_connections(n);
-    }
+    b = redis_family_options!(b, o);
     #[cfg(feature = "tair-tls")]
     if let Some(path) = &o.tls_ca {
         b = b.tls_root_certs(read_ca(path)?);

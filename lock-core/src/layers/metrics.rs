@@ -7,8 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use super::{CANCELLED, Label, result_label};
-use crate::backend::{AcquireOutcome, Capabilities, FairWaiter, LockBackend, ReleaseOutcome, RenewOutcome};
+use super::{CANCELLED, Label, observing_lock_backend, result_label};
+use crate::backend::{AcquireOutcome, LockBackend, ReleaseOutcome, RenewOutcome};
 use crate::error::Result;
 use crate::token::LockToken;
 use crate::versioned::{CasOutcome, CreateOutcome, DeleteOutcome, Expiry, Versioned, VersionedStore};
@@ -139,8 +139,7 @@ impl<B: LockBackend> MetricsLayer<B> {
     }
 }
 
-#[async_trait]
-impl<B: LockBackend> LockBackend for MetricsLayer<B> {
+observing_lock_backend!(MetricsLayer {
     async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
         measured(self.lock_name(), "acquire", self.inner.try_acquire(key, token, ttl)).await
     }
@@ -172,33 +171,7 @@ impl<B: LockBackend> LockBackend for MetricsLayer<B> {
         }
         results
     }
-
-    async fn wait_for_release(&self, key: &str, max_wait: Duration) {
-        self.inner.wait_for_release(key, max_wait).await;
-    }
-
-    async fn try_acquire_fair(
-        &self,
-        key: &str,
-        token: &LockToken,
-        ttl: Duration,
-        waiter: &FairWaiter,
-    ) -> Result<AcquireOutcome> {
-        self.inner.try_acquire_fair(key, token, ttl, waiter).await
-    }
-
-    async fn wait_fair(&self, key: &str, waiter: &FairWaiter, max_wait: Duration) {
-        self.inner.wait_fair(key, waiter, max_wait).await;
-    }
-
-    async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
-        self.inner.leave_queue(key, waiter).await
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities().without_kinds()
-    }
-}
+});
 
 impl<S: VersionedStore> MetricsLayer<S> {
     fn store(&self) -> &str {

@@ -120,3 +120,44 @@ pub(crate) fn result_label<T: Label>(result: &Result<T>) -> &'static str {
 /// Outcome label of a call whose future was dropped before it answered:
 /// the write may or may not have happened.
 pub(crate) const CANCELLED: &str = "cancelled";
+
+/// The [`crate::LockBackend`] impl of an observing layer (`TracingLayer`,
+/// `MetricsLayer`): the observed calls given, plus the ones it passes through
+/// untouched (waits, the fair queue) and its capabilities (the wrapped
+/// backend's, without the lock kinds it does not wrap). The whole impl is
+/// generated so that `async_trait` sees every method.
+macro_rules! observing_lock_backend {
+    ($layer:ident { $($observed:tt)* }) => {
+        #[async_trait::async_trait]
+        impl<B: $crate::backend::LockBackend> $crate::backend::LockBackend for $layer<B> {
+            $($observed)*
+
+            async fn wait_for_release(&self, key: &str, max_wait: std::time::Duration) {
+                self.inner.wait_for_release(key, max_wait).await;
+            }
+
+            async fn try_acquire_fair(
+                &self,
+                key: &str,
+                token: &$crate::token::LockToken,
+                ttl: std::time::Duration,
+                waiter: &$crate::backend::FairWaiter,
+            ) -> $crate::error::Result<$crate::backend::AcquireOutcome> {
+                self.inner.try_acquire_fair(key, token, ttl, waiter).await
+            }
+
+            async fn wait_fair(&self, key: &str, waiter: &$crate::backend::FairWaiter, max_wait: std::time::Duration) {
+                self.inner.wait_fair(key, waiter, max_wait).await;
+            }
+
+            async fn leave_queue(&self, key: &str, waiter: &$crate::backend::FairWaiter) -> $crate::error::Result<()> {
+                self.inner.leave_queue(key, waiter).await
+            }
+
+            fn capabilities(&self) -> $crate::backend::Capabilities {
+                self.inner.capabilities().without_kinds()
+            }
+        }
+    };
+}
+pub(crate) use observing_lock_backend;

@@ -9,8 +9,8 @@ use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
-use super::{CANCELLED, Label, result_label};
-use crate::backend::{AcquireOutcome, Capabilities, FairWaiter, LockBackend, ReleaseOutcome, RenewOutcome};
+use super::{CANCELLED, Label, observing_lock_backend, result_label};
+use crate::backend::{AcquireOutcome, LockBackend, ReleaseOutcome, RenewOutcome};
 use crate::error::Result;
 use crate::observe::{current_attempt, micros};
 use crate::token::LockToken;
@@ -119,8 +119,7 @@ impl<B: LockBackend> TracingLayer<B> {
     }
 }
 
-#[async_trait]
-impl<B: LockBackend> LockBackend for TracingLayer<B> {
+observing_lock_backend!(TracingLayer {
     async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
         let span = key_span!("verrou.acquire", self.lock_name(), key);
         span.record("attempt", current_attempt());
@@ -168,33 +167,7 @@ impl<B: LockBackend> LockBackend for TracingLayer<B> {
         record.finish(if renewed == results.len() { "renewed" } else { "partial" });
         results
     }
-
-    async fn wait_for_release(&self, key: &str, max_wait: Duration) {
-        self.inner.wait_for_release(key, max_wait).await;
-    }
-
-    async fn try_acquire_fair(
-        &self,
-        key: &str,
-        token: &LockToken,
-        ttl: Duration,
-        waiter: &FairWaiter,
-    ) -> Result<AcquireOutcome> {
-        self.inner.try_acquire_fair(key, token, ttl, waiter).await
-    }
-
-    async fn wait_fair(&self, key: &str, waiter: &FairWaiter, max_wait: Duration) {
-        self.inner.wait_fair(key, waiter, max_wait).await;
-    }
-
-    async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
-        self.inner.leave_queue(key, waiter).await
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities().without_kinds()
-    }
-}
+});
 
 impl<S: VersionedStore> TracingLayer<S> {
     fn store(&self) -> &str {

@@ -19,6 +19,10 @@ pub mod fair_cases;
 mod hanging;
 pub mod lock_cases;
 pub mod multi_cases;
+#[cfg(feature = "harness")]
+pub mod paused_server;
+#[cfg(feature = "harness")]
+pub mod renew_many_cases;
 pub mod rw_cases;
 pub mod semaphore_cases;
 pub mod versioned_cases;
@@ -256,6 +260,112 @@ impl MultiSuite {
     }
 }
 
+/// What a [`RenewManySuite`] case connects its backend to.
+#[cfg(feature = "harness")]
+#[derive(Debug)]
+pub enum RenewManyTarget {
+    /// One server.
+    Server {
+        /// Its `redis://` URL.
+        url: String,
+        /// The client's response timeout, if the case needs one (else the
+        /// backend's test default).
+        response_timeout: Option<Duration>,
+    },
+    /// A cluster (the one [`RenewManySuite::cluster`] gave).
+    Cluster(Arc<crate::server::RedisCluster>),
+}
+
+#[cfg(feature = "harness")]
+impl RenewManyTarget {
+    /// `server`, with the backend's default response timeout.
+    pub fn server(server: &crate::server::RedisServer) -> Self {
+        RenewManyTarget::Server {
+            url: server.url(),
+            response_timeout: None,
+        }
+    }
+
+    /// Set the response timeout (single server only).
+    #[must_use]
+    pub fn response_timeout(self, timeout: Duration) -> Self {
+        match self {
+            RenewManyTarget::Server { url, .. } => RenewManyTarget::Server {
+                url,
+                response_timeout: Some(timeout),
+            },
+            cluster @ RenewManyTarget::Cluster(_) => cluster,
+        }
+    }
+}
+
+/// How a script-based Redis lock backend's batched renewal is checked on
+/// real servers (the [`renew_many_conformance!`](crate::renew_many_conformance) cases): where servers come
+/// from, how the backend connects to them, and what the script runs per key.
+#[cfg(feature = "harness")]
+pub struct RenewManySuite {
+    server: Arc<dyn Fn() -> BoxFuture<'static, crate::server::RedisServer> + Send + Sync>,
+    cluster: Arc<dyn Fn() -> BoxFuture<'static, Arc<crate::server::RedisCluster>> + Send + Sync>,
+    connect: Arc<dyn Fn(RenewManyTarget) -> BoxFuture<'static, Arc<dyn LockBackend>> + Send + Sync>,
+    /// The command (as named in `INFO commandstats`) the batch script runs
+    /// once per renewed key: `pexpire`, `cas`.
+    pub per_key_command: &'static str,
+}
+
+#[cfg(feature = "harness")]
+impl RenewManySuite {
+    /// `server` starts a fresh server, `cluster` gives a 3-master cluster
+    /// (fresh or shared: the cases use fixed key names, so one cluster case
+    /// per test binary), `connect` connects a new client to a target.
+    pub fn new<S, SFut, C, CFut, K, KFut, B>(per_key_command: &'static str, server: S, cluster: C, connect: K) -> Self
+    where
+        S: Fn() -> SFut + Send + Sync + 'static,
+        SFut: Future<Output = crate::server::RedisServer> + Send + 'static,
+        C: Fn() -> CFut + Send + Sync + 'static,
+        CFut: Future<Output = Arc<crate::server::RedisCluster>> + Send + 'static,
+        K: Fn(RenewManyTarget) -> KFut + Send + Sync + 'static,
+        KFut: Future<Output = B> + Send + 'static,
+        B: LockBackend,
+    {
+        RenewManySuite {
+            server: Arc::new(move || Box::pin(server())),
+            cluster: Arc::new(move || Box::pin(cluster())),
+            connect: Arc::new(move |target| {
+                let fut = connect(target);
+                Box::pin(async move { Arc::new(fut.await) as Arc<dyn LockBackend> })
+            }),
+            per_key_command,
+        }
+    }
+
+    /// A fresh server.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future drops the half-started server.
+    pub async fn server(&self) -> crate::server::RedisServer {
+        (self.server)().await
+    }
+
+    /// A 3-master cluster.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe if the caller's cluster factory is.
+    pub async fn cluster(&self) -> Arc<crate::server::RedisCluster> {
+        (self.cluster)().await
+    }
+
+    /// A new client of `target`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future drops the half-made client.
+    pub async fn connect(&self, target: RenewManyTarget) -> Arc<dyn LockBackend> {
+        (self.connect)(target).await
+    }
+}
+
 /// How a versioned store is reached by the suite.
 pub struct VersionedSuite {
     clients: Clients<dyn VersionedStore>,
@@ -354,6 +464,20 @@ macro_rules! fair_conformance {
         $crate::__conformance_runtime!([fair_cases:
             fair_waiters_are_served_in_order, dead_waiter_holds_the_queue_up_for_its_claim_only,
             cancelled_fair_waiter_leaves_the_queue, fair_mutual_exclusion_under_32_tasks]; $($args)*);
+    };
+}
+
+/// Expands to one `#[tokio::test]` per batched-renewal case of a
+/// script-based Redis backend (see [`lock_conformance!`] for the arguments;
+/// the suite is a [`RenewManySuite`]; real servers, so `real` only).
+#[cfg(feature = "harness")]
+#[macro_export]
+macro_rules! renew_many_conformance {
+    ($($args:tt)*) => {
+        $crate::__conformance_runtime!([renew_many_cases:
+            renew_many_on_a_server_gives_per_key_outcomes_in_one_script_call,
+            renew_many_after_a_script_flush_reloads_the_script, a_failed_call_fails_every_item_of_the_batch,
+            renew_many_on_a_cluster_sends_one_call_per_slot]; $($args)*);
     };
 }
 

@@ -527,6 +527,25 @@ impl RedisServer {
         Ok(parse_info(text))
     }
 
+    /// Calls of `command` (as `INFO commandstats` names it: lower case,
+    /// `cmdstat_<command>`) since the start or the last `CONFIG RESETSTAT`;
+    /// 0 for a command not called.
+    ///
+    /// # Errors
+    /// As [`RedisServer::info`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`RedisServer::cmd`].
+    pub async fn command_calls(&self, command: &str) -> HarnessResult<u64> {
+        let stats = self.info("commandstats").await?;
+        Ok(stats
+            .get(&format!("cmdstat_{command}"))
+            .and_then(|v| v.split(',').find_map(|kv| kv.strip_prefix("calls=")))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0))
+    }
+
     fn lock(&self) -> MutexGuard<'_, ProcState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
