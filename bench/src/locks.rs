@@ -285,7 +285,10 @@ impl Locker for RawFred {
         let deleted: i64 = match &self.release_sha {
             Some(sha) => {
                 self.client
-                    .custom(fred::cmd!("EVALSHA"), vec![sha.as_str(), "1", key.as_str(), token.as_str()])
+                    .custom(
+                        fred::cmd!("EVALSHA"),
+                        vec![sha.as_str(), "1", key.as_str(), token.as_str()],
+                    )
                     .await?
             }
             None => {

@@ -36,8 +36,8 @@ use crate::locks::{RawFred, RawRedisRs, Rslock, TokioMutex, Verrou, fred_client}
 use crate::measure::{Probe, children_cpu, process_cpu};
 use crate::ops::{BareBackend, ExgetExset, Incrementer, PingFanout, PingFred, PingRedisRs, StoreUpdate, WatchMulti};
 use crate::results::{
-    CeilingRow, HotKeys, HotRow, Kind, Latency, Library, Memory, OpRow, RAW_FRED, RAW_FRED_SCRIPTED, RAW_REDIS_RS, RAW_REDIS_RS_SCRIPTED,
-    RSLOCK, Redlock, RenewRow, Renewals, Shape, Uncontended, UpdateRow, Updates,
+    CeilingRow, HotKeys, HotRow, Kind, Latency, Library, Memory, OpRow, RAW_FRED, RAW_FRED_SCRIPTED, RAW_REDIS_RS,
+    RAW_REDIS_RS_SCRIPTED, RSLOCK, Redlock, RenewRow, Renewals, Shape, Uncontended, UpdateRow, Updates,
 };
 use crate::rows::{Subject, run_subjects};
 use crate::settings::Settings;
