@@ -104,12 +104,12 @@ async fn prefix_refuses_an_empty_key() {
 fn layers_claim_no_lock_kinds_they_do_not_implement() {
     let inner = MemoryBackend::new().capabilities();
     assert!(inner.semaphores && inner.multi_key_locks && inner.rw_locks && inner.leader_election);
-    let mut layered = vec![
+    let layered = [
         PrefixLayer::new(MemoryBackend::new(), "tenant-a:").capabilities(),
         TracingLayer::new(MemoryBackend::new()).capabilities(),
+        #[cfg(feature = "metrics")]
+        lock_core::layers::MetricsLayer::new(MemoryBackend::new()).capabilities(),
     ];
-    #[cfg(feature = "metrics")]
-    layered.push(lock_core::layers::MetricsLayer::new(MemoryBackend::new()).capabilities());
     for caps in layered {
         assert!(
             !(caps.semaphores || caps.multi_key_locks || caps.rw_locks || caps.leader_election),
