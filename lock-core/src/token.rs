@@ -37,7 +37,9 @@ impl LockToken {
 
     /// Lower-case hex, 32 characters: the form stored on servers.
     pub fn to_hex(&self) -> String {
-        self.hex_bytes().iter().map(|&c| char::from(c)).collect()
+        // ASCII, so never lossy: one allocation and a copy, where collecting
+        // chars pushed them one by one (it showed in the Tair profile).
+        String::from_utf8_lossy(&self.hex_bytes()).into_owned()
     }
 
     /// [`LockToken::to_hex`] as ASCII bytes, without allocating (hot paths).
