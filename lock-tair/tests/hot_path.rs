@@ -213,7 +213,9 @@ async fn a_refused_subscribe_leaks_no_connection_and_waiters_use_their_timers() 
     for _ in 0..200 {
         backend.wait_for_release("busy", Duration::from_millis(1)).await;
     }
-    let give_up = Instant::now() + Duration::from_secs(5);
+    // A liveness bound, not a timing claim: the closed connection's QUIT
+    // may take a while on a loaded machine.
+    let give_up = Instant::now() + Duration::from_secs(30);
     let mut after = connected_clients(&server).await;
     while after > before && Instant::now() < give_up {
         tokio::time::sleep(Duration::from_millis(20)).await;
