@@ -62,9 +62,11 @@ pub struct LockArgs {
     #[arg(long, short = 'n')]
     pub no_wait: bool,
 
-    /// After the lease is lost, time between SIGTERM and SIGKILL to PROGRAM.
-    #[arg(long, default_value = "10s", value_parser = duration)]
-    pub kill_grace: Duration,
+    /// Once renewals are failing, PROGRAM gets SIGTERM this long before the
+    /// lease's local deadline and SIGKILL at it. Default: a third of --ttl;
+    /// must be shorter than --ttl.
+    #[arg(long, value_parser = duration)]
+    pub kill_grace: Option<Duration>,
 
     /// The lock's name (the key on the server).
     pub name: String,

@@ -10,7 +10,8 @@ pub const OK: u8 = 0;
 pub const NO: u8 = 1;
 /// The lock is held by another client: `--no-wait`, or `--wait` ran out.
 pub const BUSY: u8 = 75;
-/// The lease was lost while PROGRAM ran (it got SIGTERM, then SIGKILL).
+/// The lease was lost, or renewals failed, while PROGRAM ran: it was
+/// stopped (SIGTERM, then SIGKILL at the lease's local deadline).
 pub const LOST: u8 = 79;
 /// The server could not be reached or failed.
 pub const UNAVAILABLE: u8 = 69;
@@ -33,7 +34,7 @@ Exit codes:
   70   internal error
   75   lock busy: held by another client (--no-wait, or --wait ran out)
   78   bad URL or option
-  79   lock: the lease was lost while the program ran
+  79   lock: the lease was lost (or renewals failed): the program was stopped
   126  lock: the program could not be executed
   127  lock: the program was not found
   any other: lock passes the program's exit code through (128+N: killed by signal N)";
@@ -42,10 +43,17 @@ Exit codes:
 pub const LOCK_HELP: &str = "\
 The program gets VERROU_KEY (the lock's name) and, when the backend issues
 fencing tokens (e.g. ?fencing=true), VERROU_FENCING_TOKEN in its environment.
-SIGINT, SIGTERM and SIGHUP sent to verrou are forwarded to the program; the lock
-is released once it exits. If the lease is lost (renewals failing up to the
-local deadline, or another owner found), the program gets SIGTERM, then SIGKILL
-after --kill-grace, and verrou exits 79.
+It runs in its own process group; SIGINT, SIGTERM and SIGHUP sent to verrou
+are forwarded to that group, and the lock is released once the program exits.
+
+The program never runs past the lease's local deadline (which passes before
+the server can let another client in): once renewals are failing, the
+program's process group gets SIGTERM --kill-grace before that deadline
+(default: a third of --ttl) and SIGKILL at it; when the lease is lost
+outright (another owner found), both go out at once. verrou then exits 79.
+The one exception is verrou itself being stopped (kill -9, SIGSTOP): nothing
+is left to stop the program. Pass VERROU_FENCING_TOKEN to the resource the
+program writes, so that it can refuse a holder older than the last one.
 
 Exit codes: the program's own, or 75 busy, 79 lease lost, 126/127 the program
 could not be run or found, 69 server unavailable, 78 bad URL or option.

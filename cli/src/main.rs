@@ -5,6 +5,7 @@ mod args;
 mod exit;
 mod lock;
 mod store;
+mod supervise;
 
 use std::process::ExitCode;
 

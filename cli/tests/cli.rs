@@ -1,73 +1,13 @@
 //! The `verrou` command as a real subprocess against real servers.
 #![allow(clippy::expect_used, clippy::panic, missing_docs)]
 
-use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+mod common;
 
+use std::time::Duration;
+
+use common::{BUSY, LOST, exit_within, file, now_ns, signal, stamp, verrou, wait_for_stamp};
 use lock_testkit::server::RedisServer;
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
-use tokio::process::{Child, Command};
-
-const BUSY: i32 = 75;
-const LOST: i32 = 79;
-
-fn verrou(url: &str) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_verrou"));
-    cmd.env("VERROU_URL", url).stdin(Stdio::null()).kill_on_drop(true);
-    cmd
-}
-
-/// Wall-clock nanoseconds, the unit `date +%s%N` writes.
-fn now_ns() -> u128 {
-    SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_nanos()
-}
-
-/// Lines `label nanos` written by the test programs.
-fn stamps(path: &Path) -> Vec<(String, u128)> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| {
-            let (label, ns) = l.split_once(' ')?;
-            Some((label.to_owned(), ns.trim().parse().ok()?))
-        })
-        .collect()
-}
-
-fn stamp(path: &Path, label: &str) -> Option<u128> {
-    stamps(path).into_iter().find(|(l, _)| l == label).map(|(_, ns)| ns)
-}
-
-/// Wait (bounded) until `path` has a `label` line.
-async fn wait_for_stamp(path: &Path, label: &str, child: &mut Child) -> u128 {
-    for _ in 0..600 {
-        if let Some(ns) = stamp(path, label) {
-            return ns;
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("verrou exited ({status}) before {label} appeared in {}", path.display());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{label} never appeared in {}", path.display());
-}
-
-async fn exit_within(child: &mut Child, limit: Duration) -> ExitStatus {
-    tokio::time::timeout(limit, child.wait())
-        .await
-        .expect("verrou did not exit in time")
-        .expect("wait")
-}
-
-fn signal(child: &Child, sig: Signal) {
-    let pid = i32::try_from(child.id().expect("running")).expect("pid");
-    kill(Pid::from_raw(pid), sig).expect("kill");
-}
-
-fn file(dir: &tempfile::TempDir, name: &str) -> PathBuf {
-    dir.path().join(name)
-}
+use nix::sys::signal::Signal;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_locks_on_one_name_serialize() {
@@ -193,18 +133,7 @@ async fn a_program_outliving_its_lease_gets_sigterm_by_the_deadline() {
                    echo start $(date +%s%N) >> \"$OUT\"; sleep 120 & wait $!";
     let url = format!("{}?connect_timeout=200ms&response_timeout=200ms", server.url());
     let mut child = verrou(&url)
-        .args([
-            "lock",
-            "--ttl",
-            "1s",
-            "--kill-grace",
-            "30s",
-            "lease",
-            "--",
-            "sh",
-            "-c",
-            program,
-        ])
+        .args(["lock", "--ttl", "1s", "lease", "--", "sh", "-c", program])
         .env("OUT", &out)
         .spawn()
         .expect("spawn verrou");

@@ -1,0 +1,330 @@
+//! Running a program under a lease (a lock, a semaphore permit, a
+//! leadership): spawn it, forward signals, and stop it so that it has ended
+//! by the lease's local deadline.
+//!
+//! The kill sequence: SIGTERM goes out `grace` before the local deadline,
+//! SIGKILL at it. In normal operation renewals keep moving the deadline
+//! ahead of the SIGTERM point (they are sent every third of `ttl - drift -
+//! grace`, see [`Plan`]), so the sequence starts only once renewals have
+//! been failing long enough, or at once when the lease is lost (another
+//! owner found: the deadline becomes the loss time). Signals go to the
+//! program's process group, so its children stop with it.
+
+use std::ffi::OsString;
+use std::future::Future;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::process::{Child, Command};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::time::Instant;
+use verrou::kinds::guard::KindGuard;
+use verrou::{Error, LeaseHandle, LockGuard, LockOptions, ReleaseOutcome, Renewal};
+
+use crate::exit::{BUSY, CANNOT_EXECUTE, CONFIG, Failure, LOST, NOT_FOUND, SOFTWARE};
+
+/// "Wait as long as it takes": a year, the longest lease verrou accepts.
+pub const FOREVER: Duration = verrou::MAX_TTL;
+
+/// The lease's timing for one run: its options, and the SIGTERM-to-deadline
+/// grace.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The manager's options: the TTL, renewals every third of the time
+    /// before the SIGTERM point, the acquire timeout.
+    pub options: LockOptions,
+    /// SIGTERM goes out this long before the local deadline.
+    pub grace: Duration,
+}
+
+impl Plan {
+    /// The plan for `ttl`, `--kill-grace` (default: a third of the TTL) and
+    /// the acquire wait (`--no-wait`: zero; default: as long as it takes).
+    ///
+    /// # Errors
+    /// A [`CONFIG`] failure for a grace that leaves too little of the TTL
+    /// for renewals (a grace at or above the TTL in particular).
+    pub fn new(ttl: Duration, grace: Option<Duration>, wait: Option<Duration>, no_wait: bool) -> Result<Plan, Failure> {
+        verrou::options::validate_ttl(ttl)?;
+        let grace = grace.unwrap_or(ttl / 3);
+        let mut options = LockOptions::with_ttl(ttl);
+        let drift = options.drift(ttl);
+        let shown = |d: Duration| humantime::format_duration(d).to_string();
+        if grace >= ttl {
+            return Err(Failure::new(
+                CONFIG,
+                format!(
+                    "--kill-grace {} must be shorter than --ttl {}: the program gets SIGTERM that long before \
+                     the lease's deadline and SIGKILL at it (default: a third of the TTL)",
+                    shown(grace),
+                    shown(ttl)
+                ),
+            ));
+        }
+        // What is left for renewals after a renewal is sent: the SIGTERM
+        // point comes this long after it if no later renewal succeeds.
+        let window = ttl.saturating_sub(drift).saturating_sub(grace);
+        if window < ttl / 10 {
+            let most = ttl.saturating_sub(drift).saturating_sub(ttl / 10);
+            return Err(Failure::new(
+                CONFIG,
+                format!(
+                    "--kill-grace {} leaves too little of --ttl {} for renewals: keep it at most {}",
+                    shown(grace),
+                    shown(ttl),
+                    shown(round_ms(most))
+                ),
+            ));
+        }
+        let interval = (window / 3).min(ttl / 3);
+        options = options.renewal(Renewal::Auto { interval });
+        let wait = if no_wait {
+            Duration::ZERO
+        } else {
+            wait.unwrap_or(FOREVER)
+        };
+        Ok(Plan {
+            options: options.acquire_timeout(wait),
+            grace,
+        })
+    }
+}
+
+/// Durations shown to a human, to the millisecond.
+pub fn round_ms(d: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The signals forwarded to the program.
+pub struct Signals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Start listening (before acquiring: a Ctrl-C while waiting must not
+    /// leave a lease behind; dropping the acquire hands any grant back).
+    pub fn install() -> Result<Self, Failure> {
+        let listen = |kind| signal(kind).map_err(|e| Failure::new(SOFTWARE, format!("cannot listen for signals: {e}")));
+        Ok(Signals {
+            interrupt: listen(SignalKind::interrupt())?,
+            terminate: listen(SignalKind::terminate())?,
+            hangup: listen(SignalKind::hangup())?,
+        })
+    }
+
+    /// The next signal received.
+    async fn next(&mut self) -> Signal {
+        tokio::select! {
+            _ = self.interrupt.recv() => Signal::SIGINT,
+            _ = self.terminate.recv() => Signal::SIGTERM,
+            _ = self.hangup.recv() => Signal::SIGHUP,
+        }
+    }
+
+    /// Await `acquire`, or give up on a signal (exit 128 + N, like a shell).
+    /// `Ok(None)` and [`Error::Timeout`] mean busy (`what` names the lease).
+    ///
+    /// # Errors
+    /// A [`BUSY`] failure, or the acquire's error.
+    pub async fn acquire<G>(
+        &mut self,
+        what: &str,
+        acquire: impl Future<Output = verrou::Result<Option<G>>>,
+    ) -> Result<Result<G, u8>, Failure> {
+        tokio::select! {
+            acquired = acquire => match acquired {
+                Ok(Some(guard)) => Ok(Ok(guard)),
+                Ok(None) | Err(Error::Timeout { .. }) => Err(Failure::new(BUSY, format!("{what} is held by another client"))),
+                Err(e) => Err(e.into()),
+            },
+            sig = self.next() => Ok(Err(128 + sig as u8)),
+        }
+    }
+}
+
+/// A held lease the program runs under: a [`LockGuard`] or a kind's guard.
+pub trait Held: Send + Sized {
+    /// A view of the lease.
+    fn lease(&self) -> LeaseHandle;
+    /// Release it (owner-checked).
+    fn give_back(self) -> impl Future<Output = verrou::Result<ReleaseOutcome>> + Send;
+}
+
+impl Held for LockGuard {
+    fn lease(&self) -> LeaseHandle {
+        self.handle()
+    }
+    fn give_back(self) -> impl Future<Output = verrou::Result<ReleaseOutcome>> + Send {
+        self.release()
+    }
+}
+
+impl<K: Send + Sync + 'static> Held for KindGuard<K> {
+    fn lease(&self) -> LeaseHandle {
+        self.handle()
+    }
+    fn give_back(self) -> impl Future<Output = verrou::Result<ReleaseOutcome>> + Send {
+        self.release()
+    }
+}
+
+/// Run `program` under `held` (`what` names the lease in messages), then
+/// release it; the exit code: the program's, or [`LOST`] when it was
+/// stopped because of the lease.
+///
+/// # Errors
+/// The program could not be run ([`NOT_FOUND`], [`CANNOT_EXECUTE`]) or
+/// waited for.
+pub async fn run_program<G: Held>(
+    held: G,
+    mut signals: Signals,
+    what: &str,
+    program: &[OsString],
+    grace: Duration,
+) -> Result<u8, Failure> {
+    let lease = held.lease();
+    let child = match spawn(&lease, program) {
+        Ok(child) => child,
+        Err(failure) => {
+            release(held, what).await;
+            return Err(failure);
+        }
+    };
+    let (status, stopped) = supervise(child, &lease, &mut signals, what, grace).await;
+    let status = status.map_err(|e| Failure::new(SOFTWARE, format!("cannot wait for the program: {e}")))?;
+    if stopped {
+        // It may still hold (renewals came back after SIGTERM): let the
+        // next holder in now rather than at the TTL.
+        release(held, what).await;
+        return Ok(LOST);
+    }
+    match held.give_back().await {
+        Ok(ReleaseOutcome::Released) => Ok(code(status)),
+        Ok(_) => {
+            eprintln!("verrou: {what} was no longer held when the program exited (expired or taken over)");
+            Ok(LOST)
+        }
+        Err(e) => {
+            // The program ran under the lease; only the release failed, and
+            // the TTL frees it.
+            eprintln!("verrou: release of {what} failed ({e}); it expires after its TTL");
+            Ok(code(status))
+        }
+    }
+}
+
+fn spawn(lease: &LeaseHandle, program: &[OsString]) -> Result<Child, Failure> {
+    let (name, rest) = program
+        .split_first()
+        .ok_or_else(|| Failure::new(CONFIG, "no PROGRAM after --"))?;
+    let mut command = Command::new(name);
+    // Its own process group: the kill sequence reaches its children too.
+    command.args(rest).env("VERROU_KEY", lease.key()).process_group(0);
+    match lease.fencing_token() {
+        Some(token) => command.env("VERROU_FENCING_TOKEN", token.0.to_string()),
+        None => command.env_remove("VERROU_FENCING_TOKEN"),
+    };
+    command.spawn().map_err(|e| {
+        let shown = name.to_string_lossy();
+        match e.kind() {
+            std::io::ErrorKind::NotFound => Failure::new(NOT_FOUND, format!("{shown}: program not found")),
+            std::io::ErrorKind::PermissionDenied => {
+                Failure::new(CANNOT_EXECUTE, format!("{shown}: cannot execute: {e}"))
+            }
+            _ => Failure::new(CANNOT_EXECUTE, format!("{shown}: cannot start: {e}")),
+        }
+    })
+}
+
+/// Wait for the program, forwarding signals, and run the kill sequence.
+/// Returns its status and whether the kill sequence started.
+async fn supervise(
+    mut child: Child,
+    lease: &LeaseHandle,
+    signals: &mut Signals,
+    what: &str,
+    grace: Duration,
+) -> (std::io::Result<ExitStatus>, bool) {
+    let group = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
+    // The deadline can move without waking us (a renewal that shortens it):
+    // look again at least this often.
+    let recheck = (grace / 4).clamp(Duration::from_millis(5), Duration::from_millis(100));
+    let lost = lease.lost();
+    tokio::pin!(lost);
+    let mut lost_at: Option<Instant> = None;
+    let (mut termed, mut killed) = (false, false);
+    loop {
+        let now = Instant::now();
+        let deadline = match lost_at {
+            Some(at) => lease.deadline().min(at),
+            None => lease.deadline(),
+        };
+        let term_at = deadline.checked_sub(grace).unwrap_or(deadline);
+        if !termed && now >= term_at {
+            eprintln!(
+                "verrou: {what}: {}: sending SIGTERM to the program, SIGKILL in {:?}",
+                if lost_at.is_some() {
+                    "lease lost"
+                } else {
+                    "renewals failing"
+                },
+                round_ms(deadline.saturating_duration_since(now))
+            );
+            send(group, Signal::SIGTERM);
+            termed = true;
+        }
+        if !killed && now >= deadline {
+            eprintln!("verrou: {what}: the lease's local deadline: sending SIGKILL to the program");
+            send(group, Signal::SIGKILL);
+            killed = true;
+        }
+        let next = if !termed {
+            term_at
+        } else if !killed {
+            deadline
+        } else {
+            now + Duration::from_secs(3600)
+        };
+        tokio::select! {
+            status = child.wait() => return (status, termed || lost_at.is_some()),
+            reason = &mut lost, if lost_at.is_none() => {
+                eprintln!("verrou: {what}: lease lost ({reason})");
+                lost_at = Some(Instant::now());
+            }
+            () = tokio::time::sleep_until(next.min(now + recheck)) => {}
+            sig = signals.next() => send(group, sig),
+        }
+    }
+}
+
+/// Signal the program's process group.
+fn send(group: Option<Pid>, sig: Signal) {
+    if let Some(group) = group
+        && let Err(e) = killpg(group, sig)
+    {
+        // ESRCH: it exited meanwhile; the wait reports it.
+        if e != nix::errno::Errno::ESRCH {
+            eprintln!("verrou: cannot send {sig} to the program: {e}");
+        }
+    }
+}
+
+/// The shell's convention: the exit code, or 128 + the signal that killed it.
+fn code(status: ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => u8::try_from(c & 0xff).unwrap_or(SOFTWARE),
+        (None, Some(sig)) => u8::try_from(128 + (sig & 0x7f)).unwrap_or(SOFTWARE),
+        (None, None) => SOFTWARE,
+    }
+}
+
+async fn release<G: Held>(held: G, what: &str) {
+    if let Err(e) = held.give_back().await {
+        eprintln!("verrou: release of {what} failed ({e}); it expires after its TTL");
+    }
+}

@@ -1,0 +1,88 @@
+//! The kill sequence ends by the lease's local deadline: a program under
+//! `verrou` never overlaps the next holder, even one that takes its time
+//! to stop on SIGTERM, while the server stops answering.
+#![allow(clippy::expect_used, clippy::panic, missing_docs)]
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::{LOST, SLOW_TO_STOP, STARTS, exit_within, file, last_stamp, stamp, verrou, wait_for_stamp};
+use lock_testkit::server::RedisServer;
+
+/// Run SLOW_TO_STOP under `verrou <first>`, pause the server for longer
+/// than the TTL (renewals fail; the server-side lease expires meanwhile),
+/// resume it, and start `verrou <second>` at once: the second program must
+/// start after the first one's last sign of life.
+async fn no_overlap_after_a_pause(first: &[&str], second: &[&str]) {
+    let server = RedisServer::start().await.expect("redis-server");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("{}?connect_timeout=200ms&response_timeout=200ms", server.url());
+    let (a, b) = (file(&dir, "a"), file(&dir, "b"));
+    let mut first_run = verrou(&url)
+        .args(first)
+        .args(["--", "sh", "-c", SLOW_TO_STOP])
+        .env("OUT", &a)
+        .spawn()
+        .expect("spawn the first verrou");
+    wait_for_stamp(&a, "start", &mut first_run).await;
+    server.pause().expect("pause");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    server.resume().expect("resume");
+    let status = verrou(&url)
+        .args(second)
+        .args(["--", "sh", "-c", STARTS])
+        .env("OUT", &b)
+        .status()
+        .await
+        .expect("run the second verrou");
+    assert!(status.success(), "the second holder: {status}");
+    let status = exit_within(&mut first_run, Duration::from_secs(60)).await;
+    assert_eq!(status.code(), Some(LOST), "the first holder: {status}");
+    assert_no_overlap(&a, &b);
+}
+
+fn assert_no_overlap(first: &Path, second: &Path) {
+    let first_last = last_stamp(first).expect("the first program wrote nothing");
+    let second_start = stamp(second, "start").expect("the second program did not run");
+    assert!(
+        first_last < second_start,
+        "the first program was still running {} ms after the second one started",
+        (first_last - second_start) / 1_000_000
+    );
+    assert!(
+        stamp(first, "term").is_some(),
+        "the first program got no SIGTERM before it was killed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_a_sigterm_handling_program_never_overlaps_the_next_holder() {
+    no_overlap_after_a_pause(
+        &["lock", "--ttl", "1s", "x"],
+        &["lock", "--ttl", "1s", "--wait", "60s", "x"],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grace_that_does_not_fit_in_the_ttl_is_refused() {
+    let server = RedisServer::start().await.expect("redis-server");
+    for grace in ["1s", "5s", "950ms"] {
+        let out = verrou(&server.url())
+            .args(["lock", "--ttl", "1s", "--kill-grace", grace, "g", "--", "true"])
+            .output()
+            .await
+            .expect("run verrou");
+        assert_eq!(out.status.code(), Some(78), "--kill-grace {grace}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("--kill-grace"), "--kill-grace {grace}: {stderr}");
+    }
+    let out = verrou(&server.url())
+        .args(["lock", "--ttl", "1s", "--kill-grace", "500ms", "g", "--", "true"])
+        .output()
+        .await
+        .expect("run verrou");
+    assert!(out.status.success(), "{out:?}");
+}
