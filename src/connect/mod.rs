@@ -23,6 +23,7 @@
 //! an error saying what to write instead; passwords appear in no message and
 //! no `Debug` output.
 
+mod kinds;
 mod url;
 
 #[cfg(feature = "serde")]
@@ -41,12 +42,17 @@ pub use url::{DEFAULT_PORT, FAMILY_PARAMS, REDLOCK_PARAMS, SCHEMES};
 use url::{Family, Server};
 use url::{Features, Target};
 
-/// A backend chosen and connected by [`connect`]: its lock operations, and its
-/// versioned store when it has one.
+use kinds::Kinds;
+
+/// A backend chosen and connected by [`connect`]: its lock operations, its
+/// versioned store when it has one, and managers of the other lock kinds
+/// ([`Backend::semaphores`], [`Backend::elections`], [`Backend::rw_locks`],
+/// [`Backend::multi_locks`]).
 #[derive(Clone)]
 pub struct Backend {
     locks: Arc<dyn LockBackend>,
     store: Option<Arc<dyn VersionedStore>>,
+    kinds: Kinds,
     description: String,
     in_process: bool,
 }
@@ -146,6 +152,7 @@ fn build_memory() -> Result<Backend> {
     let backend = Arc::new(lock_memory::MemoryBackend::new());
     Ok(Backend {
         locks: backend.clone(),
+        kinds: Kinds::of(&backend),
         store: Some(backend),
         description: "memory://".to_owned(),
         in_process: true,
@@ -168,10 +175,11 @@ async fn build_server(server: Server) -> Result<Backend> {
         #[allow(unreachable_patterns)]
         _ => Err(Error::invalid("this URL's backend is not compiled in")),
     };
-    let (locks, store) = built.map_err(|e| in_context(e, &description))?;
+    let (locks, store, kinds) = built.map_err(|e| in_context(e, &description))?;
     Ok(Backend {
         locks,
         store: Some(store),
+        kinds,
         description,
         in_process: false,
     })
@@ -207,7 +215,7 @@ macro_rules! redis_family_options {
 }
 
 #[cfg(any(feature = "redis-lua", feature = "tair"))]
-type Pair = (Arc<dyn LockBackend>, Arc<dyn VersionedStore>);
+type Pair = (Arc<dyn LockBackend>, Arc<dyn VersionedStore>, Kinds);
 
 #[cfg(feature = "redis-lua")]
 async fn build_redis_lua(server: &Server) -> Result<Pair> {
@@ -226,7 +234,7 @@ async fn build_redis_lua(server: &Server) -> Result<Pair> {
         b = b.tls_root_certs(read_ca(path)?);
     }
     let backend = Arc::new(b.build().await?);
-    Ok((backend.clone(), backend))
+    Ok((backend.clone(), backend.clone(), Kinds::of(&backend)))
 }
 
 #[cfg(feature = "tair")]
@@ -241,7 +249,7 @@ async fn build_tair(server: &Server) -> Result<Pair> {
         b = b.tls_root_certs(read_ca(path)?);
     }
     let backend = Arc::new(b.build().await?);
-    Ok((backend.clone(), backend))
+    Ok((backend.clone(), backend.clone(), Kinds::of(&backend)))
 }
 
 #[cfg(any(feature = "redis-lua-tls", feature = "tair-tls"))]
@@ -283,6 +291,7 @@ async fn build_redlock(target: RedlockTarget) -> Result<Backend> {
     Ok(Backend {
         locks: Arc::new(redlock),
         store: None,
+        kinds: Kinds::none(),
         description: format!("redlock://[{}]", names.join(", ")),
         in_process,
     })
