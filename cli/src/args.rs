@@ -32,6 +32,16 @@ pub enum Command {
     /// exits, and exit with its exit code.
     #[command(after_help = exit::LOCK_HELP)]
     Lock(LockArgs),
+    /// Take one of --permits permits of semaphore NAME (at most that many
+    /// copies of a job run at once, across machines), run PROGRAM while
+    /// renewing it, give it back when it exits, and exit with its exit code.
+    #[command(after_help = exit::SEMAPHORE_HELP)]
+    Semaphore(SemaphoreArgs),
+    /// Campaign for leadership of NAME, run PROGRAM only while leader (it is
+    /// stopped if leadership is lost), resign when it exits, and exit with
+    /// its exit code.
+    #[command(after_help = exit::ELECT_HELP)]
+    Elect(ElectArgs),
     /// Is NAME held? Exit 0 when held, 1 when free.
     Status(StatusArgs),
     /// Print KEY's value and version (exit 1 when absent).
@@ -46,19 +56,20 @@ pub enum Command {
     Delete(DeleteArgs),
 }
 
-/// `verrou lock`.
+/// How a program's lease is held: shared by `lock`, `semaphore`, `elect`.
 #[derive(Debug, Args)]
-pub struct LockArgs {
-    /// Lease length on the server; renewed every third of it while PROGRAM runs.
+pub struct HoldArgs {
+    /// Lease length on the server; renewed while PROGRAM runs (every third
+    /// of what --kill-grace leaves of it).
     #[arg(long, default_value = "30s", value_parser = duration)]
     pub ttl: Duration,
 
-    /// How long to wait for a held lock before giving up (exit 75).
+    /// How long to wait for the lease before giving up (exit 75).
     /// Default: wait as long as it takes.
     #[arg(long, value_parser = duration, conflicts_with = "no_wait")]
     pub wait: Option<Duration>,
 
-    /// One attempt: exit 75 at once if the lock is held (like `flock -n`).
+    /// One attempt: exit 75 at once if it is taken (like `flock -n`).
     #[arg(long, short = 'n')]
     pub no_wait: bool,
 
@@ -67,8 +78,52 @@ pub struct LockArgs {
     /// must be shorter than --ttl.
     #[arg(long, value_parser = duration)]
     pub kill_grace: Option<Duration>,
+}
+
+/// `verrou lock`.
+#[derive(Debug, Args)]
+pub struct LockArgs {
+    #[command(flatten)]
+    pub hold: HoldArgs,
 
     /// The lock's name (the key on the server).
+    pub name: String,
+
+    /// The program to run and its arguments (after `--`).
+    #[arg(required = true, last = true, value_name = "PROGRAM")]
+    pub program: Vec<OsString>,
+}
+
+/// `verrou semaphore`.
+#[derive(Debug, Args)]
+pub struct SemaphoreArgs {
+    #[command(flatten)]
+    pub hold: HoldArgs,
+
+    /// The semaphore's size: at most this many programs run under NAME at
+    /// once, across machines (every command on NAME must give the same).
+    #[arg(long)]
+    pub permits: u32,
+
+    /// The semaphore's name.
+    pub name: String,
+
+    /// The program to run and its arguments (after `--`).
+    #[arg(required = true, last = true, value_name = "PROGRAM")]
+    pub program: Vec<OsString>,
+}
+
+/// `verrou elect`.
+#[derive(Debug, Args)]
+pub struct ElectArgs {
+    #[command(flatten)]
+    pub hold: HoldArgs,
+
+    /// The identity stored with the leadership (default: HOSTNAME:PID).
+    #[arg(long)]
+    pub identity: Option<String>,
+
+    /// The election's name.
     pub name: String,
 
     /// The program to run and its arguments (after `--`).

@@ -8,7 +8,8 @@ use verrou::Error;
 pub const OK: u8 = 0;
 /// `status`: free; `get`: absent; `cas` / `delete`: conflict or absent.
 pub const NO: u8 = 1;
-/// The lock is held by another client: `--no-wait`, or `--wait` ran out.
+/// Busy: the lock is held by another client, no permit is free, or another
+/// leads (`--no-wait`, or `--wait` ran out).
 pub const BUSY: u8 = 75;
 /// The lease was lost, or renewals failed, while PROGRAM ran: it was
 /// stopped (SIGTERM, then SIGKILL at the lease's local deadline).
@@ -32,22 +33,28 @@ Exit codes:
   2    bad command line
   69   the server could not be reached or failed
   70   internal error
-  75   lock busy: held by another client (--no-wait, or --wait ran out)
+  75   busy: the lock is held, no permit is free, or another leads
+       (--no-wait, or --wait ran out)
   78   bad URL or option
-  79   lock: the lease was lost (or renewals failed): the program was stopped
-  126  lock: the program could not be executed
-  127  lock: the program was not found
-  any other: lock passes the program's exit code through (128+N: killed by signal N)";
+  79   lock/semaphore/elect: the lease was lost (or renewals failed): the program was stopped
+  126  lock/semaphore/elect: the program could not be executed
+  127  lock/semaphore/elect: the program was not found
+  any other: lock/semaphore/elect pass the program's exit code through (128+N: killed by signal N)";
 
-/// Extra help of `verrou lock`.
-pub const LOCK_HELP: &str = "\
-The program gets VERROU_KEY (the lock's name) and, when the backend issues
-fencing tokens (e.g. ?fencing=true), VERROU_FENCING_TOKEN in its environment.
-It runs in its own process group; SIGINT, SIGTERM and SIGHUP sent to verrou
-are forwarded to that group, and the lock is released once the program exits.
+/// The part of every program-running subcommand's help that says how the
+/// program is run and stopped (`$what`: "the lock", "the permit", …).
+macro_rules! program_rules {
+    ($what:literal) => {
+        concat!(
+            "The program gets VERROU_KEY (the name) and, when the backend issues fencing
+tokens, VERROU_FENCING_TOKEN in its environment. It runs in its own process
+group; SIGINT, SIGTERM and SIGHUP sent to verrou are forwarded to that group,
+and ",
+            $what,
+            " is given back once the program exits.
 
-The program never runs past the lease's local deadline (which passes before
-the server can let another client in): once renewals are failing, the
+The program never runs past the lease's local deadline, which passes before
+the server can let another client in: once renewals are failing, the
 program's process group gets SIGTERM --kill-grace before that deadline
 (default: a third of --ttl) and SIGKILL at it; when the lease is lost
 outright (another owner found), both go out at once. verrou then exits 79.
@@ -56,10 +63,47 @@ is left to stop the program. Pass VERROU_FENCING_TOKEN to the resource the
 program writes, so that it can refuse a holder older than the last one.
 
 Exit codes: the program's own, or 75 busy, 79 lease lost, 126/127 the program
-could not be run or found, 69 server unavailable, 78 bad URL or option.
+could not be run or found, 69 server unavailable, 78 bad URL or option."
+        )
+    };
+}
+
+/// Extra help of `verrou lock`.
+pub const LOCK_HELP: &str = concat!(
+    program_rules!("the lock"),
+    "
+
+Fencing tokens: on redis:// and tair:// with ?fencing=true.
 
 Example (a cron job that must run on one machine at a time):
-  VERROU_URL=redis://locks.internal:6379 verrou lock --no-wait nightly-report -- /usr/local/bin/report";
+  VERROU_URL=redis://locks.internal:6379 verrou lock --no-wait nightly-report -- /usr/local/bin/report"
+);
+
+/// Extra help of `verrou semaphore`.
+pub const SEMAPHORE_HELP: &str = concat!(
+    program_rules!("the permit"),
+    "
+
+Busy (75) means no permit was free. Fencing tokens increase per name with
+every grant; several holders are legal at once, so use them to order or
+deduplicate writes, not to refuse older ones.
+
+Example (at most 3 copies of a batch job across the fleet):
+  VERROU_URL=redis://locks.internal:6379 verrou semaphore --permits 3 batch -- /usr/local/bin/batch"
+);
+
+/// Extra help of `verrou elect`.
+pub const ELECT_HELP: &str = concat!(
+    program_rules!("the leadership"),
+    "
+
+The fencing token is the leadership's term: it increases with every new
+leader, so a resource that remembers the highest term it saw refuses a
+deposed leader. Busy (75) means another leads (--no-wait, or --wait ran out).
+
+Example (one scheduler across the fleet, a standby taking over on loss):
+  VERROU_URL=redis://locks.internal:6379 verrou elect scheduler -- /usr/local/bin/scheduler"
+);
 
 /// A failure: what to print on stderr and the exit code.
 #[derive(Debug)]

@@ -11,18 +11,20 @@ use crate::supervise::{Plan, Signals, round_ms, run_program};
 
 /// `verrou lock NAME -- PROGRAM ARGS…`.
 pub async fn run(backend: &Backend, args: LockArgs) -> Result<u8, Failure> {
-    let plan = Plan::new(args.ttl, args.kill_grace, args.wait, args.no_wait)?;
+    let hold = &args.hold;
+    let plan = Plan::new(hold.ttl, hold.kill_grace, hold.wait, hold.no_wait)?;
     let mut signals = Signals::install()?;
     let locks = backend.manager(plan.options.clone())?;
     let what = format!("lock {:?}", args.name);
     let acquire = async {
-        if args.no_wait {
+        if hold.no_wait {
             locks.try_lock(&args.name).await
         } else {
             locks.lock(&args.name).await.map(Some)
         }
     };
-    match signals.acquire(&what, acquire).await? {
+    let busy = format!("{what} is held by another client");
+    match signals.acquire(&busy, acquire).await? {
         Ok(guard) => run_program(guard, signals, &what, &args.program, plan.grace).await,
         Err(interrupted) => Ok(interrupted),
     }

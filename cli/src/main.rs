@@ -3,6 +3,7 @@
 
 mod args;
 mod exit;
+mod kinds;
 mod lock;
 mod store;
 mod supervise;
@@ -42,6 +43,8 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
     let json = cli.json;
     match cli.command {
         Command::Lock(args) => lock::run(&backend, args).await,
+        Command::Semaphore(args) => kinds::semaphore(&backend, args).await,
+        Command::Elect(args) => kinds::elect(&backend, args).await,
         Command::Status(args) => lock::status(&backend, &args.name, json).await,
         Command::Get(args) => store::get(&backend, &args.key, json).await,
         Command::Set(args) => store::set(&backend, args, json).await,

@@ -125,20 +125,20 @@ impl Signals {
         }
     }
 
-    /// Await `acquire`, or give up on a signal (exit 128 + N, like a shell).
-    /// `Ok(None)` and [`Error::Timeout`] mean busy (`what` names the lease).
+    /// Await `acquire`, or give up on a signal (`Ok(Err(128 + N))`, like a
+    /// shell). `Ok(None)` and [`Error::Timeout`] mean busy (`busy` says how).
     ///
     /// # Errors
     /// A [`BUSY`] failure, or the acquire's error.
     pub async fn acquire<G>(
         &mut self,
-        what: &str,
+        busy: &str,
         acquire: impl Future<Output = verrou::Result<Option<G>>>,
     ) -> Result<Result<G, u8>, Failure> {
         tokio::select! {
             acquired = acquire => match acquired {
                 Ok(Some(guard)) => Ok(Ok(guard)),
-                Ok(None) | Err(Error::Timeout { .. }) => Err(Failure::new(BUSY, format!("{what} is held by another client"))),
+                Ok(None) | Err(Error::Timeout { .. }) => Err(Failure::new(BUSY, busy)),
                 Err(e) => Err(e.into()),
             },
             sig = self.next() => Ok(Err(128 + sig as u8)),

@@ -86,3 +86,21 @@ async fn a_grace_that_does_not_fit_in_the_ttl_is_refused() {
         .expect("run verrou");
     assert!(out.status.success(), "{out:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_a_sigterm_handling_program_never_overlaps_the_next_holder() {
+    no_overlap_after_a_pause(
+        &["semaphore", "--permits", "1", "--ttl", "1s", "s"],
+        &["semaphore", "--permits", "1", "--ttl", "1s", "--wait", "60s", "s"],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elect_a_deposed_leaders_program_is_stopped_before_the_next_leader_starts() {
+    no_overlap_after_a_pause(
+        &["elect", "--ttl", "1s", "--identity", "first", "e"],
+        &["elect", "--ttl", "1s", "--wait", "60s", "--identity", "second", "e"],
+    )
+    .await;
+}
