@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use common::{LOST, SLOW_TO_STOP, STARTS, exit_within, file, last_stamp, stamp, verrou, wait_for_stamp};
 use lock_testkit::server::RedisServer;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
 
 /// Run SLOW_TO_STOP under `verrou <first>`, pause the server for longer
 /// than the TTL (renewals fail; the server-side lease expires meanwhile),
@@ -103,4 +105,59 @@ async fn elect_a_deposed_leaders_program_is_stopped_before_the_next_leader_start
         &["elect", "--ttl", "1s", "--wait", "60s", "--identity", "second", "e"],
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_lost_to_another_owner_stops_the_program_at_once() {
+    let server = RedisServer::start().await.expect("redis-server");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = file(&dir, "out");
+    let mut child = verrou(&server.url())
+        .args(["lock", "--ttl", "1s", "--kill-grace", "600ms", "taken"])
+        .args(["--", "sh", "-c", SLOW_TO_STOP])
+        .env("OUT", &out)
+        .spawn()
+        .expect("spawn verrou");
+    wait_for_stamp(&out, "start", &mut child).await;
+    // Another owner: the next renewal gets a definite "not owner".
+    server.cmd(&["SET", "taken", "someone-else"]).await.expect("SET");
+    let status = exit_within(&mut child, Duration::from_secs(30)).await;
+    assert_eq!(status.code(), Some(LOST), "{status}");
+    assert!(
+        stamp(&out, "end").is_none(),
+        "the program was given its 2 s clean-up although another owner holds the lock"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_exception_verrou_itself_killed_leaves_the_program_running() {
+    let server = RedisServer::start().await.expect("redis-server");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = file(&dir, "out");
+    let mut child = verrou(&server.url())
+        .args(["lock", "--ttl", "1s", "orphan"])
+        .args(["--", "sh", "-c", &format!("echo pid $$ >> \"$OUT\"; {SLOW_TO_STOP}")])
+        .env("OUT", &out)
+        .spawn()
+        .expect("spawn verrou");
+    wait_for_stamp(&out, "start", &mut child).await;
+    common::signal(&child, Signal::SIGKILL);
+    exit_within(&mut child, Duration::from_secs(30)).await;
+    let killed_at = common::now_ns();
+    // Well past the lease's TTL, the orphaned program still writes ticks:
+    // only a fencing token can protect the resource from it now.
+    let mut alive_after = None;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Some(last) = last_stamp(&out)
+            && last > killed_at + 2_000_000_000
+        {
+            alive_after = Some(last);
+            break;
+        }
+    }
+    // Stop the orphan and its children: its own process group.
+    let group = stamp(&out, "pid").and_then(|p| i32::try_from(p).ok()).expect("pid");
+    killpg(Pid::from_raw(group), Signal::SIGKILL).expect("kill the orphan");
+    assert!(alive_after.is_some(), "the orphaned program stopped on its own");
 }
