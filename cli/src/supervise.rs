@@ -265,20 +265,22 @@ async fn supervise(
         };
         let term_at = deadline.checked_sub(grace).unwrap_or(deadline);
         if !termed && now >= term_at {
-            eprintln!(
-                "verrou: {what}: {}: sending SIGTERM to the program, SIGKILL in {:?}",
-                if lost_at.is_some() {
-                    "lease lost"
-                } else {
-                    "renewals failing"
-                },
-                round_ms(deadline.saturating_duration_since(now))
-            );
+            if lost_at.is_some() {
+                eprintln!("verrou: {what}: lease lost: sending SIGTERM, then SIGKILL, to the program");
+            } else {
+                eprintln!(
+                    "verrou: {what}: renewals failing: sending SIGTERM to the program, SIGKILL in {:?} (at the \
+                     lease's local deadline)",
+                    round_ms(deadline.saturating_duration_since(now))
+                );
+            }
             send(group, Signal::SIGTERM);
             termed = true;
         }
         if !killed && now >= deadline {
-            eprintln!("verrou: {what}: the lease's local deadline: sending SIGKILL to the program");
+            if lost_at.is_none() {
+                eprintln!("verrou: {what}: the lease's local deadline: sending SIGKILL to the program");
+            }
             send(group, Signal::SIGKILL);
             killed = true;
         }
