@@ -198,8 +198,9 @@ pub async fn run_program<G: Held>(
     let status = status.map_err(|e| Failure::new(SOFTWARE, format!("cannot wait for the program: {e}")))?;
     if stopped {
         // It may still hold (renewals came back after SIGTERM): let the
-        // next holder in now rather than at the TTL.
-        release(held, what).await;
+        // next holder in now rather than at the TTL. Failing is expected
+        // (the server is why the program was stopped): the TTL frees it.
+        let _ = held.give_back().await;
         return Ok(LOST);
     }
     match held.give_back().await {
