@@ -13,28 +13,8 @@ use nix::sys::signal::Signal;
 async fn two_locks_on_one_name_serialize() {
     let server = RedisServer::start().await.expect("redis-server");
     let dir = tempfile::tempdir().expect("tempdir");
-    let program = "echo start $(date +%s%N) >> \"$OUT\"; sleep 0.3; echo end $(date +%s%N) >> \"$OUT\"";
-    let mut children = Vec::new();
-    for i in 0..3 {
-        let out = file(&dir, &format!("run{i}"));
-        let child = verrou(&server.url())
-            .args([
-                "lock", "--ttl", "2s", "--wait", "60s", "serial", "--", "sh", "-c", program,
-            ])
-            .env("OUT", &out)
-            .spawn()
-            .expect("spawn verrou");
-        children.push((child, out));
-    }
-    let mut intervals = Vec::new();
-    for (mut child, out) in children {
-        let status = exit_within(&mut child, Duration::from_secs(60)).await;
-        assert!(status.success(), "{status}");
-        let start = stamp(&out, "start").expect("start");
-        let end = stamp(&out, "end").expect("end");
-        intervals.push((start, end));
-    }
-    intervals.sort_unstable();
+    let args = ["lock", "--ttl", "2s", "--wait", "60s", "serial"];
+    let intervals = common::concurrent_jobs(&server.url(), &args, 3, &dir).await;
     for pair in intervals.windows(2) {
         assert!(pair[0].1 < pair[1].0, "two programs ran at once: {intervals:?}");
     }

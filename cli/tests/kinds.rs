@@ -9,9 +9,6 @@ use std::time::Duration;
 use common::{BUSY, exit_within, file, stamp, verrou, wait_for_stamp};
 use lock_testkit::server::RedisServer;
 
-/// Writes `start`, works for a while, writes `end`.
-const JOB: &str = "echo start $(date +%s%N) >> \"$OUT\"; sleep 0.4; echo end $(date +%s%N) >> \"$OUT\"";
-
 /// The most `(start, end)` intervals that overlap at any instant.
 fn most_at_once(intervals: &[(u128, u128)]) -> usize {
     intervals
@@ -25,25 +22,8 @@ fn most_at_once(intervals: &[(u128, u128)]) -> usize {
 async fn a_semaphore_of_two_runs_at_most_two_programs_at_once() {
     let server = RedisServer::start().await.expect("redis-server");
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut children = Vec::new();
-    for round in 0..2 {
-        for i in 0..3 {
-            let out = file(&dir, &format!("run{round}-{i}"));
-            let child = verrou(&server.url())
-                .args(["semaphore", "--permits", "2", "--ttl", "2s", "--wait", "60s", "jobs"])
-                .args(["--", "sh", "-c", JOB])
-                .env("OUT", &out)
-                .spawn()
-                .expect("spawn verrou");
-            children.push((child, out));
-        }
-    }
-    let mut intervals = Vec::new();
-    for (mut child, out) in children {
-        let status = exit_within(&mut child, Duration::from_secs(60)).await;
-        assert!(status.success(), "{status}");
-        intervals.push((stamp(&out, "start").expect("start"), stamp(&out, "end").expect("end")));
-    }
+    let args = ["semaphore", "--permits", "2", "--ttl", "2s", "--wait", "60s", "jobs"];
+    let intervals = common::concurrent_jobs(&server.url(), &args, 6, &dir).await;
     let most = most_at_once(&intervals);
     assert!(most <= 2, "{most} programs ran at once under 2 permits: {intervals:?}");
 

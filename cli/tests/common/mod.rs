@@ -88,3 +88,30 @@ pub const SLOW_TO_STOP: &str = "trap 'echo term $(date +%s%N) >> \"$OUT\"; i=0; 
 
 /// A program that writes `start` and exits.
 pub const STARTS: &str = "echo start $(date +%s%N) >> \"$OUT\"";
+
+/// Writes `start`, works for a while, writes `end`.
+pub const JOB: &str = "echo start $(date +%s%N) >> \"$OUT\"; sleep 0.3; echo end $(date +%s%N) >> \"$OUT\"";
+
+/// Start `copies` of `verrou ARGS -- sh -c JOB` at once, each must succeed;
+/// each program's `(start, end)`, sorted.
+pub async fn concurrent_jobs(url: &str, args: &[&str], copies: usize, dir: &tempfile::TempDir) -> Vec<(u128, u128)> {
+    let mut children = Vec::new();
+    for i in 0..copies {
+        let out = file(dir, &format!("job{i}"));
+        let child = verrou(url)
+            .args(args)
+            .args(["--", "sh", "-c", JOB])
+            .env("OUT", &out)
+            .spawn()
+            .expect("spawn verrou");
+        children.push((child, out));
+    }
+    let mut intervals = Vec::new();
+    for (mut child, out) in children {
+        let status = exit_within(&mut child, Duration::from_secs(60)).await;
+        assert!(status.success(), "{status}");
+        intervals.push((stamp(&out, "start").expect("start"), stamp(&out, "end").expect("end")));
+    }
+    intervals.sort_unstable();
+    intervals
+}
