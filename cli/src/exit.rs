@@ -58,9 +58,12 @@ the server can let another client in: once renewals are failing, the
 program's process group gets SIGTERM --kill-grace before that deadline
 (default: a third of --ttl) and SIGKILL at it; when the lease is lost
 outright (another owner found), both go out at once. verrou then exits 79.
-The one exception is verrou itself being stopped (kill -9, SIGSTOP): nothing
-is left to stop the program. Pass VERROU_FENCING_TOKEN to the resource the
-program writes, so that it can refuse a holder older than the last one.
+If verrou is killed (kill -9, the OOM killer), the kernel kills the program
+with it (Linux), though not the processes the program started. The one
+exception is verrou itself being stopped or frozen (SIGSTOP, a stalled VM)
+while the program runs on: nothing stops it until verrou resumes. Pass
+VERROU_FENCING_TOKEN to the resource the program writes, so that it can
+refuse a holder older than the last one.
 
 Exit codes: the program's own, or 75 busy, 79 lease lost, 126/127 the program
 could not be run or found, 69 server unavailable, 78 bad URL or option."

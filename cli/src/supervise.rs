@@ -225,6 +225,8 @@ fn spawn(lease: &LeaseHandle, program: &[OsString]) -> Result<Child, Failure> {
     let mut command = Command::new(name);
     // Its own process group: the kill sequence reaches its children too.
     command.args(rest).env("VERROU_KEY", lease.key()).process_group(0);
+    #[cfg(target_os = "linux")]
+    die_with_verrou(&mut command);
     match lease.fencing_token() {
         Some(token) => command.env("VERROU_FENCING_TOKEN", token.0.to_string()),
         None => command.env_remove("VERROU_FENCING_TOKEN"),
@@ -241,6 +243,28 @@ fn spawn(lease: &LeaseHandle, program: &[OsString]) -> Result<Child, Failure> {
     })
 }
 
+/// Linux: the kernel sends the program SIGKILL when verrou dies (`kill -9`,
+/// the OOM killer), so that only a *stopped* verrou can leave it running.
+/// The signal fires when the thread that forked it ends: the main thread,
+/// which runs the whole command (`main`'s `block_on`) and ends last.
+#[cfg(target_os = "linux")]
+fn die_with_verrou(command: &mut Command) {
+    let verrou = nix::unistd::getpid();
+    // SAFETY: the closure runs in the forked child before exec; it makes two
+    // async-signal-safe system calls (prctl, getppid) and allocates nothing
+    // (an `io::Error` from an errno is not boxed).
+    unsafe {
+        command.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+            // verrou died between the fork and prctl: no signal would come.
+            if nix::unistd::getppid() != verrou {
+                return Err(nix::errno::Errno::ESRCH.into());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Wait for the program, forwarding signals, and run the kill sequence.
 /// Returns its status and whether the kill sequence started.
 async fn supervise(
@@ -251,9 +275,10 @@ async fn supervise(
     grace: Duration,
 ) -> (std::io::Result<ExitStatus>, bool) {
     let group = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
-    // The deadline can move without waking us (a renewal that shortens it):
-    // look again at least this often.
-    let recheck = (grace / 4).clamp(Duration::from_millis(5), Duration::from_millis(100));
+    // Renewals move the deadline later (the timers below then wake early
+    // and are armed again) and a loss is signalled by `lost`; looking again
+    // now and then also covers a deadline moved earlier by other means.
+    let recheck = (grace / 4).clamp(Duration::from_millis(5), Duration::from_millis(250));
     let lost = lease.lost();
     tokio::pin!(lost);
     let mut lost_at: Option<Instant> = None;

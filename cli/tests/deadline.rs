@@ -5,13 +5,16 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{LOST, SLOW_TO_STOP, STARTS, exit_within, file, last_stamp, stamp, verrou, wait_for_stamp};
+use common::{
+    LOST, SLOW_TO_STOP, STARTS, exit_within, file, last_stamp, now_ns, signal, stamp, verrou, wait_for_stamp,
+};
 use lock_testkit::server::RedisServer;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
+use tokio::process::Child;
 
 /// Run SLOW_TO_STOP under `verrou <first>`, pause the server for longer
 /// than the TTL (renewals fail; the server-side lease expires meanwhile),
@@ -129,35 +132,74 @@ async fn a_lease_lost_to_another_owner_stops_the_program_at_once() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_exception_verrou_itself_killed_leaves_the_program_running() {
-    let server = RedisServer::start().await.expect("redis-server");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let out = file(&dir, "out");
+/// Start SLOW_TO_STOP (printing its pid first) under `verrou lock --ttl 1s
+/// NAME`; the running verrou, the stamp file and the program's pid.
+async fn orphan_candidate(server: &RedisServer, dir: &tempfile::TempDir, name: &str) -> (Child, PathBuf, Pid) {
+    let out = file(dir, name);
     let mut child = verrou(&server.url())
-        .args(["lock", "--ttl", "1s", "orphan"])
+        .args(["lock", "--ttl", "1s", name])
         .args(["--", "sh", "-c", &format!("echo pid $$ >> \"$OUT\"; {SLOW_TO_STOP}")])
         .env("OUT", &out)
         .spawn()
         .expect("spawn verrou");
     wait_for_stamp(&out, "start", &mut child).await;
-    common::signal(&child, Signal::SIGKILL);
+    let pid = stamp(&out, "pid").and_then(|p| i32::try_from(p).ok()).expect("pid");
+    (child, out, Pid::from_raw(pid))
+}
+
+/// Running: it exists and is not a zombie.
+fn running(pid: Pid) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
+        .unwrap_or(false)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_verrou_takes_its_program_with_it() {
+    let server = RedisServer::start().await.expect("redis-server");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut child, _, program) = orphan_candidate(&server, &dir, "killed").await;
+    signal(&child, Signal::SIGKILL);
     exit_within(&mut child, Duration::from_secs(30)).await;
-    let killed_at = common::now_ns();
-    // Well past the lease's TTL, the orphaned program still writes ticks:
-    // only a fencing token can protect the resource from it now.
-    let mut alive_after = None;
+    let mut gone = false;
+    for _ in 0..100 {
+        if !running(program) {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if !gone {
+        let _ = killpg(program, Signal::SIGKILL);
+    }
+    assert!(gone, "the program outlived a killed verrou");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_exception_a_stopped_verrou_leaves_its_program_running_until_it_resumes() {
+    let server = RedisServer::start().await.expect("redis-server");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut child, out, program) = orphan_candidate(&server, &dir, "stopped").await;
+    signal(&child, Signal::SIGSTOP);
+    let stopped_at = now_ns();
+    // Well past the lease's TTL the program still writes ticks: only a
+    // fencing token can protect the resource from it now.
+    let mut past_the_ttl = false;
     for _ in 0..100 {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        if let Some(last) = last_stamp(&out)
-            && last > killed_at + 2_000_000_000
-        {
-            alive_after = Some(last);
+        if last_stamp(&out).is_some_and(|last| last > stopped_at + 2_000_000_000) {
+            past_the_ttl = true;
             break;
         }
     }
-    // Stop the orphan and its children: its own process group.
-    let group = stamp(&out, "pid").and_then(|p| i32::try_from(p).ok()).expect("pid");
-    killpg(Pid::from_raw(group), Signal::SIGKILL).expect("kill the orphan");
-    assert!(alive_after.is_some(), "the orphaned program stopped on its own");
+    signal(&child, Signal::SIGCONT);
+    // Resumed, verrou finds the deadline passed and stops it at once.
+    let status = exit_within(&mut child, Duration::from_secs(30)).await;
+    if running(program) {
+        let _ = killpg(program, Signal::SIGKILL);
+        panic!("a resumed verrou ({status}) left its program running");
+    }
+    assert_eq!(status.code(), Some(LOST), "{status}");
+    assert!(past_the_ttl, "the program stopped while verrou was stopped");
 }
