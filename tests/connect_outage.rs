@@ -16,6 +16,15 @@ fn hostport(url: &str) -> &str {
     url.trim_start_matches("redis://")
 }
 
+/// A `redlock://` URL over `servers`, with short node and connect timeouts.
+fn redlock_url(servers: &[RedisServer]) -> String {
+    let nodes: String = servers
+        .iter()
+        .map(|s| format!("&node=redis://{}%3Fconnect_timeout%3D300ms", hostport(&s.url())))
+        .collect();
+    format!("redlock://?node_timeout=200ms{nodes}")
+}
+
 async fn exists(server: &RedisServer, key: &str) -> bool {
     server.cmd(&["EXISTS", key]).await.expect("EXISTS").as_int() == Some(1)
 }
@@ -25,13 +34,7 @@ async fn redlock_starts_with_a_minority_of_nodes_paused_and_uses_them_once_they_
     let nodes = Instances::start(3, RedisServer::builder()).await.expect("three nodes");
     let servers = nodes.servers();
     servers[2].pause().expect("SIGSTOP node 2");
-    let url = format!(
-        "redlock://?node_timeout=200ms{}",
-        servers
-            .iter()
-            .map(|s| format!("&node=redis://{}%3Fconnect_timeout%3D300ms", hostport(&s.url())))
-            .collect::<String>()
-    );
+    let url = redlock_url(servers);
     let backend = tokio::time::timeout(SOON, verrou::connect(&url))
         .await
         .expect("connect hangs with a node paused")
@@ -70,13 +73,7 @@ async fn redlock_refuses_to_start_without_a_quorum_of_nodes() {
     let servers = nodes.servers();
     servers[1].pause().expect("SIGSTOP node 1");
     servers[2].kill().expect("kill node 2");
-    let url = format!(
-        "redlock://?node_timeout=200ms{}",
-        servers
-            .iter()
-            .map(|s| format!("&node=redis://{}%3Fconnect_timeout%3D300ms", hostport(&s.url())))
-            .collect::<String>()
-    );
+    let url = redlock_url(servers);
     let result = tokio::time::timeout(SOON, verrou::connect(&url))
         .await
         .expect("connect hangs with two nodes down");

@@ -200,6 +200,22 @@ async fn waits_then_settled_count(backend: &TairBackend, server: &RedisServer, n
     count
 }
 
+/// A backend for user `u` on `port` (the server's, or a proxy's), and a
+/// holder (default user, straight to `server`) holding `busy` for 30 s.
+async fn user_backend_and_busy_key(server: &RedisServer, port: u16) -> (TairBackend, TairBackend, LockToken) {
+    let backend = connect(builder(&format!("redis://u:pw@127.0.0.1:{port}"))).await;
+    let holder = connect(builder(&server.url())).await;
+    let held = token();
+    assert!(matches!(
+        holder
+            .try_acquire("busy", &held, Duration::from_secs(30))
+            .await
+            .unwrap(),
+        AcquireOutcome::Acquired(_)
+    ));
+    (backend, holder, held)
+}
+
 async fn connected_clients(server: &RedisServer) -> u64 {
     server.info("clients").await.expect("INFO clients")["connected_clients"]
         .parse()
@@ -213,17 +229,7 @@ async fn connected_clients(server: &RedisServer) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_subscribe_leaks_no_connection_and_waiters_use_their_timers() {
     let server = server_without_channel_rights().await;
-    let user_url = format!("redis://u:pw@127.0.0.1:{}", server.port());
-    let backend = connect(builder(&user_url)).await;
-    let holder = connect(builder(&server.url())).await;
-    let held = token();
-    assert!(matches!(
-        holder
-            .try_acquire("busy", &held, Duration::from_secs(30))
-            .await
-            .unwrap(),
-        AcquireOutcome::Acquired(_)
-    ));
+    let (backend, holder, held) = user_backend_and_busy_key(&server, server.port()).await;
     let before = connected_clients(&server).await;
     // The first waits meet the refusal; the refused subscription's
     // connection is closed, and no wait opens another.
@@ -338,16 +344,7 @@ async fn waits_cut_short_while_connecting_leave_no_connection_after_a_refusal() 
     let server = server_without_channel_rights().await;
     let proxy = TcpProxy::start(server.addr()).await.expect("proxy");
     proxy.set_latency(Duration::from_millis(5));
-    let backend = connect(builder(&format!("redis://u:pw@127.0.0.1:{}", proxy.port()))).await;
-    let holder = connect(builder(&server.url())).await;
-    let held = token();
-    assert!(matches!(
-        holder
-            .try_acquire("busy", &held, Duration::from_secs(30))
-            .await
-            .unwrap(),
-        AcquireOutcome::Acquired(_)
-    ));
+    let (backend, _holder, _held) = user_backend_and_busy_key(&server, proxy.port()).await;
     let before = connected_clients(&server).await;
     let after = waits_then_settled_count(&backend, &server, 100).await;
     assert!(after <= before, "connected_clients went from {before} to {after}");

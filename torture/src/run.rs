@@ -262,7 +262,14 @@ impl Env {
 
 /// Inject `fault`; returns once it healed. Windows are recorded in `log`
 /// (the stall by the stalled client itself).
-async fn inject(env: &mut Env, sc: &Scenario, p: &Params, log: &Log, stall: Option<&Arc<Stall>>) -> BoxResult<()> {
+async fn inject(
+    env: &mut Env,
+    sc: &Scenario,
+    p: &Params,
+    log: &Log,
+    stall: Option<&Arc<Stall>>,
+    down_since: i64,
+) -> BoxResult<()> {
     let len = p.fault_len();
     let from = clock::now();
     match (sc.fault, env) {
@@ -347,6 +354,14 @@ async fn inject(env: &mut Env, sc: &Scenario, p: &Params, log: &Log, stall: Opti
         (Fault::NodesRestartedEmpty(n), Env::Five(nodes)) => {
             futures::future::try_join_all(nodes.servers()[..n].iter().map(RedisServer::restart_empty)).await?;
         }
+        // Paused before the clients started (see `run`): the fault heals here.
+        (Fault::NodesDownAtStart(n), Env::Five(nodes)) => {
+            for s in &nodes.servers()[..n] {
+                s.resume()?;
+            }
+            log.window(down_since, clock::now());
+            return Ok(());
+        }
         (Fault::None | Fault::NoLock, _) => return Ok(()),
         (f, _) => return Err(format!("fault {f} does not apply to this topology").into()),
     }
@@ -408,6 +423,13 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
         .acquire_timeout(p.ttl * 6)
         .op_timeout(p.ttl / 2);
     let stall = (sc.fault == Fault::Stall).then(|| Stall::new(p.fault_len()));
+    // Starting during a fault: these nodes are down before any client connects.
+    let down_since = clock::now();
+    if let (Fault::NodesDownAtStart(n), Env::Five(nodes)) = (sc.fault, &env) {
+        for s in &nodes.servers()[..n] {
+            s.pause()?;
+        }
+    }
     let begin = Instant::now();
     let span_start = clock::at(begin);
     let planned_stop = begin + p.duration;
@@ -455,7 +477,7 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
     while sc.fault != Fault::Stall && !first_in_body.load(Ordering::SeqCst) && Instant::now() < wait_for_holder {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    if let Err(e) = inject(&mut env, &sc, p, &log, stall.as_ref()).await {
+    if let Err(e) = inject(&mut env, &sc, p, &log, stall.as_ref(), down_since).await {
         log.error(format!("fault injection failed: {e}"));
     }
     if let Some(st) = &stall {
@@ -508,7 +530,14 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
     };
     let snapshot = log.snapshot();
     let measured = check::measure(&snapshot, p.bounds(), sc.fault.injects(), final_value, hangs);
-    let violations = judge(&sc, &measured);
+    let mut violations = judge(&sc, &measured);
+    if let Fault::NodesDownAtStart(_) = sc.fault {
+        // The point of the row: clients start and take locks while nodes are down.
+        let healed = snapshot.windows.iter().map(|w| w.to).max().unwrap_or(i64::MIN);
+        if !snapshot.bodies.iter().any(|b| b.start < healed) {
+            violations.push("no lock was taken while the nodes were down: the clients did not start".into());
+        }
+    }
     Ok(Outcome {
         scenario: sc,
         seed,
