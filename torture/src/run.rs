@@ -110,7 +110,7 @@ pub struct Outcome {
     pub span: (i64, i64),
 }
 
-enum Env {
+pub(crate) enum Env {
     Memory(MemoryBackend),
     Single {
         server: Box<RedisServer>,
@@ -137,7 +137,7 @@ fn server_builder(backend: Backend) -> RedisServerBuilder {
     if backend == Backend::Tair { b.tair_module() } else { b }
 }
 
-async fn setup(sc: &Scenario, clients: usize, ext: Option<&External>) -> BoxResult<Env> {
+pub(crate) async fn setup(sc: &Scenario, clients: usize, ext: Option<&External>) -> BoxResult<Env> {
     Ok(match sc.topology {
         Topology::InProcess => Env::Memory(MemoryBackend::new()),
         Topology::Single => {
@@ -221,7 +221,17 @@ pub fn host_port(url: &str) -> Option<String> {
 }
 
 impl Env {
-    fn url(&self, client: usize) -> String {
+    /// The servers to sample (none in process or for `--url`).
+    pub(crate) fn servers(&self) -> Vec<&RedisServer> {
+        match self {
+            Env::Memory(_) | Env::External { .. } => Vec::new(),
+            Env::Single { server, .. } => vec![server],
+            Env::Pair { primary, replica, .. } => vec![primary, replica],
+            Env::Five(nodes) => nodes.servers().iter().collect(),
+        }
+    }
+
+    pub(crate) fn url(&self, client: usize) -> String {
         match self {
             Env::Memory(_) | Env::Five(_) => String::new(),
             Env::Single { proxies, .. } => proxies[client].url(),
@@ -250,7 +260,7 @@ impl Env {
         }
     }
 
-    fn spec(&self, backend: Backend, url: String, ack: Option<ReplicaAck>) -> Spec {
+    pub(crate) fn spec(&self, backend: Backend, url: String, ack: Option<ReplicaAck>) -> Spec {
         match (self, backend) {
             (Env::Memory(m), _) => Spec::Memory(m.clone()),
             (Env::Five(nodes), _) => Spec::Redlock { urls: nodes.urls() },
@@ -262,7 +272,7 @@ impl Env {
 
 /// Inject `fault`; returns once it healed. Windows are recorded in `log`
 /// (the stall by the stalled client itself).
-async fn inject(
+pub(crate) async fn inject(
     env: &mut Env,
     sc: &Scenario,
     p: &Params,
