@@ -72,5 +72,8 @@ cargo run --quiet -p verrou-bench -- --quick
 echo "==> safety checker (quick mode; fails on an overlap, a stale write accepted, a late loss signal, a non-linearizable history, lost liveness or a hang in a row the README claims safe)"
 cargo run --quiet -p verrou-torture -- --quick
 
+echo "==> verrou-torture --soak 60s (leaks: RSS, fds, connections, keys, script cache)"
+cargo run --quiet -p verrou-torture -- --soak 60s
+
 echo "==> quickstart"
 cargo run --quiet --example quickstart

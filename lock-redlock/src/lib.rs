@@ -131,6 +131,7 @@ use tokio::time::Instant;
 mod election;
 mod holdings;
 mod inflight;
+mod lazy;
 mod multi;
 mod options;
 mod round;
@@ -138,6 +139,7 @@ mod rw;
 mod semaphore;
 mod splits;
 
+pub use lazy::{LAZY_RETRY_MAX, LAZY_RETRY_MIN, LazyNode};
 pub use options::{
     DEFAULT_DRIFT_FACTOR, DEFAULT_MAX_NODE_TIMEOUT, DEFAULT_MIN_NODE_TIMEOUT, DEFAULT_NODE_TIMEOUT_FACTOR,
     RedlockOptions,

@@ -16,11 +16,13 @@ use std::time::Duration;
 use fred::clients::Client;
 use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
 use fred::types::{Message, Value};
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
 use tokio::sync::broadcast::Receiver;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{Notify, oneshot};
 
-use crate::conn::{NAME, OptionsClient, ensure_connected};
+use crate::conn::{NAME, OptionsClient};
 
 /// Channel prefix; a process id follows (the release script spells it too).
 pub(crate) const CHANNEL_PREFIX: &str = "verrou:wake:";
@@ -66,7 +68,15 @@ pub(crate) struct Notifier {
     refused: AtomicBool,
     /// Whether `client` was ever started (and so must be closed).
     started: AtomicBool,
+    /// fred's connection task of `client`, once started: see `connect`.
+    connection: Mutex<Option<fred::types::ConnectHandle>>,
+    /// The subscription attempt under way (or the last one): see `subscribe`.
+    attempt: Mutex<Option<Attempt>>,
 }
+
+/// A subscription attempt running on its own task, awaited by any number of
+/// waiters.
+type Attempt = Shared<BoxFuture<'static, Result<bool, String>>>;
 
 impl std::fmt::Debug for Notifier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -82,10 +92,15 @@ impl Drop for Notifier {
         if !self.started.load(Ordering::Relaxed) {
             return;
         }
+        let connection = lock(&self.connection).take();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let client = self.client.clone();
             runtime.spawn(async move {
                 let _ = client.quit().await;
+                // A task still connecting (or reconnecting) would go on.
+                if let Some(task) = connection {
+                    task.abort();
+                }
             });
         }
     }
@@ -108,14 +123,37 @@ impl Notifier {
             subscribed: AtomicBool::new(false),
             refused: AtomicBool::new(false),
             started: AtomicBool::new(false),
+            connection: Mutex::new(None),
+            attempt: Mutex::new(None),
         })
     }
 
     fn waiters(&self) -> MutexGuard<'_, Waiters> {
-        // Each update leaves the list consistent: a poisoned lock is usable.
-        match self.waiters.lock() {
-            Ok(w) => w,
-            Err(poisoned) => poisoned.into_inner(),
+        lock(&self.waiters)
+    }
+
+    /// Connects `client` unless it is, within the timeout, starting fred's
+    /// connection task only when none is running. A wait's timer can cut
+    /// this short anywhere: calling fred's `init` again then would start a
+    /// second connection task, and the replaced one, ending, leaves fred
+    /// believing the client stopped, so a later QUIT is never sent and the
+    /// connection stays open for good (seen as one extra connection per
+    /// backend after a refused SUBSCRIBE; see
+    /// `waits_cut_short_while_connecting_leave_no_connection_after_a_refusal`).
+    async fn connect(&self) -> Result<(), String> {
+        if self.client.is_connected() {
+            return Ok(());
+        }
+        {
+            let mut connection = lock(&self.connection);
+            if connection.as_ref().is_none_or(|task| task.is_finished()) {
+                *connection = Some(self.client.connect());
+            }
+        }
+        match tokio::time::timeout(self.timeout, self.client.wait_for_connect()).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(format!("cannot connect: {}", e.details())),
+            Err(_) => Err(format!("cannot connect within {:?}", self.timeout)),
         }
     }
 
@@ -181,11 +219,38 @@ impl Notifier {
     }
 
     /// Connects and subscribes to this backend's channel, once: true when
-    /// it just did.
+    /// it just did. The attempt runs on its own task, which waits whose
+    /// timers end first do not cut short: cut short after SUBSCRIBE, the
+    /// check that tells a refusal would never finish, and the connection
+    /// would stay open for nothing (see
+    /// `waits_cut_short_while_connecting_leave_no_connection_after_a_refusal`).
     async fn subscribe(self: &Arc<Self>) -> Result<bool, String> {
         if self.subscribed.load(Ordering::Acquire) {
             return Ok(false);
         }
+        let attempt = {
+            let mut slot = lock(&self.attempt);
+            match slot.as_ref() {
+                Some(running) if running.peek().is_none() => running.clone(),
+                _ => {
+                    let notifier = self.clone();
+                    let task = tokio::spawn(async move { notifier.subscribe_now().await });
+                    let attempt = async move {
+                        task.await
+                            .unwrap_or_else(|e| Err(format!("the subscription task failed: {e}")))
+                    }
+                    .boxed()
+                    .shared();
+                    *slot = Some(attempt.clone());
+                    attempt
+                }
+            }
+        };
+        attempt.await
+    }
+
+    /// One subscription attempt (see `subscribe`).
+    async fn subscribe_now(self: &Arc<Self>) -> Result<bool, String> {
         let mut link = self.link.lock().await;
         match *link {
             Link::Subscribed { .. } => return Ok(false),
@@ -193,10 +258,7 @@ impl Notifier {
             Link::Idle => {}
         }
         self.started.store(true, Ordering::Relaxed);
-        // `ensure_connected` closes the client when it cannot connect.
-        ensure_connected(&self.client, self.timeout)
-            .await
-            .map_err(|e| e.to_string())?;
+        self.connect().await?;
         // Listening before SUBSCRIBE: no message is missed in between.
         let messages = self.client.message_rx();
         let reconnects = self.client.reconnect_rx();
@@ -287,6 +349,15 @@ impl Notifier {
         if let Some(at) = w.list.iter().position(|(w, _)| w == id) {
             w.list.swap_remove(at);
         }
+    }
+}
+
+/// Each update under these locks leaves the state consistent: a poisoned
+/// lock is usable.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    match mutex.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
     }
 }
 

@@ -103,6 +103,17 @@ impl Backend {
 /// Parse `url`, connect the backend it names (eagerly: a wrong address or
 /// password fails here) and return it.
 ///
+/// Starting during an outage: a single server or cluster that is down
+/// fails here with [`Error::Backend`] — at once when the connection is
+/// refused, after `connect_timeout` when the server accepts but does not
+/// answer (paused, overloaded); nothing is retried in the background, so
+/// retry `connect` (or restart the process). A `redlock://` URL starts
+/// once a quorum of its nodes has connected (or failed its first attempt):
+/// the nodes that failed keep connecting in the background, count as
+/// failed votes until they answer, and are used from then on
+/// (`verrou::redlock::LazyNode`); fewer than a quorum is an
+/// [`Error::Backend`] naming each node's failure.
+///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> verrou::Result<()> {
@@ -264,7 +275,7 @@ fn read_ca(path: &std::path::Path) -> Result<Vec<u8>> {
 
 #[cfg(feature = "redlock")]
 async fn build_redlock(target: RedlockTarget) -> Result<Backend> {
-    use lock_redlock::{Redlock, RedlockOptions};
+    use lock_redlock::{LazyNode, Redlock, RedlockOptions};
 
     let mut options = RedlockOptions::default();
     if let Some(m) = target.quorum {
@@ -276,25 +287,40 @@ async fn build_redlock(target: RedlockTarget) -> Result<Backend> {
     if let Some(f) = target.drift_factor {
         options = options.drift_factor(f);
     }
+    // Every node connects in the background; the backend starts once a
+    // quorum has (see `Redlock::connect`): a minority down at start only
+    // costs failed votes until it answers.
     let mut nodes = Vec::with_capacity(target.nodes.len());
-    let mut names = Vec::with_capacity(target.nodes.len());
     let mut in_process = false;
     for node in target.nodes {
-        // Nodes are never redlock:// (the parser refuses it), so this
-        // recursion is one level deep.
-        let built = Box::pin(build(node)).await?;
-        in_process |= built.in_process;
-        names.push(built.description.clone());
-        nodes.push((built.description, built.locks));
+        in_process |= matches!(node, Target::Memory);
+        let name = match &node {
+            Target::Server(server) => server.describe(),
+            _ => "memory://".to_owned(),
+        };
+        nodes.push(LazyNode::spawn(name, move || build_node(node.clone()))?);
     }
-    let redlock = Redlock::with_named_nodes(nodes, options)?;
+    let redlock = Redlock::connect(nodes, options).await?;
+    let names = redlock.node_names().join(", ");
     Ok(Backend {
         locks: Arc::new(redlock),
         store: None,
         kinds: Kinds::none(),
-        description: format!("redlock://[{}]", names.join(", ")),
+        description: format!("redlock://[{names}]"),
         in_process,
     })
+}
+
+/// One node of a `redlock://` URL (never redlock:// itself: the parser
+/// refuses it).
+#[cfg(feature = "redlock")]
+async fn build_node(node: Target) -> Result<Arc<dyn LockBackend>> {
+    match node {
+        Target::Memory => build_memory().map(|built| built.locks),
+        #[cfg(any(feature = "redis-lua", feature = "tair"))]
+        Target::Server(server) => build_server(server).await.map(|built| built.locks),
+        _ => Err(Error::invalid("a redlock:// node cannot be redlock:// itself")),
+    }
 }
 
 /// Name the (password-free) URL in a backend error, so a failure among

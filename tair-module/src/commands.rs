@@ -10,23 +10,13 @@ use std::ffi::CStr;
 
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue, raw};
 
+use crate::args::{self, err};
 use crate::exstr::ExStr;
 use crate::key::{Key, Slot, api, now_ms, replayed};
 use crate::ldouble;
-use crate::parse::{
-    Allow, E_MIN_MAX, E_NOT_FLOAT, E_NOT_INT, E_OVERFLOW, E_STALE, E_SYNTAX, E_VER_INT, Opts, Ttl, VerKind, ll_bytes,
-    parse_opts, resolve_flags, resolve_ttl, resolve_version, string2ll,
-};
+use crate::parse::{E_NOT_FLOAT, E_NOT_INT, E_OVERFLOW, E_STALE, Ttl, VerKind, ll_bytes, string2ll};
 
 const OK: RedisValue = RedisValue::SimpleStringStatic("OK");
-
-fn arity(cmd: &str) -> RedisError {
-    RedisError::String(format!("ERR wrong number of arguments for '{cmd}' command"))
-}
-
-fn err(msg: &'static str) -> RedisError {
-    RedisError::Str(msg)
-}
 
 fn int(v: i64) -> RedisValue {
     RedisValue::Integer(v)
@@ -43,10 +33,6 @@ fn bulk(v: &[u8]) -> RedisValue {
 
 fn slices(args: &[RedisString]) -> Vec<&[u8]> {
     args.iter().map(RedisString::as_slice).collect()
-}
-
-fn opts<'a>(tail: &'a [&'a [u8]], allow: Allow) -> Result<Opts<'a>, RedisError> {
-    parse_opts(tail, allow).map_err(err)
 }
 
 /// The version after a successful write: ABS n, or +1.
@@ -106,14 +92,13 @@ fn store(ctx: &Context, name: &RedisString, key: &mut Key, new: ExStr, ttl: Ttl)
 
 /// `EXSET key value [EX|PX|EXAT|PXAT t | KEEPTTL] [NX|XX] [VER|ABS n] [FLAGS f] [WITHVERSION]`
 pub fn exset(ctx: &Context, args: &[RedisString]) -> RedisResult {
-    if args.len() < 3 {
-        return Err(arity("exset"));
-    }
     let all = slices(args);
-    let o = opts(&all[3..], Allow::EXSET)?;
-    let ttl = resolve_ttl(&o, now_ms()?).map_err(err)?;
-    let v = resolve_version(&o, replayed(ctx)).map_err(err)?;
-    let flags = resolve_flags(&o).map_err(err)?;
+    let args::ExSet {
+        opts: o,
+        ttl,
+        version: v,
+        flags,
+    } = args::exset(&all, now_ms()?, replayed(ctx))?;
 
     let mut key = Key::open(ctx, &args[1], true)?;
     let (cur_version, cur_flags) = match key.slot()? {
@@ -137,13 +122,7 @@ pub fn exset(ctx: &Context, args: &[RedisString]) -> RedisResult {
 
 /// `EXGET key [WITHFLAGS]`
 pub fn exget(ctx: &Context, args: &[RedisString]) -> RedisResult {
-    if args.len() < 2 || args.len() > 3 {
-        return Err(arity("exget"));
-    }
-    let withflags = args.len() == 3;
-    if withflags && !args[2].as_slice().eq_ignore_ascii_case(b"withflags") {
-        return Err(err(E_SYNTAX));
-    }
+    let withflags = args::exget(&slices(args))?;
     let mut key = Key::open(ctx, &args[1], false)?;
     match key.slot()? {
         Slot::Empty => Ok(RedisValue::Null),
@@ -160,33 +139,20 @@ pub fn exget(ctx: &Context, args: &[RedisString]) -> RedisResult {
 
 /// `EXINCRBY key num [TTL|KEEPTTL] [NX|XX] [VER|ABS n] [MIN a] [MAX b] [NONEGATIVE] [WITHVERSION] [DEF d]`
 pub fn exincrby(ctx: &Context, args: &[RedisString]) -> RedisResult {
-    if args.len() < 3 {
-        return Err(arity("exincrby"));
-    }
     let all = slices(args);
-    let o = opts(&all[3..], Allow::EXINCRBY)?;
+    let o = args::exincrby_opts(&all)?;
     let mut key = Key::open(ctx, &args[1], true)?;
     if matches!(key.slot()?, Slot::Str | Slot::Other) {
         return Err(RedisError::WrongType);
     }
-    let incr = string2ll(all[2]).ok_or(err(E_NOT_INT))?;
-    let def = match o.def {
-        Some(d) => Some(string2ll(d).ok_or(err(E_NOT_INT))?),
-        None => None,
-    };
-    let ttl = resolve_ttl(&o, now_ms()?).map_err(err)?;
-    let v = resolve_version(&o, replayed(ctx)).map_err(err)?;
-    let bound = |b: Option<&[u8]>| match b {
-        Some(b) => string2ll(b).map(Some).ok_or(err(E_MIN_MAX)),
-        None => Ok(None),
-    };
-    let min = bound(o.min)?;
-    let max = bound(o.max)?;
-    if let (Some(lo), Some(hi)) = (min, max)
-        && hi < lo
-    {
-        return Err(err(E_MIN_MAX));
-    }
+    let args::IncrBy {
+        incr,
+        def,
+        ttl,
+        version: v,
+        min,
+        max,
+    } = args::exincrby_numbers(&all, &o, now_ms()?, replayed(ctx))?;
 
     let (cur_version, flags, start) = match key.slot()? {
         Slot::Empty if o.xx => return Ok(RedisValue::Null),
@@ -226,30 +192,17 @@ pub fn exincrby(ctx: &Context, args: &[RedisString]) -> RedisResult {
 
 /// `EXINCRBYFLOAT key num [TTL|KEEPTTL] [NX|XX] [VER|ABS n] [MIN a] [MAX b]`
 pub fn exincrbyfloat(ctx: &Context, args: &[RedisString]) -> RedisResult {
-    if args.len() < 3 {
-        return Err(arity("exincrbyfloat"));
-    }
     let all = slices(args);
+    args::at_least(&all, 3, "exincrbyfloat")?;
     let mut key = Key::open(ctx, &args[1], true)?;
     if matches!(key.slot()?, Slot::Str | Slot::Other) {
         return Err(RedisError::WrongType);
     }
-    if !ldouble::valid(all[2]) {
-        return Err(err(E_NOT_FLOAT));
-    }
-    let o = opts(&all[3..], Allow::EXINCRBYFLOAT)?;
-    let ttl = resolve_ttl(&o, now_ms()?).map_err(err)?;
-    let v = resolve_version(&o, replayed(ctx)).map_err(err)?;
-    for b in [o.min, o.max].into_iter().flatten() {
-        if !ldouble::valid(b) {
-            return Err(err(E_MIN_MAX));
-        }
-    }
-    if let (Some(lo), Some(hi)) = (o.min, o.max)
-        && ldouble::less(lo, hi)
-    {
-        return Err(err(E_MIN_MAX));
-    }
+    let args::IncrByFloat {
+        opts: o,
+        ttl,
+        version: v,
+    } = args::exincrbyfloat(&all, now_ms()?, replayed(ctx))?;
 
     let (cur_version, flags, result) = match key.slot()? {
         Slot::Empty if o.xx => return Ok(RedisValue::Null),
@@ -282,19 +235,13 @@ pub fn exincrbyfloat(ctx: &Context, args: &[RedisString]) -> RedisResult {
 
 /// `EXSETVER key version`
 pub fn exsetver(ctx: &Context, args: &[RedisString]) -> RedisResult {
-    if args.len() != 3 {
-        return Err(arity("exsetver"));
-    }
+    args::exactly(&slices(args), 3, "exsetver")?;
     let mut key = Key::open(ctx, &args[1], true)?;
     match key.slot()? {
         Slot::Empty => Ok(int(0)),
         Slot::Str | Slot::Other => Err(RedisError::WrongType),
         Slot::Ex(cur) => {
-            let n = string2ll(args[2].as_slice()).ok_or(err(E_SYNTAX))?;
-            if n <= 0 {
-                return Err(err(E_SYNTAX));
-            }
-            cur.version = n as u64;
+            cur.version = args::exsetver_version(args[2].as_slice())?;
             ctx.replicate("EXSETVER", &[args[1].as_slice(), args[2].as_slice()][..]);
             Ok(int(1))
         }
@@ -303,26 +250,13 @@ pub fn exsetver(ctx: &Context, args: &[RedisString]) -> RedisResult {
 
 /// `EXCAS key newvalue version [EX|PX|EXAT|PXAT t | KEEPTTL]`
 pub fn excas(ctx: &Context, args: &[RedisString]) -> RedisResult {
-    if args.len() < 4 {
-        return Err(arity("excas"));
-    }
     let all = slices(args);
-    let o = opts(&all[4..], Allow::CAS)?;
-    // TairString's order: TTL not a number (syntax), version not a number
-    // (its own error), then TTL <= 0 or version < 0 (syntax).
-    if let Some((_, raw)) = o.ttl {
-        string2ll(raw).ok_or(err(E_SYNTAX))?;
-    }
-    let expected = string2ll(all[3]).ok_or(err(E_VER_INT))?;
-    let ttl = resolve_ttl(&o, now_ms()?).map_err(err)?;
-    if expected < 0 {
-        return Err(err(E_SYNTAX));
-    }
+    let (ttl, expected) = args::excas(&all, now_ms()?)?;
     let mut key = Key::open(ctx, &args[1], true)?;
     let (cur_version, flags) = match key.slot()? {
         Slot::Empty => return Ok(int(-1)),
         Slot::Str | Slot::Other => return Err(RedisError::WrongType),
-        Slot::Ex(cur) if cur.version != expected as u64 => {
+        Slot::Ex(cur) if cur.version != expected => {
             return Ok(RedisValue::Array(vec![
                 RedisValue::SimpleStringStatic("CAS_FAILED"),
                 bulk(&cur.value),
@@ -346,16 +280,14 @@ pub fn excas(ctx: &Context, args: &[RedisString]) -> RedisResult {
 
 /// `EXCAD key version`
 pub fn excad(ctx: &Context, args: &[RedisString]) -> RedisResult {
-    if args.len() != 3 {
-        return Err(arity("excad"));
-    }
+    args::exactly(&slices(args), 3, "excad")?;
     let mut key = Key::open(ctx, &args[1], true)?;
     if matches!(key.slot()?, Slot::Str | Slot::Other) {
         return Err(RedisError::WrongType);
     }
-    let expected = string2ll(args[2].as_slice()).ok_or(err(E_SYNTAX))?;
+    let expected = args::excad_version(args[2].as_slice())?;
     let matches = match key.slot()? {
-        Slot::Ex(cur) => cur.version == expected as u64,
+        Slot::Ex(cur) => cur.version == expected,
         _ => return Ok(int(-1)),
     };
     if !matches {
@@ -368,12 +300,8 @@ pub fn excad(ctx: &Context, args: &[RedisString]) -> RedisResult {
 
 /// Shared body of EXAPPEND / EXPREPEND.
 fn exappend_impl(ctx: &Context, args: &[RedisString], name: &str, prepend: bool) -> RedisResult {
-    if args.len() < 3 {
-        return Err(arity(name));
-    }
     let all = slices(args);
-    let o = opts(&all[3..], Allow::APPEND)?;
-    let v = resolve_version(&o, replayed(ctx)).map_err(err)?;
+    let (o, v) = args::exappend(&all, name, replayed(ctx))?;
     let mut key = Key::open(ctx, &args[1], true)?;
     let new = match key.slot()? {
         Slot::Empty if o.xx => return Ok(RedisValue::Null),
@@ -418,14 +346,7 @@ pub fn exprepend(ctx: &Context, args: &[RedisString]) -> RedisResult {
 
 /// `EXGAE key EX|PX|EXAT|PXAT t`
 pub fn exgae(ctx: &Context, args: &[RedisString]) -> RedisResult {
-    if args.len() < 4 {
-        return Err(arity("exgae"));
-    }
-    let all = slices(args);
-    let o = opts(&all[2..], Allow::EXGAE)?;
-    let Ttl::At(at) = resolve_ttl(&o, now_ms()?).map_err(err)? else {
-        return Err(err(E_SYNTAX));
-    };
+    let at = args::exgae(&slices(args), now_ms()?)?;
     let mut key = Key::open(ctx, &args[1], true)?;
     let reply = match key.slot()? {
         Slot::Empty => return Ok(RedisValue::Null),
@@ -473,17 +394,8 @@ fn get_string(ctx: &Context, name: &RedisString) -> Result<Option<Vec<u8>>, Redi
 
 /// `CAS key old new [EX|PX|EXAT|PXAT t | KEEPTTL]` on native strings.
 pub fn cas(ctx: &Context, args: &[RedisString]) -> RedisResult {
-    if args.len() < 4 {
-        return Err(arity("cas"));
-    }
     let all = slices(args);
-    let o = opts(&all[4..], Allow::CAS)?;
-    let ttl = match resolve_ttl(&o, now_ms()?).map_err(err)? {
-        // SET-style replacement drops the TTL; KEEPTTL is accepted but, as in
-        // TairString on Redis 7, does not keep it.
-        Ttl::Keep => Ttl::Remove,
-        t => t,
-    };
+    let ttl = args::cas(&all, now_ms()?)?;
     let mut key = Key::open(ctx, &args[1], true)?;
     match key.slot()? {
         Slot::Empty => return Ok(int(-1)),
@@ -506,9 +418,7 @@ pub fn cas(ctx: &Context, args: &[RedisString]) -> RedisResult {
 
 /// `CAD key value` on native strings.
 pub fn cad(ctx: &Context, args: &[RedisString]) -> RedisResult {
-    if args.len() != 3 {
-        return Err(arity("cad"));
-    }
+    args::exactly(&slices(args), 3, "cad")?;
     let mut key = Key::open(ctx, &args[1], true)?;
     match key.slot()? {
         Slot::Empty => return Ok(int(-1)),

@@ -15,6 +15,7 @@
 // allocator is unavailable outside a server), leaving the handlers unused.
 #![cfg_attr(test, allow(dead_code))]
 
+mod args;
 mod commands;
 mod exstr;
 mod key;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use lock_core::{LockBackend, ReplicaAck, VersionedStore};
 use lock_memory::MemoryBackend;
 use lock_redis_lua::RedisLuaBackend;
-use lock_redlock::Redlock;
+use lock_redlock::{LazyNode, Redlock, RedlockOptions};
 use lock_tair::TairBackend;
 
 /// How one client reaches its backend.
@@ -87,17 +87,19 @@ pub async fn build(spec: &Spec, timeout: Duration) -> lock_core::Result<Built> {
             }
         }
         Spec::Redlock { urls } => {
-            let mut nodes: Vec<Arc<dyn LockBackend>> = Vec::with_capacity(urls.len());
+            // Nodes down when the client starts connect in the background.
+            let mut nodes = Vec::with_capacity(urls.len());
             for url in urls {
-                let node = RedisLuaBackend::builder_url(url.clone())
-                    .connect_timeout(timeout)
-                    .response_timeout(timeout)
-                    .build()
-                    .await?;
-                nodes.push(Arc::new(node));
+                let url = url.clone();
+                nodes.push(LazyNode::spawn(url.clone(), move || {
+                    RedisLuaBackend::builder_url(url.clone())
+                        .connect_timeout(timeout)
+                        .response_timeout(timeout)
+                        .build()
+                })?);
             }
             Built {
-                lock: Arc::new(Redlock::new(nodes)?),
+                lock: Arc::new(Redlock::connect(nodes, RedlockOptions::default()).await?),
                 store: None,
             }
         }

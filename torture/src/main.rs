@@ -10,6 +10,7 @@
 //! cargo run --release -p verrou-torture                 # full run: SAFETY.md + safety/*.svg at the repo root
 //! cargo run -p verrou-torture -- --quick                # CI: claimed-safe rows only, under a minute
 //! cargo run --release -p verrou-torture -- --url redis://host:6379 [--backend lua|tair]
+//! cargo run -p verrou-torture -- --soak 60s                # leaks: RSS, fds, connections, keys, scripts
 //! ```
 
 mod backends;
@@ -23,6 +24,7 @@ mod probe;
 mod record;
 mod report;
 mod run;
+mod soak;
 mod switch;
 
 use std::path::PathBuf;
@@ -38,6 +40,7 @@ pub type BoxResult<T> = Result<T, BoxError>;
 
 const USAGE: &str = "\
 usage: verrou-torture [--quick] [--seed N] [--out DIR] [--only TEXT] [--url URL [--backend lua|tair]]
+       verrou-torture --soak DURATION [--out DIR]
 
   --quick        CI mode: the claimed-safe rows that cover each mechanism once, short
                  rows (well under a minute); writes under target/verrou-torture/
@@ -50,6 +53,9 @@ usage: verrou-torture [--quick] [--seed N] [--out DIR] [--only TEXT] [--url URL 
                  keys are prefixed verrou-torture:<seed>:
   --backend B    with --url: lua (default) or tair
   --every-row    also draw one timeline per row, under safety/rows/ (for digging into a row)
+  --soak D       steady contention and periodic faults on every backend for D in all (e.g. 60s,
+                 30m); samples RSS, open fds, the servers' clients, keys and script cache, and
+                 fails (exit 1) when one keeps growing; writes SOAK.md (default target/verrou-torture-soak/)
 
 Exit status: 0 when every claimed-safe row holds and the control row shows overlaps,
 1 when a claim is broken (overlap, stale write accepted, late loss signal,
@@ -64,6 +70,7 @@ struct Args {
     url: Option<String>,
     backend: Option<String>,
     every_row: bool,
+    soak: Option<std::time::Duration>,
 }
 
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -86,6 +93,10 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Args, String> {
                     return Err(format!("--backend: lua or tair, not {b}"));
                 }
                 parsed.backend = Some(b);
+            }
+            "--soak" => {
+                let d = it.next().ok_or("--soak needs a duration, e.g. 60s")?;
+                parsed.soak = Some(humantime::parse_duration(&d).map_err(|e| format!("--soak {d}: {e}"))?);
             }
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other}")),
@@ -148,6 +159,12 @@ async fn external(url: &str) -> BoxResult<External> {
 /// Runs the plan; true when every claim held.
 async fn main_async(args: Args) -> BoxResult<bool> {
     clock::init();
+    if let Some(total) = args.soak {
+        let out = args
+            .out
+            .unwrap_or_else(|| repo_root().join("target/verrou-torture-soak"));
+        return soak::soak(total, &out).await;
+    }
     let seed = args.seed.unwrap_or_else(|| fastrand::u64(..));
     let ext = match &args.url {
         Some(url) => Some(external(url).await?),
@@ -283,6 +300,8 @@ mod tests {
         assert!(parse(&["--seed", "x"]).is_err());
         assert!(parse(&["--backend", "tair"]).is_err());
         assert!(parse(&["--bogus"]).is_err());
+        assert!(parse(&["--soak", "soon"]).is_err());
+        assert!(parse(&["--soak", "60s"]).is_ok_and(|a| a.soak == Some(std::time::Duration::from_secs(60))));
         assert!(parse(&["--quick", "--seed", "7"]).is_ok_and(|a| a.quick && a.seed == Some(7)));
     }
 }

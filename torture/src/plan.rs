@@ -57,6 +57,9 @@ pub enum Fault {
     NodesKilledDelayed(usize),
     /// `n` Redlock nodes restarted empty at once (beyond what Redlock tolerates).
     NodesRestartedEmpty(usize),
+    /// `n` Redlock nodes SIGSTOPped before the clients start (they connect
+    /// to the others and start), resumed at the fault time.
+    NodesDownAtStart(usize),
     /// The bodies run without the lock.
     NoLock,
 }
@@ -76,6 +79,7 @@ impl Fault {
             Fault::NodesPaused(n) => format!("redlock-{n}-paused"),
             Fault::NodesKilledDelayed(n) => format!("redlock-{n}-killed-delayed-restart"),
             Fault::NodesRestartedEmpty(n) => format!("redlock-{n}-restarted-empty"),
+            Fault::NodesDownAtStart(n) => format!("redlock-{n}-down-at-start"),
             Fault::NoLock => "no-lock".into(),
         }
     }
@@ -103,6 +107,7 @@ impl fmt::Display for Fault {
             Fault::NodesPaused(n) => write!(f, "{n} of 5 nodes paused 3×TTL"),
             Fault::NodesKilledDelayed(n) => write!(f, "{n} of 5 nodes killed, restarted empty after TTL"),
             Fault::NodesRestartedEmpty(n) => write!(f, "{n} of 5 nodes restarted empty at once"),
+            Fault::NodesDownAtStart(n) => write!(f, "{n} of 5 nodes paused as the clients start, resumed mid-row"),
             Fault::NoLock => write!(f, "bodies run without the lock"),
         }
     }
@@ -236,6 +241,8 @@ pub fn full() -> Vec<Scenario> {
         row(r, t, NodesPaused(2), Safe, ""),
         row(r, t, NodesKilledDelayed(1), Safe, ""),
         row(r, t, NodesKilledDelayed(2), Safe, ""),
+        row(r, t, NodesDownAtStart(1), Safe, ""),
+        row(r, t, NodesDownAtStart(2), Safe, ""),
         row(
             r,
             t,
@@ -267,6 +274,7 @@ pub fn quick() -> Vec<Scenario> {
         row(Backend::Tair, Topology::Single, KillRestart, Safe, ""),
         row(Backend::Tair, Topology::Single, Stall, Fenced, ""),
         row(Backend::Redlock, Topology::Five, NodesKilledDelayed(1), Safe, ""),
+        row(Backend::Redlock, Topology::Five, NodesDownAtStart(2), Safe, ""),
     ]
 }
 

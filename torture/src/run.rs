@@ -110,7 +110,7 @@ pub struct Outcome {
     pub span: (i64, i64),
 }
 
-enum Env {
+pub(crate) enum Env {
     Memory(MemoryBackend),
     Single {
         server: Box<RedisServer>,
@@ -137,7 +137,7 @@ fn server_builder(backend: Backend) -> RedisServerBuilder {
     if backend == Backend::Tair { b.tair_module() } else { b }
 }
 
-async fn setup(sc: &Scenario, clients: usize, ext: Option<&External>) -> BoxResult<Env> {
+pub(crate) async fn setup(sc: &Scenario, clients: usize, ext: Option<&External>) -> BoxResult<Env> {
     Ok(match sc.topology {
         Topology::InProcess => Env::Memory(MemoryBackend::new()),
         Topology::Single => {
@@ -221,7 +221,17 @@ pub fn host_port(url: &str) -> Option<String> {
 }
 
 impl Env {
-    fn url(&self, client: usize) -> String {
+    /// The servers to sample (none in process or for `--url`).
+    pub(crate) fn servers(&self) -> Vec<&RedisServer> {
+        match self {
+            Env::Memory(_) | Env::External { .. } => Vec::new(),
+            Env::Single { server, .. } => vec![server],
+            Env::Pair { primary, replica, .. } => vec![primary, replica],
+            Env::Five(nodes) => nodes.servers().iter().collect(),
+        }
+    }
+
+    pub(crate) fn url(&self, client: usize) -> String {
         match self {
             Env::Memory(_) | Env::Five(_) => String::new(),
             Env::Single { proxies, .. } => proxies[client].url(),
@@ -250,7 +260,7 @@ impl Env {
         }
     }
 
-    fn spec(&self, backend: Backend, url: String, ack: Option<ReplicaAck>) -> Spec {
+    pub(crate) fn spec(&self, backend: Backend, url: String, ack: Option<ReplicaAck>) -> Spec {
         match (self, backend) {
             (Env::Memory(m), _) => Spec::Memory(m.clone()),
             (Env::Five(nodes), _) => Spec::Redlock { urls: nodes.urls() },
@@ -262,7 +272,14 @@ impl Env {
 
 /// Inject `fault`; returns once it healed. Windows are recorded in `log`
 /// (the stall by the stalled client itself).
-async fn inject(env: &mut Env, sc: &Scenario, p: &Params, log: &Log, stall: Option<&Arc<Stall>>) -> BoxResult<()> {
+pub(crate) async fn inject(
+    env: &mut Env,
+    sc: &Scenario,
+    p: &Params,
+    log: &Log,
+    stall: Option<&Arc<Stall>>,
+    down_since: i64,
+) -> BoxResult<()> {
     let len = p.fault_len();
     let from = clock::now();
     match (sc.fault, env) {
@@ -347,6 +364,14 @@ async fn inject(env: &mut Env, sc: &Scenario, p: &Params, log: &Log, stall: Opti
         (Fault::NodesRestartedEmpty(n), Env::Five(nodes)) => {
             futures::future::try_join_all(nodes.servers()[..n].iter().map(RedisServer::restart_empty)).await?;
         }
+        // Paused before the clients started (see `run`): the fault heals here.
+        (Fault::NodesDownAtStart(n), Env::Five(nodes)) => {
+            for s in &nodes.servers()[..n] {
+                s.resume()?;
+            }
+            log.window(down_since, clock::now());
+            return Ok(());
+        }
         (Fault::None | Fault::NoLock, _) => return Ok(()),
         (f, _) => return Err(format!("fault {f} does not apply to this topology").into()),
     }
@@ -408,6 +433,13 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
         .acquire_timeout(p.ttl * 6)
         .op_timeout(p.ttl / 2);
     let stall = (sc.fault == Fault::Stall).then(|| Stall::new(p.fault_len()));
+    // Starting during a fault: these nodes are down before any client connects.
+    let down_since = clock::now();
+    if let (Fault::NodesDownAtStart(n), Env::Five(nodes)) = (sc.fault, &env) {
+        for s in &nodes.servers()[..n] {
+            s.pause()?;
+        }
+    }
     let begin = Instant::now();
     let span_start = clock::at(begin);
     let planned_stop = begin + p.duration;
@@ -455,7 +487,7 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
     while sc.fault != Fault::Stall && !first_in_body.load(Ordering::SeqCst) && Instant::now() < wait_for_holder {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    if let Err(e) = inject(&mut env, &sc, p, &log, stall.as_ref()).await {
+    if let Err(e) = inject(&mut env, &sc, p, &log, stall.as_ref(), down_since).await {
         log.error(format!("fault injection failed: {e}"));
     }
     if let Some(st) = &stall {
@@ -508,7 +540,14 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
     };
     let snapshot = log.snapshot();
     let measured = check::measure(&snapshot, p.bounds(), sc.fault.injects(), final_value, hangs);
-    let violations = judge(&sc, &measured);
+    let mut violations = judge(&sc, &measured);
+    if let Fault::NodesDownAtStart(_) = sc.fault {
+        // The point of the row: clients start and take locks while nodes are down.
+        let healed = snapshot.windows.iter().map(|w| w.to).max().unwrap_or(i64::MIN);
+        if !snapshot.bodies.iter().any(|b| b.start < healed) {
+            violations.push("no lock was taken while the nodes were down: the clients did not start".into());
+        }
+    }
     Ok(Outcome {
         scenario: sc,
         seed,

@@ -1,0 +1,268 @@
+//! `--soak DURATION`: steady contention plus periodic faults on every
+//! backend in turn, sampling what a leak would make grow — this process's
+//! resident memory and open file descriptors, the servers' connected
+//! clients, key count and script cache — and failing when one keeps growing.
+//!
+//! Growth is judged on the samples after a warm-up (the first quarter):
+//! the mean of the last third against the mean of the first third, beyond a
+//! tolerance per resource (noise: an allocator's arenas, a connection in
+//! the middle of a reconnect, lock keys that come and go). The slope (a
+//! least-squares fit, per minute) is reported for each.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use lock_core::LockOptions;
+use tokio::time::Instant;
+
+use crate::BoxResult;
+use crate::backends::build;
+use crate::plan::{Backend, Claim, Fault, Scenario, Topology};
+use crate::record::Log;
+use crate::run::{self, Env, Params};
+
+/// Lock clients per backend.
+const CLIENTS: usize = 4;
+/// Contended keys.
+const KEYS: usize = 2;
+/// Between samples.
+const SAMPLE_EVERY: Duration = Duration::from_millis(500);
+
+/// One resource's samples.
+struct Series {
+    name: &'static str,
+    unit: &'static str,
+    /// Growth from the first to the last third beyond this is a leak.
+    tolerance: f64,
+    points: Vec<(f64, f64)>,
+}
+
+impl Series {
+    fn new(name: &'static str, unit: &'static str, tolerance: f64) -> Self {
+        Series {
+            name,
+            unit,
+            tolerance,
+            points: Vec::new(),
+        }
+    }
+
+    /// The samples after the warm-up.
+    fn settled(&self) -> &[(f64, f64)] {
+        &self.points[self.points.len() / 4..]
+    }
+
+    /// Least-squares slope per minute.
+    fn slope_per_minute(&self) -> f64 {
+        let pts = self.settled();
+        let n = pts.len() as f64;
+        if pts.len() < 2 {
+            return 0.0;
+        }
+        let (mx, my) = pts.iter().fold((0.0, 0.0), |(x, y), (px, py)| (x + px / n, y + py / n));
+        let (num, den) = pts.iter().fold((0.0, 0.0), |(a, b), (x, y)| {
+            (a + (x - mx) * (y - my), b + (x - mx) * (x - mx))
+        });
+        if den == 0.0 { 0.0 } else { num / den * 60.0 }
+    }
+
+    /// Mean of the last third minus mean of the first third (after warm-up).
+    fn growth(&self) -> f64 {
+        let pts = self.settled();
+        let third = pts.len() / 3;
+        if third == 0 {
+            return 0.0;
+        }
+        let mean = |s: &[(f64, f64)]| s.iter().map(|p| p.1).sum::<f64>() / s.len() as f64;
+        mean(&pts[pts.len() - third..]) - mean(&pts[..third])
+    }
+
+    fn grows(&self) -> bool {
+        self.growth() > self.tolerance
+    }
+}
+
+/// This process's resident set, MiB.
+fn rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// This process's open file descriptors.
+fn open_fds() -> f64 {
+    std::fs::read_dir("/proc/self/fd").map_or(0.0, |d| d.count() as f64)
+}
+
+/// Connected clients, keys and cached scripts, summed over the servers.
+async fn server_counts(env: &Env) -> Option<(f64, f64, f64)> {
+    let servers = env.servers();
+    if servers.is_empty() {
+        return None;
+    }
+    let (mut clients, mut keys, mut scripts) = (0.0, 0.0, 0.0);
+    for s in servers {
+        let info = s.info("clients").await.ok()?;
+        clients += info.get("connected_clients")?.parse::<f64>().ok()?;
+        let memory = s.info("memory").await.ok()?;
+        scripts += memory.get("number_of_cached_scripts")?.parse::<f64>().ok()?;
+        keys += s.cmd(&["DBSIZE"]).await.ok()?.as_int()? as f64;
+    }
+    Some((clients, keys, scripts))
+}
+
+/// One backend's scenario: the topology and the periodic fault.
+fn scenario(backend: Backend) -> Scenario {
+    let (topology, fault) = match backend {
+        Backend::Memory | Backend::Control => (Topology::InProcess, Fault::None),
+        Backend::Lua | Backend::Tair => (Topology::Single, Fault::Pause),
+        Backend::Redlock => (Topology::Five, Fault::NodesPaused(1)),
+    };
+    Scenario {
+        backend,
+        topology,
+        fault,
+        claim: Claim::Safe,
+        why: "",
+    }
+}
+
+/// Soak one backend for `length`; its series.
+async fn soak_backend(backend: Backend, length: Duration, p: &Params) -> BoxResult<Vec<Series>> {
+    let sc = scenario(backend);
+    let mut env = run::setup(&sc, CLIENTS, None).await?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let keys: Arc<Vec<String>> = Arc::new((0..KEYS).map(|k| format!("verrou-soak:lock{k}")).collect());
+    let options = LockOptions::with_ttl(p.ttl).acquire_timeout(p.ttl * 6);
+    let mut clients = Vec::with_capacity(CLIENTS);
+    for i in 0..CLIENTS {
+        let spec = env.spec(backend, env.url(i), None);
+        let (stop, keys, options, ttl) = (stop.clone(), keys.clone(), options.clone(), p.ttl);
+        clients.push(tokio::spawn(async move {
+            let Ok(built) = build(&spec, ttl).await else { return };
+            let Ok(locks) = lock_core::LockManager::from_arc(built.lock, options) else {
+                return;
+            };
+            let mut rng = fastrand::Rng::with_seed(i as u64);
+            while !stop.load(Ordering::Relaxed) {
+                let key = &keys[rng.usize(..keys.len())];
+                match locks.lock(key).await {
+                    Ok(guard) => {
+                        tokio::time::sleep(Duration::from_millis(rng.u64(1..5))).await;
+                        let _ = guard.release().await;
+                    }
+                    Err(_) => tokio::time::sleep(ttl / 4).await,
+                }
+                if let Some(store) = &built.store {
+                    let _ = store.get("verrou-soak:value").await;
+                }
+            }
+        }));
+    }
+    let mut rss = Series::new("client RSS", "MiB", 16.0);
+    let mut fds = Series::new("client open fds", "", 4.0);
+    let mut conns = Series::new("server connected_clients", "", 2.0);
+    let mut keys_n = Series::new("server keys", "", (KEYS * 2) as f64);
+    let mut scripts = Series::new("server cached scripts", "", 2.0);
+    let log = Log::default();
+    let begin = Instant::now();
+    let fault_every = (length / 5).max(p.ttl * 10);
+    let mut next_fault = begin + fault_every;
+    while begin.elapsed() < length {
+        let t = begin.elapsed().as_secs_f64();
+        rss.points.push((t, rss_mib()));
+        fds.points.push((t, open_fds()));
+        if let Some((c, k, s)) = server_counts(&env).await {
+            conns.points.push((t, c));
+            keys_n.points.push((t, k));
+            scripts.points.push((t, s));
+        }
+        if sc.fault.injects() && Instant::now() >= next_fault {
+            run::inject(&mut env, &sc, p, &log, None, 0).await?;
+            next_fault = Instant::now() + fault_every;
+        }
+        tokio::time::sleep(SAMPLE_EVERY).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        let _ = tokio::time::timeout(p.hang_bound, c).await;
+    }
+    Ok([rss, fds, conns, keys_n, scripts]
+        .into_iter()
+        .filter(|s| !s.points.is_empty())
+        .collect())
+}
+
+/// Soak every backend for a share of `total`; writes `SOAK.md` in `out`
+/// and returns true when nothing grew.
+pub async fn soak(total: Duration, out: &Path) -> BoxResult<bool> {
+    let backends = [Backend::Memory, Backend::Lua, Backend::Tair, Backend::Redlock];
+    let share = total / backends.len() as u32;
+    let p = Params::quick();
+    lock_testkit::server::build_tair_module_if_missing()?;
+    let mut md = format!(
+        "# Soak\n\n`verrou-torture --soak {}`: {CLIENTS} clients on {KEYS} keys per backend for {:.0} s each, \
+         a fault every fifth of that (server paused 3×TTL; one Redlock node paused), sampled every {} ms. \
+         A resource grows when the mean of the last third of the samples (after a quarter of warm-up) exceeds \
+         the first third's by more than its tolerance.\n\n\
+         | backend | resource | after warm-up → last | growth | tolerance | slope / min | result |\n|---|---|---|---|---|---|---|\n",
+        humantime::format_duration(total),
+        share.as_secs_f64(),
+        SAMPLE_EVERY.as_millis()
+    );
+    let mut ok = true;
+    for backend in backends {
+        let series = soak_backend(backend, share, &p).await?;
+        for s in &series {
+            let first = s.settled().first().map_or(0.0, |p| p.1);
+            let last = s.points.last().map_or(0.0, |p| p.1);
+            let verdict = if s.grows() { "**GROWS**" } else { "flat" };
+            ok &= !s.grows();
+            let line = format!(
+                "| {} | {} | {first:.1} → {last:.1} {} | {:+.1} | {} | {:+.2} | {verdict} |",
+                backend.label(),
+                s.name,
+                s.unit,
+                s.growth(),
+                s.tolerance,
+                s.slope_per_minute()
+            );
+            println!("{line}");
+            let _ = writeln!(md, "{line}");
+        }
+    }
+    std::fs::create_dir_all(out)?;
+    let path = out.join("SOAK.md");
+    std::fs::write(&path, md)?;
+    println!("wrote {}", path.display());
+    Ok(ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn series(values: &[f64]) -> Series {
+        let mut s = Series::new("x", "", 2.0);
+        s.points = values.iter().enumerate().map(|(i, v)| (i as f64, *v)).collect();
+        s
+    }
+
+    #[test]
+    fn a_steady_climb_grows_and_noise_does_not() {
+        let leak: Vec<f64> = (0..40).map(|i| 10.0 + f64::from(i) * 0.5).collect();
+        assert!(series(&leak).grows());
+        assert!(series(&leak).slope_per_minute() > 0.0);
+        let noise: Vec<f64> = (0..40).map(|i| 10.0 + f64::from(i % 3)).collect();
+        assert!(!series(&noise).grows());
+        // A warm-up rise (the first quarter) is not a leak.
+        let warm: Vec<f64> = (0..40).map(|i| if i < 8 { f64::from(i) } else { 8.0 }).collect();
+        assert!(!series(&warm).grows());
+    }
+}
