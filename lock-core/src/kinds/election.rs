@@ -18,6 +18,7 @@ use futures::Stream;
 
 use super::guard::{KindGuard, adapter_capabilities, kind_locks};
 use crate::backend::{AcquireOutcome, Capabilities, LockBackend, ReleaseOutcome, RenewOutcome};
+use crate::engine::{Attempt, Identity};
 use crate::error::{Error, Result};
 use crate::guard::LeaseHandle;
 use crate::manager::LockManager;
@@ -89,10 +90,18 @@ pub fn validate_identity(identity: &[u8]) -> Result<()> {
     Ok(())
 }
 
-tokio::task_local! {
-    /// The identity of the campaign running on this task: the manager's
-    /// acquire loop (which knows only keys) awaits `try_acquire` inline.
-    static IDENTITY: Arc<[u8]>;
+/// One campaign's attempt, handed to the manager's acquire engine: the
+/// identity travels with the attempt, not through the key.
+struct LeadAttempt<'a> {
+    backend: &'a dyn ElectionBackend,
+    identity: &'a [u8],
+}
+
+#[async_trait]
+impl Attempt for LeadAttempt<'_> {
+    async fn attempt(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        self.backend.try_lead(key, token, self.identity, ttl).await
+    }
 }
 
 struct LeadAsLock {
@@ -101,11 +110,9 @@ struct LeadAsLock {
 
 #[async_trait]
 impl LockBackend for LeadAsLock {
-    async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
-        let Ok(identity) = IDENTITY.try_with(Arc::clone) else {
-            return Err(Error::invalid("a campaign must go through ElectionManager"));
-        };
-        self.backend.try_lead(key, token, &identity, ttl).await
+    async fn try_acquire(&self, _key: &str, _token: &LockToken, _ttl: Duration) -> Result<AcquireOutcome> {
+        // The manager hands every campaign its `LeadAttempt`.
+        Err(Error::invalid("a campaign must go through ElectionManager"))
     }
     async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
         self.backend.resign(key, token).await
@@ -156,8 +163,16 @@ impl ElectionManager {
     /// # Errors
     /// As [`ElectionManager::new`], and [`Error::InvalidArgument`] for bad options.
     pub fn with_options(backend: impl ElectionBackend, options: LockOptions) -> Result<Self> {
+        Self::from_arc(Arc::new(backend), options)
+    }
+
+    /// A manager over a shared backend handle (the same `Arc` can back a
+    /// [`LockManager`] and every other kind's manager).
+    ///
+    /// # Errors
+    /// As [`ElectionManager::with_options`].
+    pub fn from_arc(backend: Arc<dyn ElectionBackend>, options: LockOptions) -> Result<Self> {
         let caps = backend.capabilities();
-        let backend: Arc<dyn ElectionBackend> = Arc::new(backend);
         let adapter = LeadAsLock {
             backend: backend.clone(),
         };
@@ -194,8 +209,13 @@ impl ElectionManager {
     pub async fn campaign_opts(&self, name: &str, identity: &[u8], options: &LockOptions) -> Result<Leadership> {
         validate_key(name)?;
         validate_identity(identity)?;
-        let guard = IDENTITY
-            .scope(Arc::from(identity), self.locks.lock_opts(name, options))
+        let attempt = LeadAttempt {
+            backend: &*self.backend,
+            identity,
+        };
+        let guard = self
+            .locks
+            .lock_kind(name, options, Some(&attempt), Identity::PerAttempt)
             .await?;
         Ok(KindGuard::new(guard, Lead))
     }
@@ -210,7 +230,11 @@ impl ElectionManager {
     pub async fn try_campaign(&self, name: &str, identity: &[u8]) -> Result<Option<Leadership>> {
         validate_key(name)?;
         validate_identity(identity)?;
-        let guard = IDENTITY.scope(Arc::from(identity), self.locks.try_lock(name)).await?;
+        let attempt = LeadAttempt {
+            backend: &*self.backend,
+            identity,
+        };
+        let guard = self.locks.try_lock_kind(name, Some(&attempt)).await?;
         Ok(guard.map(|guard| KindGuard::new(guard, Lead)))
     }
 

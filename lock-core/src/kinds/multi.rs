@@ -162,10 +162,17 @@ impl MultiLockManager {
     /// As [`MultiLockManager::new`], and [`Error::InvalidArgument`] for bad
     /// options.
     pub fn with_options(backend: impl MultiLockBackend, options: LockOptions) -> Result<Self> {
+        Self::from_arc(Arc::new(backend), options)
+    }
+
+    /// A manager over a shared backend handle (the same `Arc` can back a
+    /// [`LockManager`] and every other kind's manager).
+    ///
+    /// # Errors
+    /// As [`MultiLockManager::with_options`].
+    pub fn from_arc(backend: Arc<dyn MultiLockBackend>, options: LockOptions) -> Result<Self> {
         let caps = backend.capabilities();
-        let adapter = SetAsLock {
-            backend: Arc::new(backend),
-        };
+        let adapter = SetAsLock { backend };
         Ok(MultiLockManager {
             locks: kind_locks(caps, |c| c.multi_key_locks, "multi-key locks", adapter, options)?,
         })

@@ -25,6 +25,7 @@ use async_trait::async_trait;
 
 use super::guard::{KindGuard, adapter_capabilities, kind_locks};
 use crate::backend::{AcquireOutcome, Capabilities, LockBackend, ReleaseOutcome, RenewOutcome};
+use crate::engine::Identity;
 use crate::error::{Error, Result};
 use crate::guard::LeaseHandle;
 use crate::manager::LockManager;
@@ -141,10 +142,17 @@ impl RwLockManager {
     /// # Errors
     /// As [`RwLockManager::new`], and [`Error::InvalidArgument`] for bad options.
     pub fn with_options(backend: impl RwLockBackend, options: LockOptions) -> Result<Self> {
+        Self::from_arc(Arc::new(backend), options)
+    }
+
+    /// A manager over a shared backend handle (the same `Arc` can back a
+    /// [`LockManager`] and every other kind's manager).
+    ///
+    /// # Errors
+    /// As [`RwLockManager::with_options`].
+    pub fn from_arc(backend: Arc<dyn RwLockBackend>, options: LockOptions) -> Result<Self> {
         let caps = backend.capabilities();
-        let adapter = RwAsLock {
-            backend: Arc::new(backend),
-        };
+        let adapter = RwAsLock { backend };
         Ok(RwLockManager {
             locks: kind_locks(caps, |c| c.rw_locks, "read-write locks", adapter, options)?,
         })
@@ -220,7 +228,18 @@ impl RwLockManager {
 
     async fn acquire(&self, name: &str, mode: RwMode, options: &LockOptions) -> Result<RwLockGuard> {
         validate_key(name)?;
-        let guard = self.locks.lock_opts(&encode(mode, true, name), options).await?;
+        // A waiting writer keeps one token for its whole wait, so its intent
+        // survives its own retries (each refreshes it) and is dropped by the
+        // release the engine sends when the wait ends without a grant.
+        // Readers have nothing to keep.
+        let identity = match mode {
+            RwMode::Read => Identity::PerAttempt,
+            RwMode::Write => Identity::Kept,
+        };
+        let guard = self
+            .locks
+            .lock_kind(&encode(mode, true, name), options, None, identity)
+            .await?;
         Ok(KindGuard::new(guard, mode))
     }
 }

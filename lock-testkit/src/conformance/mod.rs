@@ -504,7 +504,8 @@ macro_rules! semaphore_conformance {
             size_mismatch_is_an_error, invalid_requests_are_rejected,
             auto_renew_keeps_permits, drop_returns_permits, lost_fires_by_deadline_when_backend_hangs,
             with_permits_returns_output, fencing_tokens_increase,
-            names_with_and_without_a_hash_tag_are_separate]; $($args)*);
+            names_with_and_without_a_hash_tag_are_separate,
+            multi_permit_waiter_completes_under_single_permit_churn]; $($args)*);
     };
 }
 
@@ -529,7 +530,8 @@ macro_rules! rw_conformance {
             one_writer_or_many_readers, readers_share, writer_excludes_everyone,
             waiting_writer_holds_new_readers_back, expiry_returns_dead_holders_lock,
             stale_holder_cannot_release_or_renew, lost_fires_by_deadline_when_backend_hangs,
-            with_rw_returns_output, names_with_and_without_a_hash_tag_are_separate]; $($args)*);
+            with_rw_returns_output, names_with_and_without_a_hash_tag_are_separate,
+            writers_complete_under_a_stream_of_readers]; $($args)*);
     };
 }
 
