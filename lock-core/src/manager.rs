@@ -409,6 +409,7 @@ impl LockManager {
             wait: true,
             attempt,
             identity,
+            spread: true,
         };
         match self.acquire_observed(&call).await? {
             Some(guard) => Ok(guard),
@@ -424,6 +425,7 @@ impl LockManager {
             wait: false,
             attempt,
             identity: Identity::PerAttempt,
+            spread: true,
         };
         self.acquire_observed(&call).await
     }

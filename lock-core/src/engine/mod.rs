@@ -57,6 +57,11 @@ pub(crate) struct Call<'a> {
     /// A kind's attempt; `None` for the mutex.
     pub(crate) attempt: Option<&'a dyn Attempt>,
     pub(crate) identity: Identity,
+    /// Spread retry hints (see [`spread`]): many callers refused by the same
+    /// holder (readers held back by a writer's intent) come back at
+    /// different instants. Off for the mutex, whose waiters retry right at
+    /// the holder's expiry (its local line already keeps them from herding).
+    pub(crate) spread: bool,
 }
 
 impl<'a> Call<'a> {
@@ -68,6 +73,7 @@ impl<'a> Call<'a> {
             wait,
             attempt: None,
             identity: Identity::PerAttempt,
+            spread: false,
         }
     }
 }
@@ -340,7 +346,7 @@ impl LockManager {
                     delay = delay.min(options.backoff.delay(attempt));
                 }
                 if let Some(hint) = retry_after {
-                    delay = delay.min(spread(hint));
+                    delay = delay.min(hint.max(Duration::from_millis(1)));
                 }
                 backend.wait_fair(key, waiter, delay).await;
             }
@@ -370,7 +376,11 @@ impl LockManager {
                 let mut delay = options.backoff.delay(attempt);
                 if let Some(hint) = retry_after {
                     // No point sleeping past the holder's expiry.
-                    delay = delay.min(spread(hint));
+                    delay = delay.min(if call.spread {
+                        spread(hint)
+                    } else {
+                        hint.max(Duration::from_millis(1))
+                    });
                 }
                 if call.identity == Identity::Kept {
                     // Refresh what the backend keeps for this waiter well
