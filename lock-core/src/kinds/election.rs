@@ -217,7 +217,7 @@ impl ElectionManager {
             .locks
             .lock_kind(name, options, Some(&attempt), Identity::PerAttempt)
             .await?;
-        Ok(KindGuard::new(guard, Lead))
+        lead(guard, &*self.backend)
     }
 
     /// One attempt: `Ok(None)` when another leads.
@@ -235,7 +235,7 @@ impl ElectionManager {
             identity,
         };
         let guard = self.locks.try_lock_kind(name, Some(&attempt)).await?;
-        Ok(guard.map(|guard| KindGuard::new(guard, Lead)))
+        guard.map(|guard| lead(guard, &*self.backend)).transpose()
     }
 
     /// The current leader of `name`, if any.
@@ -272,39 +272,71 @@ impl ElectionManager {
     /// waits for a change announced by the backend (the Lua backend with
     /// release notifications publishes every win and resignation) or
     /// `interval`, whichever comes first; an expiry is announced by no one,
-    /// so it is seen at the next poll. Read errors are skipped (the next
-    /// poll tries again).
-    pub fn observe(&self, name: &str, interval: Duration) -> impl Stream<Item = Option<LeaderInfo>> + Send + 'static {
+    /// so it is seen at the next poll.
+    ///
+    /// A read that fails is an `Err` item (one per `interval` while the
+    /// backend stays unreachable): the leader is *unknown* then, never
+    /// "unchanged". The first read that succeeds after an error is always
+    /// reported, changed or not. The stream never ends by itself.
+    pub fn observe(
+        &self,
+        name: &str,
+        interval: Duration,
+    ) -> impl Stream<Item = Result<Option<LeaderInfo>>> + Send + 'static {
         let backend = self.backend.clone();
         let name = name.to_owned();
         let interval = interval.max(Duration::from_millis(1));
-        futures::stream::unfold((backend, name, None), move |(backend, name, last)| async move {
+        // `last`: the leader last reported; `None` before the first item and
+        // after an error (so the next read is reported whatever it says).
+        let start: (Arc<dyn ElectionBackend>, String, Option<Option<LeaderInfo>>, bool) = (backend, name, None, false);
+        futures::stream::unfold(start, move |(backend, name, last, failed)| async move {
+            if failed {
+                tokio::time::sleep(interval).await;
+            }
             loop {
                 match backend.leader(&name).await {
                     Ok(now) if last.as_ref() != Some(&now) => {
-                        return Some((now.clone(), (backend, name, Some(now))));
+                        return Some((Ok(now.clone()), (backend, name, Some(now), false)));
                     }
                     Ok(now) => backend.wait_for_leader_change(&name, now.as_ref(), interval).await,
-                    Err(_) => tokio::time::sleep(interval).await,
+                    Err(e) => return Some((Err(e), (backend, name, None, true))),
                 }
             }
         })
     }
 }
 
-/// What a [`Leadership`] holds: the lead (its term is the lease's fencing
-/// token).
+/// What a [`Leadership`] holds: the lead, with its term (also the lease's
+/// fencing token).
 #[derive(Debug)]
-pub struct Lead;
+pub struct Lead {
+    term: u64,
+}
+
+/// A won campaign's guard as a [`Leadership`]: every election backend issues
+/// a term with the grant; a grant without one is refused (and resigned in
+/// the background by the guard's drop).
+fn lead(guard: crate::guard::LockGuard, backend: &dyn ElectionBackend) -> Result<Leadership> {
+    match guard.fencing_token() {
+        Some(term) => Ok(KindGuard::new(guard, Lead { term: term.0 })),
+        None => Err(Error::backend(
+            backend.capabilities().name,
+            "an election backend granted a leadership without a term",
+        )),
+    }
+}
 
 /// Held leadership (the shared [`KindGuard`]). Owned and `'static`;
 /// dropping it resigns in the background.
 pub type Leadership = KindGuard<Lead>;
 
 impl KindGuard<Lead> {
-    /// The term of this leadership (its fencing token).
-    pub fn term(&self) -> Option<u64> {
-        self.fencing_token().map(|t| t.0)
+    /// The term of this leadership: strictly increasing per name with every
+    /// new leader, and the lease's fencing token. Hand it to the protected
+    /// resource with every write; the resource refuses a write whose term is
+    /// lower than the highest it has seen (a deposed leader's).
+    pub fn term(&self) -> u64 {
+        self.kind().term
     }
 
     /// Step down (owner-checked): [`KindGuard::release`].
