@@ -53,10 +53,6 @@ impl ScriptedKinds for RedisLuaBackend {
         true
     }
 
-    fn semaphore_fencing(&self) -> bool {
-        self.inner.fencing
-    }
-
     /// With release notifications on, a win and a resignation are published
     /// on the leader key's release channel, so `observe` wakes at once.
     fn leader_channel(&self, lead: &str) -> Option<String> {

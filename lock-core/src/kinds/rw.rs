@@ -8,14 +8,31 @@
 //! take a free lock (an intent only holds readers back) and taking it clears
 //! the intent; a writer still waiting sets it again at its next attempt.
 //! `try_lock` leaves no intent; the intent of a writer that gave up lapses
-//! within one TTL. Readers' and the writer's deadlines
+//! within one TTL (the engine releases it at once when the writer's wait
+//! ends). Readers' and the writer's deadlines
 //! are server time.
 //!
 //! The [`RwLockManager`] runs each holder through a [`LockManager`] (an
 //! adapter presents "reader of `name`" / "writer of `name`" as lock keys), so
 //! an [`RwLockGuard`] has the mutex's lifecycle: renewal, `lost()` at the
 //! local deadline, release on drop, local FIFO waiters (readers and writers
-//! of one manager queue in separate lines). No fencing tokens.
+//! of one manager queue in separate lines).
+//!
+//! **Liveness: a waiting writer is never starved by readers.** The engine
+//! keeps one token for a writer's whole wait, so each of its retries (at
+//! least every third of the TTL) refreshes its intent; new readers stay
+//! refused, and the writer gets the lock once the readers inside leave:
+//! its wait is bounded by the longest remaining hold of the readers inside
+//! (plus the writers ahead of it) and a third of the TTL. A writer that
+//! gives up or is cancelled drops its intent at once (the engine releases
+//! its token). Refused readers retry at spread instants, not all at the
+//! intent's expiry.
+//!
+//! **Fencing:** every writer grant carries a fencing token, strictly
+//! increasing per name (on every backend, whatever the mutex's `fencing`
+//! setting). Hand [`LeaseHandle::fencing_token`] to the protected resource
+//! with every write; it refuses a write whose token is lower than the
+//! highest it has seen (a stalled writer's). Readers carry none.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -106,7 +123,7 @@ impl LockBackend for RwAsLock {
         self.backend.renew_rw(decode(key)?.2, token, ttl).await
     }
     fn capabilities(&self) -> Capabilities {
-        adapter_capabilities(self.backend.capabilities(), false)
+        adapter_capabilities(self.backend.capabilities(), true)
     }
 }
 

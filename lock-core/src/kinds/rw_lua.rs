@@ -14,7 +14,7 @@ use super::semaphore_lua::kind_key;
 use crate::backend::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use crate::error::Result;
 use crate::options::{ttl_millis, validate_key, validate_ttl};
-use crate::token::LockToken;
+use crate::token::{FencingToken, LockToken};
 
 /// The three keys of one read-write lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +25,8 @@ pub struct RwKeys {
     pub writer: String,
     /// A waiting writer's token.
     pub intent: String,
+    /// The last writer's fencing token (no TTL).
+    pub fence: String,
 }
 
 impl RwKeys {
@@ -46,6 +48,7 @@ impl RwKeys {
             readers: kind_key(prefix, name, "rw:readers")?,
             writer: kind_key(prefix, name, "rw:writer")?,
             intent: kind_key(prefix, name, "rw:intent")?,
+            fence: kind_key(prefix, name, "rw:fence")?,
         })
     }
 }
@@ -64,9 +67,11 @@ end
     };
 }
 
-/// KEYS readers, writer, intent; ARGV token, ttl ms, mode (`r` read, `w`
-/// waiting writer, `W` writer without intent). `{1}` granted (a writer
-/// clears the intent); `{0, retry_ms}` refused (a refused waiting writer
+/// KEYS readers, writer, intent, fence; ARGV token, ttl ms, mode (`r` read,
+/// `w` waiting writer, `W` writer without intent). `{1}` a reader granted,
+/// `{1, fence}` a writer granted (it clears the intent; its fencing token is
+/// above every earlier writer's, even if the fence key was lost, as the
+/// mutex's); `{0, retry_ms}` refused (a refused waiting writer
 /// leaves its intent unless another writer's is live).
 pub const ACQUIRE: &str = concat!(
     rw_prologue!(),
@@ -88,7 +93,7 @@ if ARGV[3] == 'r' then
 end
 if writer == ARGV[1] then
   redis.call('PEXPIRE', KEYS[2], ttl)
-  return {1}
+  return {1, tonumber(redis.call('GET', KEYS[4]) or '0') or 0}
 end
 if writer or redis.call('ZCARD', KEYS[1]) > 0 then
   local intent = redis.call('GET', KEYS[3])
@@ -106,7 +111,11 @@ if writer or redis.call('ZCARD', KEYS[1]) > 0 then
 end
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ttl)
 redis.call('DEL', KEYS[3])
-return {1}
+local last = tonumber(redis.call('GET', KEYS[4]) or '0') or 0
+local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if fence <= last then fence = last + 1 end
+redis.call('SET', KEYS[4], string.format('%.0f', fence))
+return {1, fence}
 "
 );
 
@@ -179,13 +188,16 @@ pub async fn try_acquire<K: ScriptedKinds + ?Sized>(
             op,
             name,
             script: KindScript::RwAcquire,
-            keys: &[&keys.readers, &keys.writer, &keys.intent],
+            keys: &[&keys.readers, &keys.writer, &keys.intent, &keys.fence],
             args: &[&token.hex_bytes(), ttl_millis(ttl).to_string().as_bytes(), mode],
         },
     )
     .await?;
     match K::reply_ints(&reply).as_deref() {
         Some([1]) => Ok(AcquireOutcome::Acquired(Lease::new())),
+        Some([1, fence]) => Ok(AcquireOutcome::Acquired(
+            Lease::new().with_fencing_token(u64::try_from(*fence).ok().filter(|f| *f > 0).map(FencingToken)),
+        )),
         Some([0, wait]) => Ok(AcquireOutcome::Held {
             retry_after: u64::try_from(*wait).ok().map(Duration::from_millis),
         }),
@@ -257,5 +269,6 @@ mod tests {
         assert_eq!(k.readers, "rw:readers:{cfg}");
         assert_eq!(k.writer, "rw:writer:{cfg}");
         assert_eq!(k.intent, "rw:intent:{cfg}");
+        assert_eq!(k.fence, "rw:fence:{cfg}");
     }
 }

@@ -112,9 +112,6 @@ pub trait ScriptedKinds: Send + Sync {
     /// replica acknowledgement; when not, semaphores are refused under it.
     fn semaphore_waits_for_replicas(&self) -> bool;
 
-    /// Whether semaphore grants carry fencing tokens.
-    fn semaphore_fencing(&self) -> bool;
-
     /// The channel on which a win or a resignation of the leader key
     /// `lead` is announced (`PUBLISH` from the script), if any.
     fn leader_channel(&self, lead: &str) -> Option<String> {

@@ -13,9 +13,12 @@
 //! tokens, and local FIFO waiters per name (the head of the line polls, the
 //! others queue behind it, as in `tokio::sync::Semaphore`).
 //!
-//! Fencing tokens strictly increase per semaphore name across grants; since
-//! up to `size` holders are legal at once, a resource cannot reject "older"
-//! tokens as it would for a mutex: use them to order or deduplicate writes.
+//! Every permit carries a fencing token on every backend (whatever the
+//! mutex builder's `fencing` setting says); tokens strictly increase per
+//! semaphore name across grants. Since up to `size` holders are legal at
+//! once, a resource cannot reject "older" tokens as it would for a mutex:
+//! hand [`LeaseHandle::fencing_token`] to it with every write and use it to
+//! order or deduplicate writes (a permit's token names one grant).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -190,7 +193,10 @@ impl LockBackend for HolderAsLock {
         self.backend.wait_for_permits(key, max_wait).await;
     }
     fn capabilities(&self) -> Capabilities {
-        self.backend.capabilities()
+        // Every permit carries a fencing token, whatever the mutex's setting.
+        let mut caps = self.backend.capabilities();
+        caps.fencing_tokens = true;
+        caps
     }
 }
 

@@ -232,16 +232,12 @@ return 1
 /// # Errors
 /// [`Error::InvalidArgument`] on a size mismatch; [`Error::Backend`]
 /// (outcome unknown) on a reply of the wrong shape.
-pub fn acquire_outcome(
-    backend: &str,
-    name: &str,
-    requested_size: u32,
-    reply: &[i64],
-    fencing: bool,
-) -> Result<AcquireOutcome> {
+pub fn acquire_outcome(backend: &str, name: &str, requested_size: u32, reply: &[i64]) -> Result<AcquireOutcome> {
     match reply {
+        // Every grant carries its fencing token, whatever the mutex's
+        // `fencing` setting: the counter is kept either way.
         [1, fence] => {
-            let token = (fencing && *fence > 0).then(|| FencingToken(fence.unsigned_abs()));
+            let token = (*fence > 0).then(|| FencingToken(fence.unsigned_abs()));
             Ok(AcquireOutcome::Acquired(Lease::new().with_fencing_token(token)))
         }
         [0, wait] => Ok(AcquireOutcome::Held {
@@ -343,7 +339,7 @@ pub async fn acquire<K: ScriptedKinds + ?Sized>(
         .await?;
     let codes = K::reply_ints(&reply).ok_or_else(|| kinds.unexpected_reply(op, name, &reply))?;
     let backend = kinds.kinds_backend();
-    let outcome = acquire_outcome(backend, name, request.size, &codes, kinds.semaphore_fencing())?;
+    let outcome = acquire_outcome(backend, name, request.size, &codes)?;
     match (outcome, replication, kinds.kinds_replica_ack()) {
         (
             AcquireOutcome::Acquired(_),

@@ -517,7 +517,8 @@ macro_rules! multi_conformance {
         $crate::__conformance_runtime!([multi_cases:
             no_key_held_twice, all_or_nothing, excludes_plain_locks, expiry_returns_dead_holders_keys,
             stale_holder_cannot_release_or_renew, lost_fires_by_deadline_when_backend_hangs,
-            invalid_key_sets_are_rejected, with_locks_returns_output]; $($args)*);
+            invalid_key_sets_are_rejected, with_locks_returns_output,
+            fencing_tokens_order_writes_per_key]; $($args)*);
     };
 }
 
@@ -531,7 +532,7 @@ macro_rules! rw_conformance {
             waiting_writer_holds_new_readers_back, expiry_returns_dead_holders_lock,
             stale_holder_cannot_release_or_renew, lost_fires_by_deadline_when_backend_hangs,
             with_rw_returns_output, names_with_and_without_a_hash_tag_are_separate,
-            writers_complete_under_a_stream_of_readers]; $($args)*);
+            writers_complete_under_a_stream_of_readers, writer_fencing_tokens_increase]; $($args)*);
     };
 }
 

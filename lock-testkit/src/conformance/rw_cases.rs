@@ -278,3 +278,22 @@ pub async fn writers_complete_under_a_stream_of_readers(s: &RwSuite) {
         2 * WRITES
     );
 }
+
+/// Every writer grant carries a fencing token, strictly increasing per
+/// name whatever the mutex's fencing setting; readers carry none.
+pub async fn writer_fencing_tokens_increase(s: &RwSuite) {
+    let name = s.key("fence");
+    let a = s.manager(s.options()).await;
+    let b = s.manager(s.options()).await;
+    let mut last = None;
+    for m in [&a, &b, &a] {
+        let w = m.write(&name).await.expect("write");
+        let token = w.fencing_token().expect("a writer's fencing token");
+        assert!(last.is_none_or(|l| token > l), "{token:?} after {last:?}");
+        last = Some(token);
+        w.release().await.expect("release");
+    }
+    let r = a.read(&name).await.expect("read");
+    assert_eq!(r.fencing_token(), None, "readers carry no token");
+    r.release().await.expect("release");
+}
