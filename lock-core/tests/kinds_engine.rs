@@ -117,3 +117,28 @@ async fn kind_managers_share_a_backend_handle() {
     );
     drop((g, w, p, l));
 }
+
+/// After a loss by `NotOwner` (the key was gone when the lease was
+/// extended) the deadline reads the moment the loss was seen: not later
+/// than before, not in the future; `remaining()` is zero.
+#[tokio::test(start_paused = true)]
+async fn deadline_after_a_loss_by_not_owner_is_the_loss_time() {
+    let memory = MemoryBackend::new();
+    let locks = LockManager::from_arc(
+        Arc::new(memory.clone()),
+        LockOptions::with_ttl(Duration::from_secs(10)).renewal(lock_core::Renewal::Manual),
+    )
+    .expect("locks");
+    let guard = locks.lock("ledger").await.expect("lock");
+    let before = guard.deadline();
+    tokio::time::advance(Duration::from_secs(1)).await;
+    // Someone deleted the key under us (an operator, a failover).
+    memory.release("ledger", guard.token()).await.expect("release");
+    let seen = tokio::time::Instant::now();
+    assert!(guard.extend(Duration::from_secs(10)).await.is_err());
+    assert!(guard.is_lost());
+    assert_eq!(guard.handle().lost().await, lock_core::LossReason::NotOwner);
+    assert!(guard.deadline() <= before, "never later than before");
+    assert_eq!(guard.deadline(), seen, "the loss time (paused clock: exact)");
+    assert_eq!(guard.remaining(), Duration::ZERO);
+}
