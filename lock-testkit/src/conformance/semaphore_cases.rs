@@ -7,8 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use lock_core::{
-    AcquireOutcome, Error, LockBackend, LockToken, PermitRequest, ReleaseOutcome, RenewOutcome, SemaphoreBackend,
-    SemaphoreManager,
+    AcquireOutcome, Error, LockToken, PermitRequest, ReleaseOutcome, RenewOutcome, SemaphoreBackend, SemaphoreManager,
 };
 use tokio::time::Instant;
 
