@@ -1,6 +1,6 @@
 //! The lock kinds' scripts (`lock_core::kinds::scripted`) on Redis/Valkey:
-//! one script call per operation, with `WAIT` after a semaphore grant or
-//! renewal under [`crate::ReplicaAck`] (read-write locks and elections are
+//! one script call per operation, with `WAIT` after a semaphore or
+//! read-write grant or renewal under [`crate::ReplicaAck`] (elections are
 //! refused under it).
 
 use std::sync::OnceLock;
@@ -70,11 +70,13 @@ impl ScriptedKinds for RedisLuaBackend {
         let i = &self.inner;
         match (call.script, &i.replica_ack) {
             // A grant WAITs like a mutex acquire.
-            (KindScript::SemaphoreAcquire, Some(ack)) => {
+            (KindScript::SemaphoreAcquire | KindScript::RwAcquire, Some(ack)) => {
                 let granted = |v: &Value| ints(v).is_some_and(|r| r.first() == Some(&1));
                 i.exec_acked(call.op, key, run, ack, granted, None).await
             }
-            (KindScript::SemaphoreRenew, Some(_)) => i.exec_renewal(call.op, key, run, |v| *v == Value::Int(1)).await,
+            (KindScript::SemaphoreRenew | KindScript::RwRenew, Some(_)) => {
+                i.exec_renewal(call.op, key, run, |v| *v == Value::Int(1)).await
+            }
             _ => i.exec(call.op, key, Access::Write, run).await.map(|v| (v, None)),
         }
     }

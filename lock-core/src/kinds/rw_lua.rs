@@ -9,7 +9,7 @@ use super::semaphore_lua::SemaphoreKeys;
 use std::time::Duration;
 
 use super::rw::RwMode;
-use super::scripted::{KindCall, KindScript, ScriptedKinds, refuse_under_ack, released, renewed, run};
+use super::scripted::{KindCall, KindScript, ScriptedKinds, acked_grant, refuse_under_ack, released, renewed, run};
 use super::semaphore_lua::kind_key;
 use crate::backend::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use crate::error::Result;
@@ -151,10 +151,14 @@ return 0
 "
 );
 
-/// The keys of `name` on `kinds`, which refuses read-write locks under
-/// replica acknowledgement (grants are not followed by `WAIT`).
+/// The keys of `name` on `kinds`. Under replica acknowledgement, grants and
+/// renewals `WAIT` where the backend follows kind scripts with it
+/// ([`ScriptedKinds::semaphore_waits_for_replicas`]), and are refused
+/// elsewhere.
 fn keys_on<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str) -> Result<RwKeys> {
-    refuse_under_ack(kinds, "read-write locks with replica acknowledgement")?;
+    if !kinds.semaphore_waits_for_replicas() {
+        refuse_under_ack(kinds, "read-write locks with replica acknowledgement")?;
+    }
     validate_key(name)?;
     RwKeys::prefixed(kinds.kinds_key_prefix(), name)
 }
@@ -182,18 +186,16 @@ pub async fn try_acquire<K: ScriptedKinds + ?Sized>(
         (RwMode::Write, false) => b"W",
     };
     let op = "read-write acquire";
-    let reply = run(
-        kinds,
-        KindCall {
+    let (reply, replication) = kinds
+        .run_kind_script(KindCall {
             op,
             name,
             script: KindScript::RwAcquire,
             keys: &[&keys.readers, &keys.writer, &keys.intent, &keys.fence],
             args: &[&token.hex_bytes(), ttl_millis(ttl).to_string().as_bytes(), mode],
-        },
-    )
-    .await?;
-    match K::reply_ints(&reply).as_deref() {
+        })
+        .await?;
+    let outcome = match K::reply_ints(&reply).as_deref() {
         Some([1]) => Ok(AcquireOutcome::Acquired(Lease::new())),
         Some([1, fence]) => Ok(AcquireOutcome::Acquired(
             Lease::new().with_fencing_token(u64::try_from(*fence).ok().filter(|f| *f > 0).map(FencingToken)),
@@ -202,7 +204,11 @@ pub async fn try_acquire<K: ScriptedKinds + ?Sized>(
             retry_after: u64::try_from(*wait).ok().map(Duration::from_millis),
         }),
         _ => Err(kinds.unexpected_reply(op, name, &reply)),
-    }
+    }?;
+    acked_grant(kinds, name, "took the read-write lock", outcome, replication, || {
+        release(kinds, name, token)
+    })
+    .await
 }
 
 /// [`super::rw::RwLockBackend::release_rw`] with [`RELEASE`].
@@ -245,18 +251,18 @@ pub async fn renew<K: ScriptedKinds + ?Sized>(
     let keys = keys_on(kinds, name)?;
     validate_ttl(ttl)?;
     let op = "read-write renew";
-    let reply = run(
-        kinds,
-        KindCall {
+    let (reply, replication) = kinds
+        .run_kind_script(KindCall {
             op,
             name,
             script: KindScript::RwRenew,
             keys: &[&keys.readers, &keys.writer],
             args: &[&token.hex_bytes(), ttl_millis(ttl).to_string().as_bytes()],
-        },
-    )
-    .await?;
-    renewed(kinds, op, name, &reply, 1)
+        })
+        .await?;
+    // Under replica acknowledgement a renewal counts once confirmed.
+    let outcome = renewed(kinds, op, name, &reply, 1)?;
+    kinds.counted_renewal(name, outcome, replication)
 }
 
 #[cfg(test)]

@@ -26,9 +26,9 @@
 
 use std::time::Duration;
 
-use super::scripted::{KindCall, KindScript, ScriptedKinds};
+use super::scripted::{KindCall, KindScript, ScriptedKinds, acked_grant};
 use super::semaphore::PermitRequest;
-use crate::backend::{AcquireOutcome, Lease, OnShortfall, ReleaseOutcome, RenewOutcome, Replication};
+use crate::backend::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use crate::error::{Error, Result};
 use crate::options::{ttl_millis, validate_key, validate_ttl};
 use crate::token::{FencingToken, LockToken};
@@ -340,35 +340,10 @@ pub async fn acquire<K: ScriptedKinds + ?Sized>(
     let codes = K::reply_ints(&reply).ok_or_else(|| kinds.unexpected_reply(op, name, &reply))?;
     let backend = kinds.kinds_backend();
     let outcome = acquire_outcome(backend, name, request.size, &codes)?;
-    match (outcome, replication, kinds.kinds_replica_ack()) {
-        (
-            AcquireOutcome::Acquired(_),
-            Some(Replication::Unconfirmed {
-                acknowledged,
-                requested,
-            }),
-            Some(ack),
-        ) if ack.on_shortfall == OnShortfall::ReleaseAndFail => {
-            let released = release(kinds, name, holder).await;
-            let message = format!(
-                "took permits of {name:?} but only {acknowledged} of {requested} replicas acknowledged within {:?}; \
-                 {}",
-                ack.timeout,
-                match &released {
-                    Ok(_) => "gave them back".to_owned(),
-                    Err(e) => format!("giving them back failed ({e})"),
-                }
-            );
-            Err(match released {
-                Ok(_) => Error::backend(backend, message),
-                Err(_) => Error::outcome_unknown(backend, message),
-            })
-        }
-        (AcquireOutcome::Acquired(lease), replication, _) => Ok(AcquireOutcome::Acquired(
-            lease.with_replication(replication.unwrap_or_default()),
-        )),
-        (held, _, _) => Ok(held),
-    }
+    acked_grant(kinds, name, "took permits of", outcome, replication, || {
+        release(kinds, name, holder)
+    })
+    .await
 }
 
 /// [`super::semaphore::SemaphoreBackend::release_permits`] with
