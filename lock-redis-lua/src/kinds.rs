@@ -1,7 +1,7 @@
 //! The lock kinds' scripts (`lock_core::kinds::scripted`) on Redis/Valkey:
-//! one script call per operation, with `WAIT` after a semaphore or
-//! read-write grant or renewal under [`crate::ReplicaAck`] (elections are
-//! refused under it).
+//! one script call per operation, with `WAIT` after a semaphore,
+//! read-write or election grant or renewal under [`crate::ReplicaAck`]
+//! (multi-key locks are refused under it).
 
 use std::sync::OnceLock;
 
@@ -70,11 +70,11 @@ impl ScriptedKinds for RedisLuaBackend {
         let i = &self.inner;
         match (call.script, &i.replica_ack) {
             // A grant WAITs like a mutex acquire.
-            (KindScript::SemaphoreAcquire | KindScript::RwAcquire, Some(ack)) => {
+            (KindScript::SemaphoreAcquire | KindScript::RwAcquire | KindScript::Lead, Some(ack)) => {
                 let granted = |v: &Value| ints(v).is_some_and(|r| r.first() == Some(&1));
                 i.exec_acked(call.op, key, run, ack, granted, None).await
             }
-            (KindScript::SemaphoreRenew | KindScript::RwRenew, Some(_)) => {
+            (KindScript::SemaphoreRenew | KindScript::RwRenew | KindScript::RenewLead, Some(_)) => {
                 i.exec_renewal(call.op, key, run, |v| *v == Value::Int(1)).await
             }
             _ => i.exec(call.op, key, Access::Write, run).await.map(|v| (v, None)),

@@ -529,7 +529,7 @@ impl LockBackend for RedisLuaBackend {
         caps.semaphores = true;
         caps.multi_key_locks = self.inner.replica_ack.is_none();
         caps.rw_locks = true;
-        caps.leader_election = self.inner.replica_ack.is_none();
+        caps.leader_election = true;
         caps
     }
 }

@@ -1,8 +1,8 @@
 //! The other lock kinds under replica acknowledgement: semaphore and
 //! read-write grants WAIT like mutex acquires (a replica holds the permit or
 //! the writer when the grant returns), and their renewals count once
-//! confirmed; multi-key locks and leader election are refused with a typed
-//! error and their capability flags off.
+//! confirmed, and so do leader elections' wins and renewals; multi-key locks
+//! are refused with a typed error and their capability flag off.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
 
 use std::time::Duration;
@@ -10,8 +10,8 @@ use std::time::Duration;
 use lock_core::kinds::rw_lua::RwKeys;
 use lock_core::kinds::semaphore_lua::SemaphoreKeys;
 use lock_core::{
-    AcquireOutcome, ElectionManager, Error, LockBackend, LockToken, MultiLockManager, PermitRequest, RenewOutcome,
-    Replication, RwLockBackend, RwLockManager, RwMode, SemaphoreBackend, SemaphoreManager,
+    AcquireOutcome, ElectionBackend, ElectionManager, Error, LockBackend, LockToken, MultiLockManager, PermitRequest,
+    RenewOutcome, Replication, RwLockBackend, RwLockManager, RwMode, SemaphoreBackend, SemaphoreManager,
 };
 use lock_redis_lua::{RedisLuaBackend, ReplicaAck};
 use lock_testkit::server::{RedisServer, ReplicatedPair};
@@ -89,12 +89,12 @@ async fn other_kinds_are_refused_with_a_typed_error() {
     let server = RedisServer::start().await.expect("start");
     let backend = acked(server.url()).await;
     let caps = backend.capabilities();
-    assert!(!caps.multi_key_locks && !caps.leader_election);
+    assert!(!caps.multi_key_locks);
     assert!(matches!(
         MultiLockManager::new(backend.clone()),
         Err(Error::Unsupported { .. })
     ));
-    assert!(matches!(ElectionManager::new(backend), Err(Error::Unsupported { .. })));
+    assert!(matches!(ElectionManager::new(backend), Ok(_)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -150,4 +150,27 @@ async fn an_unacknowledged_rw_renewal_is_an_unknown_outcome() {
         backend.renew_rw("renewed", &token, ttl).await.expect("confirmed again"),
         RenewOutcome::Renewed
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn election_wins_wait_for_the_replica() {
+    let pair = ReplicatedPair::start(RedisServer::builder())
+        .await
+        .expect("start a primary and a replica");
+    let backend = acked(pair.primary().url()).await;
+    assert!(backend.capabilities().leader_election);
+    let election = ElectionManager::new(backend.clone()).expect("manager");
+    let leadership = election.campaign("acked", b"node-a").await.expect("campaign");
+    assert_eq!(leadership.replication(), Replication::Confirmed { replicas: 1 });
+    let ttl = Duration::from_secs(5);
+    pair.replica().pause().expect("SIGSTOP the replica");
+    // A renewal of the leader the replica did not acknowledge is an
+    // unknown outcome, as for the mutex.
+    let err = backend
+        .renew_lead("acked", leadership.token(), ttl)
+        .await
+        .expect_err("a renewal the replica did not acknowledge");
+    assert!(err.is_outcome_unknown(), "{err}");
+    pair.replica().resume().expect("SIGCONT the replica");
+    leadership.resign().await.expect("resign");
 }
