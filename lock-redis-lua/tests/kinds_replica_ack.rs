@@ -94,7 +94,7 @@ async fn other_kinds_are_refused_with_a_typed_error() {
         MultiLockManager::new(backend.clone()),
         Err(Error::Unsupported { .. })
     ));
-    assert!(matches!(ElectionManager::new(backend), Ok(_)));
+    assert!(ElectionManager::new(backend).is_ok(), "elections WAIT too");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
