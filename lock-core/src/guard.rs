@@ -386,6 +386,12 @@ impl LeaseHandle {
     /// The local validity deadline (tokio's monotonic clock). Computed from
     /// the moment *before* the last successful acquire or renew was sent,
     /// minus the drift allowance, so it passes before the server's TTL can.
+    ///
+    /// Once the lease is lost before its deadline (a renewal or `extend`
+    /// found another owner or no key: [`LossReason::NotOwner`]), or ended
+    /// (released), the deadline moves back to the moment that was seen:
+    /// from then on `deadline()` reads the loss time (never later than the
+    /// deadline it had) and [`LeaseHandle::remaining`] reads zero.
     pub fn deadline(&self) -> Instant {
         self.state.deadline()
     }

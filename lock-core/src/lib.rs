@@ -9,6 +9,7 @@
 pub mod backend;
 mod batch;
 mod clock;
+mod engine;
 pub mod error;
 pub mod guard;
 pub mod kinds;

@@ -5,18 +5,15 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
-
-use tokio::time::Instant;
 use tracing::{Instrument, Span};
 
-use crate::backend::{AcquireOutcome, FairWaiter, LockBackend, ReleaseOutcome};
+use crate::backend::{LockBackend, ReleaseOutcome};
+use crate::engine::{AtOnce, Attempt, Call, Identity};
 use crate::error::{Error, Result};
-use crate::guard::{Grant, LeaseHandle, LeaseState, LockGuard, spawn_release};
+use crate::guard::{Grant, LeaseHandle, LeaseState, LockGuard};
 use crate::lane::Lanes;
-use crate::options::{Fairness, LockOptions, Renewal, validate_key};
+use crate::options::{LockOptions, Renewal};
 use crate::renewer::{Plan, Renewer};
-use crate::token::LockToken;
 
 /// Hands out [`LockGuard`]s over one backend. Cheap to clone.
 ///
@@ -203,7 +200,7 @@ impl LockManager {
     /// # drop(guard); Ok(()) }
     /// ```
     pub async fn lock_opts(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
-        match self.acquire_observed(key, options, true).await? {
+        match self.acquire_observed(&Call::mutex(key, options, true)).await? {
             Some(guard) => Ok(guard),
             None => Err(Error::Timeout {
                 key: key.to_owned(),
@@ -264,7 +261,7 @@ impl LockManager {
     ///
     /// As [`LockManager::try_lock`].
     pub async fn try_lock_opts(&self, key: &str, options: &LockOptions) -> Result<Option<LockGuard>> {
-        self.acquire_observed(key, options, false).await
+        self.acquire_observed(&Call::mutex(key, options, false)).await
     }
 
     /// Run `body` while holding `key`, then release the lock.
@@ -377,13 +374,14 @@ impl LockManager {
         self.with_lock(key, body).await?
     }
 
-    /// `lock` (`wait`) or `try_lock`, in its span.
-    async fn acquire_observed(&self, key: &str, options: &LockOptions, wait: bool) -> Result<Option<LockGuard>> {
-        let span = crate::observe::lock_span(key, wait);
+    /// `lock` (`wait`) or `try_lock`, in its span: the fast path first,
+    /// then the engine's loop.
+    pub(crate) async fn acquire_observed(&self, call: &Call<'_>) -> Result<Option<LockGuard>> {
+        let span = crate::observe::lock_span(call.key, call.wait);
         let started = crate::observe::lock_started(&span);
-        let attempted = match self.acquire_at_once(key, options, wait) {
+        let attempted = match self.acquire_at_once(call) {
             AtOnce::Done(result) => {
-                crate::observe::record_lock(&span, wait, started, 1, &result);
+                crate::observe::record_lock(&span, call.wait, started, 1, &result);
                 return result;
             }
             AtOnce::Tried => 1,
@@ -392,240 +390,51 @@ impl LockManager {
         // Boxed: the call that waits (or talks to a server) pays one
         // allocation, and the uncontended in-process call moves no large
         // future around.
-        let acquire = self.acquire(key, options, wait);
-        Box::pin(crate::observe::acquiring(wait, span, started, attempted, acquire)).await
+        let acquire = self.acquire(call);
+        Box::pin(crate::observe::acquiring(call.wait, span, started, attempted, acquire)).await
     }
 
-    /// The first attempt on a backend that answers at once
-    /// ([`LockBackend::instant`]), made without a future: it decides an
-    /// uncontended call (a grant, or `try_lock`'s "busy") on its own. Fair
-    /// calls, and calls that would queue behind this manager's waiters for
-    /// `key`, go to the loop.
-    fn acquire_at_once(&self, key: &str, options: &LockOptions, wait: bool) -> AtOnce {
-        let Some(instant) = self.inner.backend.instant() else {
-            return AtOnce::NotTried;
-        };
-        if options.fairness != Fairness::Barging || (wait && self.inner.lanes.is_waited(key)) {
-            return AtOnce::NotTried;
-        }
-        if let Err(e) = validate_key(key) {
-            return AtOnce::Done(Err(e));
-        }
-        if !std::ptr::eq(options, &self.inner.options)
-            && let Err(e) = options.validate()
-        {
-            return AtOnce::Done(Err(e));
-        }
-        let ttl = options.ttl;
-        let sent_at = Instant::now();
-        let token = match LockToken::generate() {
-            Ok(token) => token,
-            Err(e) => return AtOnce::Done(Err(e)),
-        };
-        match instant.try_acquire_now(key, &token, ttl) {
-            Ok(AcquireOutcome::Acquired(lease)) => {
-                let validity = ttl.saturating_sub(options.drift(ttl));
-                let validity = lease.validity.map_or(validity, |v| v.min(validity));
-                let deadline = crate::clock::later(sent_at, validity);
-                if Instant::now() >= deadline {
-                    // Granted too late to be useful (the thread was held up):
-                    // give it back; the loop tries again.
-                    if let Err(e) = instant.release_now(key, &token) {
-                        tracing::debug!(key, error = %e, "giving back a late grant failed; the TTL will free the key");
-                    }
-                    return if wait { AtOnce::Tried } else { AtOnce::Done(Ok(None)) };
-                }
-                let grant = Grant {
-                    key: key.to_owned(),
-                    token,
-                    lease,
-                    sent_at,
-                    deadline,
-                };
-                AtOnce::Done(self.guard(grant, options).map(Some))
-            }
-            Ok(AcquireOutcome::Held { .. }) if wait => AtOnce::Tried,
-            Ok(AcquireOutcome::Held { .. }) => AtOnce::Done(Ok(None)),
-            Err(e) if wait && e.is_backend() => AtOnce::Tried,
-            Err(e) => AtOnce::Done(Err(e)),
-        }
-    }
-
-    async fn acquire(&self, key: &str, options: &LockOptions, wait: bool) -> Result<Option<LockGuard>> {
-        validate_key(key)?;
-        if !std::ptr::eq(options, &self.inner.options) {
-            options.validate()?;
-        }
-        let backend = &self.inner.backend;
-        let ttl = options.ttl;
-        let validity = ttl.saturating_sub(options.drift(ttl));
-        let started = Instant::now();
-        let give_up = crate::clock::later(started, options.acquire_timeout);
-        // A fair call queues on the backend under one waiter id for all its
-        // attempts, and leaves the queue if it ends without a grant.
-        let fair = match options.fairness {
-            Fairness::Fifo { claim } => Some(FairWaiter::new(LockToken::generate()?, claim)),
-            Fairness::Barging => None,
-        };
-        let mut leave = LeaveOnDrop {
-            backend,
+    /// A lock kind's `lock`: [`LockManager::lock_opts`] with the kind's own
+    /// attempt (`None`: the backend's `try_acquire`) and token policy.
+    pub(crate) async fn lock_kind(
+        &self,
+        key: &str,
+        options: &LockOptions,
+        attempt: Option<&dyn Attempt>,
+        identity: Identity,
+    ) -> Result<LockGuard> {
+        let call = Call {
             key,
-            waiter: fair,
-            timeout: options.op_timeout,
+            options,
+            wait: true,
+            attempt,
+            identity,
+            spread: true,
         };
-        // Waiters of this manager queue per key in FIFO order; only the head
-        // polls. A caller that finds no line tries at once (the uncontended
-        // path allocates no lane) and joins the line only when it must wait.
-        // try_lock skips the line: it makes one attempt whatever happens.
-        // The backend's queue orders fair waiters: they skip the local line.
-        let mut lane = if wait && fair.is_none() {
-            self.inner.lanes.existing(key)
-        } else {
-            None
-        };
-        let mut _turn = None;
-        if let Some(lane) = &lane {
-            match tokio::time::timeout_at(give_up, lane.turn.clone().lock_owned()).await {
-                Ok(turn) => _turn = Some(turn),
-                Err(_) => return Ok(None),
-            }
-        }
-        // The first attempt right away counts as sent at `started` (a little
-        // early, which only moves the deadline earlier): one clock read less.
-        let mut first_sent_at = lane.is_none().then_some(started);
-        let mut attempt: u32 = 0;
-        loop {
-            crate::observe::attempt(attempt);
-            // A fresh token per attempt: cleanup of an earlier attempt can
-            // never touch a later grant.
-            let token = LockToken::generate()?;
-            let sent_at = first_sent_at.take().unwrap_or_else(Instant::now);
-            let mut cleanup = ReleaseOnDrop::new(backend, key, token, options.op_timeout);
-            let answer = match (&fair, backend.instant()) {
-                // Answered at once: no future to box, no timeout to arm.
-                (None, Some(instant)) => Ok(instant.try_acquire_now(key, &token, ttl)),
-                (Some(waiter), _) => {
-                    let call = backend.try_acquire_fair(key, &token, ttl, waiter);
-                    tokio::time::timeout(options.op_timeout.min(validity), call).await
-                }
-                (None, None) => {
-                    let call = backend.try_acquire(key, &token, ttl);
-                    tokio::time::timeout(options.op_timeout.min(validity), call).await
-                }
-            };
-            let (retry_after, failure) = match answer {
-                Ok(Ok(AcquireOutcome::Acquired(lease))) => {
-                    let validity = lease.validity.map_or(validity, |v| v.min(validity));
-                    let deadline = crate::clock::later(sent_at, validity);
-                    if Instant::now() >= deadline {
-                        // Granted too late to be useful: give it back.
-                        (None, None)
-                    } else {
-                        cleanup.disarm();
-                        // A grant took the waiter out of the queue.
-                        leave.waiter = None;
-                        let grant = Grant {
-                            key: key.to_owned(),
-                            token,
-                            lease,
-                            sent_at,
-                            deadline,
-                        };
-                        return self.guard(grant, options).map(Some);
-                    }
-                }
-                Ok(Ok(AcquireOutcome::Held { retry_after })) => {
-                    cleanup.disarm();
-                    (retry_after, None)
-                }
-                Ok(Err(e)) => {
-                    if !e.is_outcome_unknown() {
-                        cleanup.disarm();
-                    }
-                    if !e.is_backend() {
-                        return Err(e);
-                    }
-                    (None, Some(e))
-                }
-                Err(_) => (
-                    None,
-                    Some(Error::outcome_unknown(
-                        backend.capabilities().name,
-                        format!("acquire timed out after {:?}", options.op_timeout.min(validity)),
-                    )),
-                ),
-            };
-            drop(cleanup);
-            let now = Instant::now();
-            if !wait || now >= give_up {
-                return match failure {
-                    Some(e) => Err(e),
-                    None if wait => Err(Error::Timeout {
-                        key: key.to_owned(),
-                        waited: options.acquire_timeout,
-                    }),
-                    None => Ok(None),
-                };
-            }
-            if let Some(waiter) = &fair {
-                // The head is woken when the key frees; everyone polls
-                // within a third of the claim to keep their entry alive.
-                let mut delay = (waiter.claim / 3).min(give_up - now);
-                if failure.is_some() {
-                    delay = delay.min(options.backoff.delay(attempt));
-                }
-                if let Some(hint) = retry_after {
-                    delay = delay.min(hint.max(Duration::from_millis(1)));
-                }
-                backend.wait_fair(key, waiter, delay).await;
-                attempt = attempt.saturating_add(1);
-                continue;
-            }
-            if lane.is_none() {
-                // First wait: join the line. If others are ahead of us, our
-                // turn comes when they are done: try again at once then.
-                let joined = self.inner.lanes.get(key);
-                let queued = match joined.turn.clone().try_lock_owned() {
-                    Ok(turn) => {
-                        _turn = Some(turn);
-                        false
-                    }
-                    Err(_) => match tokio::time::timeout_at(give_up, joined.turn.clone().lock_owned()).await {
-                        Ok(turn) => {
-                            _turn = Some(turn);
-                            true
-                        }
-                        Err(_) => {
-                            return Err(Error::Timeout {
-                                key: key.to_owned(),
-                                waited: options.acquire_timeout,
-                            });
-                        }
-                    },
-                };
-                lane = Some(joined);
-                if queued {
-                    continue;
-                }
-            }
-            let mut delay = options.backoff.delay(attempt);
-            if let Some(hint) = retry_after {
-                // No point sleeping past the holder's expiry.
-                delay = delay.min(hint.max(Duration::from_millis(1)));
-            }
-            delay = delay.min(give_up - now);
-            match &lane {
-                Some(lane) => tokio::select! {
-                    () = backend.wait_for_release(key, delay) => {}
-                    () = lane.released.notified() => {}
-                },
-                None => backend.wait_for_release(key, delay).await,
-            }
-            attempt = attempt.saturating_add(1);
+        match self.acquire_observed(&call).await? {
+            Some(guard) => Ok(guard),
+            None => Err(self.timed_out(&call)),
         }
     }
 
-    fn guard(&self, grant: Grant, options: &LockOptions) -> Result<LockGuard> {
+    /// A lock kind's `try_lock`, with its own attempt.
+    pub(crate) async fn try_lock_kind(&self, key: &str, attempt: Option<&dyn Attempt>) -> Result<Option<LockGuard>> {
+        let call = Call {
+            key,
+            options: self.options(),
+            wait: false,
+            attempt,
+            identity: Identity::PerAttempt,
+            spread: true,
+        };
+        self.acquire_observed(&call).await
+    }
+
+    pub(crate) fn lanes(&self) -> &Lanes {
+        &self.inner.lanes
+    }
+
+    pub(crate) fn guard(&self, grant: Grant, options: &LockOptions) -> Result<LockGuard> {
         let state = Arc::new(LeaseState::new(
             self.inner.backend.clone(),
             grant,
@@ -653,85 +462,6 @@ impl LockManager {
             }
         }
         Ok(guard)
-    }
-}
-
-/// What [`LockManager::acquire_at_once`] made of a call.
-enum AtOnce {
-    /// The call is decided.
-    Done(Result<Option<LockGuard>>),
-    /// One attempt made; the call waits in the loop.
-    Tried,
-    /// Not tried here: the loop makes every attempt.
-    NotTried,
-}
-
-/// Releases a token on drop unless disarmed: an acquire that was cancelled,
-/// timed out, or failed with an unknown outcome must not leave a lock behind.
-/// Borrows, so the common disarmed case costs no allocation.
-struct ReleaseOnDrop<'a> {
-    backend: &'a Arc<dyn LockBackend>,
-    key: &'a str,
-    token: LockToken,
-    timeout: Duration,
-    armed: bool,
-}
-
-impl<'a> ReleaseOnDrop<'a> {
-    fn new(backend: &'a Arc<dyn LockBackend>, key: &'a str, token: LockToken, timeout: Duration) -> Self {
-        ReleaseOnDrop {
-            backend,
-            key,
-            token,
-            timeout,
-            armed: true,
-        }
-    }
-
-    fn disarm(&mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for ReleaseOnDrop<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            spawn_release(
-                self.backend.clone(),
-                self.key.to_owned(),
-                self.token,
-                self.timeout,
-                None,
-            );
-        }
-    }
-}
-
-/// Takes a fair waiter out of the backend's queue when its call ends without
-/// a grant (timed out, failed, or dropped), in the background.
-struct LeaveOnDrop<'a> {
-    backend: &'a Arc<dyn LockBackend>,
-    key: &'a str,
-    /// `None` when not fair, or once granted.
-    waiter: Option<FairWaiter>,
-    timeout: Duration,
-}
-
-impl Drop for LeaveOnDrop<'_> {
-    fn drop(&mut self) {
-        if let Some(waiter) = self.waiter
-            && let Ok(handle) = tokio::runtime::Handle::try_current()
-        {
-            let (backend, key, timeout) = (self.backend.clone(), self.key.to_owned(), self.timeout);
-            handle.spawn(async move {
-                if !matches!(
-                    tokio::time::timeout(timeout, backend.leave_queue(&key, &waiter)).await,
-                    Ok(Ok(()))
-                ) {
-                    tracing::debug!(key, "leaving the fair queue failed; the entry expires after its claim");
-                }
-            });
-        }
     }
 }
 

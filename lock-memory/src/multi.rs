@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::options::{validate_key, validate_ttl};
-use lock_core::{AcquireOutcome, Lease, LockToken, MultiLockBackend, ReleaseOutcome, RenewOutcome, Result};
+use lock_core::{
+    AcquireOutcome, FencingToken, Lease, LockToken, MultiLockBackend, ReleaseOutcome, RenewOutcome, Result,
+};
 use tokio::time::Instant;
 
 use crate::MemoryBackend;
@@ -33,13 +35,18 @@ impl MultiLockBackend for MemoryBackend {
                 });
             }
         }
+        // Fences come from one sequence shared by every key: the last one
+        // drawn is above every earlier token of each key of the set.
+        let mut fence = 0;
         for key in keys {
             // A key this token already holds (a retried acquire) gets a fresh
             // entry: the old one's expiry index goes with it.
             s.remove_lock(key);
-            s.insert_lock(key, *token, now + ttl);
+            fence = s.insert_lock(key, *token, now + ttl);
         }
-        Ok(AcquireOutcome::Acquired(Lease::new()))
+        Ok(AcquireOutcome::Acquired(
+            Lease::new().with_fencing_token(Some(FencingToken(fence))),
+        ))
     }
 
     async fn release_all(&self, keys: &[&str], token: &LockToken) -> Result<ReleaseOutcome> {

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::options::{validate_key, validate_ttl};
-use lock_core::{AcquireOutcome, Lease, LockToken, ReleaseOutcome, RenewOutcome, Result, RwLockBackend, RwMode};
+use lock_core::{
+    AcquireOutcome, FencingToken, Lease, LockToken, ReleaseOutcome, RenewOutcome, Result, RwLockBackend, RwMode,
+};
 use tokio::time::Instant;
 
 use crate::MemoryBackend;
@@ -16,6 +18,8 @@ use crate::MemoryBackend;
 #[derive(Default)]
 pub(crate) struct RwLocks {
     by_name: HashMap<String, RwState>,
+    /// Last writer's fencing token per name; kept when the lock empties.
+    fences: HashMap<String, u64>,
 }
 
 #[derive(Default)]
@@ -83,7 +87,10 @@ impl RwLockBackend for MemoryBackend {
                     && holder == token
                 {
                     *until = now + ttl;
-                    return granted;
+                    let fence = all.fences.get(name).copied().unwrap_or(0);
+                    return Ok(AcquireOutcome::Acquired(
+                        Lease::new().with_fencing_token(Some(FencingToken(fence))),
+                    ));
                 }
                 if s.writer.is_some() || !s.readers.is_empty() {
                     if waiting && s.intent.is_none_or(|(t, _)| t == *token) {
@@ -95,7 +102,11 @@ impl RwLockBackend for MemoryBackend {
                 }
                 s.writer = Some((*token, now + ttl));
                 s.intent = None;
-                granted
+                let fence = all.fences.entry(name.to_owned()).or_insert(0);
+                *fence += 1;
+                Ok(AcquireOutcome::Acquired(
+                    Lease::new().with_fencing_token(Some(FencingToken(*fence))),
+                ))
             }
         }
     }

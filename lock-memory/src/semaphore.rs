@@ -28,6 +28,16 @@ pub(crate) struct Semaphores {
     /// Holders released while missing, refused by acquires until the instant
     /// (as the Lua scripts' `gone` set: a clean-up that overtook its acquire).
     gone: HashMap<(String, LockToken), Instant>,
+    /// A refused waiter's reservation per name (as the Lua scripts'
+    /// `_rsv`): counted as taken for every other holder while live.
+    reservations: HashMap<String, Reservation>,
+}
+
+#[derive(Clone, Copy)]
+struct Reservation {
+    holder: LockToken,
+    permits: u32,
+    until: Instant,
 }
 
 /// How long a holder released while missing stays refused.
@@ -87,6 +97,7 @@ impl SemaphoreBackend for MemoryBackend {
         let now = Instant::now();
         let mut s = self.lock_semaphores();
         s.gone.retain(|_, until| *until > now);
+        s.reservations.retain(|_, r| r.until > now);
         if let Some(held) = s.live(name, now) {
             if held.size != request.size {
                 return Err(lock_core::kinds::semaphore::size_mismatch(
@@ -102,13 +113,32 @@ impl SemaphoreBackend for MemoryBackend {
                     Lease::new().with_fencing_token(Some(FencingToken(fence))),
                 ));
             }
+        }
+        // Another waiter's live reservation counts as taken, held or not.
+        let (used, first) = s.live(name, now).map_or((0, now), |held| {
             let used: u32 = held.holders.values().map(|h| h.permits).sum();
-            if used + request.permits > held.size {
-                let first = held.holders.values().map(|h| h.expires_at).min().unwrap_or(now);
-                return Ok(AcquireOutcome::Held {
-                    retry_after: Some(first.saturating_duration_since(now)),
-                });
+            (used, held.holders.values().map(|h| h.expires_at).min().unwrap_or(now))
+        });
+        let other = s
+            .reservations
+            .get(name)
+            .filter(|r| r.until > now && r.holder != *holder)
+            .copied();
+        if used + request.permits + other.map_or(0, |r| r.permits) > request.size {
+            if request.waiting && other.is_none_or(|r| request.permits > r.permits) {
+                let reservation = Reservation {
+                    holder: *holder,
+                    permits: request.permits,
+                    until: now + ttl,
+                };
+                s.reservations.insert(name.to_owned(), reservation);
             }
+            return Ok(AcquireOutcome::Held {
+                retry_after: Some(first.saturating_duration_since(now).max(Duration::from_millis(1))),
+            });
+        }
+        if s.reservations.get(name).is_some_and(|r| r.holder == *holder) {
+            s.reservations.remove(name);
         }
         if s.gone.contains_key(&(name.to_owned(), *holder)) {
             return Ok(AcquireOutcome::Held {
@@ -138,6 +168,9 @@ impl SemaphoreBackend for MemoryBackend {
         validate_key(name)?;
         let now = Instant::now();
         let mut s = self.lock_semaphores();
+        if s.reservations.get(name).is_some_and(|r| r.holder == *holder) {
+            s.reservations.remove(name);
+        }
         let removed = s
             .live(name, now)
             .is_some_and(|held| held.holders.remove(holder).is_some());

@@ -1,7 +1,7 @@
 //! The lock kinds' scripts (`lock_core::kinds::scripted`) on Redis/Valkey:
-//! one script call per operation, with `WAIT` after a semaphore grant or
-//! renewal under [`crate::ReplicaAck`] (read-write locks and elections are
-//! refused under it).
+//! one script call per operation, with `WAIT` after a semaphore,
+//! read-write or election grant or renewal under [`crate::ReplicaAck`]
+//! (multi-key locks are refused under it).
 
 use std::sync::OnceLock;
 
@@ -53,10 +53,6 @@ impl ScriptedKinds for RedisLuaBackend {
         true
     }
 
-    fn semaphore_fencing(&self) -> bool {
-        self.inner.fencing
-    }
-
     /// With release notifications on, a win and a resignation are published
     /// on the leader key's release channel, so `observe` wakes at once.
     fn leader_channel(&self, lead: &str) -> Option<String> {
@@ -74,11 +70,13 @@ impl ScriptedKinds for RedisLuaBackend {
         let i = &self.inner;
         match (call.script, &i.replica_ack) {
             // A grant WAITs like a mutex acquire.
-            (KindScript::SemaphoreAcquire, Some(ack)) => {
+            (KindScript::SemaphoreAcquire | KindScript::RwAcquire | KindScript::Lead, Some(ack)) => {
                 let granted = |v: &Value| ints(v).is_some_and(|r| r.first() == Some(&1));
                 i.exec_acked(call.op, key, run, ack, granted, None).await
             }
-            (KindScript::SemaphoreRenew, Some(_)) => i.exec_renewal(call.op, key, run, |v| *v == Value::Int(1)).await,
+            (KindScript::SemaphoreRenew | KindScript::RwRenew | KindScript::RenewLead, Some(_)) => {
+                i.exec_renewal(call.op, key, run, |v| *v == Value::Int(1)).await
+            }
             _ => i.exec(call.op, key, Access::Write, run).await.map(|v| (v, None)),
         }
     }

@@ -528,8 +528,8 @@ impl LockBackend for RedisLuaBackend {
         caps.fair_queue = self.inner.replica_ack.is_none();
         caps.semaphores = true;
         caps.multi_key_locks = self.inner.replica_ack.is_none();
-        caps.rw_locks = self.inner.replica_ack.is_none();
-        caps.leader_election = self.inner.replica_ack.is_none();
+        caps.rw_locks = true;
+        caps.leader_election = true;
         caps
     }
 }

@@ -15,7 +15,9 @@ use async_trait::async_trait;
 use deadpool_redis::redis::Value;
 use lock_core::kinds::multi_lua;
 use lock_core::options::{ttl_millis, validate_key, validate_ttl};
-use lock_core::{AcquireOutcome, Error, Lease, LockToken, MultiLockBackend, ReleaseOutcome, RenewOutcome, Result};
+use lock_core::{
+    AcquireOutcome, Error, FencingToken, Lease, LockToken, MultiLockBackend, ReleaseOutcome, RenewOutcome, Result,
+};
 
 use crate::error::{Access, BACKEND, unexpected_reply};
 use crate::keys::WakeKeys;
@@ -69,16 +71,22 @@ impl MultiLockBackend for RedisLuaBackend {
         validate_ttl(ttl)?;
         let hex = token.hex_bytes();
         let mut ms = itoa::Buffer::new();
+        // The mutex's fence counters (written whatever the `fencing`
+        // setting: a multi-key grant always carries its token).
+        let fences: Vec<String> = set.iter().map(|k| RedisLuaBackend::fence_key(k)).collect();
+        let keys: Vec<&str> = set.iter().copied().chain(fences.iter().map(String::as_str)).collect();
         let call = Call::Script {
             script: &scripts().acquire,
-            keys: set,
+            keys: &keys,
             args: &[&hex, ms.format(ttl_millis(ttl)).as_bytes()],
         };
         let op = "multi-key acquire";
         let value = self.inner.exec(op, set[0], Access::Write, call).await?;
         match &value {
             Value::Array(items) => match items.as_slice() {
-                [Value::Int(1)] => Ok(AcquireOutcome::Acquired(Lease::new())),
+                [Value::Int(1), Value::Int(fence)] => Ok(AcquireOutcome::Acquired(
+                    Lease::new().with_fencing_token(u64::try_from(*fence).ok().map(FencingToken)),
+                )),
                 [Value::Int(0), Value::Int(pttl)] => Ok(AcquireOutcome::Held {
                     retry_after: u64::try_from(*pttl).ok().map(Duration::from_millis),
                 }),

@@ -44,11 +44,11 @@ async fn a_leader_change_is_observed_without_waiting_for_the_poll_interval() {
     let first = tokio::time::timeout(seen_within, changes.next())
         .await
         .expect("first item");
-    assert_eq!(first, Some(None), "nobody leads yet");
+    assert_eq!(first.map(|r| r.expect("read")), Some(None), "nobody leads yet");
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
         while let Some(change) = changes.next().await {
-            if tx.send(change).is_err() {
+            if tx.send(change.expect("the server is up")).is_err() {
                 return;
             }
         }

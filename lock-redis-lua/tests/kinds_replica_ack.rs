@@ -1,15 +1,17 @@
-//! The other lock kinds under replica acknowledgement: semaphore grants WAIT
-//! like mutex acquires (a replica holds the permit when the grant returns);
-//! multi-key locks, read-write locks and leader election are refused with a
-//! typed error and their capability flags off.
+//! The other lock kinds under replica acknowledgement: semaphore and
+//! read-write grants WAIT like mutex acquires (a replica holds the permit or
+//! the writer when the grant returns), and their renewals count once
+//! confirmed, and so do leader elections' wins and renewals; multi-key locks
+//! are refused with a typed error and their capability flag off.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
 
 use std::time::Duration;
 
+use lock_core::kinds::rw_lua::RwKeys;
 use lock_core::kinds::semaphore_lua::SemaphoreKeys;
 use lock_core::{
-    AcquireOutcome, ElectionManager, Error, LockBackend, LockToken, MultiLockManager, PermitRequest, RenewOutcome,
-    Replication, RwLockManager, SemaphoreBackend, SemaphoreManager,
+    AcquireOutcome, ElectionBackend, ElectionManager, Error, LockBackend, LockToken, MultiLockManager, PermitRequest,
+    RenewOutcome, Replication, RwLockBackend, RwLockManager, RwMode, SemaphoreBackend, SemaphoreManager,
 };
 use lock_redis_lua::{RedisLuaBackend, ReplicaAck};
 use lock_testkit::server::{RedisServer, ReplicatedPair};
@@ -87,14 +89,88 @@ async fn other_kinds_are_refused_with_a_typed_error() {
     let server = RedisServer::start().await.expect("start");
     let backend = acked(server.url()).await;
     let caps = backend.capabilities();
-    assert!(!caps.multi_key_locks && !caps.rw_locks && !caps.leader_election);
+    assert!(!caps.multi_key_locks);
     assert!(matches!(
         MultiLockManager::new(backend.clone()),
         Err(Error::Unsupported { .. })
     ));
-    assert!(matches!(
-        RwLockManager::new(backend.clone()),
-        Err(Error::Unsupported { .. })
-    ));
-    assert!(matches!(ElectionManager::new(backend), Err(Error::Unsupported { .. })));
+    assert!(ElectionManager::new(backend).is_ok(), "elections WAIT too");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rw_grants_wait_for_the_replica() {
+    let pair = ReplicatedPair::start(RedisServer::builder())
+        .await
+        .expect("start a primary and a replica");
+    let backend = acked(pair.primary().url()).await;
+    assert!(backend.capabilities().rw_locks);
+    let locks = RwLockManager::new(backend).expect("manager");
+    let writer = locks.write("acked").await.expect("write");
+    assert_eq!(writer.replication(), Replication::Confirmed { replicas: 1 });
+    // WAIT returned, so the replica already has the writer.
+    let key = RwKeys::prefixed("verrou:lua:", "acked").unwrap().writer;
+    let on_replica = pair.replica().cmd(&["EXISTS", key.as_str()]).await.expect("EXISTS");
+    assert_eq!(on_replica.as_int(), Some(1));
+    writer.release().await.expect("release");
+    let reader = locks.read("acked").await.expect("read");
+    assert_eq!(reader.replication(), Replication::Confirmed { replicas: 1 });
+    reader.release().await.expect("release");
+}
+
+/// As for the semaphore: an rw renewal the replica did not acknowledge is
+/// an unknown-outcome error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unacknowledged_rw_renewal_is_an_unknown_outcome() {
+    let pair = ReplicatedPair::start(RedisServer::builder())
+        .await
+        .expect("start a primary and a replica");
+    let backend = acked(pair.primary().url()).await;
+    let token = LockToken::generate().expect("token");
+    let ttl = Duration::from_secs(5);
+    let granted = backend
+        .try_acquire_rw("renewed", RwMode::Write, false, &token, ttl)
+        .await
+        .expect("acquire");
+    assert!(matches!(granted, AcquireOutcome::Acquired(_)), "{granted:?}");
+    assert_eq!(
+        backend
+            .renew_rw("renewed", &token, ttl)
+            .await
+            .expect("confirmed renewal"),
+        RenewOutcome::Renewed
+    );
+    pair.replica().pause().expect("SIGSTOP the replica");
+    let err = backend
+        .renew_rw("renewed", &token, ttl)
+        .await
+        .expect_err("a renewal the replica did not acknowledge");
+    assert!(err.is_outcome_unknown(), "{err}");
+    pair.replica().resume().expect("SIGCONT the replica");
+    assert_eq!(
+        backend.renew_rw("renewed", &token, ttl).await.expect("confirmed again"),
+        RenewOutcome::Renewed
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn election_wins_wait_for_the_replica() {
+    let pair = ReplicatedPair::start(RedisServer::builder())
+        .await
+        .expect("start a primary and a replica");
+    let backend = acked(pair.primary().url()).await;
+    assert!(backend.capabilities().leader_election);
+    let election = ElectionManager::new(backend.clone()).expect("manager");
+    let leadership = election.campaign("acked", b"node-a").await.expect("campaign");
+    assert_eq!(leadership.replication(), Replication::Confirmed { replicas: 1 });
+    let ttl = Duration::from_secs(5);
+    pair.replica().pause().expect("SIGSTOP the replica");
+    // A renewal of the leader the replica did not acknowledge is an
+    // unknown outcome, as for the mutex.
+    let err = backend
+        .renew_lead("acked", leadership.token(), ttl)
+        .await
+        .expect_err("a renewal the replica did not acknowledge");
+    assert!(err.is_outcome_unknown(), "{err}");
+    pair.replica().resume().expect("SIGCONT the replica");
+    leadership.resign().await.expect("resign");
 }

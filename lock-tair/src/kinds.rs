@@ -46,10 +46,6 @@ impl ScriptedKinds for TairBackend {
         false
     }
 
-    fn semaphore_fencing(&self) -> bool {
-        self.inner.fence_prefix.is_some()
-    }
-
     async fn run_kind_script(&self, call: KindCall<'_>) -> Result<(Value, Option<Replication>)> {
         let args = call.args.iter().map(|a| Value::Bytes(a.to_vec().into())).collect();
         let script = &scripts()[call.script.index()];

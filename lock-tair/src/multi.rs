@@ -12,9 +12,13 @@ use fred::types::Value;
 use fred::util::redis_keyslot;
 use lock_core::kinds::multi_lua;
 use lock_core::options::{validate_key, validate_ttl};
-use lock_core::{AcquireOutcome, Error, Lease, LockToken, MultiLockBackend, ReleaseOutcome, RenewOutcome, Result};
+use lock_core::{
+    AcquireOutcome, Error, FencingToken, Lease, LockToken, MultiLockBackend, ReleaseOutcome, RenewOutcome, Result,
+};
 
+use crate::DEFAULT_FENCE_PREFIX;
 use crate::conn::{Access, NAME, unexpected_reply};
+use crate::keys::fence_key;
 use crate::script::Script;
 use crate::{TairBackend, px, token_arg};
 
@@ -62,12 +66,19 @@ impl MultiLockBackend for TairBackend {
         self.check_multi(set)?;
         validate_ttl(ttl)?;
         let what = "EVAL (multi-key acquire)";
+        // The mutex's fence counters (under the default prefix when the
+        // mutex's fencing is off: a multi-key grant always carries its token).
+        let prefix = self.inner.fence_prefix.as_deref().unwrap_or(DEFAULT_FENCE_PREFIX);
+        let fences: Vec<String> = set.iter().map(|k| fence_key(prefix, k)).collect();
+        let keys: Vec<&str> = set.iter().copied().chain(fences.iter().map(String::as_str)).collect();
         let reply = self
-            .run_script(what, &scripts().acquire, set, vec![token_arg(token), px(ttl).into()])
+            .run_script(what, &scripts().acquire, &keys, vec![token_arg(token), px(ttl).into()])
             .await?;
         match &reply {
             Value::Array(items) => match items.as_slice() {
-                [Value::Integer(1)] => Ok(AcquireOutcome::Acquired(Lease::new())),
+                [Value::Integer(1), Value::Integer(fence)] => Ok(AcquireOutcome::Acquired(
+                    Lease::new().with_fencing_token(u64::try_from(*fence).ok().map(FencingToken)),
+                )),
                 [Value::Integer(0), Value::Integer(pttl)] => Ok(AcquireOutcome::Held {
                     retry_after: u64::try_from(*pttl).ok().map(Duration::from_millis),
                 }),

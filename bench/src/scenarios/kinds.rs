@@ -251,7 +251,7 @@ impl Contender for Campaigner {
 
     async fn acquire(&self) -> lock_core::Result<(Leadership, Claim, Vec<u16>)> {
         let leadership = self.election.campaign("kinds:leader", &self.identity).await?;
-        let won = (Instant::now(), leadership.term());
+        let won = (Instant::now(), Some(leadership.term()));
         self.terms.lock().unwrap_or_else(|e| e.into_inner()).push(won);
         Ok((leadership, Claim::Exclusive, vec![0]))
     }

@@ -18,6 +18,7 @@ use futures::Stream;
 
 use super::guard::{KindGuard, adapter_capabilities, kind_locks};
 use crate::backend::{AcquireOutcome, Capabilities, LockBackend, ReleaseOutcome, RenewOutcome};
+use crate::engine::{Attempt, Identity};
 use crate::error::{Error, Result};
 use crate::guard::LeaseHandle;
 use crate::manager::LockManager;
@@ -89,10 +90,18 @@ pub fn validate_identity(identity: &[u8]) -> Result<()> {
     Ok(())
 }
 
-tokio::task_local! {
-    /// The identity of the campaign running on this task: the manager's
-    /// acquire loop (which knows only keys) awaits `try_acquire` inline.
-    static IDENTITY: Arc<[u8]>;
+/// One campaign's attempt, handed to the manager's acquire engine: the
+/// identity travels with the attempt, not through the key.
+struct LeadAttempt<'a> {
+    backend: &'a dyn ElectionBackend,
+    identity: &'a [u8],
+}
+
+#[async_trait]
+impl Attempt for LeadAttempt<'_> {
+    async fn attempt(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        self.backend.try_lead(key, token, self.identity, ttl).await
+    }
 }
 
 struct LeadAsLock {
@@ -101,11 +110,9 @@ struct LeadAsLock {
 
 #[async_trait]
 impl LockBackend for LeadAsLock {
-    async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
-        let Ok(identity) = IDENTITY.try_with(Arc::clone) else {
-            return Err(Error::invalid("a campaign must go through ElectionManager"));
-        };
-        self.backend.try_lead(key, token, &identity, ttl).await
+    async fn try_acquire(&self, _key: &str, _token: &LockToken, _ttl: Duration) -> Result<AcquireOutcome> {
+        // The manager hands every campaign its `LeadAttempt`.
+        Err(Error::invalid("a campaign must go through ElectionManager"))
     }
     async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
         self.backend.resign(key, token).await
@@ -156,8 +163,16 @@ impl ElectionManager {
     /// # Errors
     /// As [`ElectionManager::new`], and [`Error::InvalidArgument`] for bad options.
     pub fn with_options(backend: impl ElectionBackend, options: LockOptions) -> Result<Self> {
+        Self::from_arc(Arc::new(backend), options)
+    }
+
+    /// A manager over a shared backend handle (the same `Arc` can back a
+    /// [`LockManager`] and every other kind's manager).
+    ///
+    /// # Errors
+    /// As [`ElectionManager::with_options`].
+    pub fn from_arc(backend: Arc<dyn ElectionBackend>, options: LockOptions) -> Result<Self> {
         let caps = backend.capabilities();
-        let backend: Arc<dyn ElectionBackend> = Arc::new(backend);
         let adapter = LeadAsLock {
             backend: backend.clone(),
         };
@@ -194,10 +209,15 @@ impl ElectionManager {
     pub async fn campaign_opts(&self, name: &str, identity: &[u8], options: &LockOptions) -> Result<Leadership> {
         validate_key(name)?;
         validate_identity(identity)?;
-        let guard = IDENTITY
-            .scope(Arc::from(identity), self.locks.lock_opts(name, options))
+        let attempt = LeadAttempt {
+            backend: &*self.backend,
+            identity,
+        };
+        let guard = self
+            .locks
+            .lock_kind(name, options, Some(&attempt), Identity::PerAttempt)
             .await?;
-        Ok(KindGuard::new(guard, Lead))
+        lead(guard, &*self.backend)
     }
 
     /// One attempt: `Ok(None)` when another leads.
@@ -210,8 +230,12 @@ impl ElectionManager {
     pub async fn try_campaign(&self, name: &str, identity: &[u8]) -> Result<Option<Leadership>> {
         validate_key(name)?;
         validate_identity(identity)?;
-        let guard = IDENTITY.scope(Arc::from(identity), self.locks.try_lock(name)).await?;
-        Ok(guard.map(|guard| KindGuard::new(guard, Lead)))
+        let attempt = LeadAttempt {
+            backend: &*self.backend,
+            identity,
+        };
+        let guard = self.locks.try_lock_kind(name, Some(&attempt)).await?;
+        guard.map(|guard| lead(guard, &*self.backend)).transpose()
     }
 
     /// The current leader of `name`, if any.
@@ -248,39 +272,71 @@ impl ElectionManager {
     /// waits for a change announced by the backend (the Lua backend with
     /// release notifications publishes every win and resignation) or
     /// `interval`, whichever comes first; an expiry is announced by no one,
-    /// so it is seen at the next poll. Read errors are skipped (the next
-    /// poll tries again).
-    pub fn observe(&self, name: &str, interval: Duration) -> impl Stream<Item = Option<LeaderInfo>> + Send + 'static {
+    /// so it is seen at the next poll.
+    ///
+    /// A read that fails is an `Err` item (one per `interval` while the
+    /// backend stays unreachable): the leader is *unknown* then, never
+    /// "unchanged". The first read that succeeds after an error is always
+    /// reported, changed or not. The stream never ends by itself.
+    pub fn observe(
+        &self,
+        name: &str,
+        interval: Duration,
+    ) -> impl Stream<Item = Result<Option<LeaderInfo>>> + Send + 'static {
         let backend = self.backend.clone();
         let name = name.to_owned();
         let interval = interval.max(Duration::from_millis(1));
-        futures::stream::unfold((backend, name, None), move |(backend, name, last)| async move {
+        // `last`: the leader last reported; `None` before the first item and
+        // after an error (so the next read is reported whatever it says).
+        let start: (Arc<dyn ElectionBackend>, String, Option<Option<LeaderInfo>>, bool) = (backend, name, None, false);
+        futures::stream::unfold(start, move |(backend, name, last, failed)| async move {
+            if failed {
+                tokio::time::sleep(interval).await;
+            }
             loop {
                 match backend.leader(&name).await {
                     Ok(now) if last.as_ref() != Some(&now) => {
-                        return Some((now.clone(), (backend, name, Some(now))));
+                        return Some((Ok(now.clone()), (backend, name, Some(now), false)));
                     }
                     Ok(now) => backend.wait_for_leader_change(&name, now.as_ref(), interval).await,
-                    Err(_) => tokio::time::sleep(interval).await,
+                    Err(e) => return Some((Err(e), (backend, name, None, true))),
                 }
             }
         })
     }
 }
 
-/// What a [`Leadership`] holds: the lead (its term is the lease's fencing
-/// token).
+/// What a [`Leadership`] holds: the lead, with its term (also the lease's
+/// fencing token).
 #[derive(Debug)]
-pub struct Lead;
+pub struct Lead {
+    term: u64,
+}
+
+/// A won campaign's guard as a [`Leadership`]: every election backend issues
+/// a term with the grant; a grant without one is refused (and resigned in
+/// the background by the guard's drop).
+fn lead(guard: crate::guard::LockGuard, backend: &dyn ElectionBackend) -> Result<Leadership> {
+    match guard.fencing_token() {
+        Some(term) => Ok(KindGuard::new(guard, Lead { term: term.0 })),
+        None => Err(Error::backend(
+            backend.capabilities().name,
+            "an election backend granted a leadership without a term",
+        )),
+    }
+}
 
 /// Held leadership (the shared [`KindGuard`]). Owned and `'static`;
 /// dropping it resigns in the background.
 pub type Leadership = KindGuard<Lead>;
 
 impl KindGuard<Lead> {
-    /// The term of this leadership (its fencing token).
-    pub fn term(&self) -> Option<u64> {
-        self.fencing_token().map(|t| t.0)
+    /// The term of this leadership: strictly increasing per name with every
+    /// new leader, and the lease's fencing token. Hand it to the protected
+    /// resource with every write; the resource refuses a write whose term is
+    /// lower than the highest it has seen (a deposed leader's).
+    pub fn term(&self) -> u64 {
+        self.kind().term
     }
 
     /// Step down (owner-checked): [`KindGuard::release`].

@@ -8,7 +8,7 @@ use super::semaphore_lua::SemaphoreKeys;
 use std::time::Duration;
 
 use super::election::validate_identity;
-use super::scripted::{KindCall, KindScript, ScriptedKinds, refuse_under_ack, released, renewed, run};
+use super::scripted::{KindCall, KindScript, ScriptedKinds, acked_grant, refuse_under_ack, released, renewed, run};
 use super::semaphore_lua::kind_key;
 use crate::backend::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use crate::error::Result;
@@ -93,7 +93,11 @@ return 1
 /// [`crate::Error::Unsupported`] under replica acknowledgement;
 /// [`crate::Error::InvalidArgument`] for a bad name.
 pub fn keys_on<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str) -> Result<ElectionKeys> {
-    refuse_under_ack(kinds, "leader election with replica acknowledgement")?;
+    // Under replica acknowledgement, wins and renewals `WAIT` where the
+    // backend follows kind scripts with it; refused elsewhere.
+    if !kinds.semaphore_waits_for_replicas() {
+        refuse_under_ack(kinds, "leader election with replica acknowledgement")?;
+    }
     validate_key(name)?;
     ElectionKeys::prefixed(kinds.kinds_key_prefix(), name)
 }
@@ -121,18 +125,16 @@ pub async fn try_lead<K: ScriptedKinds + ?Sized>(
     let mut args: Vec<&[u8]> = vec![&hex, identity, ms.as_bytes()];
     args.extend(channel.as_deref().map(str::as_bytes));
     let op = "campaign";
-    let reply = run(
-        kinds,
-        KindCall {
+    let (reply, replication) = kinds
+        .run_kind_script(KindCall {
             op,
             name,
             script: KindScript::Lead,
             keys: &[&keys.lead, &keys.term],
             args: &args,
-        },
-    )
-    .await?;
-    match K::reply_ints(&reply).as_deref() {
+        })
+        .await?;
+    let outcome = match K::reply_ints(&reply).as_deref() {
         Some([1, term]) => Ok(AcquireOutcome::Acquired(
             Lease::new().with_fencing_token(Some(FencingToken(term.unsigned_abs()))),
         )),
@@ -140,7 +142,11 @@ pub async fn try_lead<K: ScriptedKinds + ?Sized>(
             retry_after: u64::try_from(*pttl).ok().map(Duration::from_millis),
         }),
         _ => Err(kinds.unexpected_reply(op, name, &reply)),
-    }
+    }?;
+    acked_grant(kinds, name, "won the leadership of", outcome, replication, || {
+        resign(kinds, name, token)
+    })
+    .await
 }
 
 /// [`super::election::ElectionBackend::resign`] with [`RESIGN`], announced
@@ -188,16 +194,16 @@ pub async fn renew<K: ScriptedKinds + ?Sized>(
     let keys = keys_on(kinds, name)?;
     validate_ttl(ttl)?;
     let op = "leadership renew";
-    let reply = run(
-        kinds,
-        KindCall {
+    let (reply, replication) = kinds
+        .run_kind_script(KindCall {
             op,
             name,
             script: KindScript::RenewLead,
             keys: &[&keys.lead],
             args: &[&token.hex_bytes(), ttl_millis(ttl).to_string().as_bytes()],
-        },
-    )
-    .await?;
-    renewed(kinds, op, name, &reply, 2)
+        })
+        .await?;
+    // Under replica acknowledgement a renewal counts once confirmed.
+    let outcome = renewed(kinds, op, name, &reply, 2)?;
+    kinds.counted_renewal(name, outcome, replication)
 }

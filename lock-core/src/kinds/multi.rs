@@ -14,8 +14,16 @@
 //! (an adapter presents the key set as one lock key), so a [`MultiLockGuard`]
 //! has the mutex's lifecycle: renewal of all keys at once, `lost()` at the
 //! local deadline or when any key is found lost, release on drop, local FIFO
-//! waiters per key set. No fencing tokens (one token per set would not order
-//! writes per key).
+//! waiters per key set.
+//!
+//! **Fencing:** every grant carries one fencing token, on every backend
+//! (whatever the mutex's `fencing` setting), that is above every earlier
+//! token of *each* of its keys, whether a plain lock's or another set's:
+//! the backend draws it from the keys' own fence counters (the mutex's) and
+//! sets each of them to it. Hand [`LeaseHandle::fencing_token`] with every
+//! write to each resource the keys protect; a resource that keeps the
+//! highest token it has seen per key refuses the write of a holder that
+//! stalled past its deadline while another took one of its keys.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -126,7 +134,7 @@ impl LockBackend for SetAsLock {
         self.backend.renew_all(&decode(key)?, token, ttl).await
     }
     fn capabilities(&self) -> Capabilities {
-        adapter_capabilities(self.backend.capabilities(), false)
+        adapter_capabilities(self.backend.capabilities(), true)
     }
 }
 
@@ -162,10 +170,17 @@ impl MultiLockManager {
     /// As [`MultiLockManager::new`], and [`Error::InvalidArgument`] for bad
     /// options.
     pub fn with_options(backend: impl MultiLockBackend, options: LockOptions) -> Result<Self> {
+        Self::from_arc(Arc::new(backend), options)
+    }
+
+    /// A manager over a shared backend handle (the same `Arc` can back a
+    /// [`LockManager`] and every other kind's manager).
+    ///
+    /// # Errors
+    /// As [`MultiLockManager::with_options`].
+    pub fn from_arc(backend: Arc<dyn MultiLockBackend>, options: LockOptions) -> Result<Self> {
         let caps = backend.capabilities();
-        let adapter = SetAsLock {
-            backend: Arc::new(backend),
-        };
+        let adapter = SetAsLock { backend };
         Ok(MultiLockManager {
             locks: kind_locks(caps, |c| c.multi_key_locks, "multi-key locks", adapter, options)?,
         })

@@ -4,17 +4,33 @@
 //! before the first write: a key of another type fails the script before it
 //! changed anything.
 
-/// KEYS the sorted keys; ARGV token, ttl ms. `{1}` took them all; `{0, pttl}`
-/// a key is held by another token (nothing written).
+/// KEYS the n sorted keys, then their n fence keys (the mutex's fence
+/// counters, same slot, no TTL); ARGV token, ttl ms. `{1, fence}` took them
+/// all; `{0, pttl}` a key is held by another token (nothing written).
+///
+/// The one fencing token of the grant is above every earlier token of each
+/// of its keys (a plain lock's or another set's: the counters are the
+/// mutex's, and the rule is its rule, so it holds even if a counter was
+/// lost), and every counter is set to it: a resource keyed by any of the
+/// keys can refuse a stale holder's write by comparing tokens.
 pub const ACQUIRE_ALL: &str = r"
-for _, k in ipairs(KEYS) do
-  local cur = redis.call('GET', k)
-  if cur and cur ~= ARGV[1] then return {0, redis.call('PTTL', k)} end
+local n = #KEYS / 2
+for i = 1, n do
+  local cur = redis.call('GET', KEYS[i])
+  if cur and cur ~= ARGV[1] then return {0, redis.call('PTTL', KEYS[i])} end
 end
-for _, k in ipairs(KEYS) do
-  redis.call('SET', k, ARGV[1], 'PX', ARGV[2])
+local t = redis.call('TIME')
+local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+for i = n + 1, 2 * n do
+  local last = tonumber(redis.call('GET', KEYS[i]) or '0') or 0
+  if fence <= last then fence = last + 1 end
 end
-return {1}
+local f = string.format('%.0f', fence)
+for i = 1, n do
+  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+  redis.call('SET', KEYS[n + i], f)
+end
+return {1, fence}
 ";
 
 /// KEYS the keys; ARGV token. Deletes each key the token holds; `1` all were

@@ -8,14 +8,31 @@
 //! take a free lock (an intent only holds readers back) and taking it clears
 //! the intent; a writer still waiting sets it again at its next attempt.
 //! `try_lock` leaves no intent; the intent of a writer that gave up lapses
-//! within one TTL. Readers' and the writer's deadlines
+//! within one TTL (the engine releases it at once when the writer's wait
+//! ends). Readers' and the writer's deadlines
 //! are server time.
 //!
 //! The [`RwLockManager`] runs each holder through a [`LockManager`] (an
 //! adapter presents "reader of `name`" / "writer of `name`" as lock keys), so
 //! an [`RwLockGuard`] has the mutex's lifecycle: renewal, `lost()` at the
 //! local deadline, release on drop, local FIFO waiters (readers and writers
-//! of one manager queue in separate lines). No fencing tokens.
+//! of one manager queue in separate lines).
+//!
+//! **Liveness: a waiting writer is never starved by readers.** The engine
+//! keeps one token for a writer's whole wait, so each of its retries (at
+//! least every third of the TTL) refreshes its intent; new readers stay
+//! refused, and the writer gets the lock once the readers inside leave:
+//! its wait is bounded by the longest remaining hold of the readers inside
+//! (plus the writers ahead of it) and a third of the TTL. A writer that
+//! gives up or is cancelled drops its intent at once (the engine releases
+//! its token). Refused readers retry at spread instants, not all at the
+//! intent's expiry.
+//!
+//! **Fencing:** every writer grant carries a fencing token, strictly
+//! increasing per name (on every backend, whatever the mutex's `fencing`
+//! setting). Hand [`LeaseHandle::fencing_token`] to the protected resource
+//! with every write; it refuses a write whose token is lower than the
+//! highest it has seen (a stalled writer's). Readers carry none.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -25,6 +42,7 @@ use async_trait::async_trait;
 
 use super::guard::{KindGuard, adapter_capabilities, kind_locks};
 use crate::backend::{AcquireOutcome, Capabilities, LockBackend, ReleaseOutcome, RenewOutcome};
+use crate::engine::Identity;
 use crate::error::{Error, Result};
 use crate::guard::LeaseHandle;
 use crate::manager::LockManager;
@@ -105,7 +123,7 @@ impl LockBackend for RwAsLock {
         self.backend.renew_rw(decode(key)?.2, token, ttl).await
     }
     fn capabilities(&self) -> Capabilities {
-        adapter_capabilities(self.backend.capabilities(), false)
+        adapter_capabilities(self.backend.capabilities(), true)
     }
 }
 
@@ -141,10 +159,17 @@ impl RwLockManager {
     /// # Errors
     /// As [`RwLockManager::new`], and [`Error::InvalidArgument`] for bad options.
     pub fn with_options(backend: impl RwLockBackend, options: LockOptions) -> Result<Self> {
+        Self::from_arc(Arc::new(backend), options)
+    }
+
+    /// A manager over a shared backend handle (the same `Arc` can back a
+    /// [`LockManager`] and every other kind's manager).
+    ///
+    /// # Errors
+    /// As [`RwLockManager::with_options`].
+    pub fn from_arc(backend: Arc<dyn RwLockBackend>, options: LockOptions) -> Result<Self> {
         let caps = backend.capabilities();
-        let adapter = RwAsLock {
-            backend: Arc::new(backend),
-        };
+        let adapter = RwAsLock { backend };
         Ok(RwLockManager {
             locks: kind_locks(caps, |c| c.rw_locks, "read-write locks", adapter, options)?,
         })
@@ -220,7 +245,18 @@ impl RwLockManager {
 
     async fn acquire(&self, name: &str, mode: RwMode, options: &LockOptions) -> Result<RwLockGuard> {
         validate_key(name)?;
-        let guard = self.locks.lock_opts(&encode(mode, true, name), options).await?;
+        // A waiting writer keeps one token for its whole wait, so its intent
+        // survives its own retries (each refreshes it) and is dropped by the
+        // release the engine sends when the wait ends without a grant.
+        // Readers have nothing to keep.
+        let identity = match mode {
+            RwMode::Read => Identity::PerAttempt,
+            RwMode::Write => Identity::Kept,
+        };
+        let guard = self
+            .locks
+            .lock_kind(&encode(mode, true, name), options, None, identity)
+            .await?;
         Ok(KindGuard::new(guard, mode))
     }
 }

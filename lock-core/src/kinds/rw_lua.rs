@@ -9,12 +9,12 @@ use super::semaphore_lua::SemaphoreKeys;
 use std::time::Duration;
 
 use super::rw::RwMode;
-use super::scripted::{KindCall, KindScript, ScriptedKinds, refuse_under_ack, released, renewed, run};
+use super::scripted::{KindCall, KindScript, ScriptedKinds, acked_grant, refuse_under_ack, released, renewed, run};
 use super::semaphore_lua::kind_key;
 use crate::backend::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use crate::error::Result;
 use crate::options::{ttl_millis, validate_key, validate_ttl};
-use crate::token::LockToken;
+use crate::token::{FencingToken, LockToken};
 
 /// The three keys of one read-write lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +25,8 @@ pub struct RwKeys {
     pub writer: String,
     /// A waiting writer's token.
     pub intent: String,
+    /// The last writer's fencing token (no TTL).
+    pub fence: String,
 }
 
 impl RwKeys {
@@ -46,6 +48,7 @@ impl RwKeys {
             readers: kind_key(prefix, name, "rw:readers")?,
             writer: kind_key(prefix, name, "rw:writer")?,
             intent: kind_key(prefix, name, "rw:intent")?,
+            fence: kind_key(prefix, name, "rw:fence")?,
         })
     }
 }
@@ -64,9 +67,11 @@ end
     };
 }
 
-/// KEYS readers, writer, intent; ARGV token, ttl ms, mode (`r` read, `w`
-/// waiting writer, `W` writer without intent). `{1}` granted (a writer
-/// clears the intent); `{0, retry_ms}` refused (a refused waiting writer
+/// KEYS readers, writer, intent, fence; ARGV token, ttl ms, mode (`r` read,
+/// `w` waiting writer, `W` writer without intent). `{1}` a reader granted,
+/// `{1, fence}` a writer granted (it clears the intent; its fencing token is
+/// above every earlier writer's, even if the fence key was lost, as the
+/// mutex's); `{0, retry_ms}` refused (a refused waiting writer
 /// leaves its intent unless another writer's is live).
 pub const ACQUIRE: &str = concat!(
     rw_prologue!(),
@@ -88,7 +93,7 @@ if ARGV[3] == 'r' then
 end
 if writer == ARGV[1] then
   redis.call('PEXPIRE', KEYS[2], ttl)
-  return {1}
+  return {1, tonumber(redis.call('GET', KEYS[4]) or '0') or 0}
 end
 if writer or redis.call('ZCARD', KEYS[1]) > 0 then
   local intent = redis.call('GET', KEYS[3])
@@ -106,7 +111,11 @@ if writer or redis.call('ZCARD', KEYS[1]) > 0 then
 end
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ttl)
 redis.call('DEL', KEYS[3])
-return {1}
+local last = tonumber(redis.call('GET', KEYS[4]) or '0') or 0
+local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if fence <= last then fence = last + 1 end
+redis.call('SET', KEYS[4], string.format('%.0f', fence))
+return {1, fence}
 "
 );
 
@@ -142,10 +151,14 @@ return 0
 "
 );
 
-/// The keys of `name` on `kinds`, which refuses read-write locks under
-/// replica acknowledgement (grants are not followed by `WAIT`).
+/// The keys of `name` on `kinds`. Under replica acknowledgement, grants and
+/// renewals `WAIT` where the backend follows kind scripts with it
+/// ([`ScriptedKinds::semaphore_waits_for_replicas`]), and are refused
+/// elsewhere.
 fn keys_on<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str) -> Result<RwKeys> {
-    refuse_under_ack(kinds, "read-write locks with replica acknowledgement")?;
+    if !kinds.semaphore_waits_for_replicas() {
+        refuse_under_ack(kinds, "read-write locks with replica acknowledgement")?;
+    }
     validate_key(name)?;
     RwKeys::prefixed(kinds.kinds_key_prefix(), name)
 }
@@ -173,24 +186,29 @@ pub async fn try_acquire<K: ScriptedKinds + ?Sized>(
         (RwMode::Write, false) => b"W",
     };
     let op = "read-write acquire";
-    let reply = run(
-        kinds,
-        KindCall {
+    let (reply, replication) = kinds
+        .run_kind_script(KindCall {
             op,
             name,
             script: KindScript::RwAcquire,
-            keys: &[&keys.readers, &keys.writer, &keys.intent],
+            keys: &[&keys.readers, &keys.writer, &keys.intent, &keys.fence],
             args: &[&token.hex_bytes(), ttl_millis(ttl).to_string().as_bytes(), mode],
-        },
-    )
-    .await?;
-    match K::reply_ints(&reply).as_deref() {
+        })
+        .await?;
+    let outcome = match K::reply_ints(&reply).as_deref() {
         Some([1]) => Ok(AcquireOutcome::Acquired(Lease::new())),
+        Some([1, fence]) => Ok(AcquireOutcome::Acquired(
+            Lease::new().with_fencing_token(u64::try_from(*fence).ok().filter(|f| *f > 0).map(FencingToken)),
+        )),
         Some([0, wait]) => Ok(AcquireOutcome::Held {
             retry_after: u64::try_from(*wait).ok().map(Duration::from_millis),
         }),
         _ => Err(kinds.unexpected_reply(op, name, &reply)),
-    }
+    }?;
+    acked_grant(kinds, name, "took the read-write lock", outcome, replication, || {
+        release(kinds, name, token)
+    })
+    .await
 }
 
 /// [`super::rw::RwLockBackend::release_rw`] with [`RELEASE`].
@@ -233,18 +251,18 @@ pub async fn renew<K: ScriptedKinds + ?Sized>(
     let keys = keys_on(kinds, name)?;
     validate_ttl(ttl)?;
     let op = "read-write renew";
-    let reply = run(
-        kinds,
-        KindCall {
+    let (reply, replication) = kinds
+        .run_kind_script(KindCall {
             op,
             name,
             script: KindScript::RwRenew,
             keys: &[&keys.readers, &keys.writer],
             args: &[&token.hex_bytes(), ttl_millis(ttl).to_string().as_bytes()],
-        },
-    )
-    .await?;
-    renewed(kinds, op, name, &reply, 1)
+        })
+        .await?;
+    // Under replica acknowledgement a renewal counts once confirmed.
+    let outcome = renewed(kinds, op, name, &reply, 1)?;
+    kinds.counted_renewal(name, outcome, replication)
 }
 
 #[cfg(test)]
@@ -257,5 +275,6 @@ mod tests {
         assert_eq!(k.readers, "rw:readers:{cfg}");
         assert_eq!(k.writer, "rw:writer:{cfg}");
         assert_eq!(k.intent, "rw:intent:{cfg}");
+        assert_eq!(k.fence, "rw:fence:{cfg}");
     }
 }

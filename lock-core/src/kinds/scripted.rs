@@ -112,9 +112,6 @@ pub trait ScriptedKinds: Send + Sync {
     /// replica acknowledgement; when not, semaphores are refused under it.
     fn semaphore_waits_for_replicas(&self) -> bool;
 
-    /// Whether semaphore grants carry fencing tokens.
-    fn semaphore_fencing(&self) -> bool;
-
     /// The channel on which a win or a resignation of the leader key
     /// `lead` is announced (`PUBLISH` from the script), if any.
     fn leader_channel(&self, lead: &str) -> Option<String> {
@@ -164,6 +161,56 @@ pub(crate) fn refuse_under_ack<K: ScriptedKinds + ?Sized>(kinds: &K, what: &str)
             what: what.to_owned(),
         }),
         None => Ok(()),
+    }
+}
+
+/// A grant under replica acknowledgement, as for the mutex: a grant too few
+/// replicas acknowledged is given back (`give_back`) and fails under
+/// [`crate::OnShortfall::ReleaseAndFail`]; otherwise the lease records its
+/// replication (`Unconfirmed` counts as such). `what` names the grant in
+/// the error ("took permits of", "took the read-write lock").
+pub(crate) async fn acked_grant<K, F, Fut>(
+    kinds: &K,
+    name: &str,
+    what: &str,
+    outcome: crate::backend::AcquireOutcome,
+    replication: Option<Replication>,
+    give_back: F,
+) -> Result<crate::backend::AcquireOutcome>
+where
+    K: ScriptedKinds + ?Sized,
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<ReleaseOutcome>>,
+{
+    use crate::backend::{AcquireOutcome, OnShortfall};
+    let backend = kinds.kinds_backend();
+    match (outcome, replication, kinds.kinds_replica_ack()) {
+        (
+            AcquireOutcome::Acquired(_),
+            Some(Replication::Unconfirmed {
+                acknowledged,
+                requested,
+            }),
+            Some(ack),
+        ) if ack.on_shortfall == OnShortfall::ReleaseAndFail => {
+            let released = give_back().await;
+            let message = format!(
+                "{what} {name:?} but only {acknowledged} of {requested} replicas acknowledged within {:?}; {}",
+                ack.timeout,
+                match &released {
+                    Ok(_) => "gave it back".to_owned(),
+                    Err(e) => format!("giving it back failed ({e})"),
+                }
+            );
+            Err(match released {
+                Ok(_) => Error::backend(backend, message),
+                Err(_) => Error::outcome_unknown(backend, message),
+            })
+        }
+        (AcquireOutcome::Acquired(lease), replication, _) => Ok(AcquireOutcome::Acquired(
+            lease.with_replication(replication.unwrap_or_default()),
+        )),
+        (held, _, _) => Ok(held),
     }
 }
 

@@ -13,9 +13,12 @@
 //! tokens, and local FIFO waiters per name (the head of the line polls, the
 //! others queue behind it, as in `tokio::sync::Semaphore`).
 //!
-//! Fencing tokens strictly increase per semaphore name across grants; since
-//! up to `size` holders are legal at once, a resource cannot reject "older"
-//! tokens as it would for a mutex: use them to order or deduplicate writes.
+//! Every permit carries a fencing token on every backend (whatever the
+//! mutex builder's `fencing` setting says); tokens strictly increase per
+//! semaphore name across grants. Since up to `size` holders are legal at
+//! once, a resource cannot reject "older" tokens as it would for a mutex:
+//! hand [`LeaseHandle::fencing_token`] to it with every write and use it to
+//! order or deduplicate writes (a permit's token names one grant).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -25,6 +28,7 @@ use async_trait::async_trait;
 
 use super::guard::{KindGuard, kind_locks};
 use crate::backend::{AcquireOutcome, Capabilities, LockBackend, ReleaseOutcome, RenewOutcome};
+use crate::engine::{Attempt, Identity};
 use crate::error::{Error, Result};
 use crate::guard::LeaseHandle;
 use crate::manager::LockManager;
@@ -43,12 +47,27 @@ pub struct PermitRequest {
     pub size: u32,
     /// Permits this holder takes, `1..=size`.
     pub permits: u32,
+    /// The holder will try again if refused (`acquire`, not `try_acquire`):
+    /// a refused waiting request leaves a reservation (see
+    /// [`SemaphoreBackend::acquire_permits`]).
+    pub waiting: bool,
 }
 
 impl PermitRequest {
     /// `permits` of a semaphore of `size` (checked by [`PermitRequest::validate`]).
     pub fn new(size: u32, permits: u32) -> Self {
-        PermitRequest { size, permits }
+        PermitRequest {
+            size,
+            permits,
+            waiting: false,
+        }
+    }
+
+    /// The same request, marked as one that will try again if refused.
+    #[must_use]
+    pub fn waiting(mut self, waiting: bool) -> Self {
+        self.waiting = waiting;
+        self
     }
 
     /// Check `1 <= permits <= size <= MAX_SEMAPHORE_SIZE`.
@@ -96,6 +115,16 @@ pub trait SemaphoreBackend: LockBackend {
     /// are free. A repeated call for a holder that already holds refreshes its
     /// lease (a re-sent request is harmless). `Held { retry_after }` hints
     /// when the earliest current lease expires.
+    ///
+    /// **No waiter is starved:** a refused request that is
+    /// [`PermitRequest::waiting`] leaves a *reservation* (its holder and
+    /// permit count, for `ttl`) unless another holder's live reservation
+    /// asks for as many permits or more; its next attempts (same holder)
+    /// refresh it. While another holder's
+    /// reservation is live, a request is granted only if the permits left
+    /// after the reservation's suffice, so single-permit churn cannot keep a
+    /// multi-permit waiter out. A grant or a release of the holder drops its
+    /// reservation; a reservation whose waiter gave up lapses within `ttl`.
     async fn acquire_permits(
         &self,
         name: &str,
@@ -125,12 +154,18 @@ pub trait SemaphoreBackend: LockBackend {
     }
 }
 
-tokio::task_local! {
-    /// The request of the acquire running on this task. The manager's acquire
-    /// loop (which knows only keys) awaits `try_acquire` inline, so the
-    /// adapter reads the size and permits from here instead of encoding them
-    /// in the key.
-    static REQUEST: PermitRequest;
+/// One holder's attempt, handed to the manager's acquire engine: the
+/// request travels with the attempt, not through the key.
+struct PermitAttempt<'a> {
+    backend: &'a dyn SemaphoreBackend,
+    request: PermitRequest,
+}
+
+#[async_trait]
+impl Attempt for PermitAttempt<'_> {
+    async fn attempt(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        self.backend.acquire_permits(key, token, self.request, ttl).await
+    }
 }
 
 /// Presents semaphore holders as lock leases to a [`LockManager`]: key =
@@ -141,11 +176,9 @@ struct HolderAsLock {
 
 #[async_trait]
 impl LockBackend for HolderAsLock {
-    async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
-        let Ok(request) = REQUEST.try_with(|r| *r) else {
-            return Err(Error::invalid("a semaphore acquire must go through SemaphoreManager"));
-        };
-        self.backend.acquire_permits(key, token, request, ttl).await
+    async fn try_acquire(&self, _key: &str, _token: &LockToken, _ttl: Duration) -> Result<AcquireOutcome> {
+        // The manager hands every acquire its `PermitAttempt`.
+        Err(Error::invalid("a semaphore acquire must go through SemaphoreManager"))
     }
     async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
         self.backend.release_permits(key, token).await
@@ -160,7 +193,10 @@ impl LockBackend for HolderAsLock {
         self.backend.wait_for_permits(key, max_wait).await;
     }
     fn capabilities(&self) -> Capabilities {
-        self.backend.capabilities()
+        // Every permit carries a fencing token, whatever the mutex's setting.
+        let mut caps = self.backend.capabilities();
+        caps.fencing_tokens = true;
+        caps
     }
 }
 
@@ -177,9 +213,16 @@ impl LockBackend for HolderAsLock {
 /// permit.release().await?;
 /// # Ok(()) }
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct SemaphoreManager {
     locks: LockManager,
+    backend: Arc<dyn SemaphoreBackend>,
+}
+
+impl std::fmt::Debug for SemaphoreManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SemaphoreManager").field("locks", &self.locks).finish()
+    }
 }
 
 impl SemaphoreManager {
@@ -198,12 +241,22 @@ impl SemaphoreManager {
     /// [`Error::InvalidArgument`] for bad options, [`Error::Unsupported`] as
     /// for [`SemaphoreManager::new`].
     pub fn with_options(backend: impl SemaphoreBackend, options: LockOptions) -> Result<Self> {
+        Self::from_arc(Arc::new(backend), options)
+    }
+
+    /// A manager over a shared backend handle (the same `Arc` can back a
+    /// [`LockManager`] and every other kind's manager).
+    ///
+    /// # Errors
+    /// As [`SemaphoreManager::with_options`].
+    pub fn from_arc(backend: Arc<dyn SemaphoreBackend>, options: LockOptions) -> Result<Self> {
         let caps = backend.capabilities();
         let adapter = HolderAsLock {
-            backend: Arc::new(backend),
+            backend: backend.clone(),
         };
         Ok(SemaphoreManager {
             locks: kind_locks(caps, |c| c.semaphores, "leased semaphores", adapter, options)?,
+            backend,
         })
     }
 
@@ -229,16 +282,27 @@ impl SemaphoreManager {
             name: name.to_owned(),
             size,
             locks: self.locks.clone(),
+            backend: self.backend.clone(),
         })
     }
 }
 
 /// One named semaphore of a fixed size. Cheap to clone.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Semaphore {
     name: String,
     size: u32,
     locks: LockManager,
+    backend: Arc<dyn SemaphoreBackend>,
+}
+
+impl std::fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("name", &self.name)
+            .field("size", &self.size)
+            .finish()
+    }
 }
 
 impl Semaphore {
@@ -274,9 +338,15 @@ impl Semaphore {
     /// # Cancel safety
     /// As [`Semaphore::acquire`].
     pub async fn acquire_opts(&self, permits: u32, options: &LockOptions) -> Result<Permit> {
-        let request = self.request(permits)?;
-        let guard = REQUEST
-            .scope(request, self.locks.lock_opts(&self.name, options))
+        // A waiter keeps one holder token for its whole wait: the
+        // reservation the backend keeps for it survives its retries.
+        let attempt = PermitAttempt {
+            backend: &*self.backend,
+            request: self.request(permits)?.waiting(true),
+        };
+        let guard = self
+            .locks
+            .lock_kind(&self.name, options, Some(&attempt), Identity::Kept)
             .await?;
         Ok(KindGuard::new(guard, Permits(permits)))
     }
@@ -289,8 +359,11 @@ impl Semaphore {
     /// # Cancel safety
     /// As [`Semaphore::acquire`].
     pub async fn try_acquire(&self, permits: u32) -> Result<Option<Permit>> {
-        let request = self.request(permits)?;
-        let guard = REQUEST.scope(request, self.locks.try_lock(&self.name)).await?;
+        let attempt = PermitAttempt {
+            backend: &*self.backend,
+            request: self.request(permits)?,
+        };
+        let guard = self.locks.try_lock_kind(&self.name, Some(&attempt)).await?;
         Ok(guard.map(|guard| KindGuard::new(guard, Permits(permits))))
     }
 

@@ -26,9 +26,9 @@
 
 use std::time::Duration;
 
-use super::scripted::{KindCall, KindScript, ScriptedKinds};
+use super::scripted::{KindCall, KindScript, ScriptedKinds, acked_grant};
 use super::semaphore::PermitRequest;
-use crate::backend::{AcquireOutcome, Lease, OnShortfall, ReleaseOutcome, RenewOutcome, Replication};
+use crate::backend::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use crate::error::{Error, Result};
 use crate::options::{ttl_millis, validate_key, validate_ttl};
 use crate::token::{FencingToken, LockToken};
@@ -120,19 +120,32 @@ for _, h in ipairs(dead) do
   redis.call('HINCRBY', KEYS[2], '_used', -n)
 end
 if #dead > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now) end
-if redis.call('ZCARD', KEYS[1]) == 0 then redis.call('DEL', KEYS[2]) end
+local function drop_info()
+  local r = redis.call('HMGET', KEYS[2], '_rsv', '_rsvk', '_rsvt')
+  redis.call('DEL', KEYS[2])
+  if r[1] and tonumber(r[3]) > now then
+    redis.call('HSET', KEYS[2], '_rsv', r[1], '_rsvk', r[2], '_rsvt', r[3])
+    redis.call('PEXPIREAT', KEYS[2], r[3])
+  end
+end
+if redis.call('ZCARD', KEYS[1]) == 0 then drop_info() end
 local function expire_with_last()
   local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
   if last[2] then
+    local r = tonumber(redis.call('HGET', KEYS[2], '_rsvt') or '0') or 0
     redis.call('PEXPIREAT', KEYS[1], last[2])
-    redis.call('PEXPIREAT', KEYS[2], last[2])
+    redis.call('PEXPIREAT', KEYS[2], math.max(tonumber(last[2]), r))
   end
 end
 "
     };
 }
 
-/// KEYS holders, info, fence, gone; ARGV holder, ttl ms, size, permits.
+/// KEYS holders, info, fence, gone; ARGV holder, ttl ms, size, permits,
+/// `w` (a waiter: a refusal leaves its reservation in `info`, fields `_rsv`
+/// holder, `_rsvk` permits, `_rsvt` expiry ms) or `t` (`try_acquire`).
+/// Another holder's live reservation counts as taken permits; a waiter
+/// asking for more permits than the live reservation takes it over.
 /// `{1, fence}` granted (or refreshed, for a re-sent request);
 /// `{0, retry_ms}` not enough free (or the token was already released);
 /// `{-1, stored_size}` size mismatch.
@@ -152,12 +165,21 @@ if redis.call('HGET', KEYS[2], ARGV[1]) then
   return {1, tonumber(redis.call('GET', KEYS[3]) or '0') or 0}
 end
 local used = tonumber(redis.call('HGET', KEYS[2], '_used') or '0') or 0
-if used + k > size then
+local rsv = redis.call('HMGET', KEYS[2], '_rsv', '_rsvk', '_rsvt')
+local other = rsv[1] and rsv[1] ~= ARGV[1] and tonumber(rsv[3]) > now
+local reserved = 0
+if other then reserved = tonumber(rsv[2]) end
+if used + k + reserved > size then
+  if ARGV[5] == 'w' and (not other or k > reserved) then
+    redis.call('HSET', KEYS[2], '_rsv', ARGV[1], '_rsvk', k, '_rsvt', now + ttl)
+    if used > 0 then expire_with_last() else redis.call('PEXPIREAT', KEYS[2], now + ttl) end
+  end
   local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
   local wait = 1
   if first[2] then wait = math.max(1, tonumber(first[2]) - now) end
   return {0, wait}
 end
+if rsv[1] == ARGV[1] then redis.call('HDEL', KEYS[2], '_rsv', '_rsvk', '_rsvt') end
 redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], k, '_size', size)
 redis.call('HINCRBY', KEYS[2], '_used', k)
@@ -176,6 +198,7 @@ return {1, fence}
 pub const RELEASE: &str = concat!(
     prune!(),
     r"
+if redis.call('HGET', KEYS[2], '_rsv') == ARGV[1] then redis.call('HDEL', KEYS[2], '_rsv', '_rsvk', '_rsvt') end
 local n = redis.call('HGET', KEYS[2], ARGV[1])
 if not n then
   local until_ms = now + 60000
@@ -187,7 +210,7 @@ end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HINCRBY', KEYS[2], '_used', -tonumber(n))
-if redis.call('ZCARD', KEYS[1]) == 0 then redis.call('DEL', KEYS[2]) end
+if redis.call('ZCARD', KEYS[1]) == 0 then drop_info() end
 return 1
 "
 );
@@ -209,16 +232,12 @@ return 1
 /// # Errors
 /// [`Error::InvalidArgument`] on a size mismatch; [`Error::Backend`]
 /// (outcome unknown) on a reply of the wrong shape.
-pub fn acquire_outcome(
-    backend: &str,
-    name: &str,
-    requested_size: u32,
-    reply: &[i64],
-    fencing: bool,
-) -> Result<AcquireOutcome> {
+pub fn acquire_outcome(backend: &str, name: &str, requested_size: u32, reply: &[i64]) -> Result<AcquireOutcome> {
     match reply {
+        // Every grant carries its fencing token, whatever the mutex's
+        // `fencing` setting: the counter is kept either way.
         [1, fence] => {
-            let token = (fencing && *fence > 0).then(|| FencingToken(fence.unsigned_abs()));
+            let token = (*fence > 0).then(|| FencingToken(fence.unsigned_abs()));
             Ok(AcquireOutcome::Acquired(Lease::new().with_fencing_token(token)))
         }
         [0, wait] => Ok(AcquireOutcome::Held {
@@ -314,41 +333,17 @@ pub async fn acquire<K: ScriptedKinds + ?Sized>(
                 ttl_millis(ttl).to_string().as_bytes(),
                 request.size.to_string().as_bytes(),
                 request.permits.to_string().as_bytes(),
+                if request.waiting { b"w" } else { b"t" },
             ],
         })
         .await?;
     let codes = K::reply_ints(&reply).ok_or_else(|| kinds.unexpected_reply(op, name, &reply))?;
     let backend = kinds.kinds_backend();
-    let outcome = acquire_outcome(backend, name, request.size, &codes, kinds.semaphore_fencing())?;
-    match (outcome, replication, kinds.kinds_replica_ack()) {
-        (
-            AcquireOutcome::Acquired(_),
-            Some(Replication::Unconfirmed {
-                acknowledged,
-                requested,
-            }),
-            Some(ack),
-        ) if ack.on_shortfall == OnShortfall::ReleaseAndFail => {
-            let released = release(kinds, name, holder).await;
-            let message = format!(
-                "took permits of {name:?} but only {acknowledged} of {requested} replicas acknowledged within {:?}; \
-                 {}",
-                ack.timeout,
-                match &released {
-                    Ok(_) => "gave them back".to_owned(),
-                    Err(e) => format!("giving them back failed ({e})"),
-                }
-            );
-            Err(match released {
-                Ok(_) => Error::backend(backend, message),
-                Err(_) => Error::outcome_unknown(backend, message),
-            })
-        }
-        (AcquireOutcome::Acquired(lease), replication, _) => Ok(AcquireOutcome::Acquired(
-            lease.with_replication(replication.unwrap_or_default()),
-        )),
-        (held, _, _) => Ok(held),
-    }
+    let outcome = acquire_outcome(backend, name, request.size, &codes)?;
+    acked_grant(kinds, name, "took permits of", outcome, replication, || {
+        release(kinds, name, holder)
+    })
+    .await
 }
 
 /// [`super::semaphore::SemaphoreBackend::release_permits`] with

@@ -504,7 +504,8 @@ macro_rules! semaphore_conformance {
             size_mismatch_is_an_error, invalid_requests_are_rejected,
             auto_renew_keeps_permits, drop_returns_permits, lost_fires_by_deadline_when_backend_hangs,
             with_permits_returns_output, fencing_tokens_increase,
-            names_with_and_without_a_hash_tag_are_separate]; $($args)*);
+            names_with_and_without_a_hash_tag_are_separate,
+            multi_permit_waiter_completes_under_single_permit_churn]; $($args)*);
     };
 }
 
@@ -516,7 +517,8 @@ macro_rules! multi_conformance {
         $crate::__conformance_runtime!([multi_cases:
             no_key_held_twice, all_or_nothing, excludes_plain_locks, expiry_returns_dead_holders_keys,
             stale_holder_cannot_release_or_renew, lost_fires_by_deadline_when_backend_hangs,
-            invalid_key_sets_are_rejected, with_locks_returns_output]; $($args)*);
+            invalid_key_sets_are_rejected, with_locks_returns_output,
+            fencing_tokens_order_writes_per_key]; $($args)*);
     };
 }
 
@@ -529,7 +531,8 @@ macro_rules! rw_conformance {
             one_writer_or_many_readers, readers_share, writer_excludes_everyone,
             waiting_writer_holds_new_readers_back, expiry_returns_dead_holders_lock,
             stale_holder_cannot_release_or_renew, lost_fires_by_deadline_when_backend_hangs,
-            with_rw_returns_output, names_with_and_without_a_hash_tag_are_separate]; $($args)*);
+            with_rw_returns_output, names_with_and_without_a_hash_tag_are_separate,
+            writers_complete_under_a_stream_of_readers, writer_fencing_tokens_increase]; $($args)*);
     };
 }
 

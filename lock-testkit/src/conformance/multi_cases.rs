@@ -176,3 +176,22 @@ pub async fn with_locks_returns_output(s: &MultiSuite) {
     let again = m.try_lock(&k).await.expect("try").expect("released");
     again.release().await.expect("release");
 }
+
+/// Every grant carries a fencing token above every earlier token of each of
+/// its keys, from plain locks or other sets, whatever the mutex's fencing
+/// setting: a stale set holder's writes can be refused per key.
+pub async fn fencing_tokens_order_writes_per_key(s: &MultiSuite) {
+    let keys = s.keys("fence", 3);
+    let m = s.manager(s.options()).await;
+    let first = m.lock(&keys[..2]).await.expect("lock");
+    let t1 = first.fencing_token().expect("a multi-key fencing token");
+    first.release().await.expect("release");
+    let second = m.lock(&keys[1..]).await.expect("lock");
+    let t2 = second.fencing_token().expect("a multi-key fencing token");
+    assert!(t2 > t1, "{t2:?} after {t1:?} on the shared key");
+    second.release().await.expect("release");
+    let third = m.lock(&keys).await.expect("lock");
+    let t3 = third.fencing_token().expect("a multi-key fencing token");
+    assert!(t3 > t2, "{t3:?} after {t2:?}");
+    third.release().await.expect("release");
+}

@@ -205,3 +205,95 @@ pub async fn names_with_and_without_a_hash_tag_are_separate(s: &RwSuite) {
     w.release().await.expect("release");
     v.release().await.expect("release");
 }
+
+/// Liveness: writers complete under a continuous stream of readers from
+/// several managers (each over its own client, like separate processes).
+/// Each reader holds for twice the TTL (renewed) and comes back at once, so
+/// some reader holds at every instant; two writers on two other managers
+/// each write three times. A waiting writer keeps its intent alive for its
+/// whole wait, so new readers are refused and the writer gets in once the
+/// readers inside leave: every `write()` returns within its acquire timeout
+/// (10 TTLs, a generous bound on the documented wait of one reader hold
+/// plus a third of the TTL).
+pub async fn writers_complete_under_a_stream_of_readers(s: &RwSuite) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU32};
+    const READERS: usize = 4;
+    const WRITES: u32 = 3;
+    let name = s.key("stream");
+    let stop = Arc::new(AtomicBool::new(false));
+    let reads = Arc::new(AtomicU32::new(0));
+    let mut readers = Vec::new();
+    for i in 0..READERS {
+        let m = s.manager(s.options().acquire_timeout(s.ttl * 40)).await;
+        let (name, stop, reads) = (name.clone(), stop.clone(), reads.clone());
+        let hold = s.ttl * 2;
+        let stagger = s.ttl / 2 * u32::try_from(i).unwrap_or(0);
+        readers.push(tokio::spawn(async move {
+            tokio::time::sleep(stagger).await;
+            while !stop.load(Ordering::SeqCst) {
+                if let Ok(g) = m.read(&name).await {
+                    reads.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(hold).await;
+                    let _ = g.release().await;
+                }
+            }
+        }));
+    }
+    // Let the readers fill the lock first.
+    tokio::time::sleep(s.ttl * 2).await;
+    let mut writers = Vec::new();
+    for _ in 0..2 {
+        let m = s.manager(s.options().acquire_timeout(s.ttl * 10)).await;
+        let name = name.clone();
+        let hold = s.hold;
+        writers.push(tokio::spawn(async move {
+            let mut done = 0;
+            for _ in 0..WRITES {
+                match m.write(&name).await {
+                    Ok(g) => {
+                        tokio::time::sleep(hold).await;
+                        let _ = g.release().await;
+                        done += 1;
+                    }
+                    Err(e) => eprintln!("a writer's write() failed: {e}"),
+                }
+            }
+            done
+        }));
+    }
+    let mut writes = 0;
+    for w in writers {
+        writes += w.await.expect("writer task");
+    }
+    stop.store(true, Ordering::SeqCst);
+    for r in readers {
+        r.await.expect("reader task");
+    }
+    assert!(reads.load(Ordering::SeqCst) > 0, "the readers never read");
+    assert_eq!(
+        writes,
+        2 * WRITES,
+        "writers starved by the readers: {writes} of {} writes",
+        2 * WRITES
+    );
+}
+
+/// Every writer grant carries a fencing token, strictly increasing per
+/// name whatever the mutex's fencing setting; readers carry none.
+pub async fn writer_fencing_tokens_increase(s: &RwSuite) {
+    let name = s.key("fence");
+    let a = s.manager(s.options()).await;
+    let b = s.manager(s.options()).await;
+    let mut last = None;
+    for m in [&a, &b, &a] {
+        let w = m.write(&name).await.expect("write");
+        let token = w.fencing_token().expect("a writer's fencing token");
+        assert!(last.is_none_or(|l| token > l), "{token:?} after {last:?}");
+        last = Some(token);
+        w.release().await.expect("release");
+    }
+    let r = a.read(&name).await.expect("read");
+    assert_eq!(r.fencing_token(), None, "readers carry no token");
+    r.release().await.expect("release");
+}

@@ -7,8 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use lock_core::{
-    AcquireOutcome, Error, LockBackend, LockToken, PermitRequest, ReleaseOutcome, RenewOutcome, SemaphoreBackend,
-    SemaphoreManager,
+    AcquireOutcome, Error, LockToken, PermitRequest, ReleaseOutcome, RenewOutcome, SemaphoreBackend, SemaphoreManager,
 };
 use tokio::time::Instant;
 
@@ -288,9 +287,7 @@ impl NameLen for lock_core::LeaseHandle {
 pub async fn fencing_tokens_increase(s: &SemaphoreSuite) {
     let name = s.key("fence");
     let m = s.manager(s.options()).await;
-    if !s.client().await.capabilities().fencing_tokens {
-        return;
-    }
+    // Every semaphore backend issues them, whatever its mutex's setting.
     let sem = m.semaphore(&name, 2).expect("semaphore");
     let mut last = None;
     for _ in 0..5 {
@@ -324,4 +321,61 @@ pub async fn names_with_and_without_a_hash_tag_are_separate(s: &SemaphoreSuite) 
         .expect("another name: all its permits are free");
     p.release().await.expect("release");
     q.release().await.expect("release");
+}
+
+/// Liveness: a waiter asking for every permit completes under single-permit
+/// churn. Four single-permit holders on their own managers share a
+/// semaphore of 3, each holding for twice the TTL and coming back at once,
+/// so permits never all come free by themselves; a waiter for 3 permits on
+/// another manager leaves a reservation that refuses newcomers until the
+/// holders inside leave. It gets all three twice, each within its acquire
+/// timeout (10 TTLs, a generous bound on one holder's hold plus a third of
+/// the TTL).
+pub async fn multi_permit_waiter_completes_under_single_permit_churn(s: &SemaphoreSuite) {
+    use std::sync::atomic::AtomicBool;
+    const SIZE: u32 = 3;
+    let name = s.key("churn");
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut churners = Vec::new();
+    for i in 0..4u32 {
+        let sem = s
+            .manager(s.options().acquire_timeout(s.ttl * 40))
+            .await
+            .semaphore(&name, SIZE)
+            .expect("semaphore");
+        let stop = stop.clone();
+        let hold = s.ttl * 2;
+        let stagger = s.ttl / 2 * i;
+        churners.push(tokio::spawn(async move {
+            tokio::time::sleep(stagger).await;
+            while !stop.load(Ordering::SeqCst) {
+                if let Ok(p) = sem.acquire(1).await {
+                    tokio::time::sleep(hold).await;
+                    let _ = p.release().await;
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(s.ttl * 2).await;
+    let big = s
+        .manager(s.options().acquire_timeout(s.ttl * 10))
+        .await
+        .semaphore(&name, SIZE)
+        .expect("semaphore");
+    let mut got = 0;
+    for _ in 0..2 {
+        match big.acquire(SIZE).await {
+            Ok(p) => {
+                tokio::time::sleep(s.hold).await;
+                let _ = p.release().await;
+                got += 1;
+            }
+            Err(e) => eprintln!("the multi-permit waiter's acquire failed: {e}"),
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    for c in churners {
+        c.await.expect("churner task");
+    }
+    assert_eq!(got, 2, "the 3-permit waiter starved: {got} of 2 acquisitions");
 }

@@ -1,0 +1,421 @@
+//! The acquire engine: one attempt step, shared by the in-process fast path
+//! ([`LockManager::acquire_at_once`]) and the loop that waits or talks to a
+//! server ([`LockManager::acquire`]), and the two ways of waiting between
+//! attempts ([`Pace`]).
+//!
+//! A lock kind hands the engine its attempt explicitly ([`Attempt`]): the
+//! engine knows keys and tokens, the kind knows what else its backend call
+//! needs (a permit count, an identity).
+
+mod cleanup;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::OwnedMutexGuard;
+use tokio::time::Instant;
+
+use self::cleanup::{LeaveOnDrop, ReleaseOnDrop};
+use crate::backend::{AcquireOutcome, FairWaiter};
+use crate::error::{Error, Result};
+use crate::guard::{Grant, LockGuard};
+use crate::lane::LaneRef;
+use crate::manager::LockManager;
+use crate::options::{Fairness, LockOptions, validate_key};
+use crate::token::LockToken;
+
+/// One attempt at a grant, as a lock kind makes it: the kind's backend call
+/// for `key` under `token`. Must be owner-checked and idempotent per token
+/// (a repeated call by a holder refreshes its lease), like
+/// [`crate::LockBackend::try_acquire`].
+#[async_trait]
+pub(crate) trait Attempt: Send + Sync {
+    async fn attempt(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome>;
+}
+
+/// Which token the attempts of one call use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Identity {
+    /// A fresh token per attempt: the clean-up of an earlier attempt can
+    /// never touch a later grant.
+    PerAttempt,
+    /// One token for the whole call, so what the backend keeps for a waiter
+    /// (a read-write writer's intent, a semaphore reservation) survives the
+    /// caller's own retries and is refreshed by each of them. An attempt
+    /// whose outcome is unknown is settled by the next one (same token); the
+    /// token is released once when the call ends without a grant.
+    Kept,
+}
+
+/// What one acquire call asks of the engine.
+#[derive(Clone, Copy)]
+pub(crate) struct Call<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) options: &'a LockOptions,
+    /// `lock` (wait up to the acquire timeout) or `try_lock` (one attempt).
+    pub(crate) wait: bool,
+    /// A kind's attempt; `None` for the mutex.
+    pub(crate) attempt: Option<&'a dyn Attempt>,
+    pub(crate) identity: Identity,
+    /// Spread retry hints (see [`spread`]): many callers refused by the same
+    /// holder (readers held back by a writer's intent) come back at
+    /// different instants. Off for the mutex, whose waiters retry right at
+    /// the holder's expiry (its local line already keeps them from herding).
+    pub(crate) spread: bool,
+}
+
+impl<'a> Call<'a> {
+    /// The mutex's call.
+    pub(crate) fn mutex(key: &'a str, options: &'a LockOptions, wait: bool) -> Self {
+        Call {
+            key,
+            options,
+            wait,
+            attempt: None,
+            identity: Identity::PerAttempt,
+            spread: false,
+        }
+    }
+}
+
+/// One attempt's answer, sorted.
+enum Answer {
+    Granted(Grant),
+    /// Granted, but too late to be useful (past its local deadline).
+    Late,
+    Held(Option<Duration>),
+    Failed(Error),
+}
+
+/// Sort one attempt's reply: the grant's local deadline is `sent_at` plus
+/// the validity (the backend's own, when shorter).
+fn sort(reply: Result<AcquireOutcome>, key: &str, token: LockToken, sent_at: Instant, validity: Duration) -> Answer {
+    match reply {
+        Ok(AcquireOutcome::Acquired(lease)) => {
+            let validity = lease.validity.map_or(validity, |v| v.min(validity));
+            let deadline = crate::clock::later(sent_at, validity);
+            if Instant::now() >= deadline {
+                return Answer::Late;
+            }
+            Answer::Granted(Grant {
+                key: key.to_owned(),
+                token,
+                lease,
+                sent_at,
+                deadline,
+            })
+        }
+        Ok(AcquireOutcome::Held { retry_after }) => Answer::Held(retry_after),
+        Err(e) => Answer::Failed(e),
+    }
+}
+
+/// What [`LockManager::acquire_at_once`] made of a call.
+pub(crate) enum AtOnce {
+    /// The call is decided.
+    Done(Result<Option<LockGuard>>),
+    /// One attempt made; the call waits in the loop.
+    Tried,
+    /// Not tried here: the loop makes every attempt.
+    NotTried,
+}
+
+/// How a waiting call spends the time between attempts.
+enum Pace {
+    /// Queued on the backend under one waiter id: woken when the key frees,
+    /// polling within a third of the claim to keep the entry alive.
+    Fair(FairWaiter),
+    /// This manager's FIFO line for the key (only its head polls), with
+    /// jittered backoff capped by the holder's remaining TTL.
+    Line {
+        lane: Option<LaneRef>,
+        turn: Option<OwnedMutexGuard<()>>,
+    },
+}
+
+/// Spread a retry hint over `[hint, 1.25 * hint)`: callers refused by the
+/// same holder do not all come back at the same instant.
+fn spread(hint: Duration) -> Duration {
+    hint.max(Duration::from_millis(1)) + hint.mul_f64(fastrand::f64() / 4.0)
+}
+
+impl LockManager {
+    /// The first attempt on a backend that answers at once
+    /// ([`crate::LockBackend::instant`]), made without a future: it decides
+    /// an uncontended mutex call (a grant, or `try_lock`'s "busy") on its
+    /// own. Fair calls, kinds, and calls that would queue behind this
+    /// manager's waiters for the key go to the loop.
+    pub(crate) fn acquire_at_once(&self, call: &Call<'_>) -> AtOnce {
+        let Some(instant) = self.backend().instant() else {
+            return AtOnce::NotTried;
+        };
+        let (key, options, wait) = (call.key, call.options, call.wait);
+        if call.attempt.is_some() || options.fairness != Fairness::Barging || (wait && self.lanes().is_waited(key)) {
+            return AtOnce::NotTried;
+        }
+        if let Err(e) = self.validate(call) {
+            return AtOnce::Done(Err(e));
+        }
+        let sent_at = Instant::now();
+        let token = match LockToken::generate() {
+            Ok(token) => token,
+            Err(e) => return AtOnce::Done(Err(e)),
+        };
+        let validity = options.ttl.saturating_sub(options.drift(options.ttl));
+        match sort(
+            instant.try_acquire_now(key, &token, options.ttl),
+            key,
+            token,
+            sent_at,
+            validity,
+        ) {
+            Answer::Granted(grant) => AtOnce::Done(self.guard(grant, options).map(Some)),
+            Answer::Late => {
+                // The thread was held up: give the grant back; the loop tries again.
+                if let Err(e) = instant.release_now(key, &token) {
+                    tracing::debug!(key, error = %e, "giving back a late grant failed; the TTL will free the key");
+                }
+                if wait { AtOnce::Tried } else { AtOnce::Done(Ok(None)) }
+            }
+            Answer::Held(_) if wait => AtOnce::Tried,
+            Answer::Held(_) => AtOnce::Done(Ok(None)),
+            Answer::Failed(e) if wait && e.is_backend() => AtOnce::Tried,
+            Answer::Failed(e) => AtOnce::Done(Err(e)),
+        }
+    }
+
+    fn validate(&self, call: &Call<'_>) -> Result<()> {
+        validate_key(call.key)?;
+        if !std::ptr::eq(call.options, self.options()) {
+            call.options.validate()?;
+        }
+        Ok(())
+    }
+
+    /// Attempts until a grant, a final error, or the acquire timeout
+    /// (`Ok(None)`: `lock` turns it into [`Error::Timeout`]).
+    pub(crate) async fn acquire(&self, call: &Call<'_>) -> Result<Option<LockGuard>> {
+        self.validate(call)?;
+        let (backend, key, options) = (self.backend(), call.key, call.options);
+        let started = Instant::now();
+        let give_up = crate::clock::later(started, options.acquire_timeout);
+        let mut pace = self.pace(call)?;
+        let fair = match &pace {
+            Pace::Fair(waiter) => Some(*waiter),
+            Pace::Line { .. } => None,
+        };
+        let mut leave = LeaveOnDrop::new(backend, key, fair, options.op_timeout);
+        // The first attempt right away counts as sent at `started` (a little
+        // early, which only moves the deadline earlier): one clock read less.
+        let mut first_sent_at = (!matches!(pace, Pace::Line { lane: Some(_), .. })).then_some(started);
+        if !take_turn(&mut pace, give_up).await {
+            return Ok(None);
+        }
+        let kept = match call.identity {
+            Identity::Kept => Some(LockToken::generate()?),
+            Identity::PerAttempt => None,
+        };
+        let mut kept_cleanup = kept.map(|token| ReleaseOnDrop::new(backend, key, token, options.op_timeout));
+        let mut attempt: u32 = 0;
+        loop {
+            crate::observe::attempt(attempt);
+            let sent_at = first_sent_at.take().unwrap_or_else(Instant::now);
+            let (retry_after, failure) = match self.attempt_once(call, &pace, kept, sent_at).await? {
+                Answer::Granted(grant) => {
+                    leave.disarm();
+                    if let Some(cleanup) = &mut kept_cleanup {
+                        cleanup.disarm();
+                    }
+                    return self.guard(grant, options).map(Some);
+                }
+                Answer::Held(hint) => (hint, None),
+                Answer::Late => (None, None),
+                Answer::Failed(e) => (None, Some(e)),
+            };
+            let now = Instant::now();
+            if !call.wait || now >= give_up {
+                return match failure {
+                    Some(e) => Err(e),
+                    None if call.wait => Err(self.timed_out(call)),
+                    None => Ok(None),
+                };
+            }
+            if self
+                .pause(call, &mut pace, attempt, retry_after, failure.is_some(), give_up)
+                .await?
+            {
+                attempt = attempt.saturating_add(1);
+            }
+        }
+    }
+
+    /// One attempt: the backend call with its timeout and its clean-up guard.
+    /// A final error (not a backend failure) ends the call.
+    async fn attempt_once(
+        &self,
+        call: &Call<'_>,
+        pace: &Pace,
+        kept: Option<LockToken>,
+        sent_at: Instant,
+    ) -> Result<Answer> {
+        let (backend, key, options) = (self.backend(), call.key, call.options);
+        let ttl = options.ttl;
+        let validity = ttl.saturating_sub(options.drift(ttl));
+        let token = match kept {
+            Some(token) => token,
+            None => LockToken::generate()?,
+        };
+        // A kept token is cleaned up once, by the call.
+        let mut cleanup = kept
+            .is_none()
+            .then(|| ReleaseOnDrop::new(backend, key, token, options.op_timeout));
+        let limit = options.op_timeout.min(validity);
+        let reply = match (call.attempt, pace, backend.instant()) {
+            (Some(kind), _, _) => tokio::time::timeout(limit, kind.attempt(key, &token, ttl)).await,
+            (None, Pace::Fair(waiter), _) => {
+                tokio::time::timeout(limit, backend.try_acquire_fair(key, &token, ttl, waiter)).await
+            }
+            // Answered at once: no future to box, no timeout to arm.
+            (None, Pace::Line { .. }, Some(instant)) => Ok(instant.try_acquire_now(key, &token, ttl)),
+            (None, Pace::Line { .. }, None) => tokio::time::timeout(limit, backend.try_acquire(key, &token, ttl)).await,
+        };
+        let reply = reply.unwrap_or_else(|_| {
+            Err(Error::outcome_unknown(
+                backend.capabilities().name,
+                format!("acquire timed out after {limit:?}"),
+            ))
+        });
+        let answer = sort(reply, key, token, sent_at, validity);
+        let settled = match &answer {
+            Answer::Granted(_) | Answer::Held(_) => true,
+            Answer::Late => false,
+            Answer::Failed(e) => !e.is_outcome_unknown(),
+        };
+        if settled && let Some(cleanup) = &mut cleanup {
+            cleanup.disarm();
+        }
+        match answer {
+            Answer::Failed(e) if !e.is_backend() => Err(e),
+            answer => Ok(answer),
+        }
+    }
+
+    /// The wait policy of `call`.
+    fn pace(&self, call: &Call<'_>) -> Result<Pace> {
+        Ok(match call.options.fairness {
+            Fairness::Fifo { .. } if call.attempt.is_some() => {
+                return Err(Error::Unsupported {
+                    backend: self.backend().capabilities().name,
+                    what: "fair mode for lock kinds".to_owned(),
+                });
+            }
+            Fairness::Fifo { claim } => Pace::Fair(FairWaiter::new(LockToken::generate()?, claim)),
+            // Waiters of this manager queue per key in FIFO order; only the
+            // head polls. A caller that finds no line tries at once (the
+            // uncontended path allocates no lane) and joins the line only
+            // when it must wait. try_lock skips the line.
+            Fairness::Barging => Pace::Line {
+                lane: if call.wait {
+                    self.lanes().existing(call.key)
+                } else {
+                    None
+                },
+                turn: None,
+            },
+        })
+    }
+
+    /// Wait before the next attempt, as `pace` says. `false` when the wait
+    /// was for this manager's line (the next attempt comes at once and does
+    /// not count as a retry).
+    async fn pause(
+        &self,
+        call: &Call<'_>,
+        pace: &mut Pace,
+        attempt: u32,
+        retry_after: Option<Duration>,
+        failed: bool,
+        give_up: Instant,
+    ) -> Result<bool> {
+        let (backend, key, options) = (self.backend(), call.key, call.options);
+        let left = give_up.saturating_duration_since(Instant::now());
+        match pace {
+            Pace::Fair(waiter) => {
+                let mut delay = (waiter.claim / 3).min(left);
+                if failed {
+                    delay = delay.min(options.backoff.delay(attempt));
+                }
+                if let Some(hint) = retry_after {
+                    delay = delay.min(hint.max(Duration::from_millis(1)));
+                }
+                backend.wait_fair(key, waiter, delay).await;
+            }
+            Pace::Line { lane, turn } => {
+                if lane.is_none() {
+                    // First wait: join the line. If others are ahead of us,
+                    // our turn comes when they are done: try again at once.
+                    let joined = self.lanes().get(key);
+                    let queued = match joined.turn.clone().try_lock_owned() {
+                        Ok(t) => {
+                            *turn = Some(t);
+                            false
+                        }
+                        Err(_) => match tokio::time::timeout_at(give_up, joined.turn.clone().lock_owned()).await {
+                            Ok(t) => {
+                                *turn = Some(t);
+                                true
+                            }
+                            Err(_) => return Err(self.timed_out(call)),
+                        },
+                    };
+                    *lane = Some(joined);
+                    if queued {
+                        return Ok(false);
+                    }
+                }
+                let mut delay = options.backoff.delay(attempt);
+                if let Some(hint) = retry_after {
+                    // No point sleeping past the holder's expiry.
+                    delay = delay.min(if call.spread {
+                        spread(hint)
+                    } else {
+                        hint.max(Duration::from_millis(1))
+                    });
+                }
+                if call.identity == Identity::Kept {
+                    // Refresh what the backend keeps for this waiter well
+                    // within its TTL.
+                    delay = delay.min(options.ttl / 3);
+                }
+                delay = delay.min(left);
+                match lane {
+                    Some(lane) => tokio::select! {
+                        () = backend.wait_for_release(key, delay) => {}
+                        () = lane.released.notified() => {}
+                    },
+                    None => backend.wait_for_release(key, delay).await,
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    pub(crate) fn timed_out(&self, call: &Call<'_>) -> Error {
+        Error::Timeout {
+            key: call.key.to_owned(),
+            waited: call.options.acquire_timeout,
+        }
+    }
+}
+
+/// Queue behind this manager's waiters for the key, if a line exists:
+/// `false` when the acquire timeout passed first.
+async fn take_turn(pace: &mut Pace, give_up: Instant) -> bool {
+    if let Pace::Line { lane: Some(lane), turn } = pace {
+        match tokio::time::timeout_at(give_up, lane.turn.clone().lock_owned()).await {
+            Ok(t) => *turn = Some(t),
+            Err(_) => return false,
+        }
+    }
+    true
+}
