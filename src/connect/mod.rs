@@ -7,6 +7,7 @@
 //! | `redis+cluster://h1[:p1],h2[:p2]…`, `rediss+cluster://…` | [`crate::redis_lua`] on a Redis Cluster | `redis-lua`, `redis-lua-tls` |
 //! | `tair://…`, `tairs://…`, `tair+cluster://…`, `tairs+cluster://…` | [`crate::tair`] | `tair`, `tair-tls` |
 //! | `redlock://?quorum=M&node=URL&node=URL…` | [`crate::redlock`] over any of the above | `redlock` |
+//! | `postgres://user[:pass]@host[:port]/db`, `postgresql://…` | [`crate::postgres`] | `postgres`, `postgres-tls` |
 //!
 //! The Redis-family schemes take the same query parameters, each named after
 //! the builder method it sets on both [`crate::redis_lua::RedisLuaBuilder`]
@@ -19,10 +20,16 @@
 //! node's own parameters percent-encoded, `%3F` for `?` and `%26` for `&`),
 //! `quorum` (a majority: `2M > N`), `node_timeout` and `drift_factor`.
 //!
+//! `postgres://` URLs are libpq's (TLS by `sslmode`), read by
+//! tokio-postgres, plus `schema`, `create_schema`, `response_timeout` and
+//! `pool_size` ([`POSTGRES_PARAMS`]).
+//!
 //! Every unknown parameter, malformed host, or scheme whose feature is off is
 //! an error saying what to write instead; passwords appear in no message and
 //! no `Debug` output.
 
+#[cfg(feature = "postgres")]
+mod postgres;
 mod url;
 
 #[cfg(feature = "serde")]
@@ -34,6 +41,8 @@ use lock_core::{Error, LockBackend, LockManager, LockOptions, Result, VersionedS
 
 #[cfg(feature = "serde")]
 pub use config::ConnectConfig;
+#[cfg(feature = "postgres")]
+pub use postgres::POSTGRES_PARAMS;
 #[cfg(feature = "redlock")]
 use url::RedlockTarget;
 pub use url::{DEFAULT_PORT, FAMILY_PARAMS, REDLOCK_PARAMS, SCHEMES};
@@ -135,6 +144,8 @@ async fn build(target: Target) -> Result<Backend> {
         Target::Server(server) => build_server(server).await,
         #[cfg(feature = "redlock")]
         Target::Redlock(redlock) => build_redlock(redlock).await,
+        #[cfg(feature = "postgres")]
+        Target::Postgres(target) => postgres::build_postgres(target).await,
         // The parser refuses schemes whose feature is off.
         #[allow(unreachable_patterns)]
         _ => Err(Error::invalid("this URL's backend is not compiled in")),
