@@ -46,6 +46,8 @@ mod paths;
 #[cfg(feature = "postgres")]
 mod pg_paths;
 #[cfg(feature = "postgres")]
+mod pgbouncer;
+#[cfg(feature = "postgres")]
 mod postgres;
 mod process;
 mod proxy;
@@ -61,6 +63,8 @@ pub use paths::{
 };
 #[cfg(feature = "postgres")]
 pub use pg_paths::{PG_BIN_ENV, PG_OS_USER, PGBOUNCER_ENV, pg_bin_dir, pgbouncer_binary};
+#[cfg(feature = "postgres")]
+pub use pgbouncer::{PGBOUNCER_POOL_SIZE, PgBouncer};
 #[cfg(feature = "postgres")]
 pub use postgres::{PG_LOG_FILE, PG_START_TIMEOUT, PG_USER, PostgresServer, PostgresServerBuilder};
 pub use process::{DEFAULT_START_TIMEOUT, LOG_FILE, NODES_FILE, RedisServer, RedisServerBuilder};
