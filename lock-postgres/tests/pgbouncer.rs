@@ -55,10 +55,10 @@ async fn the_bouncer_is_in_transaction_mode() {
     tokio::spawn(connection);
     let mut mode = None;
     for message in client.simple_query("SHOW CONFIG").await.expect("SHOW CONFIG") {
-        if let lock_postgres::tokio_postgres::SimpleQueryMessage::Row(row) = message {
-            if row.get(0) == Some("pool_mode") {
-                mode = row.get(1).map(str::to_owned);
-            }
+        if let lock_postgres::tokio_postgres::SimpleQueryMessage::Row(row) = message
+            && row.get(0) == Some("pool_mode")
+        {
+            mode = row.get(1).map(str::to_owned);
         }
     }
     assert_eq!(mode.as_deref(), Some("transaction"));
