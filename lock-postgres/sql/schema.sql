@@ -76,3 +76,39 @@ BEGIN
     IF NOT FOUND THEN kind := 2; version := NULL; END IF;
     RETURN NEXT;
 END $$;
+
+-- Fair (FIFO) acquire: keep the waiter's queue entry alive for claim_ms (it
+-- keeps its ticket across attempts), drop dead entries, and take the key
+-- (as the plain acquire does) only when the waiter heads the queue of live
+-- waiters. Answers the fencing token when taken, else the holder's
+-- remaining milliseconds (NULL when the key is free but another waiter is
+-- ahead).
+CREATE OR REPLACE FUNCTION "verrou".acquire_fair(k text, tok bytea, ttl_ms bigint, w bytea, claim_ms bigint)
+RETURNS TABLE (fence bigint, retry_ms bigint) LANGUAGE plpgsql AS $$
+DECLARE my_ticket bigint;
+BEGIN
+    INSERT INTO "verrou".queue AS q (key, waiter, ticket, expires_at)
+    VALUES (k, w, nextval('"verrou".fence_seq'), clock_timestamp() + claim_ms * interval '1 millisecond')
+    ON CONFLICT (key, waiter) DO UPDATE SET expires_at = excluded.expires_at
+    RETURNING q.ticket INTO my_ticket;
+    DELETE FROM "verrou".queue AS q WHERE q.key = k AND q.expires_at <= clock_timestamp();
+    IF NOT EXISTS (SELECT 1 FROM "verrou".queue AS q WHERE q.key = k AND q.ticket < my_ticket) THEN
+        INSERT INTO "verrou".locks AS l (key, owner, fence, expires_at)
+        VALUES (k, tok, nextval('"verrou".fence_seq'), clock_timestamp() + ttl_ms * interval '1 millisecond')
+        ON CONFLICT (key) DO UPDATE SET owner = excluded.owner,
+            fence = CASE WHEN l.owner = excluded.owner THEN l.fence ELSE excluded.fence END,
+            expires_at = excluded.expires_at
+        WHERE l.expires_at <= clock_timestamp() OR l.owner = excluded.owner
+        RETURNING l.fence INTO fence;
+        IF FOUND THEN
+            DELETE FROM "verrou".queue AS q WHERE q.key = k AND q.waiter = w;
+            retry_ms := NULL;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+    END IF;
+    fence := NULL;
+    SELECT GREATEST(0, CEIL(EXTRACT(EPOCH FROM h.expires_at - clock_timestamp()) * 1000))::int8 INTO retry_ms
+      FROM "verrou".locks AS h WHERE h.key = k AND h.expires_at > clock_timestamp();
+    RETURN NEXT;
+END $$;

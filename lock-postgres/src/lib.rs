@@ -69,8 +69,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::options::{ttl_millis, validate_key, validate_ttl};
 use lock_core::{
-    AcquireOutcome, Capabilities, Error, FencingToken, Lease, LockBackend, LockToken, ReleaseOutcome, RenewOutcome,
-    Result,
+    AcquireOutcome, Capabilities, Error, FairWaiter, FencingToken, Lease, LockBackend, LockToken, ReleaseOutcome,
+    RenewOutcome, Result,
 };
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
@@ -334,9 +334,40 @@ impl LockBackend for PostgresBackend {
         out
     }
 
+    async fn try_acquire_fair(
+        &self,
+        key: &str,
+        token: &LockToken,
+        ttl: Duration,
+        waiter: &FairWaiter,
+    ) -> Result<AcquireOutcome> {
+        check_key(key)?;
+        let ms = ttl_param(ttl)?;
+        let claim = ttl_param(waiter.claim)?;
+        let owner: &[u8] = token.as_bytes();
+        let id: &[u8] = waiter.id.as_bytes();
+        let params: [Param<'_>; 5] = [
+            (&key, Type::TEXT),
+            (&owner, Type::BYTEA),
+            (&ms, Type::INT8),
+            (&id, Type::BYTEA),
+            (&claim, Type::INT8),
+        ];
+        let rows = self.query(&self.inner.sql.acquire_fair, &params, true).await?;
+        acquire_outcome(&rows)
+    }
+
+    async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
+        check_key(key)?;
+        let id: &[u8] = waiter.id.as_bytes();
+        let params: [Param<'_>; 2] = [(&key, Type::TEXT), (&id, Type::BYTEA)];
+        self.query(&self.inner.sql.leave_queue, &params, true).await.map(drop)
+    }
+
     fn capabilities(&self) -> Capabilities {
         let mut caps = Capabilities::new(BACKEND);
         caps.fencing_tokens = true;
+        caps.fair_queue = true;
         caps.distinguishes_missing = true;
         caps
     }

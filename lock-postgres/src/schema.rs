@@ -56,6 +56,8 @@ pub(crate) struct Statements {
     pub kv_create: String,
     pub kv_cas: String,
     pub kv_delete: String,
+    pub acquire_fair: String,
+    pub leave_queue: String,
     pub exists: String,
 }
 
@@ -139,13 +141,16 @@ impl Statements {
             ),
             kv_cas: format!("SELECT kind, version, value FROM {s}.kv_cas($1, $2, $3, $4)"),
             kv_delete: format!("SELECT kind, version FROM {s}.kv_delete($1, $2)"),
+            acquire_fair: format!("SELECT fence, retry_ms FROM {s}.acquire_fair($1, $2, $3, $4, $5)"),
+            leave_queue: format!("DELETE FROM {s}.queue WHERE key = $1 AND waiter = $2"),
             // Everything the backend needs, present? (First use and errors.)
             exists: format!(
                 "SELECT to_regclass('{s}.locks') IS NOT NULL AND to_regclass('{s}.queue') IS NOT NULL \
                    AND to_regclass('{s}.kv') IS NOT NULL AND to_regclass('{s}.fence_seq') IS NOT NULL \
                    AND to_regclass('{s}.version_seq') IS NOT NULL \
                    AND to_regprocedure('{s}.kv_cas(text, bigint, bytea, bigint)') IS NOT NULL \
-                   AND to_regprocedure('{s}.kv_delete(text, bigint)') IS NOT NULL"
+                   AND to_regprocedure('{s}.kv_delete(text, bigint)') IS NOT NULL \
+                   AND to_regprocedure('{s}.acquire_fair(text, bytea, bigint, bytea, bigint)') IS NOT NULL"
             ),
         })
     }

@@ -33,6 +33,11 @@ async fn versioned_suite() -> VersionedSuite {
 
 lock_testkit::lock_conformance!(real, lock_suite());
 
+mod fair {
+    use super::*;
+    lock_testkit::fair_conformance!(real, lock_suite());
+}
+
 mod versioned {
     use super::*;
     lock_testkit::versioned_conformance!(real, versioned_suite());
