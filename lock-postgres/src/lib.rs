@@ -11,6 +11,9 @@
 //! | renew | `UPDATE … SET expires_at WHERE key AND owner AND live` | 1 |
 //! | renew many | one `UPDATE … FROM unnest($keys, $owners)` per batch | 1 |
 //! | versioned get / create | `SELECT` / `INSERT … ON CONFLICT` | 1 |
+//! | semaphore / read-write acquire | `SELECT * FROM schema.sem_acquire(…)` / `rw_acquire(…)`: the name's row locked `FOR UPDATE`, then the decision | 1 |
+//! | multi-key acquire | `multi_acquire(keys, …)`: every key's row in sorted order, or none (a rolled-back block) | 1 |
+//! | election | the lock's statements on the `leaders` table (the term is the fencing token) | 1 |
 //! | versioned CAS / delete | `SELECT * FROM schema.kv_cas(…)` / `kv_delete(…)` (PL/pgSQL) | 1 |
 //!
 //! Every expiry is computed by the server from `clock_timestamp()` (the
@@ -60,6 +63,7 @@
 
 mod builder;
 mod error;
+mod kinds;
 mod schema;
 mod versioned;
 
@@ -79,6 +83,7 @@ pub use builder::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_RESPONSE_T
 /// The deadpool-postgres crate the backend is built on (hand over a `Pool`).
 pub use deadpool_postgres;
 pub use error::{Refusal, refusal};
+pub use kinds::GONE_WINDOW;
 pub use schema::{DEFAULT_SCHEMA, SCHEMA_SQL, schema_sql, validate_identifier};
 /// The tokio-postgres crate the backend is built on.
 pub use tokio_postgres;
@@ -368,6 +373,10 @@ impl LockBackend for PostgresBackend {
         let mut caps = Capabilities::new(BACKEND);
         caps.fencing_tokens = true;
         caps.fair_queue = true;
+        caps.semaphores = true;
+        caps.multi_key_locks = true;
+        caps.rw_locks = true;
+        caps.leader_election = true;
         caps.distinguishes_missing = true;
         caps
     }

@@ -7,7 +7,11 @@ use lock_core::{Error, Result};
 /// `verrou` (safe to run again). Put it in your migrations and build with
 /// [`PostgresBuilder::create_schema(false)`](crate::PostgresBuilder::create_schema);
 /// [`schema_sql`] gives it for another schema name.
-pub const SCHEMA_SQL: &str = include_str!("../sql/schema.sql");
+pub const SCHEMA_SQL: &str = concat!(
+    include_str!("../sql/schema.sql"),
+    "\n",
+    include_str!("../sql/kinds.sql")
+);
 
 /// The schema used unless [`PostgresBuilder::schema`](crate::PostgresBuilder::schema) says otherwise.
 pub const DEFAULT_SCHEMA: &str = "verrou";
@@ -59,6 +63,7 @@ pub(crate) struct Statements {
     pub acquire_fair: String,
     pub leave_queue: String,
     pub exists: String,
+    pub kinds: crate::kinds::KindStatements,
 }
 
 /// Milliseconds (a bigint parameter) from the server's clock.
@@ -68,50 +73,67 @@ macro_rules! from_now {
     };
 }
 
+/// Acquire, release and renew of a table of leases with the columns of
+/// `locks` (key, owner, fence, expires_at); `identity` adds that column
+/// (the `leaders` table), set from parameter `$4`.
+pub(crate) fn lease_sql(s: &str, table: &str, identity: bool) -> [String; 3] {
+    let (col, val, set) = if identity {
+        (", identity", ", $4", ", identity = excluded.identity")
+    } else {
+        ("", "", "")
+    };
+    [
+        // Take the key if free, expired, or already ours (a re-sent
+        // acquire keeps its fencing token); otherwise report how long the
+        // holder has left. `taken` is empty exactly when the conflicting
+        // row was live and someone else's.
+        format!(
+            "WITH taken AS (\
+               INSERT INTO {s}.{table} AS l (key, owner, fence, expires_at{col}) \
+               VALUES ($1, $2, nextval('{s}.fence_seq'), {}{val}) \
+               ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, \
+                 fence = CASE WHEN l.owner = excluded.owner THEN l.fence ELSE excluded.fence END, \
+                 expires_at = excluded.expires_at{set} \
+               WHERE l.expires_at <= clock_timestamp() OR l.owner = excluded.owner \
+               RETURNING l.fence) \
+             SELECT fence, NULL::int8 FROM taken \
+             UNION ALL \
+             SELECT NULL::int8, GREATEST(0, CEIL(EXTRACT(EPOCH FROM h.expires_at - clock_timestamp()) * 1000))::int8 \
+             FROM {s}.{table} h WHERE h.key = $1 AND NOT EXISTS (SELECT 1 FROM taken)",
+            from_now!("$3")
+        ),
+        // 0 released, 1 held by another, 2 missing. Our own expired row is
+        // deleted too (tidy), but answers missing.
+        format!(
+            "WITH gone AS (DELETE FROM {s}.{table} WHERE key = $1 AND owner = $2 \
+               RETURNING expires_at > clock_timestamp() AS live) \
+             SELECT CASE WHEN EXISTS (SELECT 1 FROM gone WHERE live) THEN 0 \
+               WHEN EXISTS (SELECT 1 FROM gone) THEN 2 \
+               WHEN EXISTS (SELECT 1 FROM {s}.{table} WHERE key = $1 AND expires_at > clock_timestamp()) THEN 1 \
+               ELSE 2 END"
+        ),
+        format!(
+            "WITH renewed AS (UPDATE {s}.{table} SET expires_at = {} \
+               WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp() RETURNING 1) \
+             SELECT CASE WHEN EXISTS (SELECT 1 FROM renewed) THEN 0 \
+               WHEN EXISTS (SELECT 1 FROM {s}.{table} WHERE key = $1 AND owner <> $2 \
+                 AND expires_at > clock_timestamp()) THEN 1 \
+               ELSE 2 END",
+            from_now!("$3")
+        ),
+    ]
+}
+
 impl Statements {
     pub(crate) fn new(schema: &str) -> Result<Self> {
         validate_identifier(schema)?;
         let s = format!("\"{schema}\"");
+        let [acquire, release, renew] = lease_sql(&s, "locks", false);
         Ok(Statements {
             schema: schema.to_owned(),
-            // Take the key if free, expired, or already ours (a re-sent
-            // acquire keeps its fencing token); otherwise report how long
-            // the holder has left. `taken` is empty exactly when the
-            // conflicting row was live and someone else's.
-            acquire: format!(
-                "WITH taken AS (\
-                   INSERT INTO {s}.locks AS l (key, owner, fence, expires_at) \
-                   VALUES ($1, $2, nextval('{s}.fence_seq'), {}) \
-                   ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, \
-                     fence = CASE WHEN l.owner = excluded.owner THEN l.fence ELSE excluded.fence END, \
-                     expires_at = excluded.expires_at \
-                   WHERE l.expires_at <= clock_timestamp() OR l.owner = excluded.owner \
-                   RETURNING l.fence) \
-                 SELECT fence, NULL::int8 FROM taken \
-                 UNION ALL \
-                 SELECT NULL::int8, GREATEST(0, CEIL(EXTRACT(EPOCH FROM h.expires_at - clock_timestamp()) * 1000))::int8 \
-                 FROM {s}.locks h WHERE h.key = $1 AND NOT EXISTS (SELECT 1 FROM taken)",
-                from_now!("$3")
-            ),
-            // 0 released, 1 held by another, 2 missing. Our own expired row
-            // is deleted too (tidy), but answers missing.
-            release: format!(
-                "WITH gone AS (DELETE FROM {s}.locks WHERE key = $1 AND owner = $2 \
-                   RETURNING expires_at > clock_timestamp() AS live) \
-                 SELECT CASE WHEN EXISTS (SELECT 1 FROM gone WHERE live) THEN 0 \
-                   WHEN EXISTS (SELECT 1 FROM gone) THEN 2 \
-                   WHEN EXISTS (SELECT 1 FROM {s}.locks WHERE key = $1 AND expires_at > clock_timestamp()) THEN 1 \
-                   ELSE 2 END"
-            ),
-            renew: format!(
-                "WITH renewed AS (UPDATE {s}.locks SET expires_at = {} \
-                   WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp() RETURNING 1) \
-                 SELECT CASE WHEN EXISTS (SELECT 1 FROM renewed) THEN 0 \
-                   WHEN EXISTS (SELECT 1 FROM {s}.locks WHERE key = $1 AND owner <> $2 \
-                     AND expires_at > clock_timestamp()) THEN 1 \
-                   ELSE 2 END",
-                from_now!("$3")
-            ),
+            acquire,
+            release,
+            renew,
             renew_many: format!(
                 "WITH items AS (SELECT * FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS i(key, owner, n)), \
                  renewed AS (UPDATE {s}.locks l SET expires_at = {} FROM items i \
@@ -143,6 +165,7 @@ impl Statements {
             kv_delete: format!("SELECT kind, version FROM {s}.kv_delete($1, $2)"),
             acquire_fair: format!("SELECT fence, retry_ms FROM {s}.acquire_fair($1, $2, $3, $4, $5)"),
             leave_queue: format!("DELETE FROM {s}.queue WHERE key = $1 AND waiter = $2"),
+            kinds: crate::kinds::KindStatements::new(&s),
             // Everything the backend needs, present? (First use and errors.)
             exists: format!(
                 "SELECT to_regclass('{s}.locks') IS NOT NULL AND to_regclass('{s}.queue') IS NOT NULL \
@@ -150,7 +173,9 @@ impl Statements {
                    AND to_regclass('{s}.version_seq') IS NOT NULL \
                    AND to_regprocedure('{s}.kv_cas(text, bigint, bytea, bigint)') IS NOT NULL \
                    AND to_regprocedure('{s}.kv_delete(text, bigint)') IS NOT NULL \
-                   AND to_regprocedure('{s}.acquire_fair(text, bytea, bigint, bytea, bigint)') IS NOT NULL"
+                   AND to_regprocedure('{s}.acquire_fair(text, bytea, bigint, bytea, bigint)') IS NOT NULL \
+                   AND to_regclass('{s}.leaders') IS NOT NULL \
+                   AND to_regprocedure('{s}.multi_acquire(text[], bytea, bigint)') IS NOT NULL"
             ),
         })
     }
