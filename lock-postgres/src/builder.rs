@@ -170,9 +170,14 @@ impl PostgresBuilder {
             sql: statements,
             response_timeout: self.response_timeout,
             description,
+            replication: std::sync::OnceLock::new(),
         };
         ensure_schema(&inner, self.create_schema).await?;
-        Ok(PostgresBackend { inner: Arc::new(inner) })
+        let backend = PostgresBackend { inner: Arc::new(inner) };
+        if let Ok(mode) = backend.replication().await {
+            let _ = backend.inner.replication.set(mode);
+        }
+        Ok(backend)
     }
 }
 

@@ -64,6 +64,7 @@
 mod builder;
 mod error;
 mod kinds;
+mod replication;
 mod schema;
 mod versioned;
 
@@ -84,6 +85,7 @@ pub use builder::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_RESPONSE_T
 pub use deadpool_postgres;
 pub use error::{Refusal, refusal};
 pub use kinds::GONE_WINDOW;
+pub use replication::ReplicationMode;
 pub use schema::{DEFAULT_SCHEMA, SCHEMA_SQL, schema_sql, validate_identifier};
 /// The tokio-postgres crate the backend is built on.
 pub use tokio_postgres;
@@ -112,6 +114,7 @@ pub(crate) struct Inner {
     sql: Statements,
     response_timeout: Duration,
     description: String,
+    replication: std::sync::OnceLock<ReplicationMode>,
 }
 
 impl std::fmt::Debug for PostgresBackend {
@@ -373,6 +376,12 @@ impl LockBackend for PostgresBackend {
         let mut caps = Capabilities::new(BACKEND);
         caps.fencing_tokens = true;
         caps.fair_queue = true;
+        // Every commit waits for the synchronous standbys.
+        caps.replica_ack = self
+            .inner
+            .replication
+            .get()
+            .is_some_and(ReplicationMode::is_synchronous);
         caps.semaphores = true;
         caps.multi_key_locks = true;
         caps.rw_locks = true;

@@ -46,6 +46,8 @@ mod paths;
 #[cfg(feature = "postgres")]
 mod pg_paths;
 #[cfg(feature = "postgres")]
+mod pg_standby;
+#[cfg(feature = "postgres")]
 mod pgbouncer;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -63,6 +65,8 @@ pub use paths::{
 };
 #[cfg(feature = "postgres")]
 pub use pg_paths::{PG_BIN_ENV, PG_OS_USER, PGBOUNCER_ENV, pg_bin_dir, pgbouncer_binary};
+#[cfg(feature = "postgres")]
+pub use pg_standby::PostgresPair;
 #[cfg(feature = "postgres")]
 pub use pgbouncer::{PGBOUNCER_POOL_SIZE, PgBouncer};
 #[cfg(feature = "postgres")]

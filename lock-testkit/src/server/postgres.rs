@@ -96,6 +96,23 @@ impl PostgresServerBuilder {
         }
         Err(last.unwrap_or_else(|| HarnessError::Setup("no free port".into())))
     }
+
+    /// A server whose data directory is made by `init` (e.g. a base backup
+    /// of another server) instead of the `initdb` template.
+    pub(crate) async fn start_with<F, Fut>(&self, init: F) -> HarnessResult<PostgresServer>
+    where
+        F: FnOnce(PathBuf, Option<(u32, u32)>) -> Fut,
+        Fut: std::future::Future<Output = HarnessResult<()>>,
+    {
+        let bin = pg_bin_dir()?;
+        let owner = run_as()?;
+        let server = PostgresServer::empty(&bin, owner, self)?;
+        init(server.data_dir(), owner).await?;
+        server.launch().await.map_err(|e| match e {
+            Launch::PortClash(e) | Launch::Other(e) => e,
+        })?;
+        Ok(server)
+    }
 }
 
 enum Launch {
