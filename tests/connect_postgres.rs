@@ -19,6 +19,7 @@ async fn postgres_urls_connect_lock_fence_and_store() {
         );
         let backend = verrou::connect(&url).await.expect("connect");
         assert_eq!(backend.locks().capabilities().name, "postgres");
+        assert!(!backend.locks().capabilities().release_notifications);
         assert!(!backend.description().contains('?'), "{}", backend.description());
         let locks = backend
             .manager(LockOptions::with_ttl(Duration::from_millis(500)).acquire_timeout(Duration::from_secs(5)))
@@ -48,6 +49,24 @@ async fn postgres_urls_connect_lock_fence_and_store() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notification_parameters_turn_listen_on() {
+    let server = PostgresServer::start().await.expect("start postgres");
+    let direct = server.url();
+    let encoded: String = form_urlencoded::byte_serialize(direct.as_bytes()).collect();
+    for url in [
+        format!("{direct}?release_notifications=true"),
+        format!("{direct}?listen_url={encoded}"),
+    ] {
+        let backend = verrou::connect(&url).await.expect("connect");
+        assert!(backend.locks().capabilities().release_notifications, "{url}");
+    }
+    match verrou::connect::check_url(&format!("{direct}?listen_url=nonsense%3D%3D")) {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("listen_url"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}
+
 #[tokio::test]
 async fn bad_postgres_urls_say_what_to_fix() {
     for (url, says) in [
@@ -55,6 +74,7 @@ async fn bad_postgres_urls_say_what_to_fix() {
         ("postgres://h/db?create_schema=maybe", "create_schema"),
         ("postgres://h/db?response_timeout=soon", "response_timeout"),
         ("postgres://h/db?nonsense=1", "response_timeout, pool_size"),
+        ("postgres://h/db?release_notifications=perhaps", "release_notifications"),
         ("postgres://", "no host"),
     ] {
         match verrou::connect::check_url(url) {

@@ -43,6 +43,8 @@ pub struct PostgresBuilder {
     connect_timeout: Duration,
     response_timeout: Duration,
     pool_size: usize,
+    notifications: bool,
+    listen_url: Option<String>,
 }
 
 impl std::fmt::Debug for PostgresBuilder {
@@ -53,6 +55,7 @@ impl std::fmt::Debug for PostgresBuilder {
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)
             .field("pool_size", &self.pool_size)
+            .field("notifications", &self.notifications)
             .finish_non_exhaustive()
     }
 }
@@ -66,6 +69,8 @@ impl PostgresBuilder {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             pool_size: DEFAULT_POOL_SIZE,
+            notifications: false,
+            listen_url: None,
         }
     }
 
@@ -136,6 +141,28 @@ impl PostgresBuilder {
         self
     }
 
+    /// Release notifications (default off): releases send `pg_notify`, and
+    /// a waiter is woken by the release instead of its timer, through one
+    /// `LISTEN` connection per backend (see the [`notify`](crate#waiting)
+    /// notes). The listening connection uses the backend's own settings,
+    /// or [`listen_url`](Self::listen_url)'s; over an application pool,
+    /// `listen_url` is required.
+    #[must_use]
+    pub fn release_notifications(mut self, on: bool) -> Self {
+        self.notifications = on;
+        self
+    }
+
+    /// A direct connection (not PgBouncer in transaction mode: `LISTEN` is
+    /// session state) for release notifications; turns them on. Checked at
+    /// build.
+    #[must_use]
+    pub fn listen_url(mut self, url: impl Into<String>) -> Self {
+        self.listen_url = Some(url.into());
+        self.notifications = true;
+        self
+    }
+
     /// Connect, check (or create) the schema, and return the backend.
     ///
     /// # Errors
@@ -155,6 +182,26 @@ impl PostgresBuilder {
         if self.pool_size == 0 {
             return Err(Error::invalid("pool_size must be at least 1"));
         }
+        let listen = match (&self.listen_url, &self.source) {
+            _ if !self.notifications => None,
+            (Some(url), _) => Some(
+                url.parse::<tokio_postgres::Config>()
+                    .map_err(|e| Error::invalid(format!("listen_url is not a PostgreSQL connection string: {e}")))?,
+            ),
+            (None, Source::Config(config)) => Some((**config).clone()),
+            (None, Source::Pool(_)) => {
+                return Err(Error::invalid(
+                    "release notifications over an application pool need listen_url (a direct connection for LISTEN)",
+                ));
+            }
+        };
+        let channel: String = format!("verrou_{}", statements.schema).chars().take(63).collect();
+        let notifier = listen.map(|mut config| {
+            if config.get_connect_timeout().is_none() {
+                config.connect_timeout(self.connect_timeout);
+            }
+            crate::notify::Notifier::start(config, channel.clone())
+        });
         let (pool, description) = match self.source {
             Source::Pool(pool) => (pool, "application pool".to_owned()),
             Source::Config(mut config) => {
@@ -171,6 +218,8 @@ impl PostgresBuilder {
             response_timeout: self.response_timeout,
             description,
             replication: std::sync::OnceLock::new(),
+            notifier,
+            channel,
         };
         ensure_schema(&inner, self.create_schema).await?;
         let backend = PostgresBackend { inner: Arc::new(inner) };
@@ -211,6 +260,11 @@ fn own_pool(config: tokio_postgres::Config, size: usize) -> Result<Pool> {
 
 #[cfg(feature = "tls")]
 fn tls_manager(config: tokio_postgres::Config, manager_config: ManagerConfig) -> Result<Manager> {
+    Ok(Manager::from_config(config, rustls_connector()?, manager_config))
+}
+
+#[cfg(feature = "tls")]
+fn rustls_connector() -> Result<tokio_postgres_rustls::MakeRustlsConnect> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls_native_certs::load_native_certs().certs {
         let _ = roots.add(cert);
@@ -220,8 +274,32 @@ fn tls_manager(config: tokio_postgres::Config, manager_config: ManagerConfig) ->
         .map_err(|e| Error::invalid(format!("TLS setup: {e}")))?
         .with_root_certificates(roots)
         .with_no_client_auth();
-    let tls = tokio_postgres_rustls::MakeRustlsConnect::new(tls);
-    Ok(Manager::from_config(config, tls, manager_config))
+    Ok(tokio_postgres_rustls::MakeRustlsConnect::new(tls))
+}
+
+/// One connection for `LISTEN`, with the TLS the pool would use; its
+/// notifications' payloads arrive on the receiver.
+pub(crate) async fn connect_listener(
+    config: &tokio_postgres::Config,
+) -> std::result::Result<
+    (
+        tokio_postgres::Client,
+        tokio::sync::mpsc::UnboundedReceiver<String>,
+        crate::notify::AbortOnDrop,
+    ),
+    tokio_postgres::Error,
+> {
+    #[cfg(feature = "tls")]
+    if config.get_ssl_mode() != SslMode::Disable
+        && let Ok(tls) = rustls_connector()
+    {
+        let (client, connection) = config.connect(tls).await?;
+        let (keys, pump) = crate::notify::pump(connection);
+        return Ok((client, keys, pump));
+    }
+    let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+    let (keys, pump) = crate::notify::pump(connection);
+    Ok((client, keys, pump))
 }
 
 /// Without the `tls` feature: `prefer` connects in plain text, `require`

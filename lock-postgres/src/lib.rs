@@ -46,6 +46,27 @@
 //! A missing table, a missing privilege or a read-only server is an
 //! [`Error::Backend`] whose source is a [`Refusal`] ([`refusal`] finds it).
 //!
+//! # Waiting
+//!
+//! An acquire that finds the key held answers the holder's remaining TTL,
+//! so a waiter's backoff never sleeps past the expiry. With
+//! [`PostgresBuilder::release_notifications`] a release also sends
+//! `pg_notify` (in the release statement), and each backend keeps one
+//! `LISTEN` connection: a release wakes one local waiter of the key
+//! instead of its timer (every local fair waiter in fair mode, where the
+//! queue's head must look). `LISTEN` is session state, so that connection
+//! must be direct, never through PgBouncer's transaction mode: name it
+//! with [`PostgresBuilder::listen_url`] (URL parameter `listen_url`) when
+//! the pool goes through PgBouncer. Without notifications, waiters use
+//! their timers. A lost notification costs latency, never correctness.
+//!
+//! # Fair mode
+//!
+//! With [`lock_core::Fairness::Fifo`], waiters queue in the `queue` table
+//! (a ticket from the sequence, an expiry `claim` after each attempt); the
+//! `acquire_fair` function grants a free key only to the live head of its
+//! queue and drops dead entries, in one statement per attempt.
+//!
 //! # Keys
 //!
 //! Keys are `text` primary keys: at most [`MAX_KEY_BYTES`] bytes (a btree
@@ -64,6 +85,7 @@
 mod builder;
 mod error;
 mod kinds;
+mod notify;
 mod replication;
 mod schema;
 mod versioned;
@@ -115,6 +137,10 @@ pub(crate) struct Inner {
     response_timeout: Duration,
     description: String,
     replication: std::sync::OnceLock<ReplicationMode>,
+    /// Release notifications, when on.
+    notifier: Option<notify::Notifier>,
+    /// The `NOTIFY` channel of this schema.
+    channel: String,
 }
 
 impl std::fmt::Debug for PostgresBackend {
@@ -279,8 +305,14 @@ impl LockBackend for PostgresBackend {
     async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
         check_key(key)?;
         let owner: &[u8] = token.as_bytes();
-        let params: [Param<'_>; 2] = [(&key, Type::TEXT), (&owner, Type::BYTEA)];
-        let rows = self.query(&self.inner.sql.release, &params, true).await?;
+        let channel = self.inner.channel.as_str();
+        let rows = if self.inner.notifier.is_some() {
+            let params: [Param<'_>; 3] = [(&key, Type::TEXT), (&owner, Type::BYTEA), (&channel, Type::TEXT)];
+            self.query(&self.inner.sql.release_notify, &params, true).await?
+        } else {
+            let params: [Param<'_>; 2] = [(&key, Type::TEXT), (&owner, Type::BYTEA)];
+            self.query(&self.inner.sql.release, &params, true).await?
+        };
         outcome_code(&rows, "release").map(release_outcome)
     }
 
@@ -368,8 +400,32 @@ impl LockBackend for PostgresBackend {
     async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
         check_key(key)?;
         let id: &[u8] = waiter.id.as_bytes();
-        let params: [Param<'_>; 2] = [(&key, Type::TEXT), (&id, Type::BYTEA)];
-        self.query(&self.inner.sql.leave_queue, &params, true).await.map(drop)
+        let channel = self.inner.channel.as_str();
+        if self.inner.notifier.is_some() {
+            let params: [Param<'_>; 3] = [(&key, Type::TEXT), (&id, Type::BYTEA), (&channel, Type::TEXT)];
+            self.query(&self.inner.sql.leave_queue_notify, &params, true)
+                .await
+                .map(drop)
+        } else {
+            let params: [Param<'_>; 2] = [(&key, Type::TEXT), (&id, Type::BYTEA)];
+            self.query(&self.inner.sql.leave_queue, &params, true).await.map(drop)
+        }
+    }
+
+    async fn wait_for_release(&self, key: &str, max_wait: Duration) {
+        match &self.inner.notifier {
+            Some(n) => n.wait(key, max_wait, false).await,
+            None => tokio::time::sleep(max_wait).await,
+        }
+    }
+
+    async fn wait_fair(&self, key: &str, waiter: &FairWaiter, max_wait: Duration) {
+        let _ = waiter;
+        match &self.inner.notifier {
+            // Every local fair waiter of the key looks: the head may be any.
+            Some(n) => n.wait(key, max_wait, true).await,
+            None => tokio::time::sleep(max_wait).await,
+        }
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -387,6 +443,7 @@ impl LockBackend for PostgresBackend {
         caps.rw_locks = true;
         caps.leader_election = true;
         caps.distinguishes_missing = true;
+        caps.release_notifications = self.inner.notifier.is_some();
         caps
     }
 }

@@ -54,6 +54,7 @@ pub(crate) struct Statements {
     pub schema: String,
     pub acquire: String,
     pub release: String,
+    pub release_notify: String,
     pub renew: String,
     pub renew_many: String,
     pub kv_get: String,
@@ -62,6 +63,7 @@ pub(crate) struct Statements {
     pub kv_delete: String,
     pub acquire_fair: String,
     pub leave_queue: String,
+    pub leave_queue_notify: String,
     pub exists: String,
     pub kinds: crate::kinds::KindStatements,
 }
@@ -132,6 +134,17 @@ impl Statements {
         Ok(Statements {
             schema: schema.to_owned(),
             acquire,
+            // The release, announcing a freed live lease on channel $3 (a
+            // CTE runs only when referenced: hence the count).
+            release_notify: format!(
+                "WITH gone AS (DELETE FROM {s}.locks WHERE key = $1 AND owner = $2 \
+                   RETURNING expires_at > clock_timestamp() AS live), \
+                 sent AS (SELECT pg_notify($3, $1) FROM gone WHERE live) \
+                 SELECT CASE WHEN EXISTS (SELECT 1 FROM gone WHERE live) THEN 0 \
+                   WHEN EXISTS (SELECT 1 FROM gone) THEN 2 \
+                   WHEN EXISTS (SELECT 1 FROM {s}.locks WHERE key = $1 AND expires_at > clock_timestamp()) THEN 1 \
+                   ELSE 2 END, (SELECT count(*) FROM sent)"
+            ),
             release,
             renew,
             renew_many: format!(
@@ -165,6 +178,12 @@ impl Statements {
             kv_delete: format!("SELECT kind, version FROM {s}.kv_delete($1, $2)"),
             acquire_fair: format!("SELECT fence, retry_ms FROM {s}.acquire_fair($1, $2, $3, $4, $5)"),
             leave_queue: format!("DELETE FROM {s}.queue WHERE key = $1 AND waiter = $2"),
+            // A waiter leaving a free key's queue wakes the next one.
+            leave_queue_notify: format!(
+                "WITH left_queue AS (DELETE FROM {s}.queue WHERE key = $1 AND waiter = $2 RETURNING 1) \
+                 SELECT pg_notify($3, $1) FROM left_queue WHERE NOT EXISTS \
+                   (SELECT 1 FROM {s}.locks WHERE key = $1 AND expires_at > clock_timestamp())"
+            ),
             kinds: crate::kinds::KindStatements::new(&s),
             // Everything the backend needs, present? (First use and errors.)
             exists: format!(

@@ -21,8 +21,10 @@
 //! `quorum` (a majority: `2M > N`), `node_timeout` and `drift_factor`.
 //!
 //! `postgres://` URLs are libpq's (TLS by `sslmode`), read by
-//! tokio-postgres, plus `schema`, `create_schema`, `response_timeout` and
-//! `pool_size` ([`POSTGRES_PARAMS`]).
+//! tokio-postgres, plus `schema`, `create_schema`, `response_timeout`,
+//! `pool_size`, `release_notifications` and `listen_url` (a direct
+//! connection for `LISTEN` when the URL goes through PgBouncer,
+//! percent-encoded) ([`POSTGRES_PARAMS`]).
 //!
 //! Every unknown parameter, malformed host, or scheme whose feature is off is
 //! an error saying what to write instead; passwords appear in no message and

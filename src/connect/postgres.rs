@@ -8,7 +8,8 @@ use lock_core::{Error, Result};
 
 /// The parameters `postgres://` URLs take besides libpq's (`sslmode`,
 /// `connect_timeout` in seconds, `application_name`, ...).
-pub const POSTGRES_PARAMS: &str = "schema, create_schema, response_timeout, pool_size";
+pub const POSTGRES_PARAMS: &str =
+    "schema, create_schema, response_timeout, pool_size, release_notifications, listen_url";
 
 /// A parsed `postgres://` URL.
 #[derive(Clone)]
@@ -21,6 +22,9 @@ pub(crate) struct PostgresTarget {
     pub create_schema: Option<bool>,
     pub response_timeout: Option<Duration>,
     pub pool_size: Option<usize>,
+    pub release_notifications: Option<bool>,
+    /// A direct connection for `LISTEN` (percent-encoded in the URL).
+    pub listen_url: Option<String>,
 }
 
 impl std::fmt::Debug for PostgresTarget {
@@ -45,6 +49,8 @@ pub(crate) fn parse_postgres(url: &str, before_query: &str, params: &[(String, S
         create_schema: None,
         response_timeout: None,
         pool_size: None,
+        release_notifications: None,
+        listen_url: None,
     };
     let mut passed = form_urlencoded::Serializer::new(String::new());
     for (name, value) in params {
@@ -56,6 +62,16 @@ pub(crate) fn parse_postgres(url: &str, before_query: &str, params: &[(String, S
             "create_schema" => target.create_schema = Some(super::url::boolean(name, value)?),
             "response_timeout" => target.response_timeout = Some(super::url::duration(name, value)?),
             "pool_size" => target.pool_size = Some(super::url::number(name, value)?),
+            "release_notifications" => target.release_notifications = Some(super::url::boolean(name, value)?),
+            "listen_url" => {
+                lock_postgres::PostgresBuilder::url(value).map_err(|_| {
+                    Error::invalid(
+                        "listen_url is not a PostgreSQL URL: percent-encode a direct connection's URL, \
+                         e.g. listen_url=postgres%3A%2F%2Fapp%40db-primary%2Fapp",
+                    )
+                })?;
+                target.listen_url = Some(value.clone());
+            }
             _ => {
                 passed.append_pair(name, value);
             }
@@ -93,6 +109,12 @@ pub(crate) async fn build_postgres(target: PostgresTarget) -> Result<super::Back
     }
     if let Some(n) = target.pool_size {
         b = b.pool_size(n);
+    }
+    if let Some(on) = target.release_notifications {
+        b = b.release_notifications(on);
+    }
+    if let Some(url) = &target.listen_url {
+        b = b.listen_url(url.clone());
     }
     let backend = std::sync::Arc::new(b.build().await.map_err(|e| match e {
         Error::Backend {
