@@ -176,6 +176,8 @@ impl PostgresServer {
             .tempdir()
             .map_err(|e| HarnessError::io("creating a temporary directory", e))?;
         give_to(dir.path(), owner)?;
+        sweep_orphans();
+        let _ = fs::write(dir.path().join(OWNER_FILE), std::process::id().to_string());
         Ok(PostgresServer {
             port: pick_port(false)?,
             bin: bin.to_path_buf(),
@@ -567,10 +569,46 @@ fn kill_locked(st: &mut ProcState, port: u16) -> HarnessResult<()> {
         .wait()
         .map_err(|e| HarnessError::io(format!("reaping postgres on port {port} (pid {pid})"), e))?;
     let deadline = Instant::now() + Duration::from_secs(2);
-    while backends.iter().any(|b| Path::new(&format!("/proc/{b}")).exists()) && Instant::now() < deadline {
+    while backends.iter().any(|b| is_alive(*b)) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
     Ok(())
+}
+
+/// The file naming the test process that made a server's directory.
+const OWNER_FILE: &str = "verrou-owner.pid";
+
+/// Removes the directories of servers whose test process is gone: a
+/// server kept in a `static` for a whole test binary is never dropped (the
+/// kernel kills it when the process exits), and its data directory would
+/// stay behind.
+fn sweep_orphans() {
+    let Ok(entries) = fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if !name.to_string_lossy().starts_with("verrou-pg-") {
+            continue;
+        }
+        let owner = fs::read_to_string(entry.path().join(OWNER_FILE)).ok();
+        let Some(pid) = owner.and_then(|o| o.trim().parse::<u32>().ok()) else {
+            continue;
+        };
+        if !is_alive(pid) {
+            let _ = fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// True while `pid` exists and is not a zombie (a killed backend whose new
+/// parent has not reaped it yet holds no shared memory any more).
+fn is_alive(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|state| state != 'Z' && state != 'X')
+    })
 }
 
 /// Pids whose parent is `pid` (from `/proc`).
