@@ -46,6 +46,8 @@ mod paths;
 #[cfg(feature = "postgres")]
 mod pg_paths;
 #[cfg(feature = "postgres")]
+mod pg_process;
+#[cfg(feature = "postgres")]
 mod pg_standby;
 #[cfg(feature = "postgres")]
 mod pgbouncer;
