@@ -116,20 +116,7 @@ pub(crate) async fn build_postgres(target: PostgresTarget) -> Result<super::Back
     if let Some(url) = &target.listen_url {
         b = b.listen_url(url.clone());
     }
-    let backend = std::sync::Arc::new(b.build().await.map_err(|e| match e {
-        Error::Backend {
-            backend,
-            outcome_unknown,
-            message,
-            source,
-        } => Error::Backend {
-            backend,
-            outcome_unknown,
-            message: format!("{}: {message}", target.shown),
-            source,
-        },
-        other => other,
-    })?);
+    let backend = std::sync::Arc::new(b.build().await.map_err(|e| super::in_context(e, &target.shown))?);
     Ok(super::Backend {
         locks: backend.clone(),
         store: Some(backend),
