@@ -90,3 +90,56 @@ apt_update() { apt_as_root update -qq; }
 
 # Installs Debian packages without recommends, quietly and non-interactively.
 apt_install() { apt_as_root install -y -qq --no-install-recommends "$@"; }
+
+# PostgreSQL for lock-postgres's tests. The harness runs initdb and postgres
+# from $VERROU_PG_BIN, else from the newest /usr/lib/postgresql/<N>/bin
+# (Debian's layout: not on PATH), and pgbouncer from $VERROU_PGBOUNCER, else
+# PATH or /usr/sbin. Prints the folder / the binary, or nothing.
+find_pg_bin() {
+  local root; root=$(prereq_root)
+  if [ -n "${VERROU_PG_BIN:-}" ] && [ -z "$root" ]; then
+    [ -x "$VERROU_PG_BIN/initdb" ] && [ -x "$VERROU_PG_BIN/postgres" ] && { printf '%s\n' "$VERROU_PG_BIN"; return 0; }
+    return 1
+  fi
+  local d
+  for d in "$root"/usr/lib/postgresql/*/bin; do
+    [ -x "$d/initdb" ] && [ -x "$d/postgres" ] && { printf '%s\n' "$d"; return 0; }
+  done
+  return 1
+}
+
+find_pgbouncer() {
+  local root; root=$(prereq_root)
+  if [ -z "$root" ]; then
+    if [ -n "${VERROU_PGBOUNCER:-}" ]; then
+      [ -x "$VERROU_PGBOUNCER" ] && { printf '%s\n' "$VERROU_PGBOUNCER"; return 0; }
+      return 1
+    fi
+    command -v pgbouncer 2>/dev/null && return 0
+  fi
+  local f
+  for f in "$root"/usr/sbin/pgbouncer "$root"/usr/bin/pgbouncer; do
+    [ -x "$f" ] && { printf '%s\n' "$f"; return 0; }
+  done
+  return 1
+}
+
+# Prints one line per missing PostgreSQL prerequisite: "<package> <why>".
+postgres_plan() {
+  if ! find_pg_bin >/dev/null; then
+    printf 'postgresql PostgreSQL (initdb and postgres under /usr/lib/postgresql/<N>/bin) for the lock-postgres tests\n'
+  fi
+  if ! find_pgbouncer >/dev/null; then
+    printf 'pgbouncer PgBouncer (transaction pooling in front of the lock-postgres test server)\n'
+  fi
+}
+
+# PostgreSQL and PgBouncer refuse to run as root: the harness runs them as
+# the user "postgres" (Debian's package creates it; a server from
+# VERROU_PG_BIN may come without). Creates it when we are root and it is missing.
+ensure_postgres_user() {
+  if [ "$(id -u)" -eq 0 ] && ! id postgres >/dev/null 2>&1; then
+    echo "==> creating the system user postgres (the test servers run as it)"
+    useradd --system --user-group --no-create-home --shell /usr/sbin/nologin postgres
+  fi
+}

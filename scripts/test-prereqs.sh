@@ -55,6 +55,33 @@ expect "LLVM 15 with only libclang-cpp15" \
   "$(machine cpp15 usr/lib/llvm-15/lib/libclang-cpp.so.15 usr/lib/llvm-15/lib/clang/15.0.7/include/stddef.h)" \
   "libclang1-15"
 
+# PostgreSQL: detected by the executables the harness runs.
+pg_machine() { # name, then executables to create under the fake root
+  local root="$tmp/$1"; shift
+  mkdir -p "$root/usr/lib"
+  local f
+  for f in "$@"; do mkdir -p "$root/$(dirname "$f")"; : > "$root/$f"; chmod +x "$root/$f"; done
+  printf '%s' "$root"
+}
+expect_pg() { # name, root, expected plan
+  local name=$1 root=$2 want=$3 got
+  got=$(VERROU_PREREQ_ROOT=$root postgres_plan | awk '{print $1}' | xargs)
+  if [ "$got" = "$want" ]; then
+    echo "ok   $name: ${got:-nothing to install}"
+  else
+    echo "FAIL $name: planned '${got}', expected '${want}'"
+    failures=$((failures + 1))
+  fi
+}
+pg15=usr/lib/postgresql/15/bin
+expect_pg "no PostgreSQL, no PgBouncer" "$(pg_machine pg-none)" "postgresql pgbouncer"
+expect_pg "PostgreSQL 15 and PgBouncer" "$(pg_machine pg-all $pg15/initdb $pg15/postgres usr/sbin/pgbouncer)" ""
+expect_pg "only the client (psql), no server" "$(pg_machine pg-client $pg15/psql usr/sbin/pgbouncer)" "postgresql"
+expect_pg "initdb without postgres" "$(pg_machine pg-half $pg15/initdb usr/sbin/pgbouncer)" "postgresql"
+expect_pg "server without PgBouncer" "$(pg_machine pg-nobouncer $pg15/initdb $pg15/postgres)" "pgbouncer"
+mkdir -p "$tmp/pg-noexec/usr/lib/postgresql/15/bin" && : > "$tmp/pg-noexec/$pg15/initdb" && : > "$tmp/pg-noexec/$pg15/postgres"
+expect_pg "files that are not executable" "$tmp/pg-noexec" "postgresql pgbouncer"
+
 # The apt-get calls, with fake id / sudo / apt-get on PATH that log them.
 fakebin="$tmp/bin"
 mkdir -p "$fakebin"

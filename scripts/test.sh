@@ -19,6 +19,13 @@ while read -r pkg why; do
   echo "==> missing: $why"
   missing+=("$pkg")
 done < <(libclang_plan)
+# PostgreSQL and PgBouncer for the lock-postgres tests (found where the
+# harness looks: VERROU_PG_BIN or /usr/lib/postgresql/<N>/bin; pgbouncer).
+while read -r pkg why; do
+  [ -n "$pkg" ] || continue
+  echo "==> missing: $why"
+  missing+=("$pkg")
+done < <(postgres_plan)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "==> installing: ${missing[*]}"
   apt_update
@@ -33,6 +40,9 @@ if [ "${#missing[@]}" -gt 0 ]; then
   lib=$(find_libclang) || { echo "libclang is still missing after the install; install libclang1-<N> for your LLVM by hand"; exit 1; }
   echo "==> libclang: $lib"
 fi
+
+ensure_postgres_user
+# Debian's postgresql package starts a cluster on 5432; the tests never use it.
 
 echo "==> prerequisite detection tests"
 scripts/test-prereqs.sh

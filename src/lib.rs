@@ -22,3 +22,7 @@ pub use lock_tair as tair;
 /// Redlock quorum over N independent backends (feature `redlock`).
 #[cfg(feature = "redlock")]
 pub use lock_redlock as redlock;
+
+/// The PostgreSQL backend: leases in a table (feature `postgres`).
+#[cfg(feature = "postgres")]
+pub use lock_postgres as postgres;

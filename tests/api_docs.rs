@@ -9,7 +9,8 @@ mod support;
 
 use support::{rust_files, workspace};
 
-const LIBRARY_SOURCES: [&str; 7] = [
+const LIBRARY_SOURCES: [&str; 8] = [
+    "lock-postgres/src",
     "src",
     "lock-core/src",
     "lock-memory/src",

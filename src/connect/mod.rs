@@ -7,6 +7,7 @@
 //! | `redis+cluster://h1[:p1],h2[:p2]…`, `rediss+cluster://…` | [`crate::redis_lua`] on a Redis Cluster | `redis-lua`, `redis-lua-tls` |
 //! | `tair://…`, `tairs://…`, `tair+cluster://…`, `tairs+cluster://…` | [`crate::tair`] | `tair`, `tair-tls` |
 //! | `redlock://?quorum=M&node=URL&node=URL…` | [`crate::redlock`] over any of the above | `redlock` |
+//! | `postgres://user[:pass]@host[:port]/db`, `postgresql://…` | [`crate::postgres`] | `postgres`, `postgres-tls` |
 //!
 //! The Redis-family schemes take the same query parameters, each named after
 //! the builder method it sets on both [`crate::redis_lua::RedisLuaBuilder`]
@@ -19,11 +20,19 @@
 //! node's own parameters percent-encoded, `%3F` for `?` and `%26` for `&`),
 //! `quorum` (a majority: `2M > N`), `node_timeout` and `drift_factor`.
 //!
+//! `postgres://` URLs are libpq's (TLS by `sslmode`), read by
+//! tokio-postgres, plus `schema`, `create_schema`, `response_timeout`,
+//! `pool_size`, `release_notifications` and `listen_url` (a direct
+//! connection for `LISTEN` when the URL goes through PgBouncer,
+//! percent-encoded) ([`POSTGRES_PARAMS`]).
+//!
 //! Every unknown parameter, malformed host, or scheme whose feature is off is
 //! an error saying what to write instead; passwords appear in no message and
 //! no `Debug` output.
 
 mod kinds;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod url;
 
 #[cfg(feature = "serde")]
@@ -35,6 +44,8 @@ use lock_core::{Error, LockBackend, LockManager, LockOptions, Result, VersionedS
 
 #[cfg(feature = "serde")]
 pub use config::ConnectConfig;
+#[cfg(feature = "postgres")]
+pub use postgres::POSTGRES_PARAMS;
 #[cfg(feature = "redlock")]
 use url::RedlockTarget;
 pub use url::{DEFAULT_PORT, FAMILY_PARAMS, REDLOCK_PARAMS, SCHEMES};
@@ -152,6 +163,8 @@ async fn build(target: Target) -> Result<Backend> {
         Target::Server(server) => build_server(server).await,
         #[cfg(feature = "redlock")]
         Target::Redlock(redlock) => build_redlock(redlock).await,
+        #[cfg(feature = "postgres")]
+        Target::Postgres(target) => postgres::build_postgres(target).await,
         // The parser refuses schemes whose feature is off.
         #[allow(unreachable_patterns)]
         _ => Err(Error::invalid("this URL's backend is not compiled in")),
@@ -325,7 +338,7 @@ async fn build_node(node: Target) -> Result<Arc<dyn LockBackend>> {
 
 /// Name the (password-free) URL in a backend error, so a failure among
 /// several nodes says which.
-#[cfg(any(feature = "redis-lua", feature = "tair"))]
+#[cfg(any(feature = "redis-lua", feature = "tair", feature = "postgres"))]
 fn in_context(e: Error, description: &str) -> Error {
     match e {
         Error::Backend {

@@ -10,6 +10,7 @@ const ALL: Features = Features {
     tair: true,
     tair_tls: true,
     redlock: true,
+    postgres: true,
 };
 
 const NONE: Features = Features {
@@ -19,6 +20,7 @@ const NONE: Features = Features {
     tair: false,
     tair_tls: false,
     redlock: false,
+    postgres: false,
 };
 
 /// The message of an `InvalidArgument`, or a panic naming what came instead.

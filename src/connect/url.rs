@@ -9,7 +9,8 @@
         feature = "memory",
         feature = "redis-lua-tls",
         feature = "tair-tls",
-        feature = "redlock"
+        feature = "redlock",
+        feature = "postgres"
     )),
     allow(dead_code)
 )]
@@ -24,7 +25,7 @@ pub const DEFAULT_PORT: u16 = 6379;
 
 /// The schemes [`crate::connect()`] understands, for error messages.
 pub const SCHEMES: &str = "memory://, redis://, rediss://, redis+cluster://, rediss+cluster://, tair://, tairs://, \
-                           tair+cluster://, tairs+cluster://, redlock://";
+                           tair+cluster://, tairs+cluster://, redlock://, postgres://, postgresql://";
 
 /// The query parameters shared by the Redis-family schemes (`redis…://` and
 /// `tair…://`), named after the builder methods they set.
@@ -49,6 +50,8 @@ pub(crate) enum Target {
     Memory,
     Server(Server),
     Redlock(RedlockTarget),
+    #[cfg(feature = "postgres")]
+    Postgres(super::postgres::PostgresTarget),
 }
 
 /// A Redis-protocol server or cluster.
@@ -118,6 +121,7 @@ pub(crate) struct Features {
     pub tair: bool,
     pub tair_tls: bool,
     pub redlock: bool,
+    pub postgres: bool,
 }
 
 impl Features {
@@ -129,6 +133,7 @@ impl Features {
         tair: cfg!(feature = "tair"),
         tair_tls: cfg!(feature = "tair-tls"),
         redlock: cfg!(feature = "redlock"),
+        postgres: cfg!(feature = "postgres"),
     };
 }
 
@@ -167,6 +172,10 @@ pub(crate) fn parse(url: &str, features: &Features) -> Result<Target> {
         "redlock" => {
             require(features.redlock, "redlock://", "redlock")?;
             parse_redlock(before_query, &params, features)
+        }
+        "postgres" | "postgresql" => {
+            require(features.postgres, &format!("{scheme}://"), "postgres")?;
+            parse_postgres(url, before_query, &params)
         }
         _ => {
             let (family, tls, cluster) = match scheme.as_str() {
@@ -422,7 +431,17 @@ fn parse_redlock(before_query: &str, params: &[(String, String)], features: &Fea
     }))
 }
 
-fn duration(name: &str, value: &str) -> Result<Duration> {
+#[cfg(feature = "postgres")]
+fn parse_postgres(url: &str, before_query: &str, params: &[(String, String)]) -> Result<Target> {
+    super::postgres::parse_postgres(url, before_query, params).map(Target::Postgres)
+}
+
+#[cfg(not(feature = "postgres"))]
+fn parse_postgres(_: &str, _: &str, _: &[(String, String)]) -> Result<Target> {
+    require(false, "postgres://", "postgres").map(|()| Target::Memory)
+}
+
+pub(crate) fn duration(name: &str, value: &str) -> Result<Duration> {
     match humantime::parse_duration(value) {
         Ok(d) if !d.is_zero() => Ok(d),
         Ok(_) => Err(Error::invalid(format!("{name} must be above zero, got `{value}`"))),
@@ -432,7 +451,7 @@ fn duration(name: &str, value: &str) -> Result<Duration> {
     }
 }
 
-fn boolean(name: &str, value: &str) -> Result<bool> {
+pub(crate) fn boolean(name: &str, value: &str) -> Result<bool> {
     match value.to_ascii_lowercase().as_str() {
         "true" | "1" | "yes" | "on" => Ok(true),
         "false" | "0" | "no" | "off" => Ok(false),
@@ -442,7 +461,7 @@ fn boolean(name: &str, value: &str) -> Result<bool> {
     }
 }
 
-fn number<T: std::str::FromStr>(name: &str, value: &str) -> Result<T> {
+pub(crate) fn number<T: std::str::FromStr>(name: &str, value: &str) -> Result<T> {
     value
         .parse()
         .map_err(|_| Error::invalid(format!("{name} `{value}` is not a whole number: write e.g. {name}=2")))

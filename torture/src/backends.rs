@@ -34,6 +34,11 @@ pub enum Spec {
         /// One URL per node.
         urls: Vec<String>,
     },
+    /// PostgreSQL at this URL (fencing always on).
+    Postgres {
+        /// Server (or proxy) URL.
+        url: String,
+    },
 }
 
 /// A client's lock backend and, where the backend has one, its versioned store.
@@ -81,6 +86,18 @@ pub async fn build(spec: &Spec, timeout: Duration) -> lock_core::Result<Built> {
                 builder = builder.replica_ack(*ack);
             }
             let b = Arc::new(builder.build().await?);
+            Built {
+                lock: b.clone(),
+                store: Some(b),
+            }
+        }
+        Spec::Postgres { url } => {
+            let b = lock_postgres::PostgresBackend::builder_url(url)?
+                .connect_timeout(timeout)
+                .response_timeout(timeout)
+                .build()
+                .await?;
+            let b = Arc::new(b);
             Built {
                 lock: b.clone(),
                 store: Some(b),

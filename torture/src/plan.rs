@@ -16,6 +16,8 @@ pub enum Backend {
     Tair,
     /// lock-redlock over five Lua nodes.
     Redlock,
+    /// lock-postgres (fencing always on).
+    Postgres,
 }
 
 impl Backend {
@@ -27,6 +29,7 @@ impl Backend {
             Backend::Lua => "redis-lua",
             Backend::Tair => "tair",
             Backend::Redlock => "redlock",
+            Backend::Postgres => "postgres",
         }
     }
 }
@@ -233,6 +236,7 @@ pub fn full() -> Vec<Scenario> {
     ];
     plan.extend(single_server(Backend::Lua));
     plan.extend(single_server(Backend::Tair));
+    plan.extend(postgres_rows());
     let r = Backend::Redlock;
     let t = Topology::Five;
     plan.extend([
@@ -275,6 +279,21 @@ pub fn quick() -> Vec<Scenario> {
         row(Backend::Tair, Topology::Single, Stall, Fenced, ""),
         row(Backend::Redlock, Topology::Five, NodesKilledDelayed(1), Safe, ""),
         row(Backend::Redlock, Topology::Five, NodesDownAtStart(2), Safe, ""),
+        row(Backend::Postgres, Topology::Single, KillRestart, Safe, ""),
+    ]
+}
+
+/// PostgreSQL on one server (fsync on): the faults its harness injects.
+fn postgres_rows() -> Vec<Scenario> {
+    use Claim::*;
+    use Fault::*;
+    let (b, t) = (Backend::Postgres, Topology::Single);
+    vec![
+        row(b, t, None, Safe, ""),
+        row(b, t, Pause, Safe, ""),
+        row(b, t, KillRestart, Safe, ""),
+        row(b, t, Blackhole, Safe, ""),
+        row(b, t, Stall, Fenced, ""),
     ]
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use lock_core::{LockOptions, ReplicaAck};
 use lock_memory::MemoryBackend;
-use lock_testkit::server::{Instances, RedisServer, RedisServerBuilder, TcpProxy};
+use lock_testkit::server::{Instances, PostgresServer, RedisServer, RedisServerBuilder, TcpProxy};
 use tokio::time::Instant;
 
 use crate::BoxResult;
@@ -126,6 +126,11 @@ pub(crate) enum Env {
         _new_replica: Option<Box<RedisServer>>,
     },
     Five(Instances),
+    /// One PostgreSQL server (fsync on), one proxy per client.
+    Pg {
+        server: Box<PostgresServer>,
+        proxies: Vec<TcpProxy>,
+    },
     External {
         url: String,
         proxies: Vec<TcpProxy>,
@@ -140,6 +145,17 @@ fn server_builder(backend: Backend) -> RedisServerBuilder {
 pub(crate) async fn setup(sc: &Scenario, clients: usize, ext: Option<&External>) -> BoxResult<Env> {
     Ok(match sc.topology {
         Topology::InProcess => Env::Memory(MemoryBackend::new()),
+        Topology::Single if sc.backend == Backend::Postgres => {
+            let server = PostgresServer::start().await?;
+            let mut proxies = Vec::with_capacity(clients);
+            for _ in 0..clients {
+                proxies.push(TcpProxy::start(server.addr()).await?);
+            }
+            Env::Pg {
+                server: Box::new(server),
+                proxies,
+            }
+        }
         Topology::Single => {
             let mut b = server_builder(sc.backend);
             if sc.fault == Fault::KillRestart {
@@ -235,6 +251,7 @@ impl Env {
         match self {
             Env::Memory(_) | Env::Five(_) => String::new(),
             Env::Single { proxies, .. } => proxies[client].url(),
+            Env::Pg { server, proxies } => with_addr(&server.url(), proxies[client].addr()).unwrap_or_default(),
             Env::Pair { switches, .. } => switches[client].url(),
             Env::External { url, proxies } => with_addr(url, proxies[client].addr()).unwrap_or_else(|| url.clone()),
         }
@@ -244,6 +261,7 @@ impl Env {
         match self {
             Env::Memory(_) | Env::Five(_) => String::new(),
             Env::Single { server, .. } => server.url(),
+            Env::Pg { server, .. } => server.url(),
             Env::Pair {
                 primary,
                 replica,
@@ -265,6 +283,7 @@ impl Env {
             (Env::Memory(m), _) => Spec::Memory(m.clone()),
             (Env::Five(nodes), _) => Spec::Redlock { urls: nodes.urls() },
             (_, Backend::Tair) => Spec::Tair { url, ack },
+            (_, Backend::Postgres) => Spec::Postgres { url },
             _ => Spec::Lua { url, ack },
         }
     }
@@ -300,7 +319,17 @@ pub(crate) async fn inject(
             server.restart_keeping_data().await?;
         }
         (Fault::RestartEmpty, Env::Single { server, .. }) => server.restart_empty().await?,
-        (Fault::Blackhole, Env::Single { proxies, .. } | Env::External { proxies, .. }) => {
+        (Fault::Pause, Env::Pg { server, .. }) => {
+            server.pause()?;
+            tokio::time::sleep(len).await;
+            server.resume()?;
+        }
+        (Fault::KillRestart, Env::Pg { server, .. }) => {
+            server.kill()?;
+            tokio::time::sleep(p.ttl).await;
+            server.restart().await?;
+        }
+        (Fault::Blackhole, Env::Single { proxies, .. } | Env::External { proxies, .. } | Env::Pg { proxies, .. }) => {
             proxies[0].set_blackhole(true);
             tokio::time::sleep(len).await;
             proxies[0].set_blackhole(false);
@@ -465,7 +494,10 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
         };
         done.push(client::spawn(format!("lock-client-{i}"), move || c.run())?);
     }
-    let has_store = matches!(sc.backend, Backend::Memory | Backend::Lua | Backend::Tair);
+    let has_store = matches!(
+        sc.backend,
+        Backend::Memory | Backend::Lua | Backend::Tair | Backend::Postgres
+    );
     if has_store {
         for j in 0..p.counter_clients {
             let i = p.lock_clients + j;

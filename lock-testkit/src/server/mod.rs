@@ -7,6 +7,9 @@
 //! - [`ReplicatedPair`], [`Instances`], [`RedisCluster`]: topologies.
 //! - [`TcpProxy`]: latency, blackhole and connection cuts in front of a
 //!   server.
+//! - [`PostgresServer`] (feature `postgres`): `initdb` + `postgres` in a
+//!   temporary directory, as the unprivileged [`PG_OS_USER`] when run as
+//!   root; kill, pause, restart; [`PgBouncer`] in front, standbys.
 //! - [`RespClient`] / [`RespValue`]: a tiny RESP client for administration
 //!   and byte-exact reply checks; [`Monitor`]: the commands clients send.
 //!
@@ -40,6 +43,16 @@
 mod error;
 mod monitor;
 mod paths;
+#[cfg(feature = "postgres")]
+mod pg_paths;
+#[cfg(feature = "postgres")]
+mod pg_process;
+#[cfg(feature = "postgres")]
+mod pg_standby;
+#[cfg(feature = "postgres")]
+mod pgbouncer;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod process;
 mod proxy;
 mod resp;
@@ -52,6 +65,14 @@ pub use paths::{
     REDIS_CLI_ENV, REDIS_SERVER_ENV, TAIR_MODULE_ENV, build_tair_module_if_missing, redis_cli_binary,
     redis_server_binary, tair_module_path,
 };
+#[cfg(feature = "postgres")]
+pub use pg_paths::{PG_BIN_ENV, PG_OS_USER, PGBOUNCER_ENV, pg_bin_dir, pgbouncer_binary};
+#[cfg(feature = "postgres")]
+pub use pg_standby::PostgresPair;
+#[cfg(feature = "postgres")]
+pub use pgbouncer::{PGBOUNCER_POOL_SIZE, PgBouncer};
+#[cfg(feature = "postgres")]
+pub use postgres::{PG_LOG_FILE, PG_START_TIMEOUT, PG_USER, PostgresServer, PostgresServerBuilder};
 pub use process::{DEFAULT_START_TIMEOUT, LOG_FILE, NODES_FILE, RedisServer, RedisServerBuilder};
 pub use proxy::TcpProxy;
 pub use resp::{DEFAULT_TIMEOUT, RespClient, RespValue, encode_command, frame_len, parse_reply};

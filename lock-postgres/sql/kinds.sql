@@ -1,0 +1,173 @@
+-- The other lock kinds (semaphores, read-write locks, multi-key locks,
+-- leader election), same schema, same rules: expiries from the server's
+-- clock_timestamp(), fencing tokens and terms from "verrou".fence_seq.
+
+-- Names of semaphores and read-write locks: one row each, locked FOR
+-- UPDATE by every decision about the name, so concurrent acquires of one
+-- name are decided one after the other. `size` is a semaphore's size
+-- (fixed while any permit is held).
+CREATE TABLE IF NOT EXISTS "verrou".names (
+    kind  "char" NOT NULL,
+    name  text NOT NULL,
+    size  int NOT NULL DEFAULT 0,
+    PRIMARY KEY (kind, name)
+);
+
+-- Holders: a semaphore's (kind 's', with their permits) and a read-write
+-- lock's (kind 'r' reader, 'w' writer, 'i' a waiting writer's intent).
+CREATE TABLE IF NOT EXISTS "verrou".holders (
+    kind       "char" NOT NULL,
+    name       text NOT NULL,
+    holder     bytea NOT NULL,
+    role       "char" NOT NULL,
+    permits    int NOT NULL DEFAULT 0,
+    fence      bigint NOT NULL DEFAULT 0,
+    expires_at timestamptz NOT NULL,
+    PRIMARY KEY (kind, name, holder, role)
+);
+
+-- Semaphore holders released while missing (a clean-up that overtook its
+-- acquire): their late acquire is refused until the entry expires.
+CREATE TABLE IF NOT EXISTS "verrou".gone (
+    name       text NOT NULL,
+    holder     bytea NOT NULL,
+    expires_at timestamptz NOT NULL,
+    PRIMARY KEY (name, holder)
+);
+
+-- Leader election: the leader's token, identity and term.
+-- The same columns as "verrou".locks (fence is the term), plus identity.
+CREATE TABLE IF NOT EXISTS "verrou".leaders (
+    key        text PRIMARY KEY,
+    owner      bytea NOT NULL,
+    fence      bigint NOT NULL,
+    expires_at timestamptz NOT NULL,
+    identity   bytea NOT NULL
+);
+
+-- Lock the row of (kind, name), creating it first when needed.
+CREATE OR REPLACE FUNCTION "verrou".lock_name(k "char", n text) RETURNS int LANGUAGE plpgsql AS $$
+DECLARE s int;
+BEGIN
+    INSERT INTO "verrou".names (kind, name) VALUES (k, n) ON CONFLICT DO NOTHING;
+    SELECT t.size INTO s FROM "verrou".names AS t WHERE t.kind = k AND t.name = n FOR UPDATE;
+    DELETE FROM "verrou".holders AS h WHERE h.kind = k AND h.name = n AND h.expires_at <= clock_timestamp();
+    RETURN s;
+END $$;
+
+-- Semaphore acquire: fence when granted (or refreshed), else retry_ms, or
+-- stored_size when the request's size differs from the held one.
+CREATE OR REPLACE FUNCTION "verrou".sem_acquire(n text, h bytea, sz int, req int, ttl_ms bigint)
+RETURNS TABLE (fence bigint, retry_ms bigint, stored_size int) LANGUAGE plpgsql AS $$
+DECLARE cur int; used int;
+BEGIN
+    cur := "verrou".lock_name('s', n);
+    SELECT COALESCE(sum(t.permits), 0) INTO used FROM "verrou".holders AS t WHERE t.kind = 's' AND t.name = n;
+    IF used = 0 THEN
+        UPDATE "verrou".names AS t SET size = sz WHERE t.kind = 's' AND t.name = n;
+    ELSIF cur <> sz THEN
+        fence := NULL; retry_ms := NULL; stored_size := cur; RETURN NEXT; RETURN;
+    END IF;
+    stored_size := NULL;
+    UPDATE "verrou".holders AS t SET expires_at = clock_timestamp() + ttl_ms * interval '1 millisecond'
+     WHERE t.kind = 's' AND t.name = n AND t.holder = h RETURNING t.fence INTO fence;
+    IF FOUND THEN retry_ms := NULL; RETURN NEXT; RETURN; END IF;
+    IF used + req > sz THEN
+        fence := NULL;
+        SELECT GREATEST(1, CEIL(EXTRACT(EPOCH FROM min(t.expires_at) - clock_timestamp()) * 1000))::int8
+          INTO retry_ms FROM "verrou".holders AS t WHERE t.kind = 's' AND t.name = n;
+        RETURN NEXT; RETURN;
+    END IF;
+    DELETE FROM "verrou".gone AS g WHERE g.expires_at <= clock_timestamp();
+    IF EXISTS (SELECT 1 FROM "verrou".gone AS g WHERE g.name = n AND g.holder = h) THEN
+        fence := NULL; retry_ms := 1; RETURN NEXT; RETURN;
+    END IF;
+    INSERT INTO "verrou".holders (kind, name, holder, role, permits, fence, expires_at)
+    VALUES ('s', n, h, 's', req, nextval('"verrou".fence_seq'), clock_timestamp() + ttl_ms * interval '1 millisecond')
+    RETURNING holders.fence INTO fence;
+    retry_ms := NULL;
+    RETURN NEXT;
+END $$;
+
+-- Semaphore release: 0 released, 2 missing (and remembered as gone).
+CREATE OR REPLACE FUNCTION "verrou".sem_release(n text, h bytea, gone_ms bigint) RETURNS int LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM "verrou".lock_name('s', n);
+    DELETE FROM "verrou".holders AS t WHERE t.kind = 's' AND t.name = n AND t.holder = h;
+    IF FOUND THEN RETURN 0; END IF;
+    INSERT INTO "verrou".gone (name, holder, expires_at)
+    VALUES (n, h, clock_timestamp() + gone_ms * interval '1 millisecond')
+    ON CONFLICT (name, holder) DO UPDATE SET expires_at = excluded.expires_at;
+    RETURN 2;
+END $$;
+
+-- Read-write acquire (writer-preferring): fence (0) when granted, else the
+-- milliseconds until the earliest blocker leaves. A refused writer that is
+-- waiting leaves its intent (one at a time), which holds new readers back.
+CREATE OR REPLACE FUNCTION "verrou".rw_acquire(n text, h bytea, want "char", waiting boolean, ttl_ms bigint)
+RETURNS TABLE (fence bigint, retry_ms bigint) LANGUAGE plpgsql AS $$
+DECLARE until timestamptz := clock_timestamp() + ttl_ms * interval '1 millisecond';
+BEGIN
+    PERFORM "verrou".lock_name('w', n);
+    -- A holder asking again (a re-sent acquire) refreshes its lease.
+    UPDATE "verrou".holders AS t SET expires_at = until
+     WHERE t.kind = 'w' AND t.name = n AND t.holder = h AND t.role = want;
+    IF FOUND THEN fence := 0; retry_ms := NULL; RETURN NEXT; RETURN; END IF;
+    IF want = 'r' THEN
+        SELECT min(t.expires_at) INTO until FROM "verrou".holders AS t
+         WHERE t.kind = 'w' AND t.name = n AND (t.role = 'w' OR (t.role = 'i' AND t.holder <> h));
+    ELSE
+        SELECT min(t.expires_at) INTO until FROM "verrou".holders AS t
+         WHERE t.kind = 'w' AND t.name = n AND t.role IN ('r', 'w');
+        IF until IS NOT NULL AND waiting AND NOT EXISTS (SELECT 1 FROM "verrou".holders AS t
+             WHERE t.kind = 'w' AND t.name = n AND t.role = 'i' AND t.holder <> h) THEN
+            INSERT INTO "verrou".holders (kind, name, holder, role, expires_at)
+            VALUES ('w', n, h, 'i', clock_timestamp() + ttl_ms * interval '1 millisecond')
+            ON CONFLICT (kind, name, holder, role) DO UPDATE SET expires_at = excluded.expires_at;
+        END IF;
+    END IF;
+    IF until IS NOT NULL THEN
+        fence := NULL;
+        retry_ms := GREATEST(1, CEIL(EXTRACT(EPOCH FROM until - clock_timestamp()) * 1000))::int8;
+        RETURN NEXT; RETURN;
+    END IF;
+    IF want = 'w' THEN
+        DELETE FROM "verrou".holders AS t WHERE t.kind = 'w' AND t.name = n AND t.role = 'i';
+    END IF;
+    INSERT INTO "verrou".holders (kind, name, holder, role, expires_at)
+    VALUES ('w', n, h, want, clock_timestamp() + ttl_ms * interval '1 millisecond');
+    fence := 0; retry_ms := NULL;
+    RETURN NEXT;
+END $$;
+
+-- Multi-key acquire: every key (the plain locks' rows, in sorted order) or
+-- none; answers each key's fencing token, or the milliseconds until the
+-- first key found held is free.
+CREATE OR REPLACE FUNCTION "verrou".multi_acquire(ks text[], tok bytea, ttl_ms bigint)
+RETURNS TABLE (fence bigint, retry_ms bigint) LANGUAGE plpgsql AS $$
+DECLARE k text; f bigint; blocked text;
+BEGIN
+    BEGIN
+        FOR k IN SELECT DISTINCT x FROM unnest(ks) AS x ORDER BY x LOOP
+            INSERT INTO "verrou".locks AS l (key, owner, fence, expires_at)
+            VALUES (k, tok, nextval('"verrou".fence_seq'), clock_timestamp() + ttl_ms * interval '1 millisecond')
+            ON CONFLICT (key) DO UPDATE SET owner = excluded.owner,
+                fence = CASE WHEN l.owner = excluded.owner THEN l.fence ELSE excluded.fence END,
+                expires_at = excluded.expires_at
+            WHERE l.expires_at <= clock_timestamp() OR l.owner = excluded.owner
+            RETURNING l.fence INTO f;
+            IF NOT FOUND THEN
+                blocked := k;
+                RAISE EXCEPTION 'held' USING ERRCODE = 'VR001';
+            END IF;
+        END LOOP;
+    EXCEPTION WHEN SQLSTATE 'VR001' THEN
+        -- Everything this call wrote is rolled back with the block.
+        fence := NULL;
+        SELECT GREATEST(0, CEIL(EXTRACT(EPOCH FROM l.expires_at - clock_timestamp()) * 1000))::int8
+          INTO retry_ms FROM "verrou".locks AS l WHERE l.key = blocked;
+        RETURN NEXT; RETURN;
+    END;
+    fence := f; retry_ms := NULL;
+    RETURN NEXT;
+END $$;

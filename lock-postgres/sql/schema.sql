@@ -1,0 +1,114 @@
+-- verrou's tables for PostgreSQL (crate lock-postgres), for the default
+-- schema "verrou". Safe to run again (IF NOT EXISTS / OR REPLACE). To use
+-- another schema, replace every "verrou" (with its quotes) by your quoted
+-- schema name, or take the text from `lock_postgres::schema_sql(name)`.
+--
+-- Every expiry is the server's clock_timestamp(): client clocks never count.
+
+CREATE SCHEMA IF NOT EXISTS "verrou";
+
+-- Fencing tokens and election terms: a sequence only grows (values taken by
+-- a failed attempt leave gaps, which fencing does not mind).
+CREATE SEQUENCE IF NOT EXISTS "verrou".fence_seq;
+
+-- One row per lock key: the holder's 16-byte token, its fencing token and
+-- its expiry. An expired row is free; the next acquire takes it over.
+CREATE TABLE IF NOT EXISTS "verrou".locks (
+    key        text PRIMARY KEY,
+    owner      bytea NOT NULL,
+    fence      bigint NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+
+-- Fair (FIFO) mode: waiters of a key, in ticket order; an entry lives until
+-- its expiry (the waiter's claim after its last attempt).
+CREATE TABLE IF NOT EXISTS "verrou".queue (
+    key        text NOT NULL,
+    waiter     bytea NOT NULL,
+    ticket     bigint NOT NULL,
+    expires_at timestamptz NOT NULL,
+    PRIMARY KEY (key, waiter)
+);
+CREATE INDEX IF NOT EXISTS queue_by_ticket ON "verrou".queue (key, ticket);
+
+-- The versioned store: versions come from a sequence, so a key deleted and
+-- created again never gets a version it had before.
+CREATE SEQUENCE IF NOT EXISTS "verrou".version_seq;
+CREATE TABLE IF NOT EXISTS "verrou".kv (
+    key        text PRIMARY KEY,
+    value      bytea NOT NULL,
+    version    bigint NOT NULL,
+    expires_at timestamptz -- NULL: no expiry
+);
+
+-- Compare-and-set: kind 0 written (version), 1 conflict (current value and
+-- version, read after the failed update, so never older than it), 2 missing.
+-- ttl_ms: NULL keeps the expiry, -1 removes it, else milliseconds from now.
+CREATE OR REPLACE FUNCTION "verrou".kv_cas(k text, expected bigint, v bytea, ttl_ms bigint)
+RETURNS TABLE (kind int, version bigint, value bytea) LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE "verrou".kv AS t
+       SET value = v,
+           version = nextval('"verrou".version_seq'),
+           expires_at = CASE WHEN ttl_ms IS NULL THEN t.expires_at
+                             WHEN ttl_ms < 0 THEN NULL
+                             ELSE clock_timestamp() + ttl_ms * interval '1 millisecond' END
+     WHERE t.key = k AND t.version = expected
+       AND (t.expires_at IS NULL OR t.expires_at > clock_timestamp())
+    RETURNING 0, t.version, NULL::bytea INTO kind, version, value;
+    IF FOUND THEN RETURN NEXT; RETURN; END IF;
+    SELECT 1, t.version, t.value INTO kind, version, value FROM "verrou".kv AS t
+     WHERE t.key = k AND (t.expires_at IS NULL OR t.expires_at > clock_timestamp());
+    IF NOT FOUND THEN kind := 2; version := NULL; value := NULL; END IF;
+    RETURN NEXT;
+END $$;
+
+-- Delete if at version: kind 0 deleted, 1 conflict (current version), 2 missing.
+CREATE OR REPLACE FUNCTION "verrou".kv_delete(k text, expected bigint)
+RETURNS TABLE (kind int, version bigint) LANGUAGE plpgsql AS $$
+DECLARE live boolean;
+BEGIN
+    DELETE FROM "verrou".kv AS t WHERE t.key = k AND t.version = expected
+    RETURNING t.expires_at IS NULL OR t.expires_at > clock_timestamp() INTO live;
+    IF FOUND AND live THEN kind := 0; version := expected; RETURN NEXT; RETURN; END IF;
+    SELECT 1, t.version INTO kind, version FROM "verrou".kv AS t
+     WHERE t.key = k AND (t.expires_at IS NULL OR t.expires_at > clock_timestamp());
+    IF NOT FOUND THEN kind := 2; version := NULL; END IF;
+    RETURN NEXT;
+END $$;
+
+-- Fair (FIFO) acquire: keep the waiter's queue entry alive for claim_ms (it
+-- keeps its ticket across attempts), drop dead entries, and take the key
+-- (as the plain acquire does) only when the waiter heads the queue of live
+-- waiters. Answers the fencing token when taken, else the holder's
+-- remaining milliseconds (NULL when the key is free but another waiter is
+-- ahead).
+CREATE OR REPLACE FUNCTION "verrou".acquire_fair(k text, tok bytea, ttl_ms bigint, w bytea, claim_ms bigint)
+RETURNS TABLE (fence bigint, retry_ms bigint) LANGUAGE plpgsql AS $$
+DECLARE my_ticket bigint;
+BEGIN
+    INSERT INTO "verrou".queue AS q (key, waiter, ticket, expires_at)
+    VALUES (k, w, nextval('"verrou".fence_seq'), clock_timestamp() + claim_ms * interval '1 millisecond')
+    ON CONFLICT (key, waiter) DO UPDATE SET expires_at = excluded.expires_at
+    RETURNING q.ticket INTO my_ticket;
+    DELETE FROM "verrou".queue AS q WHERE q.key = k AND q.expires_at <= clock_timestamp();
+    IF NOT EXISTS (SELECT 1 FROM "verrou".queue AS q WHERE q.key = k AND q.ticket < my_ticket) THEN
+        INSERT INTO "verrou".locks AS l (key, owner, fence, expires_at)
+        VALUES (k, tok, nextval('"verrou".fence_seq'), clock_timestamp() + ttl_ms * interval '1 millisecond')
+        ON CONFLICT (key) DO UPDATE SET owner = excluded.owner,
+            fence = CASE WHEN l.owner = excluded.owner THEN l.fence ELSE excluded.fence END,
+            expires_at = excluded.expires_at
+        WHERE l.expires_at <= clock_timestamp() OR l.owner = excluded.owner
+        RETURNING l.fence INTO fence;
+        IF FOUND THEN
+            DELETE FROM "verrou".queue AS q WHERE q.key = k AND q.waiter = w;
+            retry_ms := NULL;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+    END IF;
+    fence := NULL;
+    SELECT GREATEST(0, CEIL(EXTRACT(EPOCH FROM h.expires_at - clock_timestamp()) * 1000))::int8 INTO retry_ms
+      FROM "verrou".locks AS h WHERE h.key = k AND h.expires_at > clock_timestamp();
+    RETURN NEXT;
+END $$;

@@ -1,0 +1,469 @@
+//! PostgreSQL backend of verrou: locks as leases in a table, decided by the
+//! server in one statement per operation (tokio-postgres through
+//! deadpool-postgres).
+//!
+//! # Wire protocol
+//!
+//! | operation | statement | round trips |
+//! |---|---|---|
+//! | acquire | `INSERT … ON CONFLICT (key) DO UPDATE … WHERE expired OR ours RETURNING fence`, plus the holder's remaining TTL when held | 1 |
+//! | release | `DELETE … WHERE key AND owner`, then which of released / held by another / missing | 1 |
+//! | renew | `UPDATE … SET expires_at WHERE key AND owner AND live` | 1 |
+//! | renew many | one `UPDATE … FROM unnest($keys, $owners)` per batch | 1 |
+//! | versioned get / create | `SELECT` / `INSERT … ON CONFLICT` | 1 |
+//! | semaphore / read-write acquire | `SELECT * FROM schema.sem_acquire(…)` / `rw_acquire(…)`: the name's row locked `FOR UPDATE`, then the decision | 1 |
+//! | multi-key acquire | `multi_acquire(keys, …)`: every key's row in sorted order, or none (a rolled-back block) | 1 |
+//! | election | the lock's statements on the `leaders` table (the term is the fencing token) | 1 |
+//! | versioned CAS / delete | `SELECT * FROM schema.kv_cas(…)` / `kv_delete(…)` (PL/pgSQL) | 1 |
+//!
+//! Every expiry is computed by the server from `clock_timestamp()` (the
+//! current time, not the transaction's start `now()`); client clocks never
+//! count. Fencing tokens come from a sequence (`fence_seq`), so they only
+//! grow, across keys, deletes and restarts; versions of the store from
+//! another (`version_seq`), so a key deleted and created again never
+//! repeats a version. Tokens are the 16 raw bytes of a [`LockToken`]
+//! (`bytea`).
+//!
+//! # Pools and PgBouncer
+//!
+//! Each operation is one autocommit statement sent with the extended
+//! protocol's *unnamed* statement (tokio-postgres `query_typed`: Parse,
+//! Bind, Execute, Sync in one round trip), and nothing is left on the
+//! session: no prepared statement, no `SET`, no session lock. So the
+//! backend works through any pool and through PgBouncer in transaction
+//! mode, whose server connections change between transactions (named
+//! prepared statements would break there before PgBouncer 1.21, which is
+//! why deadpool-postgres's statement cache is not used).
+//!
+//! # Schema
+//!
+//! [`SCHEMA_SQL`] (`sql/schema.sql`) creates the schema `verrou` with its
+//! tables, sequences and functions; [`schema_sql`] gives it for another
+//! schema name. By default the builder creates what is missing at build
+//! (under a transaction-scoped advisory lock);
+//! [`PostgresBuilder::create_schema(false)`](PostgresBuilder::create_schema)
+//! leaves that to your migrations and fails the build when it is not there.
+//! A missing table, a missing privilege or a read-only server is an
+//! [`Error::Backend`] whose source is a [`Refusal`] ([`refusal`] finds it).
+//!
+//! # Waiting
+//!
+//! An acquire that finds the key held answers the holder's remaining TTL,
+//! so a waiter's backoff never sleeps past the expiry. With
+//! [`PostgresBuilder::release_notifications`] a release also sends
+//! `pg_notify` (in the release statement), and each backend keeps one
+//! `LISTEN` connection: a release wakes one local waiter of the key
+//! instead of its timer (every local fair waiter in fair mode, where the
+//! queue's head must look). `LISTEN` is session state, so that connection
+//! must be direct, never through PgBouncer's transaction mode: name it
+//! with [`PostgresBuilder::listen_url`] (URL parameter `listen_url`) when
+//! the pool goes through PgBouncer. Without notifications, waiters use
+//! their timers. A lost notification costs latency, never correctness.
+//!
+//! # Fair mode
+//!
+//! With [`lock_core::Fairness::Fifo`], waiters queue in the `queue` table
+//! (a ticket from the sequence, an expiry `claim` after each attempt); the
+//! `acquire_fair` function grants a free key only to the live head of its
+//! queue and drops dead entries, in one statement per attempt.
+//!
+//! # Keys
+//!
+//! Keys are `text` primary keys: at most [`MAX_KEY_BYTES`] bytes (a btree
+//! entry must fit in a third of a page) and no NUL character; others are
+//! [`Error::InvalidArgument`].
+//!
+//! # Guarantees
+//!
+//! On one server: mutual exclusion while each holder stays inside its
+//! local deadline (the manager's deadline starts before the request is
+//! sent, the server's expiry after it arrives). A row is never taken over
+//! before its expiry by the server's clock. A failover keeps the confirmed
+//! leases only when the standby was synchronous (`synchronous_standby_names`
+//! with `synchronous_commit` `on` or `remote_apply`).
+
+mod builder;
+mod error;
+mod kinds;
+mod notify;
+mod replication;
+mod schema;
+mod versioned;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::options::{ttl_millis, validate_key, validate_ttl};
+use lock_core::{
+    AcquireOutcome, Capabilities, Error, FairWaiter, FencingToken, Lease, LockBackend, LockToken, ReleaseOutcome,
+    RenewOutcome, Result,
+};
+use tokio_postgres::Row;
+use tokio_postgres::types::{ToSql, Type};
+
+pub use builder::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_RESPONSE_TIMEOUT, PostgresBuilder};
+/// The deadpool-postgres crate the backend is built on (hand over a `Pool`).
+pub use deadpool_postgres;
+pub use error::{Refusal, refusal};
+pub use kinds::GONE_WINDOW;
+pub use replication::ReplicationMode;
+pub use schema::{DEFAULT_SCHEMA, SCHEMA_SQL, schema_sql, validate_identifier};
+/// The tokio-postgres crate the backend is built on.
+pub use tokio_postgres;
+
+use error::{BACKEND, bad_reply, pool_error, statement_error};
+use schema::Statements;
+
+/// Longest key accepted, in bytes (a btree index entry must fit in a third
+/// of an 8 KiB page).
+pub const MAX_KEY_BYTES: usize = 2048;
+
+/// Most items renewed by one statement of [`LockBackend::renew_many`];
+/// longer batches are split.
+pub const RENEW_BATCH: usize = 1000;
+
+/// The PostgreSQL backend: implements [`LockBackend`] and
+/// [`VersionedStore`](lock_core::VersionedStore). Cheap to clone; clones
+/// share the pool.
+#[derive(Clone)]
+pub struct PostgresBackend {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pool: deadpool_postgres::Pool,
+    sql: Statements,
+    response_timeout: Duration,
+    description: String,
+    replication: std::sync::OnceLock<ReplicationMode>,
+    /// Release notifications, when on.
+    notifier: Option<notify::Notifier>,
+    /// The `NOTIFY` channel of this schema.
+    channel: String,
+}
+
+impl std::fmt::Debug for PostgresBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresBackend")
+            .field("source", &self.inner.description)
+            .field("schema", &self.inner.sql.schema)
+            .field("response_timeout", &self.inner.response_timeout)
+            .finish()
+    }
+}
+
+/// A statement parameter with its type (sent unprepared, so typed here).
+type Param<'a> = (&'a (dyn ToSql + Sync), Type);
+
+impl PostgresBackend {
+    /// A builder from a `postgres://` URL or connection string.
+    ///
+    /// # Errors
+    /// As [`PostgresBuilder::url`].
+    pub fn builder_url(url: &str) -> Result<PostgresBuilder> {
+        PostgresBuilder::url(url)
+    }
+
+    /// A builder over the application's pool.
+    pub fn builder_pool(pool: deadpool_postgres::Pool) -> PostgresBuilder {
+        PostgresBuilder::pool(pool)
+    }
+
+    /// A backend at `url` with the defaults (schema created when missing).
+    ///
+    /// # Errors
+    /// As [`PostgresBuilder::build`].
+    ///
+    /// # Cancel safety
+    /// As [`PostgresBuilder::build`].
+    pub async fn connect(url: &str) -> Result<PostgresBackend> {
+        PostgresBuilder::url(url)?.build().await
+    }
+
+    /// The schema in use.
+    pub fn schema(&self) -> &str {
+        &self.inner.sql.schema
+    }
+
+    /// The pool the backend sends its statements on.
+    pub fn pool(&self) -> &deadpool_postgres::Pool {
+        &self.inner.pool
+    }
+
+    /// Runs one statement on a pooled connection within the response
+    /// timeout. A connection whose reply did not come in time is closed
+    /// rather than handed to the next caller (it may belong to a stalled
+    /// server, or still carry the late reply).
+    pub(crate) async fn query(&self, sql: &str, params: &[Param<'_>], write: bool) -> Result<Vec<Row>> {
+        let timeout = self.inner.response_timeout;
+        let started = tokio::time::Instant::now();
+        let client = match tokio::time::timeout(timeout, self.inner.pool.get()).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => return Err(pool_error(e)),
+            Err(_) => return Err(Error::backend(BACKEND, "no connection within the response timeout")),
+        };
+        let left = timeout.saturating_sub(started.elapsed()).max(Duration::from_millis(1));
+        match tokio::time::timeout(left, client.query_typed(sql, params)).await {
+            Ok(Ok(rows)) => Ok(rows),
+            Ok(Err(e)) => {
+                let err = statement_error(e, write, &self.inner.sql.schema);
+                if client.is_closed() {
+                    drop(deadpool_postgres::Object::take(client));
+                }
+                Err(err)
+            }
+            Err(_) => {
+                drop(deadpool_postgres::Object::take(client));
+                let message = format!("no reply within {timeout:?}");
+                Err(if write {
+                    Error::outcome_unknown(BACKEND, message)
+                } else {
+                    Error::backend(BACKEND, message)
+                })
+            }
+        }
+    }
+}
+
+/// [`validate_key`] plus this backend's limits on `text` keys.
+pub(crate) fn check_key(key: &str) -> Result<()> {
+    validate_key(key)?;
+    if key.len() > MAX_KEY_BYTES {
+        return Err(Error::invalid(format!(
+            "key is {} bytes; the postgres backend takes at most {MAX_KEY_BYTES}",
+            key.len()
+        )));
+    }
+    if key.contains('\0') {
+        return Err(Error::invalid(
+            "key contains a NUL character, which PostgreSQL text cannot hold",
+        ));
+    }
+    Ok(())
+}
+
+/// A TTL as whole milliseconds for the server.
+pub(crate) fn ttl_param(ttl: Duration) -> Result<i64> {
+    validate_ttl(ttl)?;
+    i64::try_from(ttl_millis(ttl)).map_err(|_| Error::invalid("ttl out of range"))
+}
+
+/// The one small integer a release or renew statement answers.
+fn outcome_code(rows: &[Row], what: &str) -> Result<i32> {
+    rows.first()
+        .and_then(|r| r.try_get::<_, i32>(0).ok())
+        .ok_or_else(|| bad_reply(what))
+}
+
+fn release_outcome(code: i32) -> ReleaseOutcome {
+    match code {
+        0 => ReleaseOutcome::Released,
+        1 => ReleaseOutcome::HeldByOther,
+        _ => ReleaseOutcome::Missing,
+    }
+}
+
+fn renew_outcome(code: i32) -> RenewOutcome {
+    match code {
+        0 => RenewOutcome::Renewed,
+        1 => RenewOutcome::HeldByOther,
+        _ => RenewOutcome::Missing,
+    }
+}
+
+/// An acquire's reply: a fencing token when taken, else the holder's
+/// remaining TTL (no row when the holder's row went away meanwhile).
+fn acquire_outcome(rows: &[Row]) -> Result<AcquireOutcome> {
+    let Some(row) = rows.first() else {
+        return Ok(AcquireOutcome::Held { retry_after: None });
+    };
+    let fence: Option<i64> = row.try_get(0).map_err(|_| bad_reply("acquire"))?;
+    if let Some(fence) = fence {
+        let fence = u64::try_from(fence).map_err(|_| bad_reply("acquire"))?;
+        return Ok(AcquireOutcome::Acquired(
+            Lease::new().with_fencing_token(Some(FencingToken(fence))),
+        ));
+    }
+    let left: Option<i64> = row.try_get(1).map_err(|_| bad_reply("acquire"))?;
+    Ok(AcquireOutcome::Held {
+        retry_after: left.and_then(|ms| u64::try_from(ms).ok()).map(Duration::from_millis),
+    })
+}
+
+#[async_trait]
+impl LockBackend for PostgresBackend {
+    async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        check_key(key)?;
+        let ms = ttl_param(ttl)?;
+        let owner: &[u8] = token.as_bytes();
+        let params: [Param<'_>; 3] = [(&key, Type::TEXT), (&owner, Type::BYTEA), (&ms, Type::INT8)];
+        let rows = self.query(&self.inner.sql.acquire, &params, true).await?;
+        acquire_outcome(&rows)
+    }
+
+    async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
+        check_key(key)?;
+        let owner: &[u8] = token.as_bytes();
+        let channel = self.inner.channel.as_str();
+        let rows = if self.inner.notifier.is_some() {
+            let params: [Param<'_>; 3] = [(&key, Type::TEXT), (&owner, Type::BYTEA), (&channel, Type::TEXT)];
+            self.query(&self.inner.sql.release_notify, &params, true).await?
+        } else {
+            let params: [Param<'_>; 2] = [(&key, Type::TEXT), (&owner, Type::BYTEA)];
+            self.query(&self.inner.sql.release, &params, true).await?
+        };
+        outcome_code(&rows, "release").map(release_outcome)
+    }
+
+    async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
+        check_key(key)?;
+        let ms = ttl_param(ttl)?;
+        let owner: &[u8] = token.as_bytes();
+        let params: [Param<'_>; 3] = [(&key, Type::TEXT), (&owner, Type::BYTEA), (&ms, Type::INT8)];
+        let rows = self.query(&self.inner.sql.renew, &params, true).await?;
+        outcome_code(&rows, "renew").map(renew_outcome)
+    }
+
+    async fn renew_many(&self, items: &[(&str, &LockToken)], ttl: Duration) -> Vec<Result<RenewOutcome>> {
+        let mut out = Vec::with_capacity(items.len());
+        let ms = match ttl_param(ttl) {
+            Ok(ms) => ms,
+            Err(e) => return items.iter().map(|_| Err(clone_invalid(&e))).collect(),
+        };
+        for chunk in items.chunks(RENEW_BATCH) {
+            // Bad keys answer alone; the rest go in one statement.
+            let checks: Vec<Result<()>> = chunk.iter().map(|(k, _)| check_key(k)).collect();
+            let keys: Vec<&str> = chunk
+                .iter()
+                .zip(&checks)
+                .filter(|(_, c)| c.is_ok())
+                .map(|((k, _), _)| *k)
+                .collect();
+            let owners: Vec<&[u8]> = chunk
+                .iter()
+                .zip(&checks)
+                .filter(|(_, c)| c.is_ok())
+                .map(|((_, t), _)| t.as_bytes().as_slice())
+                .collect();
+            let params: [Param<'_>; 3] = [
+                (&keys, Type::TEXT_ARRAY),
+                (&owners, Type::BYTEA_ARRAY),
+                (&ms, Type::INT8),
+            ];
+            let mut answers = match self.query(&self.inner.sql.renew_many, &params, true).await {
+                Ok(rows) if rows.len() == keys.len() => rows
+                    .iter()
+                    .map(|r| {
+                        r.try_get::<_, i32>(0)
+                            .map(renew_outcome)
+                            .map_err(|_| bad_reply("renew_many"))
+                    })
+                    .collect::<Vec<_>>(),
+                Ok(_) => keys.iter().map(|_| Err(bad_reply("renew_many"))).collect(),
+                Err(e) => keys.iter().map(|_| Err(copy_error(&e))).collect(),
+            }
+            .into_iter();
+            for check in checks {
+                out.push(match check {
+                    Ok(()) => answers.next().unwrap_or_else(|| Err(bad_reply("renew_many"))),
+                    Err(e) => Err(e),
+                });
+            }
+        }
+        out
+    }
+
+    async fn try_acquire_fair(
+        &self,
+        key: &str,
+        token: &LockToken,
+        ttl: Duration,
+        waiter: &FairWaiter,
+    ) -> Result<AcquireOutcome> {
+        check_key(key)?;
+        let ms = ttl_param(ttl)?;
+        let claim = ttl_param(waiter.claim)?;
+        let owner: &[u8] = token.as_bytes();
+        let id: &[u8] = waiter.id.as_bytes();
+        let params: [Param<'_>; 5] = [
+            (&key, Type::TEXT),
+            (&owner, Type::BYTEA),
+            (&ms, Type::INT8),
+            (&id, Type::BYTEA),
+            (&claim, Type::INT8),
+        ];
+        let rows = self.query(&self.inner.sql.acquire_fair, &params, true).await?;
+        acquire_outcome(&rows)
+    }
+
+    async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
+        check_key(key)?;
+        let id: &[u8] = waiter.id.as_bytes();
+        let channel = self.inner.channel.as_str();
+        if self.inner.notifier.is_some() {
+            let params: [Param<'_>; 3] = [(&key, Type::TEXT), (&id, Type::BYTEA), (&channel, Type::TEXT)];
+            self.query(&self.inner.sql.leave_queue_notify, &params, true)
+                .await
+                .map(drop)
+        } else {
+            let params: [Param<'_>; 2] = [(&key, Type::TEXT), (&id, Type::BYTEA)];
+            self.query(&self.inner.sql.leave_queue, &params, true).await.map(drop)
+        }
+    }
+
+    async fn wait_for_release(&self, key: &str, max_wait: Duration) {
+        match &self.inner.notifier {
+            Some(n) => n.wait(key, max_wait, false).await,
+            None => tokio::time::sleep(max_wait).await,
+        }
+    }
+
+    async fn wait_fair(&self, key: &str, waiter: &FairWaiter, max_wait: Duration) {
+        let _ = waiter;
+        match &self.inner.notifier {
+            // Every local fair waiter of the key looks: the head may be any.
+            Some(n) => n.wait(key, max_wait, true).await,
+            None => tokio::time::sleep(max_wait).await,
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut caps = Capabilities::new(BACKEND);
+        caps.fencing_tokens = true;
+        caps.fair_queue = true;
+        // Every commit waits for the synchronous standbys.
+        caps.replica_ack = self
+            .inner
+            .replication
+            .get()
+            .is_some_and(ReplicationMode::is_synchronous);
+        caps.semaphores = true;
+        caps.multi_key_locks = true;
+        caps.rw_locks = true;
+        caps.leader_election = true;
+        caps.distinguishes_missing = true;
+        caps.release_notifications = self.inner.notifier.is_some();
+        caps
+    }
+}
+
+fn clone_invalid(e: &Error) -> Error {
+    Error::invalid(match e {
+        Error::InvalidArgument(m) => m.clone(),
+        other => other.to_string(),
+    })
+}
+
+/// One batch failure, repeated for every item of the batch.
+fn copy_error(e: &Error) -> Error {
+    let message = match e {
+        Error::Backend { message, .. } => message.clone(),
+        other => other.to_string(),
+    };
+    if e.is_outcome_unknown() {
+        Error::outcome_unknown(BACKEND, message)
+    } else {
+        Error::backend(BACKEND, message)
+    }
+}

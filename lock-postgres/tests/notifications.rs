@@ -1,0 +1,107 @@
+//! Release notifications: `LISTEN` on a direct connection wakes a waiter
+//! at the release, long before its timer; also when the pool goes through
+//! PgBouncer in transaction mode and the listener connects directly. The
+//! suites pass with notifications on.
+#![allow(clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::time::Duration;
+
+use lock_core::{AcquireOutcome, LockBackend, LockToken, ReleaseOutcome};
+use lock_postgres::PostgresBackend;
+use lock_testkit::LockSuite;
+use lock_testkit::server::{PgBouncer, PostgresServer};
+use tokio::sync::OnceCell;
+
+async fn servers() -> &'static (PostgresServer, PgBouncer) {
+    static BOTH: OnceCell<(PostgresServer, PgBouncer)> = OnceCell::const_new();
+    BOTH.get_or_init(|| async {
+        let server = PostgresServer::start().await.expect("start postgres");
+        let bouncer = PgBouncer::start(&server).await.expect("start pgbouncer");
+        (server, bouncer)
+    })
+    .await
+}
+
+async fn notified_direct() -> PostgresBackend {
+    PostgresBackend::builder_url(&servers().await.0.url())
+        .expect("url")
+        .release_notifications(true)
+        .build()
+        .await
+        .expect("connect")
+}
+
+/// The pool through PgBouncer, the listener direct.
+async fn notified_bounced() -> PostgresBackend {
+    let (server, bouncer) = servers().await;
+    PostgresBackend::builder_url(&bouncer.url())
+        .expect("url")
+        .listen_url(server.url())
+        .build()
+        .await
+        .expect("connect")
+}
+
+/// A waiter whose timer is a minute wakes at the release (the bound is a
+/// liveness bound, far below the timer, not a timing assertion).
+async fn a_release_wakes_the_waiter(backend: PostgresBackend, key: &str) {
+    assert!(backend.capabilities().release_notifications);
+    let holder = LockToken::generate().expect("token");
+    let ttl = Duration::from_secs(60);
+    assert!(matches!(
+        backend.try_acquire(key, &holder, ttl).await.expect("acquire"),
+        AcquireOutcome::Acquired(_)
+    ));
+    let waiter = backend.clone();
+    let key_owned = key.to_owned();
+    let waiting = tokio::spawn(async move {
+        let started = tokio::time::Instant::now();
+        waiter.wait_for_release(&key_owned, Duration::from_secs(60)).await;
+        started.elapsed()
+    });
+    // The LISTEN connection and the waiter are up well before this.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        backend.release(key, &holder).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    let waited = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("woken by the release, not the 60 s timer")
+        .expect("task");
+    assert!(waited < Duration::from_secs(30), "{waited:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_a_waiter_on_a_direct_connection() {
+    a_release_wakes_the_waiter(notified_direct().await, "notify:direct").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_a_waiter_when_the_pool_goes_through_pgbouncer() {
+    a_release_wakes_the_waiter(notified_bounced().await, "notify:bounced").await;
+}
+
+#[tokio::test]
+async fn notifications_over_an_application_pool_need_a_listen_url() {
+    let config: lock_postgres::tokio_postgres::Config = "host=127.0.0.1 user=x".parse().expect("config");
+    let manager = lock_postgres::deadpool_postgres::Manager::new(config, lock_postgres::tokio_postgres::NoTls);
+    let pool = lock_postgres::deadpool_postgres::Pool::builder(manager)
+        .build()
+        .expect("pool");
+    let err = PostgresBackend::builder_pool(pool)
+        .release_notifications(true)
+        .build()
+        .await
+        .expect_err("refused");
+    assert!(err.to_string().contains("listen_url"), "{err}");
+}
+
+mod suites_with_notifications {
+    use super::*;
+    lock_testkit::lock_conformance!(real, async { LockSuite::new(notified_bounced) });
+    mod fair {
+        use super::*;
+        lock_testkit::fair_conformance!(real, async { LockSuite::new(notified_direct) });
+    }
+}

@@ -1,0 +1,164 @@
+//! A primary with a streaming standby: every suite on a primary whose
+//! standby is synchronous; a confirmed lease and a versioned write survive
+//! the promotion of a synchronous standby; the backend tells synchronous,
+//! asynchronous and standby servers apart; a standby refuses writes with a
+//! typed error.
+#![allow(clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::time::Duration;
+
+use lock_core::{AcquireOutcome, Expiry, LockBackend, LockToken, VersionedStore};
+use lock_postgres::{PostgresBackend, Refusal, ReplicationMode, refusal};
+use lock_testkit::server::{PostgresPair, PostgresServer};
+use lock_testkit::{ElectionSuite, LockSuite, MultiSuite, RwSuite, SemaphoreSuite, VersionedSuite};
+use tokio::sync::OnceCell;
+
+/// One synchronous pair for the suites of this file.
+async fn sync_primary_url() -> String {
+    static PAIR: OnceCell<PostgresPair> = OnceCell::const_new();
+    PAIR.get_or_init(|| async {
+        PostgresPair::start(PostgresServer::builder(), true)
+            .await
+            .expect("start a synchronous pair")
+    })
+    .await
+    .primary()
+    .url()
+}
+
+async fn on_sync_primary() -> PostgresBackend {
+    PostgresBackend::connect(&sync_primary_url().await)
+        .await
+        .expect("connect")
+}
+
+mod on_a_synchronous_primary {
+    use super::*;
+
+    async fn lock_suite() -> LockSuite {
+        LockSuite::new(on_sync_primary)
+    }
+
+    lock_testkit::lock_conformance!(real, lock_suite());
+
+    mod fair {
+        use super::*;
+        lock_testkit::fair_conformance!(real, lock_suite());
+    }
+    mod versioned {
+        use super::*;
+        lock_testkit::versioned_conformance!(real, async { VersionedSuite::new(on_sync_primary) });
+    }
+    mod semaphore {
+        use super::*;
+        lock_testkit::semaphore_conformance!(real, async { SemaphoreSuite::new(on_sync_primary) });
+    }
+    mod multi {
+        use super::*;
+        lock_testkit::multi_conformance!(real, async { MultiSuite::new(on_sync_primary) });
+    }
+    mod rw {
+        use super::*;
+        lock_testkit::rw_conformance!(real, async { RwSuite::new(on_sync_primary) });
+    }
+    mod election {
+        use super::*;
+        lock_testkit::election_conformance!(real, async { ElectionSuite::new(on_sync_primary) });
+    }
+}
+
+fn acquired_fence(outcome: AcquireOutcome) -> u64 {
+    match outcome {
+        AcquireOutcome::Acquired(lease) => lease.fencing_token.expect("fence").0,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confirmed_lease_survives_the_promotion_of_a_synchronous_standby() {
+    let pair = PostgresPair::start(PostgresServer::builder(), true)
+        .await
+        .expect("pair");
+    let primary = PostgresBackend::connect(&pair.primary().url()).await.expect("connect");
+    assert!(
+        matches!(
+            primary.replication_at_build(),
+            Some(ReplicationMode::Synchronous { .. })
+        ),
+        "{:?}",
+        primary.replication_at_build()
+    );
+    assert!(
+        primary.capabilities().replica_ack,
+        "synchronous commits are reported as replica-acknowledged"
+    );
+
+    let owner = LockToken::generate().expect("token");
+    let ttl = Duration::from_secs(60);
+    let fence = acquired_fence(primary.try_acquire("failover", &owner, ttl).await.expect("acquire"));
+    primary
+        .create("failover:value", b"confirmed", Expiry::Keep)
+        .await
+        .expect("create");
+
+    pair.fail_over().await.expect("fail over");
+    let promoted = PostgresBackend::connect(&pair.standby().url())
+        .await
+        .expect("connect to the promoted standby");
+    let thief = LockToken::generate().expect("token");
+    let held = promoted.try_acquire("failover", &thief, ttl).await.expect("acquire");
+    assert!(
+        matches!(held, AcquireOutcome::Held { .. }),
+        "the lease was lost in the failover: {held:?}"
+    );
+    let value = promoted
+        .get("failover:value")
+        .await
+        .expect("get")
+        .expect("the write survived");
+    assert_eq!(value.value, b"confirmed");
+    // The owner still holds it there, and fencing tokens keep growing.
+    assert_eq!(
+        promoted.release("failover", &owner).await.expect("release"),
+        lock_core::ReleaseOutcome::Released
+    );
+    assert!(acquired_fence(promoted.try_acquire("failover", &thief, ttl).await.expect("acquire")) > fence);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asynchronous_and_standby_servers_are_told_apart_and_a_standby_refuses_writes() {
+    let pair = PostgresPair::start(PostgresServer::builder(), false)
+        .await
+        .expect("pair");
+    let primary = PostgresBackend::connect(&pair.primary().url()).await.expect("connect");
+    assert_eq!(
+        primary.replication().await.expect("detect"),
+        ReplicationMode::Asynchronous { standbys: 1 }
+    );
+    assert!(!primary.capabilities().replica_ack);
+
+    // The schema reaches the standby by replication (asynchronously).
+    let mut standby = None;
+    for _ in 0..100 {
+        match PostgresBackend::builder_url(&pair.standby().url())
+            .expect("url")
+            .create_schema(false)
+            .build()
+            .await
+        {
+            Ok(b) => {
+                standby = Some(b);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    let standby = standby.expect("the schema replicated to the standby");
+    assert_eq!(standby.replication().await.expect("detect"), ReplicationMode::Standby);
+    let err = standby
+        .try_acquire("ro", &LockToken::generate().expect("token"), Duration::from_secs(1))
+        .await
+        .expect_err("a standby cannot take a lock");
+    assert!(matches!(refusal(&err), Some(Refusal::ReadOnly { .. })), "{err}");
+    assert!(!err.is_outcome_unknown(), "a refused write did nothing: {err}");
+}
