@@ -90,3 +90,12 @@ apt_update() { apt_as_root update -qq; }
 
 # Installs Debian packages without recommends, quietly and non-interactively.
 apt_install() { apt_as_root install -y -qq --no-install-recommends "$@"; }
+
+# Prints "protobuf-compiler <why>" unless protoc runs: etcd-client's build
+# script (lock-etcd) calls `$PROTOC` or `protoc`. Detected by running it (a
+# file named protoc that does not run does not count).
+protoc_plan() {
+  if ! "${PROTOC:-protoc}" --version >/dev/null 2>&1; then
+    printf 'protobuf-compiler protoc, which etcd-client (lock-etcd) runs at build time\n'
+  fi
+}

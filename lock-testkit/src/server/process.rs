@@ -789,7 +789,7 @@ fn used_ports() -> MutexGuard<'static, HashSet<u16>> {
 /// A free port below Linux's default ephemeral range (32768-60999), so
 /// outgoing connections do not take it between a kill and a restart. A
 /// cluster node also needs `port + 10000` (its bus) free.
-fn pick_port(cluster: bool) -> HarnessResult<u16> {
+pub(crate) fn pick_port(cluster: bool) -> HarnessResult<u16> {
     let (lo, hi): (u16, u16) = if cluster { (12000, 22000) } else { (12000, 32000) };
     let mut used = used_ports();
     for _ in 0..500 {
