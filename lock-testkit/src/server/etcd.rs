@@ -46,7 +46,9 @@ pub fn etcd_binary() -> HarnessResult<PathBuf> {
     if let Some(v) = std::env::var_os(ETCD_BIN_ENV).filter(|v| !v.is_empty()) {
         return super::paths::resolve(&v).ok_or_else(|| HarnessError::NotFound {
             what: format!("etcd binary {v:?} (from {ETCD_BIN_ENV})"),
-            hint: format!("{ETCD_BIN_ENV} must name an executable file or a program on PATH; or unset it and {INSTALL_HINT}"),
+            hint: format!(
+                "{ETCD_BIN_ENV} must name an executable file or a program on PATH; or unset it and {INSTALL_HINT}"
+            ),
         });
     }
     if let Some(p) = vendored() {
@@ -138,7 +140,9 @@ impl EtcdCluster {
     /// Cancel safe: the processes die with the dropped value.
     pub async fn start(n: usize) -> HarnessResult<EtcdCluster> {
         if !(1..=7).contains(&n) {
-            return Err(HarnessError::Setup(format!("an etcd cluster has 1 to 7 members, not {n}")));
+            return Err(HarnessError::Setup(format!(
+                "an etcd cluster has 1 to 7 members, not {n}"
+            )));
         }
         let binary = etcd_binary()?;
         let dir = tempfile::Builder::new()
@@ -214,7 +218,10 @@ impl EtcdCluster {
         let m = &self.members[i];
         let mut st = m.lock();
         if st.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None))) {
-            return Err(HarnessError::Setup(format!("etcd member {} is already running", m.name)));
+            return Err(HarnessError::Setup(format!(
+                "etcd member {} is already running",
+                m.name
+            )));
         }
         let initial: Vec<String> = self
             .members
@@ -248,7 +255,8 @@ impl EtcdCluster {
             .stdin(Stdio::null())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(err_log));
-        let child = spawn::spawn(cmd).map_err(|e| HarnessError::io(format!("starting {}", self.binary.display()), e))?;
+        let child =
+            spawn::spawn(cmd).map_err(|e| HarnessError::io(format!("starting {}", self.binary.display()), e))?;
         st.child = Some(child);
         st.paused = false;
         Ok(())

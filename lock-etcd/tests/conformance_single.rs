@@ -1,0 +1,35 @@
+//! The lock and versioned conformance suites on one real etcd member. etcd
+//! leases are whole seconds with a server minimum, so the suites' base TTL
+//! is raised to the backend's `Capabilities::min_ttl` (1 s on the
+//! harness's fast Raft timers).
+#![allow(clippy::expect_used, missing_docs)]
+
+mod common;
+
+use lock_testkit::{LockSuite, VersionedSuite};
+
+async fn lock_suite() -> LockSuite {
+    let endpoints = common::single().await.endpoints();
+    let probe = common::connect(endpoints.clone()).await;
+    let suite = LockSuite::new(move || common::connect(endpoints.clone()));
+    let ttl = common::suite_ttl(&probe, suite.ttl);
+    suite.ttl(ttl)
+}
+
+async fn versioned_suite() -> VersionedSuite {
+    let endpoints = common::single().await.endpoints();
+    let probe = common::connect(endpoints.clone()).await;
+    let suite = VersionedSuite::new(move || common::connect(endpoints.clone()));
+    let ttl = common::suite_ttl(&probe, suite.ttl);
+    suite.ttl(ttl)
+}
+
+mod lock {
+    use super::*;
+    lock_testkit::lock_conformance!(real, lock_suite());
+}
+
+mod versioned {
+    use super::*;
+    lock_testkit::versioned_conformance!(real, versioned_suite());
+}
