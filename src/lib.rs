@@ -22,3 +22,7 @@ pub use lock_tair as tair;
 /// Redlock quorum over N independent backends (feature `redlock`).
 #[cfg(feature = "redlock")]
 pub use lock_redlock as redlock;
+
+/// The etcd backend: linearizable locks on a Raft cluster (feature `etcd`).
+#[cfg(feature = "etcd")]
+pub use lock_etcd as etcd;

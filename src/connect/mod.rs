@@ -7,6 +7,7 @@
 //! | `redis+cluster://h1[:p1],h2[:p2]…`, `rediss+cluster://…` | [`crate::redis_lua`] on a Redis Cluster | `redis-lua`, `redis-lua-tls` |
 //! | `tair://…`, `tairs://…`, `tair+cluster://…`, `tairs+cluster://…` | [`crate::tair`] | `tair`, `tair-tls` |
 //! | `redlock://?quorum=M&node=URL&node=URL…` | [`crate::redlock`] over any of the above | `redlock` |
+//! | `etcd://[user:pass@]h1[:2379],h2[:2379]…`, `etcds://…` (TLS) | [`crate::etcd`] | `etcd`, `etcd-tls` |
 //!
 //! The Redis-family schemes take the same query parameters, each named after
 //! the builder method it sets on both [`crate::redis_lua::RedisLuaBuilder`]
@@ -23,6 +24,7 @@
 //! an error saying what to write instead; passwords appear in no message and
 //! no `Debug` output.
 
+mod etcd;
 mod url;
 
 #[cfg(feature = "serde")]
@@ -34,6 +36,7 @@ use lock_core::{Error, LockBackend, LockManager, LockOptions, Result, VersionedS
 
 #[cfg(feature = "serde")]
 pub use config::ConnectConfig;
+pub use etcd::{ETCD_DEFAULT_PORT, ETCD_PARAMS};
 #[cfg(feature = "redlock")]
 use url::RedlockTarget;
 pub use url::{DEFAULT_PORT, FAMILY_PARAMS, REDLOCK_PARAMS, SCHEMES};
@@ -135,6 +138,8 @@ async fn build(target: Target) -> Result<Backend> {
         Target::Server(server) => build_server(server).await,
         #[cfg(feature = "redlock")]
         Target::Redlock(redlock) => build_redlock(redlock).await,
+        #[cfg(feature = "etcd")]
+        Target::Etcd(etcd) => etcd::build_etcd(etcd).await,
         // The parser refuses schemes whose feature is off.
         #[allow(unreachable_patterns)]
         _ => Err(Error::invalid("this URL's backend is not compiled in")),

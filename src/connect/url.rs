@@ -24,7 +24,7 @@ pub const DEFAULT_PORT: u16 = 6379;
 
 /// The schemes [`crate::connect()`] understands, for error messages.
 pub const SCHEMES: &str = "memory://, redis://, rediss://, redis+cluster://, rediss+cluster://, tair://, tairs://, \
-                           tair+cluster://, tairs+cluster://, redlock://";
+                           tair+cluster://, tairs+cluster://, redlock://, etcd://, etcds://";
 
 /// The query parameters shared by the Redis-family schemes (`redis…://` and
 /// `tair…://`), named after the builder methods they set.
@@ -49,6 +49,7 @@ pub(crate) enum Target {
     Memory,
     Server(Server),
     Redlock(RedlockTarget),
+    Etcd(super::etcd::EtcdTarget),
 }
 
 /// A Redis-protocol server or cluster.
@@ -118,6 +119,8 @@ pub(crate) struct Features {
     pub tair: bool,
     pub tair_tls: bool,
     pub redlock: bool,
+    pub etcd: bool,
+    pub etcd_tls: bool,
 }
 
 impl Features {
@@ -129,6 +132,8 @@ impl Features {
         tair: cfg!(feature = "tair"),
         tair_tls: cfg!(feature = "tair-tls"),
         redlock: cfg!(feature = "redlock"),
+        etcd: cfg!(feature = "etcd"),
+        etcd_tls: cfg!(feature = "etcd-tls"),
     };
 }
 
@@ -168,6 +173,7 @@ pub(crate) fn parse(url: &str, features: &Features) -> Result<Target> {
             require(features.redlock, "redlock://", "redlock")?;
             parse_redlock(before_query, &params, features)
         }
+        "etcd" | "etcds" => super::etcd::parse_etcd(scheme == "etcds", before_query, &params, features),
         _ => {
             let (family, tls, cluster) = match scheme.as_str() {
                 "redis" => (Family::RedisLua, false, false),
@@ -197,7 +203,7 @@ pub(crate) fn parse(url: &str, features: &Features) -> Result<Target> {
     }
 }
 
-fn require(enabled: bool, scheme: &str, feature: &str) -> Result<()> {
+pub(crate) fn require(enabled: bool, scheme: &str, feature: &str) -> Result<()> {
     if enabled {
         Ok(())
     } else {
@@ -301,7 +307,7 @@ fn parse_server(
     })
 }
 
-fn host_port(scheme: &str, host: &str) -> Result<String> {
+pub(crate) fn host_port(scheme: &str, host: &str) -> Result<String> {
     if host.is_empty() {
         return Err(Error::invalid(format!(
             "{scheme}:// URL has an empty host in its list: write HOST[:PORT],HOST[:PORT] without empty entries"
@@ -422,7 +428,7 @@ fn parse_redlock(before_query: &str, params: &[(String, String)], features: &Fea
     }))
 }
 
-fn duration(name: &str, value: &str) -> Result<Duration> {
+pub(crate) fn duration(name: &str, value: &str) -> Result<Duration> {
     match humantime::parse_duration(value) {
         Ok(d) if !d.is_zero() => Ok(d),
         Ok(_) => Err(Error::invalid(format!("{name} must be above zero, got `{value}`"))),
