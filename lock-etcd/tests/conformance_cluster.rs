@@ -1,0 +1,33 @@
+//! The lock and versioned conformance suites on a three-member etcd
+//! cluster, every member in the client's endpoint list.
+#![allow(clippy::expect_used, missing_docs)]
+
+mod common;
+
+use lock_testkit::{LockSuite, VersionedSuite};
+
+async fn lock_suite() -> LockSuite {
+    let endpoints = common::three().await.endpoints();
+    let probe = common::connect(endpoints.clone()).await;
+    let suite = LockSuite::new(move || common::connect(endpoints.clone()));
+    let ttl = common::suite_ttl(&probe, suite.ttl);
+    suite.ttl(ttl)
+}
+
+async fn versioned_suite() -> VersionedSuite {
+    let endpoints = common::three().await.endpoints();
+    let probe = common::connect(endpoints.clone()).await;
+    let suite = VersionedSuite::new(move || common::connect(endpoints.clone()));
+    let ttl = common::suite_ttl(&probe, suite.ttl);
+    suite.ttl(ttl)
+}
+
+mod lock {
+    use super::*;
+    lock_testkit::lock_conformance!(real, lock_suite());
+}
+
+mod versioned {
+    use super::*;
+    lock_testkit::versioned_conformance!(real, versioned_suite());
+}
