@@ -168,6 +168,15 @@ impl EtcdBackend {
         self.inner.min_ttl
     }
 
+    /// Lease keepalive requests this backend has sent: one per renewal
+    /// round of its shared leases, whatever the number of locks renewed.
+    pub fn keepalives_sent(&self) -> u64 {
+        self.inner
+            .sessions
+            .keepalives_sent
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The underlying client (for operations verrou does not wrap).
     pub fn client(&self) -> &etcd_client::Client {
         &self.inner.client

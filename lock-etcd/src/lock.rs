@@ -65,7 +65,9 @@ impl Inner {
         if session.covered_until() >= since + ttl {
             return Ok(KeepAlive::Alive);
         }
-        session.keep_alive(&self.client, since).await
+        session
+            .keep_alive(&self.client, since, &self.sessions.keepalives_sent)
+            .await
     }
 
     pub(crate) async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
@@ -102,7 +104,10 @@ impl Inner {
             Err(e) => return items.iter().map(|_| Err(clone_error(&e))).collect(),
         };
         let keys: Vec<&[u8]> = prepared.iter().filter_map(|k| k.as_deref().ok()).collect();
-        let (kept, read) = futures::join!(session.keep_alive(&self.client, since), self.read_keys(&keys));
+        let (kept, read) = futures::join!(
+            session.keep_alive(&self.client, since, &self.sessions.keepalives_sent),
+            self.read_keys(&keys)
+        );
         let gone = match kept {
             Ok(KeepAlive::Alive) => false,
             Ok(KeepAlive::Gone) => {

@@ -6,6 +6,7 @@
 //! they started.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
@@ -49,7 +50,12 @@ impl Session {
 
     /// Keep the lease alive with a keepalive sent no earlier than `since`
     /// (one already answered or in flight counts).
-    pub(crate) async fn keep_alive(&self, client: &etcd_client::Client, since: Instant) -> Result<KeepAlive> {
+    pub(crate) async fn keep_alive(
+        &self,
+        client: &etcd_client::Client,
+        since: Instant,
+        sent: &AtomicU64,
+    ) -> Result<KeepAlive> {
         let mut stream = self.stream.lock().await;
         if self.refreshed() >= since {
             return Ok(KeepAlive::Alive); // a keepalive sent after `since` was answered meanwhile
@@ -62,6 +68,7 @@ impl Session {
             return Err(Error::backend(NAME, "the lease keepalive stream is not open"));
         };
         let sent_at = Instant::now();
+        sent.fetch_add(1, Ordering::Relaxed);
         let answer = async {
             keeper.keep_alive().await?;
             responses.message().await
@@ -93,6 +100,8 @@ pub(crate) struct Sessions {
     by_ttl: Mutex<HashMap<i64, Arc<Session>>>,
     /// Serialises lease grants, so concurrent first acquires share one.
     granting: tokio::sync::Mutex<()>,
+    /// Keepalive requests sent (diagnostics and tests).
+    pub(crate) keepalives_sent: AtomicU64,
 }
 
 impl Sessions {
