@@ -127,6 +127,8 @@ impl EtcdBuilder {
                 value_prefix: format!("{}value/", self.namespace),
                 min_ttl: Duration::from_secs(min_secs.unsigned_abs()),
                 sessions: Sessions::default(),
+                namespace: self.namespace.clone(),
+                waiter_leases: std::sync::Mutex::default(),
             }),
         })
     }

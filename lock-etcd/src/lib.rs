@@ -29,6 +29,11 @@
 //!   lock is never handed out on a lease that had already ended.
 //! - **Waiting** watches the holder's key from the revision read (a
 //!   wake-up on its delete, no polling).
+//! - **Fair mode** ([`lock_core::Fairness::Fifo`]) from create-revision
+//!   order under a per-name queue prefix: each waiter watches only the entry
+//!   before its own (no herd). A waiter's entry lives on a lease of its own
+//!   for its claim, rounded up to whole seconds and at least the server's
+//!   minimum.
 //! - **Versioned store** on the key's `mod_revision`: compare-and-set in one
 //!   transaction; versions never repeat, even after a delete.
 //!
@@ -37,6 +42,7 @@
 
 mod builder;
 mod error;
+mod fair;
 mod lock;
 mod session;
 mod versioned;
@@ -47,7 +53,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use etcd_client::{EventType, WatchFilterType, WatchOptions};
 use lock_core::options::{validate_key, validate_ttl};
-use lock_core::{AcquireOutcome, Capabilities, Error, LockBackend, LockToken, ReleaseOutcome, RenewOutcome, Result};
+use lock_core::{
+    AcquireOutcome, Capabilities, Error, FairWaiter, LockBackend, LockToken, ReleaseOutcome, RenewOutcome, Result,
+};
 
 pub use builder::{DEFAULT_NAMESPACE, EtcdBuilder};
 #[cfg(feature = "tls")]
@@ -78,6 +86,9 @@ pub(crate) struct Inner {
     value_prefix: String,
     min_ttl: Duration,
     pub(crate) sessions: session::Sessions,
+    namespace: String,
+    /// Each fair waiter's own lease (its queue entry's).
+    waiter_leases: std::sync::Mutex<std::collections::HashMap<LockToken, i64>>,
 }
 
 impl Drop for Inner {
@@ -124,7 +135,7 @@ impl Inner {
     }
 
     /// Until `key` is deleted (or changes hands), from the revision read.
-    async fn wait_for_release(&self, key: &str) -> Result<()> {
+    pub(crate) async fn wait_for_release(&self, key: &str) -> Result<()> {
         let k = self.lock_key(key)?;
         let (current, revision) = self.get_entry(&k).await?;
         if current.is_none() {
@@ -214,8 +225,33 @@ impl LockBackend for EtcdBackend {
         let _ = waited.await;
     }
 
+    async fn try_acquire_fair(
+        &self,
+        key: &str,
+        token: &LockToken,
+        ttl: Duration,
+        waiter: &FairWaiter,
+    ) -> Result<AcquireOutcome> {
+        self.inner.try_acquire_fair(key, token, ttl, waiter).await
+    }
+
+    async fn wait_fair(&self, key: &str, waiter: &FairWaiter, max_wait: Duration) {
+        let waited = tokio::time::timeout(max_wait, async {
+            if self.inner.wait_fair(key, waiter).await.is_err() {
+                std::future::pending::<()>().await; // a hint only, as wait_for_release
+            }
+        });
+        let _ = waited.await;
+    }
+
+    async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
+        validate_key(key)?;
+        self.inner.leave_queue(key, waiter).await
+    }
+
     fn capabilities(&self) -> Capabilities {
         let mut caps = Capabilities::new(error::NAME);
+        caps.fair_queue = true;
         caps.fencing_tokens = true;
         caps.native_compare_and_delete = true;
         caps.release_notifications = true;

@@ -61,7 +61,7 @@ impl Inner {
 
     /// Keep `session` alive unless its last keepalive already covers `ttl`
     /// from `since` (the key then lives at least that long).
-    async fn fresh(&self, session: &Session, since: Instant, ttl: Duration) -> Result<KeepAlive> {
+    pub(crate) async fn fresh(&self, session: &Session, since: Instant, ttl: Duration) -> Result<KeepAlive> {
         if session.covered_until() >= since + ttl {
             return Ok(KeepAlive::Alive);
         }

@@ -33,3 +33,8 @@ mod versioned {
     use super::*;
     lock_testkit::versioned_conformance!(real, versioned_suite());
 }
+
+mod fair {
+    use super::*;
+    lock_testkit::fair_conformance!(real, lock_suite());
+}
