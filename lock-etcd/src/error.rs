@@ -43,7 +43,12 @@ fn refused_by_server(err: &etcd_client::Error) -> bool {
 
 /// The server says the lease does not exist (it expired or was revoked).
 pub(crate) fn is_lease_not_found(err: &etcd_client::Error) -> bool {
-    matches!(err, etcd_client::Error::GRpcStatus(s) if s.message().contains("requested lease not found"))
+    match err {
+        etcd_client::Error::GRpcStatus(s) => s.message().contains("requested lease not found"),
+        // Opening a keepalive stream for an ended lease.
+        etcd_client::Error::LeaseKeepAliveError(m) => m.contains("lease not found"),
+        _ => false,
+    }
 }
 
 /// A response without the header every etcd response carries.

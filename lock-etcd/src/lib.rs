@@ -1,5 +1,5 @@
 //! etcd backend of verrou: [`EtcdBackend`] implements [`LockBackend`] and
-//! [`VersionedStore`] on an etcd cluster through `etcd-client`, so a lock
+//! [`lock_core::VersionedStore`] on an etcd cluster through `etcd-client`, so a lock
 //! stays exclusive through the loss of any minority of members.
 //!
 //! - **Acquire** is one transaction: create the key only if it does not
@@ -44,6 +44,7 @@ mod builder;
 mod error;
 mod fair;
 mod lock;
+mod multi;
 mod session;
 mod versioned;
 
@@ -252,6 +253,7 @@ impl LockBackend for EtcdBackend {
     fn capabilities(&self) -> Capabilities {
         let mut caps = Capabilities::new(error::NAME);
         caps.fair_queue = true;
+        caps.multi_key_locks = true;
         caps.fencing_tokens = true;
         caps.native_compare_and_delete = true;
         caps.release_notifications = true;

@@ -13,7 +13,7 @@ use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
 use lock_core::{Error, Result};
 use tokio::time::Instant;
 
-use crate::error::{NAME, failed};
+use crate::error::{NAME, failed, is_lease_not_found};
 
 /// One shared lease.
 pub(crate) struct Session {
@@ -61,8 +61,11 @@ impl Session {
             return Ok(KeepAlive::Alive); // a keepalive sent after `since` was answered meanwhile
         }
         if stream.is_none() {
-            let opened = client.lease_client().keep_alive(self.lease).await;
-            *stream = Some(opened.map_err(|e| failed("opening the lease keepalive stream", e))?);
+            match client.lease_client().keep_alive(self.lease).await {
+                Ok(opened) => *stream = Some(opened),
+                Err(e) if is_lease_not_found(&e) => return Ok(KeepAlive::Gone),
+                Err(e) => return Err(failed("opening the lease keepalive stream", e)),
+            }
         }
         let Some((keeper, responses)) = stream.as_mut() else {
             return Err(Error::backend(NAME, "the lease keepalive stream is not open"));
@@ -85,6 +88,10 @@ impl Session {
                 // A stream that closes without an error: never a silent stop.
                 *stream = None;
                 Err(Error::backend(NAME, "the lease keepalive stream closed"))
+            }
+            Err(e) if is_lease_not_found(&e) => {
+                *stream = None;
+                Ok(KeepAlive::Gone)
             }
             Err(e) => {
                 *stream = None;

@@ -36,3 +36,18 @@ mod fair {
     use super::*;
     lock_testkit::fair_conformance!(real, lock_suite());
 }
+
+mod multi {
+    use super::*;
+    use lock_testkit::MultiSuite;
+
+    async fn multi_suite() -> MultiSuite {
+        let endpoints = common::three().await.endpoints();
+        let probe = common::connect(endpoints.clone()).await;
+        let suite = MultiSuite::new(move || common::connect(endpoints.clone()));
+        let ttl = common::suite_ttl(&probe, suite.ttl);
+        suite.ttl(ttl)
+    }
+
+    lock_testkit::multi_conformance!(real, multi_suite());
+}

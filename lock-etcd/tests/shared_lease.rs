@@ -60,3 +60,28 @@ async fn ttls_below_the_server_minimum_are_refused() {
     }
     assert!(found, "a lease of {}s exists for a {odd:?} TTL", min.as_secs() + 1);
 }
+
+/// A renewal after the shared lease ended, on a backend that never kept it
+/// alive (no keepalive stream open yet), answers `Missing` (a loss at
+/// once), not a transport error left for the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_after_the_lease_ended_says_missing() {
+    let etcd = common::single().await;
+    let backend = common::connect(etcd.endpoints()).await;
+    let ttl = backend.min_ttl();
+    let token = LockToken::generate().unwrap();
+    let got = backend.try_acquire("ended", &token, ttl).await.expect("acquire");
+    assert!(matches!(got, lock_core::AcquireOutcome::Acquired(_)), "{got:?}");
+    let admin = common::connect(etcd.endpoints()).await;
+    revoke_lease_of(&admin, "ended").await;
+    let renewed = backend.renew("ended", &token, ttl).await.expect("an answer");
+    assert_eq!(renewed, RenewOutcome::Missing);
+}
+
+/// Revoke the lease `key`'s lock is attached to, as another client would.
+async fn revoke_lease_of(admin: &lock_etcd::EtcdBackend, key: &str) {
+    let full = format!("{}lock/{key}", lock_etcd::DEFAULT_NAMESPACE);
+    let got = admin.client().kv_client().get(full, None).await.expect("get");
+    let lease = got.kvs().first().expect("the lock key exists").lease();
+    admin.client().lease_client().revoke(lease).await.expect("revoke");
+}
