@@ -10,10 +10,7 @@
 
 use std::time::Duration;
 
-use etcd_client::{
-    Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
-    WatchFilterType, WatchOptions,
-};
+use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse};
 use lock_core::{AcquireOutcome, Error, FairWaiter, FencingToken, Lease, LockToken, Result};
 use tokio::time::Instant;
 
@@ -190,24 +187,7 @@ impl Inner {
             Some(_) => return self.wait_for_release(key).await,
             None => return Ok(()), // not queued: the next attempt queues it
         };
-        let opts = WatchOptions::new()
-            .with_start_revision(revision + 1)
-            .with_filters([WatchFilterType::NoPut]);
-        let mut events = self
-            .client
-            .watch_client()
-            .watch(predecessor, Some(opts))
-            .await
-            .map_err(|e| failed("watch", e))?;
-        loop {
-            match events.message().await {
-                Ok(Some(r)) if r.canceled() => return Ok(()),
-                Ok(Some(r)) if r.events().iter().any(|e| e.event_type() == EventType::Delete) => return Ok(()),
-                Ok(Some(_)) => {}
-                Ok(None) => return Err(Error::backend(NAME, "the watch stream closed")),
-                Err(e) => return Err(failed("watch", e)),
-            }
-        }
+        self.watch_until_deleted(predecessor, revision + 1).await
     }
 
     pub(crate) async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {

@@ -142,13 +142,19 @@ impl Inner {
         if current.is_none() {
             return Ok(());
         }
+        self.watch_until_deleted(k, revision + 1).await
+    }
+
+    /// Until `key` is deleted at or after `start_revision` (or the server
+    /// cancels the watch): one watch, no polling.
+    pub(crate) async fn watch_until_deleted(&self, key: Vec<u8>, start_revision: i64) -> Result<()> {
         let opts = WatchOptions::new()
-            .with_start_revision(revision + 1)
+            .with_start_revision(start_revision)
             .with_filters([WatchFilterType::NoPut]);
         let mut events = self
             .client
             .watch_client()
-            .watch(k, Some(opts))
+            .watch(key, Some(opts))
             .await
             .map_err(|e| error::failed("watch", e))?;
         loop {

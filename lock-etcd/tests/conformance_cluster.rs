@@ -1,25 +1,21 @@
-//! The lock and versioned conformance suites on a three-member etcd
+//! The lock, fair, versioned and multi-key conformance suites on a three-member etcd
 //! cluster, every member in the client's endpoint list.
 #![allow(clippy::expect_used, missing_docs)]
 
 mod common;
 
-use lock_testkit::{LockSuite, VersionedSuite};
+use lock_testkit::{LockSuite, MultiSuite, VersionedSuite};
 
 async fn lock_suite() -> LockSuite {
-    let endpoints = common::three().await.endpoints();
-    let probe = common::connect(endpoints.clone()).await;
-    let suite = LockSuite::new(move || common::connect(endpoints.clone()));
-    let ttl = common::suite_ttl(&probe, suite.ttl);
-    suite.ttl(ttl)
+    common::suite_on!(LockSuite, common::three().await.endpoints())
 }
 
 async fn versioned_suite() -> VersionedSuite {
-    let endpoints = common::three().await.endpoints();
-    let probe = common::connect(endpoints.clone()).await;
-    let suite = VersionedSuite::new(move || common::connect(endpoints.clone()));
-    let ttl = common::suite_ttl(&probe, suite.ttl);
-    suite.ttl(ttl)
+    common::suite_on!(VersionedSuite, common::three().await.endpoints())
+}
+
+async fn multi_suite() -> MultiSuite {
+    common::suite_on!(MultiSuite, common::three().await.endpoints())
 }
 
 mod lock {
@@ -27,27 +23,17 @@ mod lock {
     lock_testkit::lock_conformance!(real, lock_suite());
 }
 
-mod versioned {
-    use super::*;
-    lock_testkit::versioned_conformance!(real, versioned_suite());
-}
-
 mod fair {
     use super::*;
     lock_testkit::fair_conformance!(real, lock_suite());
 }
 
+mod versioned {
+    use super::*;
+    lock_testkit::versioned_conformance!(real, versioned_suite());
+}
+
 mod multi {
     use super::*;
-    use lock_testkit::MultiSuite;
-
-    async fn multi_suite() -> MultiSuite {
-        let endpoints = common::three().await.endpoints();
-        let probe = common::connect(endpoints.clone()).await;
-        let suite = MultiSuite::new(move || common::connect(endpoints.clone()));
-        let ttl = common::suite_ttl(&probe, suite.ttl);
-        suite.ttl(ttl)
-    }
-
     lock_testkit::multi_conformance!(real, multi_suite());
 }

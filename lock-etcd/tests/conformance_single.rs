@@ -1,4 +1,4 @@
-//! The lock and versioned conformance suites on one real etcd member. etcd
+//! The lock, fair, versioned and multi-key conformance suites on one real etcd member. etcd
 //! leases are whole seconds with a server minimum, so the suites' base TTL
 //! is raised to the backend's `Capabilities::min_ttl` (1 s on the
 //! harness's fast Raft timers).
@@ -6,22 +6,18 @@
 
 mod common;
 
-use lock_testkit::{LockSuite, VersionedSuite};
+use lock_testkit::{LockSuite, MultiSuite, VersionedSuite};
 
 async fn lock_suite() -> LockSuite {
-    let endpoints = common::single().await.endpoints();
-    let probe = common::connect(endpoints.clone()).await;
-    let suite = LockSuite::new(move || common::connect(endpoints.clone()));
-    let ttl = common::suite_ttl(&probe, suite.ttl);
-    suite.ttl(ttl)
+    common::suite_on!(LockSuite, common::single().await.endpoints())
 }
 
 async fn versioned_suite() -> VersionedSuite {
-    let endpoints = common::single().await.endpoints();
-    let probe = common::connect(endpoints.clone()).await;
-    let suite = VersionedSuite::new(move || common::connect(endpoints.clone()));
-    let ttl = common::suite_ttl(&probe, suite.ttl);
-    suite.ttl(ttl)
+    common::suite_on!(VersionedSuite, common::single().await.endpoints())
+}
+
+async fn multi_suite() -> MultiSuite {
+    common::suite_on!(MultiSuite, common::single().await.endpoints())
 }
 
 mod lock {
@@ -29,27 +25,17 @@ mod lock {
     lock_testkit::lock_conformance!(real, lock_suite());
 }
 
-mod versioned {
-    use super::*;
-    lock_testkit::versioned_conformance!(real, versioned_suite());
-}
-
 mod fair {
     use super::*;
     lock_testkit::fair_conformance!(real, lock_suite());
 }
 
+mod versioned {
+    use super::*;
+    lock_testkit::versioned_conformance!(real, versioned_suite());
+}
+
 mod multi {
     use super::*;
-    use lock_testkit::MultiSuite;
-
-    async fn multi_suite() -> MultiSuite {
-        let endpoints = common::single().await.endpoints();
-        let probe = common::connect(endpoints.clone()).await;
-        let suite = MultiSuite::new(move || common::connect(endpoints.clone()));
-        let ttl = common::suite_ttl(&probe, suite.ttl);
-        suite.ttl(ttl)
-    }
-
     lock_testkit::multi_conformance!(real, multi_suite());
 }

@@ -172,20 +172,7 @@ pub(crate) async fn build_etcd(target: EtcdTarget) -> Result<super::Backend> {
         }
         b = b.tls(tls);
     }
-    let backend = std::sync::Arc::new(b.build().await.map_err(|e| match e {
-        Error::Backend {
-            backend,
-            outcome_unknown,
-            message,
-            source,
-        } => Error::Backend {
-            backend,
-            outcome_unknown,
-            message: format!("{description}: {message}"),
-            source,
-        },
-        other => other,
-    })?);
+    let backend = std::sync::Arc::new(b.build().await.map_err(|e| super::in_context(e, &description))?);
     Ok(super::Backend {
         locks: backend.clone(),
         store: Some(backend),

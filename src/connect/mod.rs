@@ -295,7 +295,7 @@ async fn build_redlock(target: RedlockTarget) -> Result<Backend> {
 
 /// Name the (password-free) URL in a backend error, so a failure among
 /// several nodes says which.
-#[cfg(any(feature = "redis-lua", feature = "tair"))]
+#[cfg(any(feature = "redis-lua", feature = "tair", feature = "etcd"))]
 fn in_context(e: Error, description: &str) -> Error {
     match e {
         Error::Backend {

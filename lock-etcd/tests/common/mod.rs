@@ -1,6 +1,6 @@
 //! Shared by the test files: servers started once per test binary, and
 //! clients of them.
-#![allow(dead_code, clippy::expect_used)]
+#![allow(dead_code, unused_macros, unused_imports, clippy::expect_used)]
 
 use std::time::Duration;
 
@@ -40,3 +40,16 @@ pub async fn connect(endpoints: Vec<String>) -> EtcdBackend {
 pub fn suite_ttl(backend: &EtcdBackend, default: Duration) -> Duration {
     default.max(backend.capabilities().min_ttl)
 }
+
+/// A suite of `Suite` over clients of `endpoints`, its base TTL raised to
+/// the backend's minimum (one macro, as the suites share no trait).
+macro_rules! suite_on {
+    ($suite:ty, $endpoints:expr) => {{
+        let endpoints: Vec<String> = $endpoints;
+        let probe = common::connect(endpoints.clone()).await;
+        let suite = <$suite>::new(move || common::connect(endpoints.clone()));
+        let ttl = common::suite_ttl(&probe, suite.ttl);
+        suite.ttl(ttl)
+    }};
+}
+pub(crate) use suite_on;
