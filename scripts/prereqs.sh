@@ -143,3 +143,12 @@ ensure_postgres_user() {
     useradd --system --user-group --no-create-home --shell /usr/sbin/nologin postgres
   fi
 }
+
+# Prints "protobuf-compiler <why>" unless protoc runs: etcd-client's build
+# script (lock-etcd) calls `$PROTOC` or `protoc`. Detected by running it (a
+# file named protoc that does not run does not count).
+protoc_plan() {
+  if ! "${PROTOC:-protoc}" --version >/dev/null 2>&1; then
+    printf 'protobuf-compiler protoc, which etcd-client (lock-etcd) runs at build time\n'
+  fi
+}

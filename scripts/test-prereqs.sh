@@ -115,6 +115,23 @@ sudo apt-get install -y -qq --no-install-recommends pkg-a pkg-b (DEBIAN_FRONTEND
 expect_apt "apt-get directly as root" 0 "apt-get update -qq (DEBIAN_FRONTEND=noninteractive)
 apt-get install -y -qq --no-install-recommends pkg-a pkg-b (DEBIAN_FRONTEND=noninteractive)"
 
+# protoc: detected by running it, through PATH or $PROTOC.
+expect_protoc() { # name, protoc script body (empty: none), expected plan
+  local name=$1 body=$2 want=$3 dir="$tmp/protoc-$RANDOM" got
+  mkdir -p "$dir"
+  if [ -n "$body" ]; then printf '#!/usr/bin/env bash\n%s\n' "$body" > "$dir/protoc"; chmod +x "$dir/protoc"; fi
+  got=$(PATH="$dir:/usr/bin:/bin" PROTOC="$dir/protoc" protoc_plan | awk '{print $1}' | xargs)
+  if [ "$got" = "$want" ]; then
+    echo "ok   $name: ${got:-nothing to install}"
+  else
+    echo "FAIL $name: planned '${got}', expected '${want}'"
+    failures=$((failures + 1))
+  fi
+}
+expect_protoc "protoc runs" 'echo "libprotoc 3.21.12"' ""
+expect_protoc "no protoc" "" "protobuf-compiler"
+expect_protoc "a protoc that does not run" 'exit 127' "protobuf-compiler"
+
 if [ "$failures" -gt 0 ]; then
   echo "prerequisite detection: $failures case(s) failed"
   exit 1

@@ -342,6 +342,10 @@ pub struct Capabilities {
     pub distinguishes_missing: bool,
     /// Longest TTL the backend accepts.
     pub max_ttl: Duration,
+    /// Shortest TTL the backend can honour (etcd: its server's minimum
+    /// lease TTL, whole seconds); shorter TTLs are refused with
+    /// [`crate::Error::InvalidArgument`].
+    pub min_ttl: Duration,
     /// Implements [`crate::SemaphoreBackend`] with a sound bound (leased
     /// permits, counted on one server).
     pub semaphores: bool,
@@ -376,6 +380,7 @@ impl Capabilities {
             fair_queue: false,
             distinguishes_missing: true,
             max_ttl: crate::options::MAX_TTL,
+            min_ttl: crate::options::MIN_TTL,
             semaphores: false,
             multi_key_locks: false,
             rw_locks: false,

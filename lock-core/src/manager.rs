@@ -120,6 +120,13 @@ impl LockManager {
                 options.ttl
             )));
         }
+        let min_ttl = backend.capabilities().min_ttl;
+        if options.ttl < min_ttl {
+            return Err(Error::invalid(format!(
+                "ttl {:?} is below this backend's minimum {min_ttl:?}",
+                options.ttl
+            )));
+        }
         Ok(LockManager {
             inner: Arc::new(Inner::new(backend, options)),
         })

@@ -8,6 +8,7 @@
 //! | `tair://…`, `tairs://…`, `tair+cluster://…`, `tairs+cluster://…` | [`crate::tair`] | `tair`, `tair-tls` |
 //! | `redlock://?quorum=M&node=URL&node=URL…` | [`crate::redlock`] over any of the above | `redlock` |
 //! | `postgres://user[:pass]@host[:port]/db`, `postgresql://…` | [`crate::postgres`] | `postgres`, `postgres-tls` |
+//! | `etcd://[user:pass@]h1[:2379],h2[:2379]…`, `etcds://…` (TLS) | [`crate::etcd`] | `etcd`, `etcd-tls` |
 //!
 //! The Redis-family schemes take the same query parameters, each named after
 //! the builder method it sets on both [`crate::redis_lua::RedisLuaBuilder`]
@@ -33,6 +34,7 @@
 mod kinds;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod etcd;
 mod url;
 
 #[cfg(feature = "serde")]
@@ -46,6 +48,7 @@ use lock_core::{Error, LockBackend, LockManager, LockOptions, Result, VersionedS
 pub use config::ConnectConfig;
 #[cfg(feature = "postgres")]
 pub use postgres::POSTGRES_PARAMS;
+pub use etcd::{ETCD_DEFAULT_PORT, ETCD_PARAMS};
 #[cfg(feature = "redlock")]
 use url::RedlockTarget;
 pub use url::{DEFAULT_PORT, FAMILY_PARAMS, REDLOCK_PARAMS, SCHEMES};
@@ -165,6 +168,8 @@ async fn build(target: Target) -> Result<Backend> {
         Target::Redlock(redlock) => build_redlock(redlock).await,
         #[cfg(feature = "postgres")]
         Target::Postgres(target) => postgres::build_postgres(target).await,
+        #[cfg(feature = "etcd")]
+        Target::Etcd(etcd) => etcd::build_etcd(etcd).await,
         // The parser refuses schemes whose feature is off.
         #[allow(unreachable_patterns)]
         _ => Err(Error::invalid("this URL's backend is not compiled in")),
@@ -338,7 +343,7 @@ async fn build_node(node: Target) -> Result<Arc<dyn LockBackend>> {
 
 /// Name the (password-free) URL in a backend error, so a failure among
 /// several nodes says which.
-#[cfg(any(feature = "redis-lua", feature = "tair", feature = "postgres"))]
+#[cfg(any(feature = "redis-lua", feature = "tair", feature = "postgres", feature = "etcd"))]
 fn in_context(e: Error, description: &str) -> Error {
     match e {
         Error::Backend {

@@ -11,6 +11,8 @@ const ALL: Features = Features {
     tair_tls: true,
     redlock: true,
     postgres: true,
+    etcd: true,
+    etcd_tls: true,
 };
 
 const NONE: Features = Features {
@@ -21,6 +23,8 @@ const NONE: Features = Features {
     tair_tls: false,
     redlock: false,
     postgres: false,
+    etcd: false,
+    etcd_tls: false,
 };
 
 /// The message of an `InvalidArgument`, or a panic naming what came instead.
@@ -205,4 +209,31 @@ fn a_disabled_feature_is_named() {
         Err(e @ Error::Unsupported { .. }) => assert!(e.to_string().contains("`redis-lua`"), "{e}"),
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn etcd_urls_parse() {
+    match parse(
+        "etcd://u:p%40ss@h1,h2:2380,[::1]?namespace=app/&request_timeout=2s",
+        &ALL,
+    ) {
+        Ok(Target::Etcd(t)) => {
+            assert_eq!(t.hosts, ["h1:2379", "h2:2380", "[::1]:2379"]);
+            assert!(!t.tls);
+            assert_eq!(t.user, Some(("u".to_owned(), "p@ss".to_owned())));
+            assert_eq!(t.namespace.as_deref(), Some("app/"));
+            assert_eq!(t.describe(), "etcd://u:***@h1:2379,h2:2380,[::1]:2379");
+            assert!(!format!("{t:?}").contains("p@ss"), "no password in Debug");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(parse("etcds://h?tls_ca=/ca.pem", &ALL), Ok(Target::Etcd(t)) if t.tls));
+    assert!(invalid("etcd://h?tls_ca=/ca.pem").contains("etcds://"));
+    assert!(invalid("etcd://h?fencing=true").contains("request_timeout"));
+    assert!(invalid("etcd://").contains("no host"));
+    assert!(invalid("etcd://h/db").contains("no path"));
+    assert!(invalid("etcd://:secret@h").contains("USER:PASSWORD"));
+    assert!(invalid("etcd://h:0").contains("port"));
+    assert!(matches!(parse("etcd://h", &NONE), Err(Error::Unsupported { what, .. }) if what.contains("`etcd`")));
+    assert!(matches!(parse("etcds://h", &NONE), Err(Error::Unsupported { what, .. }) if what.contains("`etcd-tls`")));
 }

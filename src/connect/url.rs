@@ -25,7 +25,7 @@ pub const DEFAULT_PORT: u16 = 6379;
 
 /// The schemes [`crate::connect()`] understands, for error messages.
 pub const SCHEMES: &str = "memory://, redis://, rediss://, redis+cluster://, rediss+cluster://, tair://, tairs://, \
-                           tair+cluster://, tairs+cluster://, redlock://, postgres://, postgresql://";
+                           tair+cluster://, tairs+cluster://, redlock://, postgres://, postgresql://, etcd://, etcds://";
 
 /// The query parameters shared by the Redis-family schemes (`redis…://` and
 /// `tair…://`), named after the builder methods they set.
@@ -52,6 +52,7 @@ pub(crate) enum Target {
     Redlock(RedlockTarget),
     #[cfg(feature = "postgres")]
     Postgres(super::postgres::PostgresTarget),
+    Etcd(super::etcd::EtcdTarget),
 }
 
 /// A Redis-protocol server or cluster.
@@ -122,6 +123,8 @@ pub(crate) struct Features {
     pub tair_tls: bool,
     pub redlock: bool,
     pub postgres: bool,
+    pub etcd: bool,
+    pub etcd_tls: bool,
 }
 
 impl Features {
@@ -134,6 +137,8 @@ impl Features {
         tair_tls: cfg!(feature = "tair-tls"),
         redlock: cfg!(feature = "redlock"),
         postgres: cfg!(feature = "postgres"),
+        etcd: cfg!(feature = "etcd"),
+        etcd_tls: cfg!(feature = "etcd-tls"),
     };
 }
 
@@ -177,6 +182,7 @@ pub(crate) fn parse(url: &str, features: &Features) -> Result<Target> {
             require(features.postgres, &format!("{scheme}://"), "postgres")?;
             parse_postgres(url, before_query, &params)
         }
+        "etcd" | "etcds" => super::etcd::parse_etcd(scheme == "etcds", before_query, &params, features),
         _ => {
             let (family, tls, cluster) = match scheme.as_str() {
                 "redis" => (Family::RedisLua, false, false),
@@ -206,7 +212,7 @@ pub(crate) fn parse(url: &str, features: &Features) -> Result<Target> {
     }
 }
 
-fn require(enabled: bool, scheme: &str, feature: &str) -> Result<()> {
+pub(crate) fn require(enabled: bool, scheme: &str, feature: &str) -> Result<()> {
     if enabled {
         Ok(())
     } else {
@@ -310,7 +316,7 @@ fn parse_server(
     })
 }
 
-fn host_port(scheme: &str, host: &str) -> Result<String> {
+pub(crate) fn host_port(scheme: &str, host: &str) -> Result<String> {
     if host.is_empty() {
         return Err(Error::invalid(format!(
             "{scheme}:// URL has an empty host in its list: write HOST[:PORT],HOST[:PORT] without empty entries"

@@ -41,6 +41,7 @@
 //! real time.
 
 mod error;
+mod etcd;
 mod monitor;
 mod paths;
 #[cfg(feature = "postgres")]
@@ -60,6 +61,7 @@ mod spawn;
 mod topology;
 
 pub use error::{HarnessError, HarnessResult};
+pub use etcd::{ETCD_BIN_ENV, ETCD_START_TIMEOUT, EtcdCluster, etcd_binary};
 pub use monitor::Monitor;
 pub use paths::{
     REDIS_CLI_ENV, REDIS_SERVER_ENV, TAIR_MODULE_ENV, build_tair_module_if_missing, redis_cli_binary,

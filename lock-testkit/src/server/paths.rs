@@ -131,7 +131,7 @@ fn absolute(p: PathBuf) -> PathBuf {
 }
 
 /// A name containing a `/` is a path; otherwise it is looked up on `PATH`.
-fn resolve(name: &OsString) -> Option<PathBuf> {
+pub(crate) fn resolve(name: &OsString) -> Option<PathBuf> {
     let as_path = Path::new(name);
     if as_path.components().count() > 1 || as_path.is_absolute() {
         return is_executable(as_path).then(|| absolute(as_path.to_path_buf()));
@@ -142,7 +142,7 @@ fn resolve(name: &OsString) -> Option<PathBuf> {
         .find(|candidate| is_executable(candidate))
 }
 
-fn is_executable(p: &Path) -> bool {
+pub(crate) fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     p.metadata()
         .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)

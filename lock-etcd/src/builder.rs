@@ -1,0 +1,149 @@
+//! Connecting: endpoints, credentials, TLS, key namespace.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{Client, ConnectOptions};
+use lock_core::{Error, Result};
+
+use crate::error::NAME;
+use crate::session::Sessions;
+use crate::{EtcdBackend, Inner};
+
+/// Settings of an [`EtcdBackend`]; [`EtcdBuilder::build`] connects.
+#[derive(Clone)]
+#[must_use]
+pub struct EtcdBuilder {
+    endpoints: Vec<String>,
+    user: Option<(String, String)>,
+    #[cfg(feature = "tls")]
+    tls: Option<etcd_client::TlsOptions>,
+    namespace: String,
+    request_timeout: Duration,
+    connect_timeout: Duration,
+}
+
+impl std::fmt::Debug for EtcdBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdBuilder")
+            .field("endpoints", &self.endpoints)
+            .field("user", &self.user.as_ref().map(|(u, _)| u))
+            .field("namespace", &self.namespace)
+            .field("request_timeout", &self.request_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The namespace keys live under by default.
+pub const DEFAULT_NAMESPACE: &str = "verrou/";
+
+impl EtcdBuilder {
+    /// Members to connect to: `host:port`, `http://host:port` or
+    /// `https://host:port` (with the `tls` feature).
+    pub fn new<I, S>(endpoints: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        EtcdBuilder {
+            endpoints: endpoints.into_iter().map(Into::into).collect(),
+            user: None,
+            #[cfg(feature = "tls")]
+            tls: None,
+            namespace: DEFAULT_NAMESPACE.to_owned(),
+            request_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// Authenticate as `user` (etcd's own users, `etcdctl user add`).
+    pub fn user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.user = Some((user.into(), password.into()));
+        self
+    }
+
+    /// Connect over TLS with `tls` (roots, client identity).
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, tls: etcd_client::TlsOptions) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Prefix of every key this backend writes (default `verrou/`): locks
+    /// under `<namespace>lock/`, values under `<namespace>value/`.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// How long one request may take (default 5 s).
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// How long connecting may take (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Connect, and learn the server's minimum lease TTL (one lease granted
+    /// for 1 s and revoked: the server answers with the TTL it sets).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] without endpoints; [`Error::Backend`] when
+    /// no member answers or credentials are refused.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future drops the half-made client (a probe
+    /// lease left behind expires by itself).
+    pub async fn build(self) -> Result<EtcdBackend> {
+        if self.endpoints.is_empty() {
+            return Err(Error::invalid("an etcd backend needs at least one endpoint"));
+        }
+        if self.request_timeout.is_zero() || self.connect_timeout.is_zero() {
+            return Err(Error::invalid("etcd timeouts must be above zero"));
+        }
+        let mut opts = ConnectOptions::new()
+            .with_timeout(self.request_timeout)
+            .with_connect_timeout(self.connect_timeout)
+            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5));
+        if let Some((user, password)) = &self.user {
+            opts = opts.with_user(user.clone(), password.clone());
+        }
+        #[cfg(feature = "tls")]
+        if let Some(tls) = self.tls.clone() {
+            opts = opts.with_tls(tls);
+        }
+        let client = Client::connect(&self.endpoints, Some(opts))
+            .await
+            .map_err(|e| crate::error::failed("connecting", e))?;
+        let min_secs = probe_min_ttl(&client).await?;
+        Ok(EtcdBackend {
+            inner: Arc::new(Inner {
+                client,
+                lock_prefix: format!("{}lock/", self.namespace),
+                value_prefix: format!("{}value/", self.namespace),
+                min_ttl: Duration::from_secs(min_secs.unsigned_abs()),
+                sessions: Sessions::default(),
+                namespace: self.namespace.clone(),
+                waiter_leases: std::sync::Mutex::default(),
+            }),
+        })
+    }
+}
+
+/// The server's minimum lease TTL in seconds.
+async fn probe_min_ttl(client: &Client) -> Result<i64> {
+    let mut leases = client.lease_client();
+    let granted = leases
+        .grant(1, None)
+        .await
+        .map_err(|e| crate::error::failed("granting a probe lease", e))?;
+    let _ = leases.revoke(granted.id()).await;
+    if granted.ttl() < 1 {
+        return Err(Error::backend(NAME, "the server granted a lease without a TTL"));
+    }
+    Ok(granted.ttl())
+}

@@ -1,0 +1,269 @@
+//! etcd backend of verrou: [`EtcdBackend`] implements [`LockBackend`] and
+//! [`lock_core::VersionedStore`] on an etcd cluster through `etcd-client`, so a lock
+//! stays exclusive through the loss of any minority of members.
+//!
+//! - **Acquire** is one transaction: create the key only if it does not
+//!   exist (`create_revision == 0`), attached to a lease, else read the
+//!   holder. The **fencing token** is the key's create revision:
+//!   cluster-wide, only growing, kept through leader changes.
+//! - **Release and renew** are guarded by the owner: the key's value is the
+//!   holder's lock token, compared in the same transaction.
+//! - **Leases are shared**: one etcd lease per backend and TTL (in whole
+//!   seconds), as etcd's `concurrency.Session`. Renewing many locks costs
+//!   one keepalive per renewal round (concurrent renewals share it) and one
+//!   read per 128 keys, never one keepalive per lock.
+//! - **TTLs are whole seconds** on the server, with a server minimum
+//!   (`ceil(1.5 × election timeout)`: 2 s with etcd's default timers).
+//!   A TTL is rounded up to whole seconds on the server (a dead holder's
+//!   lock frees at most a second later than its TTL); the local deadline
+//!   still follows the TTL asked for. A TTL below the server's minimum is
+//!   refused with [`lock_core::Error::InvalidArgument`]; the minimum is
+//!   learnt when connecting and reported in [`Capabilities::min_ttl`].
+//! - **Loss**: the local deadline stays the source of truth (the manager
+//!   takes it before the request, minus drift). A lease the server says is
+//!   gone makes every renewal of its keys answer `Missing` (loss at once); a
+//!   keepalive that fails or a keepalive stream that closes fails the
+//!   renewal (loss by the deadline at the latest), and the stream is
+//!   reopened by the next one. A grant checks its lease (a keepalive sent
+//!   after the request started, unless a recent one covers the TTL), so a
+//!   lock is never handed out on a lease that had already ended.
+//! - **Waiting** watches the holder's key from the revision read (a
+//!   wake-up on its delete, no polling).
+//! - **Fair mode** ([`lock_core::Fairness::Fifo`]) from create-revision
+//!   order under a per-name queue prefix: each waiter watches only the entry
+//!   before its own (no herd). A waiter's entry lives on a lease of its own
+//!   for its claim, rounded up to whole seconds and at least the server's
+//!   minimum.
+//! - **Versioned store** on the key's `mod_revision`: compare-and-set in one
+//!   transaction; versions never repeat, even after a delete.
+//!
+//! Keys live under a namespace (default `verrou/`): locks under
+//! `verrou/lock/<key>`, values under `verrou/value/<key>`.
+
+mod builder;
+mod error;
+mod fair;
+mod lock;
+mod multi;
+mod session;
+mod versioned;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etcd_client::{EventType, WatchFilterType, WatchOptions};
+use lock_core::options::{validate_key, validate_ttl};
+use lock_core::{
+    AcquireOutcome, Capabilities, Error, FairWaiter, LockBackend, LockToken, ReleaseOutcome, RenewOutcome, Result,
+};
+
+pub use builder::{DEFAULT_NAMESPACE, EtcdBuilder};
+#[cfg(feature = "tls")]
+pub use etcd_client::{Certificate, Identity, TlsOptions};
+
+/// Most operations etcd accepts in one transaction by default
+/// (`--max-txn-ops`).
+pub(crate) const MAX_TXN_OPS: usize = 128;
+
+/// The etcd backend. Cheap to clone; clones share the client and leases.
+#[derive(Clone)]
+pub struct EtcdBackend {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for EtcdBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdBackend")
+            .field("lock_prefix", &self.inner.lock_prefix)
+            .field("min_ttl", &self.inner.min_ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) client: etcd_client::Client,
+    lock_prefix: String,
+    value_prefix: String,
+    min_ttl: Duration,
+    pub(crate) sessions: session::Sessions,
+    namespace: String,
+    /// Each fair waiter's own lease (its queue entry's).
+    waiter_leases: std::sync::Mutex<std::collections::HashMap<LockToken, i64>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Locks still held by this backend's leases free at once rather
+        // than after their TTL (best effort: needs a runtime).
+        let leases = self.sessions.leases();
+        if leases.is_empty() {
+            return;
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let mut client = self.client.lease_client();
+            rt.spawn(async move {
+                for lease in leases {
+                    let _ = client.revoke(lease).await;
+                }
+            });
+        }
+    }
+}
+
+impl Inner {
+    /// `ttl` in whole seconds on the server, rounded up.
+    pub(crate) fn lease_secs(&self, ttl: Duration) -> Result<i64> {
+        validate_ttl(ttl)?;
+        if ttl < self.min_ttl {
+            return Err(Error::invalid(format!(
+                "ttl {ttl:?} is below this etcd server's minimum lease TTL {:?}",
+                self.min_ttl
+            )));
+        }
+        let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+        i64::try_from(secs).map_err(|_| Error::invalid(format!("ttl {ttl:?} is too long for etcd")))
+    }
+
+    pub(crate) fn lock_key(&self, key: &str) -> Result<Vec<u8>> {
+        validate_key(key)?;
+        Ok(format!("{}{key}", self.lock_prefix).into_bytes())
+    }
+
+    pub(crate) fn value_key(&self, key: &str) -> Result<Vec<u8>> {
+        validate_key(key)?;
+        Ok(format!("{}{key}", self.value_prefix).into_bytes())
+    }
+
+    /// Until `key` is deleted (or changes hands), from the revision read.
+    pub(crate) async fn wait_for_release(&self, key: &str) -> Result<()> {
+        let k = self.lock_key(key)?;
+        let (current, revision) = self.get_entry(&k).await?;
+        if current.is_none() {
+            return Ok(());
+        }
+        self.watch_until_deleted(k, revision + 1).await
+    }
+
+    /// Until `key` is deleted at or after `start_revision` (or the server
+    /// cancels the watch): one watch, no polling.
+    pub(crate) async fn watch_until_deleted(&self, key: Vec<u8>, start_revision: i64) -> Result<()> {
+        let opts = WatchOptions::new()
+            .with_start_revision(start_revision)
+            .with_filters([WatchFilterType::NoPut]);
+        let mut events = self
+            .client
+            .watch_client()
+            .watch(key, Some(opts))
+            .await
+            .map_err(|e| error::failed("watch", e))?;
+        loop {
+            match events.message().await {
+                Ok(Some(resp)) if resp.canceled() => return Ok(()),
+                Ok(Some(resp)) if resp.events().iter().any(|e| e.event_type() == EventType::Delete) => {
+                    return Ok(());
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => return Err(Error::backend(error::NAME, "the watch stream closed")),
+                Err(e) => return Err(error::failed("watch", e)),
+            }
+        }
+    }
+}
+
+impl EtcdBackend {
+    /// Settings for a backend on `endpoints`.
+    pub fn builder<I, S>(endpoints: I) -> EtcdBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        EtcdBuilder::new(endpoints)
+    }
+
+    /// The server's minimum lease TTL, learnt when connecting.
+    pub fn min_ttl(&self) -> Duration {
+        self.inner.min_ttl
+    }
+
+    /// Lease keepalive requests this backend has sent: one per renewal
+    /// round of its shared leases, whatever the number of locks renewed.
+    pub fn keepalives_sent(&self) -> u64 {
+        self.inner
+            .sessions
+            .keepalives_sent
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The underlying client (for operations verrou does not wrap).
+    pub fn client(&self) -> &etcd_client::Client {
+        &self.inner.client
+    }
+}
+
+#[async_trait]
+impl LockBackend for EtcdBackend {
+    async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        self.inner.try_acquire(key, token, ttl).await
+    }
+
+    async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
+        self.inner.release(key, token).await
+    }
+
+    async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
+        let mut out = self.inner.renew_many(&[(key, token)], ttl).await;
+        out.pop()
+            .unwrap_or_else(|| Err(Error::backend(error::NAME, "renewal returned no outcome")))
+    }
+
+    async fn renew_many(&self, items: &[(&str, &LockToken)], ttl: Duration) -> Vec<Result<RenewOutcome>> {
+        self.inner.renew_many(items, ttl).await
+    }
+
+    async fn wait_for_release(&self, key: &str, max_wait: Duration) {
+        let waited = tokio::time::timeout(max_wait, async {
+            if self.inner.wait_for_release(key).await.is_err() {
+                // A hint only: without a watch, wait out `max_wait` rather
+                // than spin against a failing server.
+                std::future::pending::<()>().await;
+            }
+        });
+        let _ = waited.await;
+    }
+
+    async fn try_acquire_fair(
+        &self,
+        key: &str,
+        token: &LockToken,
+        ttl: Duration,
+        waiter: &FairWaiter,
+    ) -> Result<AcquireOutcome> {
+        self.inner.try_acquire_fair(key, token, ttl, waiter).await
+    }
+
+    async fn wait_fair(&self, key: &str, waiter: &FairWaiter, max_wait: Duration) {
+        let waited = tokio::time::timeout(max_wait, async {
+            if self.inner.wait_fair(key, waiter).await.is_err() {
+                std::future::pending::<()>().await; // a hint only, as wait_for_release
+            }
+        });
+        let _ = waited.await;
+    }
+
+    async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
+        validate_key(key)?;
+        self.inner.leave_queue(key, waiter).await
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut caps = Capabilities::new(error::NAME);
+        caps.fair_queue = true;
+        caps.multi_key_locks = true;
+        caps.fencing_tokens = true;
+        caps.native_compare_and_delete = true;
+        caps.release_notifications = true;
+        caps.min_ttl = self.inner.min_ttl;
+        caps
+    }
+}

@@ -1,0 +1,157 @@
+//! Multi-key locks: every key in one transaction, all or nothing, on the
+//! same shared lease as the plain locks (so the two exclude each other).
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
+use lock_core::{
+    AcquireOutcome, Error, FencingToken, Lease, LockToken, MultiLockBackend, ReleaseOutcome, RenewOutcome, Result,
+};
+use tokio::time::Instant;
+
+use crate::EtcdBackend;
+use crate::error::{NAME, no_header, write_failed};
+
+fn check(keys: &[&str]) -> Result<()> {
+    if keys.is_empty() {
+        return Err(Error::invalid("a multi-key lock needs at least one key"));
+    }
+    if keys.len() > lock_core::kinds::multi::MAX_KEYS {
+        return Err(Error::invalid(format!(
+            "a multi-key lock takes at most {} keys, got {}",
+            lock_core::kinds::multi::MAX_KEYS,
+            keys.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Each key's current value, from the gets of a failed transaction.
+fn values(resp: &etcd_client::TxnResponse) -> Vec<Option<Vec<u8>>> {
+    resp.op_responses()
+        .into_iter()
+        .filter_map(|op| match op {
+            TxnOpResponse::Get(mut g) => Some(g.take_kvs().into_iter().next().map(|kv| kv.into_key_value().1)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[async_trait]
+impl MultiLockBackend for EtcdBackend {
+    async fn try_acquire_all(&self, keys: &[&str], token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        check(keys)?;
+        let inner = &self.inner;
+        let secs = inner.lease_secs(ttl)?;
+        let ks = keys.iter().map(|k| inner.lock_key(k)).collect::<Result<Vec<_>>>()?;
+        let value = token.hex_bytes().to_vec();
+        let sent_at = Instant::now();
+        let session = inner.sessions.get_or_grant(&inner.client, secs).await?;
+        // First every key free; after a read showing some keys already ours
+        // (a retried acquire), those compared by value instead.
+        let mut ours = vec![false; ks.len()];
+        for _ in 0..2 {
+            let compares: Vec<Compare> = ks
+                .iter()
+                .zip(&ours)
+                .map(|(k, mine)| {
+                    if *mine {
+                        Compare::value(k.clone(), CompareOp::Equal, value.clone())
+                    } else {
+                        Compare::create_revision(k.clone(), CompareOp::Equal, 0)
+                    }
+                })
+                .collect();
+            let puts: Vec<TxnOp> = ks
+                .iter()
+                .map(|k| {
+                    TxnOp::put(
+                        k.clone(),
+                        value.clone(),
+                        Some(PutOptions::new().with_lease(session.lease)),
+                    )
+                })
+                .collect();
+            let gets: Vec<TxnOp> = ks.iter().map(|k| TxnOp::get(k.clone(), None)).collect();
+            let txn = Txn::new().when(compares).and_then(puts).or_else(gets);
+            let mut kv = inner.client.kv_client();
+            let (answer, kept) = futures::join!(kv.txn(txn), inner.fresh(&session, sent_at, ttl));
+            let resp = answer.map_err(|e| write_failed("multi-key acquire", e))?;
+            if resp.succeeded() {
+                if matches!(kept, Ok(crate::session::KeepAlive::Gone)) {
+                    inner.sessions.forget(secs, &session);
+                    return Err(Error::backend(NAME, "the lease expired while the locks were granted"));
+                }
+                let revision = resp.header().ok_or_else(|| no_header("multi-key acquire"))?.revision();
+                let validity = session.covered_until().saturating_duration_since(sent_at);
+                return Ok(AcquireOutcome::Acquired(
+                    Lease::new()
+                        .with_fencing_token(u64::try_from(revision).ok().map(FencingToken))
+                        .with_validity(Some(validity)),
+                ));
+            }
+            let current = values(&resp);
+            if current.iter().flatten().any(|v| *v != value) {
+                return Ok(AcquireOutcome::Held { retry_after: None });
+            }
+            ours = current.iter().map(Option::is_some).collect();
+        }
+        Ok(AcquireOutcome::Held { retry_after: None })
+    }
+
+    async fn release_all(&self, keys: &[&str], token: &LockToken) -> Result<ReleaseOutcome> {
+        check(keys)?;
+        let inner = &self.inner;
+        let ks = keys.iter().map(|k| inner.lock_key(k)).collect::<Result<Vec<_>>>()?;
+        let value = token.hex_bytes().to_vec();
+        let txn = Txn::new()
+            .when(
+                ks.iter()
+                    .map(|k| Compare::value(k.clone(), CompareOp::Equal, value.clone()))
+                    .collect::<Vec<_>>(),
+            )
+            .and_then(ks.iter().map(|k| TxnOp::delete(k.clone(), None)).collect::<Vec<_>>())
+            .or_else(ks.iter().map(|k| TxnOp::get(k.clone(), None)).collect::<Vec<_>>());
+        let mut kv = inner.client.kv_client();
+        let resp = kv.txn(txn).await.map_err(|e| write_failed("multi-key release", e))?;
+        if resp.succeeded() {
+            return Ok(ReleaseOutcome::Released);
+        }
+        // Not all ours: give back the ones that are, as one transaction.
+        let current = values(&resp);
+        let mine: Vec<&Vec<u8>> = ks
+            .iter()
+            .zip(&current)
+            .filter(|(_, v)| v.as_ref() == Some(&value))
+            .map(|(k, _)| k)
+            .collect();
+        if !mine.is_empty() {
+            let txn = Txn::new()
+                .when(
+                    mine.iter()
+                        .map(|k| Compare::value(k.to_vec(), CompareOp::Equal, value.clone()))
+                        .collect::<Vec<_>>(),
+                )
+                .and_then(mine.iter().map(|k| TxnOp::delete(k.to_vec(), None)).collect::<Vec<_>>());
+            kv.txn(txn).await.map_err(|e| write_failed("multi-key release", e))?;
+        }
+        Ok(if current.iter().flatten().any(|v| *v != value) {
+            ReleaseOutcome::HeldByOther
+        } else {
+            ReleaseOutcome::Missing
+        })
+    }
+
+    async fn renew_all(&self, keys: &[&str], token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
+        check(keys)?;
+        let items: Vec<(&str, &LockToken)> = keys.iter().map(|k| (*k, token)).collect();
+        for outcome in self.inner.renew_many(&items, ttl).await {
+            match outcome? {
+                RenewOutcome::Renewed => {}
+                other => return Ok(other),
+            }
+        }
+        Ok(RenewOutcome::Renewed)
+    }
+}

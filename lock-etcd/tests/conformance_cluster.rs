@@ -1,0 +1,39 @@
+//! The lock, fair, versioned and multi-key conformance suites on a three-member etcd
+//! cluster, every member in the client's endpoint list.
+#![allow(clippy::expect_used, missing_docs)]
+
+mod common;
+
+use lock_testkit::{LockSuite, MultiSuite, VersionedSuite};
+
+async fn lock_suite() -> LockSuite {
+    common::suite_on!(LockSuite, common::three().await.endpoints())
+}
+
+async fn versioned_suite() -> VersionedSuite {
+    common::suite_on!(VersionedSuite, common::three().await.endpoints())
+}
+
+async fn multi_suite() -> MultiSuite {
+    common::suite_on!(MultiSuite, common::three().await.endpoints())
+}
+
+mod lock {
+    use super::*;
+    lock_testkit::lock_conformance!(real, lock_suite());
+}
+
+mod fair {
+    use super::*;
+    lock_testkit::fair_conformance!(real, lock_suite());
+}
+
+mod versioned {
+    use super::*;
+    lock_testkit::versioned_conformance!(real, versioned_suite());
+}
+
+mod multi {
+    use super::*;
+    lock_testkit::multi_conformance!(real, multi_suite());
+}

@@ -1,0 +1,87 @@
+//! One lease per backend and TTL: holding and renewing many locks costs one
+//! keepalive per renewal round, not one per lock; TTLs below the server's
+//! minimum are refused with a typed error; a TTL that is not whole seconds
+//! is rounded up on the server.
+#![allow(clippy::expect_used, clippy::unwrap_used, missing_docs)]
+
+mod common;
+
+use std::time::Duration;
+
+use lock_core::{LockBackend, LockManager, LockOptions, LockToken, RenewOutcome};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewing_many_locks_sends_one_keepalive_per_round() {
+    let etcd = common::single().await;
+    let backend = common::connect(etcd.endpoints()).await;
+    let ttl = backend.min_ttl();
+    let tokens: Vec<(String, LockToken)> = (0..300)
+        .map(|i| (format!("many-{i}"), LockToken::generate().unwrap()))
+        .collect();
+    for (key, token) in &tokens {
+        let got = backend.try_acquire(key, token, ttl).await.expect("acquire");
+        assert!(matches!(got, lock_core::AcquireOutcome::Acquired(_)), "{got:?}");
+    }
+    let items: Vec<(&str, &LockToken)> = tokens.iter().map(|(k, t)| (k.as_str(), t)).collect();
+    let before = backend.keepalives_sent();
+    for _ in 0..3 {
+        let out = backend.renew_many(&items, ttl).await;
+        assert_eq!(out.len(), items.len());
+        assert!(
+            out.iter().all(|o| matches!(o, Ok(RenewOutcome::Renewed))),
+            "every lock renewed"
+        );
+    }
+    let sent = backend.keepalives_sent() - before;
+    assert!(sent <= 3, "300 locks × 3 rounds took {sent} keepalives");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttls_below_the_server_minimum_are_refused() {
+    let etcd = common::single().await;
+    let backend = common::connect(etcd.endpoints()).await;
+    let min = backend.capabilities().min_ttl;
+    assert!(min >= Duration::from_secs(1) && min.subsec_nanos() == 0, "{min:?}");
+    let short = min - Duration::from_millis(1);
+    let token = LockToken::generate().unwrap();
+    let err = backend.try_acquire("short", &token, short).await.expect_err("refused");
+    assert!(matches!(err, lock_core::Error::InvalidArgument(_)), "{err:?}");
+    let err = LockManager::with_options(backend.clone(), LockOptions::with_ttl(short)).expect_err("refused");
+    assert!(matches!(err, lock_core::Error::InvalidArgument(_)), "{err:?}");
+    // Not whole seconds: accepted, rounded up on the server.
+    let odd = min + Duration::from_millis(300);
+    let got = backend.try_acquire("odd", &token, odd).await.expect("acquire");
+    assert!(matches!(got, lock_core::AcquireOutcome::Acquired(_)), "{got:?}");
+    let mut leases = backend.client().lease_client();
+    let mut found = false;
+    for lease in leases.leases().await.expect("leases").leases() {
+        let ttl = leases.time_to_live(lease.id(), None).await.expect("ttl");
+        found |= ttl.granted_ttl() == i64::try_from(min.as_secs() + 1).unwrap();
+    }
+    assert!(found, "a lease of {}s exists for a {odd:?} TTL", min.as_secs() + 1);
+}
+
+/// A renewal after the shared lease ended, on a backend that never kept it
+/// alive (no keepalive stream open yet), answers `Missing` (a loss at
+/// once), not a transport error left for the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_after_the_lease_ended_says_missing() {
+    let etcd = common::single().await;
+    let backend = common::connect(etcd.endpoints()).await;
+    let ttl = backend.min_ttl();
+    let token = LockToken::generate().unwrap();
+    let got = backend.try_acquire("ended", &token, ttl).await.expect("acquire");
+    assert!(matches!(got, lock_core::AcquireOutcome::Acquired(_)), "{got:?}");
+    let admin = common::connect(etcd.endpoints()).await;
+    revoke_lease_of(&admin, "ended").await;
+    let renewed = backend.renew("ended", &token, ttl).await.expect("an answer");
+    assert_eq!(renewed, RenewOutcome::Missing);
+}
+
+/// Revoke the lease `key`'s lock is attached to, as another client would.
+async fn revoke_lease_of(admin: &lock_etcd::EtcdBackend, key: &str) {
+    let full = format!("{}lock/{key}", lock_etcd::DEFAULT_NAMESPACE);
+    let got = admin.client().kv_client().get(full, None).await.expect("get");
+    let lease = got.kvs().first().expect("the lock key exists").lease();
+    admin.client().lease_client().revoke(lease).await.expect("revoke");
+}

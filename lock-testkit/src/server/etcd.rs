@@ -1,0 +1,475 @@
+//! Real `etcd` processes for tests: one member ([`EtcdCluster::single`]) or
+//! three ([`EtcdCluster::three`]) on free 127.0.0.1 ports, each in its own
+//! directory of one temporary directory; killed (SIGKILL), reaped and
+//! cleaned up on drop. Faults per member: kill and restart with its data,
+//! pause and resume (SIGSTOP/SIGCONT); [`EtcdCluster::leader`] says which
+//! member leads.
+//!
+//! The binary is `$VERROU_ETCD_BIN` when set, else the etcd 3.7 that the
+//! `etcd-bin-vendored-linux-amd64` crate ships inside its registry package
+//! (no system package needed: Debian's `etcd-server` is 3.4, older than the
+//! lease and keepalive fixes the backend relies on), else `etcd` on `PATH`.
+//! Members run with short Raft timers (25 ms heartbeat, 250 ms election) so
+//! a failover takes a fraction of a second, and without fsync (a killed
+//! process loses nothing the kernel has: these tests kill processes, not
+//! machines).
+
+use std::fmt;
+use std::fs::{self, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::error::{HarnessError, HarnessResult};
+use super::process::{pick_port, wait_until};
+use super::spawn;
+
+/// Environment variable naming the etcd binary (a path, or a name on `PATH`).
+pub const ETCD_BIN_ENV: &str = "VERROU_ETCD_BIN";
+
+/// How long a cluster may take to elect a leader and answer `/health`.
+pub const ETCD_START_TIMEOUT: Duration = Duration::from_secs(30);
+
+const INSTALL_HINT: &str = "build lock-testkit for linux x86_64 (it then ships etcd 3.7 through the \
+     `etcd-bin-vendored-linux-amd64` crate), or set VERROU_ETCD_BIN to an etcd 3.5+ binary \
+     (e.g. from `apt-get install -y etcd-server`)";
+
+/// The etcd binary to run: `$VERROU_ETCD_BIN`, else the vendored 3.7, else
+/// `etcd` on `PATH`.
+///
+/// # Errors
+/// [`HarnessError::NotFound`], saying how to get one, when there is none.
+pub fn etcd_binary() -> HarnessResult<PathBuf> {
+    if let Some(v) = std::env::var_os(ETCD_BIN_ENV).filter(|v| !v.is_empty()) {
+        return super::paths::resolve(&v).ok_or_else(|| HarnessError::NotFound {
+            what: format!("etcd binary {v:?} (from {ETCD_BIN_ENV})"),
+            hint: format!(
+                "{ETCD_BIN_ENV} must name an executable file or a program on PATH; or unset it and {INSTALL_HINT}"
+            ),
+        });
+    }
+    if let Some(p) = vendored() {
+        return Ok(p);
+    }
+    super::paths::resolve(&"etcd".into()).ok_or_else(|| HarnessError::NotFound {
+        what: "etcd".into(),
+        hint: INSTALL_HINT.into(),
+    })
+}
+
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+fn vendored() -> Option<PathBuf> {
+    let p = etcd_bin_vendored_linux_amd64::etcd_bin_path().ok()?;
+    super::paths::is_executable(p).then(|| p.to_path_buf())
+}
+
+#[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+fn vendored() -> Option<PathBuf> {
+    None
+}
+
+struct Member {
+    name: String,
+    client_port: u16,
+    peer_port: u16,
+    state: Mutex<MemberState>,
+}
+
+#[derive(Default)]
+struct MemberState {
+    child: Option<Child>,
+    paused: bool,
+}
+
+impl Member {
+    fn lock(&self) -> MutexGuard<'_, MemberState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// One or three etcd members forming one cluster.
+pub struct EtcdCluster {
+    binary: PathBuf,
+    dir: tempfile::TempDir,
+    token: String,
+    members: Vec<Member>,
+}
+
+impl fmt::Debug for EtcdCluster {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdCluster")
+            .field("endpoints", &self.endpoints())
+            .field("dir", &self.dir.path())
+            .finish()
+    }
+}
+
+impl EtcdCluster {
+    /// One member.
+    ///
+    /// # Errors
+    /// [`HarnessError::NotFound`] without a binary; start-up failures with
+    /// the member's log tail.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the processes die with the dropped value.
+    pub async fn single() -> HarnessResult<EtcdCluster> {
+        EtcdCluster::start(1).await
+    }
+
+    /// Three members.
+    ///
+    /// # Errors
+    /// As [`EtcdCluster::single`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the processes die with the dropped value.
+    pub async fn three() -> HarnessResult<EtcdCluster> {
+        EtcdCluster::start(3).await
+    }
+
+    /// `n` members (1 to 7), started together, once a leader is elected.
+    ///
+    /// # Errors
+    /// As [`EtcdCluster::single`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the processes die with the dropped value.
+    pub async fn start(n: usize) -> HarnessResult<EtcdCluster> {
+        if !(1..=7).contains(&n) {
+            return Err(HarnessError::Setup(format!(
+                "an etcd cluster has 1 to 7 members, not {n}"
+            )));
+        }
+        let binary = etcd_binary()?;
+        let dir = tempfile::Builder::new()
+            .prefix("verrou-etcd-")
+            .tempdir()
+            .map_err(|e| HarnessError::io("creating a temporary directory", e))?;
+        let mut members = Vec::with_capacity(n);
+        for i in 0..n {
+            members.push(Member {
+                name: format!("m{i}"),
+                client_port: pick_port(false)?,
+                peer_port: pick_port(false)?,
+                state: Mutex::default(),
+            });
+        }
+        let token = format!("verrou-{}", members[0].client_port);
+        let cluster = EtcdCluster {
+            binary,
+            dir,
+            token,
+            members,
+        };
+        for i in 0..n {
+            cluster.spawn(i)?;
+        }
+        cluster.wait_healthy(ETCD_START_TIMEOUT).await?;
+        Ok(cluster)
+    }
+
+    /// How many members.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Never true: a cluster has at least one member.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// Every member's client endpoint, `127.0.0.1:port`.
+    pub fn endpoints(&self) -> Vec<String> {
+        (0..self.members.len()).map(|i| self.endpoint(i)).collect()
+    }
+
+    /// Member `i`'s client endpoint, `127.0.0.1:port`.
+    pub fn endpoint(&self, i: usize) -> String {
+        format!("127.0.0.1:{}", self.members[i].client_port)
+    }
+
+    /// Member `i`'s client port.
+    pub fn client_port(&self, i: usize) -> u16 {
+        self.members[i].client_port
+    }
+
+    /// An `etcd://` URL naming every member.
+    pub fn url(&self) -> String {
+        format!("etcd://{}", self.endpoints().join(","))
+    }
+
+    /// Member `i`'s log file.
+    pub fn log_path(&self, i: usize) -> PathBuf {
+        self.dir.path().join(format!("{}.log", self.members[i].name))
+    }
+
+    /// The last `n` lines of member `i`'s log.
+    pub fn log_tail(&self, i: usize, n: usize) -> String {
+        let text = fs::read_to_string(self.log_path(i)).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    fn spawn(&self, i: usize) -> HarnessResult<()> {
+        let m = &self.members[i];
+        let mut st = m.lock();
+        if st.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None))) {
+            return Err(HarnessError::Setup(format!(
+                "etcd member {} is already running",
+                m.name
+            )));
+        }
+        let initial: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .collect();
+        let log_path = self.log_path(i);
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|e| HarnessError::io(format!("opening {}", log_path.display()), e))?;
+        let err_log = log
+            .try_clone()
+            .map_err(|e| HarnessError::io("duplicating the log file handle", e))?;
+        let client = format!("http://127.0.0.1:{}", m.client_port);
+        let peer = format!("http://127.0.0.1:{}", m.peer_port);
+        let mut cmd = Command::new(&self.binary);
+        cmd.arg("--name")
+            .arg(&m.name)
+            .arg("--data-dir")
+            .arg(self.dir.path().join(format!("{}.etcd", m.name)))
+            .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &initial.join(",")])
+            .args(["--initial-cluster-state", "new", "--initial-cluster-token", &self.token])
+            .args(["--heartbeat-interval", "25", "--election-timeout", "250"])
+            .args(["--feature-gates", "LeaseCheckpoint=true,LeaseCheckpointPersist=true"])
+            .args(["--unsafe-no-fsync", "--log-level", "warn"])
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(err_log));
+        let child =
+            spawn::spawn(cmd).map_err(|e| HarnessError::io(format!("starting {}", self.binary.display()), e))?;
+        st.child = Some(child);
+        st.paused = false;
+        Ok(())
+    }
+
+    /// Waits until every running member answers `/health` as healthy (it
+    /// sees a leader).
+    async fn wait_healthy(&self, timeout: Duration) -> HarnessResult<()> {
+        let started = Instant::now();
+        for i in 0..self.members.len() {
+            if !self.is_running(i) {
+                continue;
+            }
+            let left = timeout.saturating_sub(started.elapsed());
+            let port = self.members[i].client_port;
+            let waited = wait_until("etcd /health", left, || async move {
+                Ok(http(port, "GET", "/health", "").await?.contains("\"health\":\"true\""))
+            })
+            .await;
+            if let Err(e) = waited {
+                if let Some(status) = self.exit_status(i) {
+                    return Err(HarnessError::StartFailed {
+                        port,
+                        status,
+                        log_tail: self.log_tail(i, 30),
+                    });
+                }
+                return Err(HarnessError::Setup(format!(
+                    "etcd member {i} on port {port} is not healthy: {e}; log tail:\n{}",
+                    self.log_tail(i, 30)
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn exit_status(&self, i: usize) -> Option<String> {
+        let mut st = self.members[i].lock();
+        match st.child.as_mut().map(Child::try_wait) {
+            Some(Ok(Some(status))) => Some(status.to_string()),
+            Some(Ok(None)) => None,
+            _ => Some("not running".into()),
+        }
+    }
+
+    /// True while member `i`'s process runs (paused or not).
+    pub fn is_running(&self, i: usize) -> bool {
+        self.exit_status(i).is_none()
+    }
+
+    /// Index of the member that leads now, as the running members see it.
+    ///
+    /// # Errors
+    /// [`HarnessError::Timeout`] when no running member names a leader that
+    /// answers within `timeout`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn leader(&self, timeout: Duration) -> HarnessResult<usize> {
+        let started = Instant::now();
+        loop {
+            if let Some(i) = self.leader_now().await {
+                return Ok(i);
+            }
+            if started.elapsed() >= timeout {
+                return Err(HarnessError::Timeout {
+                    what: "an etcd leader".into(),
+                    after: timeout,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn leader_now(&self) -> Option<usize> {
+        let mut ids = Vec::with_capacity(self.members.len());
+        let mut leader = None;
+        for m in &self.members {
+            let status = if m.lock().paused {
+                None
+            } else {
+                http(m.client_port, "POST", "/v3/maintenance/status", "{}").await.ok()
+            };
+            ids.push(status.as_deref().and_then(|s| json_field(s, "member_id")));
+            if let Some(l) = status.as_deref().and_then(|s| json_field(s, "leader")) {
+                leader = Some(l);
+            }
+        }
+        let leader = leader?;
+        ids.iter().position(|id| id.as_deref() == Some(leader.as_str()))
+    }
+
+    /// SIGKILL member `i` (its data stays for [`EtcdCluster::restart`]).
+    ///
+    /// # Errors
+    /// When the process cannot be reaped.
+    pub fn kill(&self, i: usize) -> HarnessResult<()> {
+        kill_member(&self.members[i])
+    }
+
+    /// Start member `i` again with its data, and wait until it is healthy.
+    ///
+    /// # Errors
+    /// As [`EtcdCluster::single`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the process dies with the cluster.
+    pub async fn restart(&self, i: usize) -> HarnessResult<()> {
+        self.kill(i)?;
+        self.spawn(i)?;
+        self.wait_healthy(ETCD_START_TIMEOUT).await
+    }
+
+    /// SIGSTOP member `i`.
+    ///
+    /// # Errors
+    /// [`HarnessError::NotRunning`] when it does not run.
+    pub fn pause(&self, i: usize) -> HarnessResult<()> {
+        self.signal(i, libc::SIGSTOP, true)
+    }
+
+    /// SIGCONT member `i`.
+    ///
+    /// # Errors
+    /// [`HarnessError::NotRunning`] when it does not run.
+    pub fn resume(&self, i: usize) -> HarnessResult<()> {
+        self.signal(i, libc::SIGCONT, false)
+    }
+
+    fn signal(&self, i: usize, signal: libc::c_int, paused: bool) -> HarnessResult<()> {
+        let m = &self.members[i];
+        let mut st = m.lock();
+        let pid = st
+            .child
+            .as_mut()
+            .and_then(|c| matches!(c.try_wait(), Ok(None)).then(|| c.id()))
+            .ok_or(HarnessError::NotRunning { port: m.client_port })?;
+        spawn::signal_process(pid, signal).map_err(|e| HarnessError::io(format!("signal {signal} to pid {pid}"), e))?;
+        st.paused = paused;
+        Ok(())
+    }
+
+    /// The directory holding every member's data and log.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for m in &self.members {
+            let _ = kill_member(m);
+        }
+    }
+}
+
+fn kill_member(m: &Member) -> HarnessResult<()> {
+    let mut st = m.lock();
+    st.paused = false;
+    let Some(mut child) = st.child.take() else {
+        return Ok(());
+    };
+    let pid = child.id();
+    let _ = spawn::signal_group(pid, libc::SIGKILL);
+    let _ = child.kill();
+    child
+        .wait()
+        .map_err(|e| HarnessError::io(format!("reaping etcd member {} (pid {pid})", m.name), e))?;
+    Ok(())
+}
+
+/// One HTTP/1.1 request to etcd's JSON gateway; the body of the answer.
+async fn http(port: u16, method: &str, path: &str, body: &str) -> HarnessResult<String> {
+    let exchange = async {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+        let req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(req.as_bytes()).await?;
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).await?;
+        Ok::<_, std::io::Error>(String::from_utf8_lossy(&out).into_owned())
+    };
+    match tokio::time::timeout(Duration::from_secs(1), exchange).await {
+        Ok(Ok(text)) => Ok(text),
+        Ok(Err(e)) => Err(HarnessError::io(format!("{method} {path} on port {port}"), e)),
+        Err(_) => Err(HarnessError::Timeout {
+            what: format!("{method} {path} on port {port}"),
+            after: Duration::from_secs(1),
+        }),
+    }
+}
+
+/// The string value of `"name":"…"` in a flat JSON text (etcd's gateway
+/// writes 64-bit ids as strings).
+fn json_field(text: &str, name: &str) -> Option<String> {
+    let pat = format!("\"{name}\":\"");
+    let start = text.find(&pat)? + pat.len();
+    let len = text[start..].find('"')?;
+    Some(text[start..start + len].to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_fields() {
+        let s = r#"{"header":{"cluster_id":"1","member_id":"42"},"leader":"42","version":"3.7.2"}"#;
+        assert_eq!(json_field(s, "member_id").as_deref(), Some("42"));
+        assert_eq!(json_field(s, "leader").as_deref(), Some("42"));
+        assert_eq!(json_field(s, "nope"), None);
+    }
+}
