@@ -23,9 +23,9 @@ pub use lock_tair as tair;
 #[cfg(feature = "redlock")]
 pub use lock_redlock as redlock;
 
-/// The PostgreSQL backend: leases in a table (feature `postgres`).
-#[cfg(feature = "postgres")]
-pub use lock_postgres as postgres;
 /// The etcd backend: linearizable locks on a Raft cluster (feature `etcd`).
 #[cfg(feature = "etcd")]
 pub use lock_etcd as etcd;
+/// The PostgreSQL backend: leases in a table (feature `postgres`).
+#[cfg(feature = "postgres")]
+pub use lock_postgres as postgres;

@@ -36,7 +36,7 @@ async fn every_kind(backend: &Backend) {
     );
     let leader = elections.leader("leader").await.expect("leader").expect("a leader");
     assert_eq!(leader.identity, b"node-a");
-    assert_eq!(leadership.term(), Some(leader.term));
+    assert_eq!(leadership.term(), leader.term);
     leadership.resign().await.expect("resign");
 
     let rw = backend.rw_locks(options()).expect("rw locks");

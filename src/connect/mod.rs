@@ -31,10 +31,10 @@
 //! an error saying what to write instead; passwords appear in no message and
 //! no `Debug` output.
 
+mod etcd;
 mod kinds;
 #[cfg(feature = "postgres")]
 mod postgres;
-mod etcd;
 mod url;
 
 #[cfg(feature = "serde")]
@@ -46,9 +46,9 @@ use lock_core::{Error, LockBackend, LockManager, LockOptions, Result, VersionedS
 
 #[cfg(feature = "serde")]
 pub use config::ConnectConfig;
+pub use etcd::{ETCD_DEFAULT_PORT, ETCD_PARAMS};
 #[cfg(feature = "postgres")]
 pub use postgres::POSTGRES_PARAMS;
-pub use etcd::{ETCD_DEFAULT_PORT, ETCD_PARAMS};
 #[cfg(feature = "redlock")]
 use url::RedlockTarget;
 pub use url::{DEFAULT_PORT, FAMILY_PARAMS, REDLOCK_PARAMS, SCHEMES};

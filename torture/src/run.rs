@@ -240,7 +240,8 @@ impl Env {
     /// The servers to sample (none in process or for `--url`).
     pub(crate) fn servers(&self) -> Vec<&RedisServer> {
         match self {
-            Env::Memory(_) | Env::External { .. } => Vec::new(),
+            // The soak samples Redis-family servers only (INFO, DBSIZE).
+            Env::Memory(_) | Env::External { .. } | Env::Pg { .. } => Vec::new(),
             Env::Single { server, .. } => vec![server],
             Env::Pair { primary, replica, .. } => vec![primary, replica],
             Env::Five(nodes) => nodes.servers().iter().collect(),

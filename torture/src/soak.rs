@@ -121,7 +121,7 @@ async fn server_counts(env: &Env) -> Option<(f64, f64, f64)> {
 fn scenario(backend: Backend) -> Scenario {
     let (topology, fault) = match backend {
         Backend::Memory | Backend::Control => (Topology::InProcess, Fault::None),
-        Backend::Lua | Backend::Tair => (Topology::Single, Fault::Pause),
+        Backend::Lua | Backend::Tair | Backend::Postgres => (Topology::Single, Fault::Pause),
         Backend::Redlock => (Topology::Five, Fault::NodesPaused(1)),
     };
     Scenario {
