@@ -57,12 +57,18 @@ END $$;
 
 -- Semaphore acquire: fence when granted (or refreshed), else retry_ms, or
 -- stored_size when the request's size differs from the held one.
-CREATE OR REPLACE FUNCTION "verrou".sem_acquire(n text, h bytea, sz int, req int, ttl_ms bigint)
+CREATE OR REPLACE FUNCTION "verrou".sem_acquire(n text, h bytea, sz int, req int, waiting boolean, ttl_ms bigint)
 RETURNS TABLE (fence bigint, retry_ms bigint, stored_size int) LANGUAGE plpgsql AS $$
-DECLARE cur int; used int;
+DECLARE cur int; used int; rsv_holder bytea; rsv_permits int := 0;
 BEGIN
     cur := "verrou".lock_name('s', n);
-    SELECT COALESCE(sum(t.permits), 0) INTO used FROM "verrou".holders AS t WHERE t.kind = 's' AND t.name = n;
+    -- Holders have role 's'; a waiting request that was refused leaves one
+    -- reservation per name (role 'v'), which counts as taken for everyone
+    -- else, so single-permit churn cannot starve a larger request.
+    SELECT COALESCE(sum(t.permits), 0) INTO used FROM "verrou".holders AS t
+     WHERE t.kind = 's' AND t.name = n AND t.role = 's';
+    SELECT t.holder, t.permits INTO rsv_holder, rsv_permits FROM "verrou".holders AS t
+     WHERE t.kind = 's' AND t.name = n AND t.role = 'v' LIMIT 1;
     IF used = 0 THEN
         UPDATE "verrou".names AS t SET size = sz WHERE t.kind = 's' AND t.name = n;
     ELSIF cur <> sz THEN
@@ -70,18 +76,26 @@ BEGIN
     END IF;
     stored_size := NULL;
     UPDATE "verrou".holders AS t SET expires_at = clock_timestamp() + ttl_ms * interval '1 millisecond'
-     WHERE t.kind = 's' AND t.name = n AND t.holder = h RETURNING t.fence INTO fence;
+     WHERE t.kind = 's' AND t.name = n AND t.holder = h AND t.role = 's' RETURNING t.fence INTO fence;
     IF FOUND THEN retry_ms := NULL; RETURN NEXT; RETURN; END IF;
-    IF used + req > sz THEN
+    IF used + req + (CASE WHEN rsv_holder IS NOT NULL AND rsv_holder <> h THEN COALESCE(rsv_permits, 0) ELSE 0 END) > sz THEN
+        IF waiting AND (rsv_holder IS NULL OR rsv_holder = h OR COALESCE(rsv_permits, 0) < req) THEN
+            -- Keep (or take over, for a larger request) the one reservation.
+            DELETE FROM "verrou".holders AS t WHERE t.kind = 's' AND t.name = n AND t.role = 'v';
+            INSERT INTO "verrou".holders (kind, name, holder, role, permits, expires_at)
+            VALUES ('s', n, h, 'v', req, clock_timestamp() + ttl_ms * interval '1 millisecond');
+        END IF;
         fence := NULL;
         SELECT GREATEST(1, CEIL(EXTRACT(EPOCH FROM min(t.expires_at) - clock_timestamp()) * 1000))::int8
-          INTO retry_ms FROM "verrou".holders AS t WHERE t.kind = 's' AND t.name = n;
+          INTO retry_ms FROM "verrou".holders AS t WHERE t.kind = 's' AND t.name = n AND t.role = 's';
+        retry_ms := COALESCE(retry_ms, 1);
         RETURN NEXT; RETURN;
     END IF;
     DELETE FROM "verrou".gone AS g WHERE g.expires_at <= clock_timestamp();
     IF EXISTS (SELECT 1 FROM "verrou".gone AS g WHERE g.name = n AND g.holder = h) THEN
         fence := NULL; retry_ms := 1; RETURN NEXT; RETURN;
     END IF;
+    DELETE FROM "verrou".holders AS t WHERE t.kind = 's' AND t.name = n AND t.holder = h AND t.role = 'v';
     INSERT INTO "verrou".holders (kind, name, holder, role, permits, fence, expires_at)
     VALUES ('s', n, h, 's', req, nextval('"verrou".fence_seq'), clock_timestamp() + ttl_ms * interval '1 millisecond')
     RETURNING holders.fence INTO fence;
@@ -93,8 +107,11 @@ END $$;
 CREATE OR REPLACE FUNCTION "verrou".sem_release(n text, h bytea, gone_ms bigint) RETURNS int LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM "verrou".lock_name('s', n);
-    DELETE FROM "verrou".holders AS t WHERE t.kind = 's' AND t.name = n AND t.holder = h;
+    DELETE FROM "verrou".holders AS t WHERE t.kind = 's' AND t.name = n AND t.holder = h AND t.role = 's';
     IF FOUND THEN RETURN 0; END IF;
+    -- A waiter giving up: its reservation goes, and its token is remembered
+    -- as gone so a delayed acquire of it cannot take a permit later.
+    DELETE FROM "verrou".holders AS t WHERE t.kind = 's' AND t.name = n AND t.holder = h AND t.role = 'v';
     INSERT INTO "verrou".gone (name, holder, expires_at)
     VALUES (n, h, clock_timestamp() + gone_ms * interval '1 millisecond')
     ON CONFLICT (name, holder) DO UPDATE SET expires_at = excluded.expires_at;
@@ -112,7 +129,12 @@ BEGIN
     -- A holder asking again (a re-sent acquire) refreshes its lease.
     UPDATE "verrou".holders AS t SET expires_at = until
      WHERE t.kind = 'w' AND t.name = n AND t.holder = h AND t.role = want;
-    IF FOUND THEN fence := 0; retry_ms := NULL; RETURN NEXT; RETURN; END IF;
+    IF FOUND THEN
+        -- A writer's re-sent acquire gets a fresh (higher) token: still above
+        -- every earlier writer's.
+        fence := CASE WHEN want = 'w' THEN nextval('"verrou".fence_seq') ELSE 0 END;
+        retry_ms := NULL; RETURN NEXT; RETURN;
+    END IF;
     IF want = 'r' THEN
         SELECT min(t.expires_at) INTO until FROM "verrou".holders AS t
          WHERE t.kind = 'w' AND t.name = n AND (t.role = 'w' OR (t.role = 'i' AND t.holder <> h));
@@ -136,7 +158,9 @@ BEGIN
     END IF;
     INSERT INTO "verrou".holders (kind, name, holder, role, expires_at)
     VALUES ('w', n, h, want, clock_timestamp() + ttl_ms * interval '1 millisecond');
-    fence := 0; retry_ms := NULL;
+    -- Writers fence (from the locks' sequence, so tokens only grow); readers do not.
+    fence := CASE WHEN want = 'w' THEN nextval('"verrou".fence_seq') ELSE 0 END;
+    retry_ms := NULL;
     RETURN NEXT;
 END $$;
 
@@ -145,7 +169,7 @@ END $$;
 -- first key found held is free.
 CREATE OR REPLACE FUNCTION "verrou".multi_acquire(ks text[], tok bytea, ttl_ms bigint)
 RETURNS TABLE (fence bigint, retry_ms bigint) LANGUAGE plpgsql AS $$
-DECLARE k text; f bigint; blocked text;
+DECLARE k text; f bigint; top bigint := 0; blocked text;
 BEGIN
     BEGIN
         FOR k IN SELECT DISTINCT x FROM unnest(ks) AS x ORDER BY x LOOP
@@ -156,6 +180,7 @@ BEGIN
                 expires_at = excluded.expires_at
             WHERE l.expires_at <= clock_timestamp() OR l.owner = excluded.owner
             RETURNING l.fence INTO f;
+            top := GREATEST(top, f);
             IF NOT FOUND THEN
                 blocked := k;
                 RAISE EXCEPTION 'held' USING ERRCODE = 'VR001';
@@ -168,6 +193,8 @@ BEGIN
           INTO retry_ms FROM "verrou".locks AS l WHERE l.key = blocked;
         RETURN NEXT; RETURN;
     END;
-    fence := f; retry_ms := NULL;
+    -- The set's token: the highest of its keys' tokens, so it is above every
+    -- earlier token of each key (the sequence only grows).
+    fence := top; retry_ms := NULL;
     RETURN NEXT;
 END $$;

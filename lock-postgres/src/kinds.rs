@@ -50,7 +50,7 @@ impl KindStatements {
             )
         };
         KindStatements {
-            sem_acquire: format!("SELECT fence, retry_ms, stored_size FROM {s}.sem_acquire($1, $2, $3, $4, $5)"),
+            sem_acquire: format!("SELECT fence, retry_ms, stored_size FROM {s}.sem_acquire($1, $2, $3, $4, $5, $6)"),
             sem_release: format!("SELECT {s}.sem_release($1, $2, $3)"),
             sem_renew: holder_renew("s", "'s'"),
             rw_acquire: format!("SELECT fence, retry_ms FROM {s}.rw_acquire($1, $2, $3, $4, $5)"),
@@ -134,11 +134,13 @@ impl SemaphoreBackend for PostgresBackend {
             i32::try_from(request.size).map_err(|_| Error::invalid("size out of range"))?,
             i32::try_from(request.permits).map_err(|_| Error::invalid("permits out of range"))?,
         );
-        let params: [Param<'_>; 5] = [
+        let waiting = request.waiting;
+        let params: [Param<'_>; 6] = [
             (&name, Type::TEXT),
             (&owner, Type::BYTEA),
             (&size, Type::INT4),
             (&permits, Type::INT4),
+            (&waiting, Type::BOOL),
             (&ms, Type::INT8),
         ];
         let rows = self.query(&self.kinds().sem_acquire, &params, true).await?;
@@ -198,10 +200,10 @@ impl RwLockBackend for PostgresBackend {
             (&ms, Type::INT8),
         ];
         let rows = self.query(&self.kinds().rw_acquire, &params, true).await?;
-        // No fencing tokens for read-write locks (the fence column is 0).
+        // Writers carry a fencing token; readers none (their fence column is 0).
         Ok(match acquire_outcome(&rows)? {
-            AcquireOutcome::Acquired(_) => AcquireOutcome::Acquired(Lease::new()),
-            held => held,
+            AcquireOutcome::Acquired(_) if mode == RwMode::Read => AcquireOutcome::Acquired(Lease::new()),
+            outcome => outcome,
         })
     }
 
@@ -225,11 +227,8 @@ impl MultiLockBackend for PostgresBackend {
         let owner: &[u8] = token.as_bytes();
         let params: [Param<'_>; 3] = [(&keys, Type::TEXT_ARRAY), (&owner, Type::BYTEA), (&ms, Type::INT8)];
         let rows = self.query(&self.kinds().multi_acquire, &params, true).await?;
-        // One token for the set would not order writes per key: none.
-        Ok(match acquire_outcome(&rows)? {
-            AcquireOutcome::Acquired(_) => AcquireOutcome::Acquired(Lease::new()),
-            held => held,
-        })
+        // The set's token is the highest of its keys' (see multi_acquire).
+        acquire_outcome(&rows)
     }
 
     async fn release_all(&self, keys: &[&str], token: &LockToken) -> Result<ReleaseOutcome> {
