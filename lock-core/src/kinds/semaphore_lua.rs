@@ -303,7 +303,7 @@ fn keys_on<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str) -> Result<Semaphore
 /// [`super::semaphore::SemaphoreBackend::acquire_permits`] with
 /// [`ACQUIRE`]. Under replica acknowledgement a grant too few replicas
 /// acknowledged is given back and fails with
-/// [`OnShortfall::ReleaseAndFail`], else counts as unconfirmed.
+/// [`crate::backend::OnShortfall::ReleaseAndFail`], else counts as unconfirmed.
 ///
 /// # Errors
 /// As the trait method.
