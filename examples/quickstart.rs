@@ -1,4 +1,4 @@
-//! The lost-update race from the design notes, on the in-memory backend.
+//! The lost-update race on a shared counter, on the in-memory backend.
 //!
 //! Workers do read-modify-write on one shared counter: first with no lock
 //! (updates get lost), then under a verrou lock (exact), then with the
