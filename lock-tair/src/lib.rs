@@ -10,7 +10,7 @@
 //! | operation | command | replies |
 //! |---|---|---|
 //! | acquire | `SET key token NX PX ttl` | `OK` / nil |
-//! | release | `CAD key token`; on a single server with release notifications (the default), one script: `GET`, one `DEL` of the key and its waiter marker (+ `PUBLISH` when a waiter registered) | 1 released, 0 held by another, -1 missing |
+//! | release | `CAD key token`; on a single server with release notifications (the default), `EXISTS` of the key's waiter marker pipelined behind it in the same round trip, and a wake script only when a waiter registered | 1 released, 0 held by another, -1 missing |
 //! | renew | `CAS key token token PX ttl` | 1 renewed, 0 held by another, -1 missing |
 //! | renew many (the manager's batched renewals) | one script running that `CAS` per key, per ≤ 128 keys (per hash slot in a cluster), sent concurrently | one code per key, as renew |
 //! | get | `EXGET key` | `[value, version]` / nil |
@@ -31,14 +31,18 @@
 //! subscribes on a pub/sub connection of its backend (one channel per
 //! backend, `verrou:wake:<id>`, opened by the first wait), then joins the
 //! key's wake set (`verrou:tair:wake:<key>`: its id and the end of its wait)
-//! and leaves a marker (`verrou:tair:waiting:<key>`). The release script
-//! deletes the key and the marker in one `DEL`; only when the marker was
-//! there does it take the waiter whose wait ends last out of the wake set and
-//! `PUBLISH` its id, so one waiter wakes per release, not the herd. A lost
+//! and leaves a marker (`verrou:tair:waiting:<key>`), both only while the
+//! lock key exists (one script). The release is the native `CAD` with an
+//! `EXISTS` of the marker pipelined behind it (one round trip, no Lua); only
+//! when the marker was there does a second script take the waiter whose wait
+//! ends last out of the wake set and `PUBLISH` its id, so one waiter wakes
+//! per release, not the herd. A waiter that registers after the `CAD` finds
+//! the key gone (or held by a newer holder, whose release sees the marker)
+//! and does not sleep on this release, so no wake-up is lost. A lost
 //! message costs the waiter its timer, never correctness. An ACL user
 //! without channel rights (`NOPERM`) turns the notifications off with one
 //! warning and its pub/sub connection closed; a server that refuses the
-//! scripts turns release back into `CAD`. A multi-key lock's release (one
+//! scripts leaves waiters on their timers. A multi-key lock's release (one
 //! script over its keys) does not wake: mutex waiters of its keys use their
 //! timers.
 //!
@@ -811,34 +815,14 @@ impl LockBackend for TairBackend {
 
     async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
         validate_key(key)?;
-        let args: Vec<Value> = vec![key.into(), token_arg(token)];
         // The clean-up of an acquire that may still be queued goes after it.
         let after_acquire = self.inner.unsettled.take(token);
         let client = after_acquire.as_ref().unwrap_or_else(|| self.inner.commands.next());
-        if let Some(wake) = self.inner.wake.as_ref().filter(|w| w.usable())
-            && let Some(outcome) = self
-                .release_and_wake(wake, client, key, token, after_acquire.is_some())
-                .await?
-        {
-            return Ok(outcome);
+        if let Some(wake) = self.inner.wake.as_ref().filter(|w| w.usable()) {
+            return self.release_and_wake(wake, client, key, token).await;
         }
-        let reply = match send(client, &COMMANDS.cad, args).await {
-            Ok(reply) => reply,
-            Err(e) if conn::is_wrong_type(&e) => {
-                tracing::warn!(
-                    key,
-                    "release: the lock key holds a non-string value (WRONGTYPE); not ours, left untouched"
-                );
-                return Ok(ReleaseOutcome::HeldByOther);
-            }
-            Err(e) => return Err(map_error("CAD", key, Access::Write, e)),
-        };
-        match replies::tri_state(&reply) {
-            Some(TriState::Done) => Ok(ReleaseOutcome::Released),
-            Some(TriState::Mismatch) => Ok(ReleaseOutcome::HeldByOther),
-            Some(TriState::Missing) => Ok(ReleaseOutcome::Missing),
-            None => Err(unexpected_reply("CAD", key, Access::Write, &reply)),
-        }
+        let args: Vec<Value> = vec![key.into(), token_arg(token)];
+        wake::release_outcome(key, Some(send(client, &COMMANDS.cad, args).await))
     }
 
     async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
@@ -946,7 +930,7 @@ impl LockBackend for TairBackend {
         let mut caps = Capabilities::new(NAME);
         caps.fair_queue = self.fair_supported();
         caps.fencing_tokens = self.inner.fence_prefix.is_some();
-        caps.native_compare_and_delete = self.inner.wake.is_none();
+        caps.native_compare_and_delete = true;
         caps.release_notifications = self.inner.wake.is_some();
         caps.replica_ack = self.inner.ack.is_some();
         caps.semaphores = self.inner.ack.is_none();

@@ -11,12 +11,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use const_format::concatcp;
+use fred::interfaces::ClientLike;
 use fred::types::Value;
 use lock_core::options::ttl_millis;
 use lock_core::{LockToken, ReleaseOutcome, Result, wake_lua};
 
-use crate::conn::{Access, NAME, OptionsClient, map_error, unexpected_reply};
+use crate::conn::{self, Access, COMMANDS, NAME, OptionsClient, map_error, unexpected_reply};
 use crate::notify::{Notifier, WaiterId};
+use crate::replies::{self, TriState};
 use crate::script::Script;
 use crate::{TairBackend, token_arg};
 
@@ -29,33 +31,22 @@ const QUEUE_PREFIX: &str = "verrou:tair:queue:";
 /// Prefix of the fair queues' deadlines (waiter → server ms).
 const QUEUED_PREFIX: &str = "verrou:tair:queued:";
 
-/// KEYS[1] lock, KEYS[2] its waiter marker, KEYS[3] its wake set, KEYS[4]
-/// its fair queue, KEYS[5] the queue's deadlines (see `fair`); ARGV[1]
-/// token. `CAD`'s codes: 1 released, 0 held by another, -1 missing, and -2
-/// for a key of another type (`WRONGTYPE`, caught). The key and the marker
-/// go in one `DEL`: 2 deleted means a waiter registered, and only then does
-/// the script touch the wake set: it takes out the live waiter whose wait
-/// ends last (it would sleep longest) and publishes its id on its process's
-/// channel (`verrou:wake:` and the id's first 32 characters; a refused
-/// `PUBLISH`, e.g. an ACL without channel rights, only costs the waiter its
-/// timer, so it is a `pcall`), wakes the head of the fair queue (which stays
-/// in it until granted) the same way, then sets the marker again while
-/// waiters remain. So an uncontended release runs `GET` and one `DEL`.
-const RELEASE_NOTIFY: &str = concatcp!(
-    "\
-local ok, cur = pcall(redis.call, 'GET', KEYS[1])
-if not ok then
-  local msg = type(cur) == 'table' and cur.err or tostring(cur)
-  if string.find(msg, 'WRONGTYPE', 1, true) then return -2 end
-  return redis.error_reply(msg)
-end
-if not cur then return -1 end
-if cur ~= ARGV[1] then return 0 end
-if redis.call('DEL', KEYS[1], KEYS[2]) == 2 then
-",
+/// KEYS[1] a lock's waiter marker, KEYS[2] its wake set, KEYS[3] its fair
+/// queue, KEYS[4] the queue's deadlines (see `fair`). Sent only after a `CAD`
+/// that released the lock and, pipelined behind it, an `EXISTS` that found
+/// the marker: deletes the marker and, when it was still there, takes out
+/// the live waiter whose wait ends last (it would sleep longest) and
+/// publishes its id on its process's channel (`verrou:wake:` and the id's
+/// first 32 characters; a refused `PUBLISH`, e.g. an ACL without channel
+/// rights, only costs the waiter its timer, so it is a `pcall`), wakes the
+/// head of the fair queue (which stays in it until granted) the same way,
+/// then sets the marker again while waiters remain. So an uncontended
+/// release is `CAD` and `EXISTS` in one round trip, and no Lua.
+const WAKE_AFTER_RELEASE: &str = concatcp!(
     wake_lua::FUNCTIONS,
     "
-  wake_after_release(KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+if redis.call('DEL', KEYS[1]) == 1 then
+  wake_after_release(KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 end
 return 1
 "
@@ -65,10 +56,11 @@ return 1
 /// scripts.
 pub(crate) struct Notifications {
     pub(crate) notifier: Arc<Notifier>,
-    release: Script,
+    wake_after_release: Script,
     mark_waiting: Script,
     /// Set when the server refused the scripts (an ACL without `EVALSHA`, a
-    /// renamed command): release is `CAD` again, waiters use their timers.
+    /// renamed command): releases stop reading the marker, waiters use their
+    /// timers.
     refused: AtomicBool,
 }
 
@@ -76,7 +68,7 @@ impl Notifications {
     pub(crate) fn new(notifier: Arc<Notifier>) -> Self {
         Notifications {
             notifier,
-            release: Script::new(RELEASE_NOTIFY),
+            wake_after_release: Script::new(WAKE_AFTER_RELEASE),
             mark_waiting: Script::new(wake_lua::MARK_WAITING),
             refused: AtomicBool::new(false),
         }
@@ -96,8 +88,8 @@ impl Notifications {
             tracing::warn!(
                 backend = NAME,
                 error = %e,
-                "the server refuses the release-notification scripts: release is CAD again and waiters use their \
-                 timers"
+                "the server refuses the release-notification scripts: releases wake nobody and waiters use \
+                 their timers"
             );
         }
         refused
@@ -115,48 +107,56 @@ pub(crate) fn helper_keys(key: &str) -> [String; 4] {
 }
 
 impl TairBackend {
-    /// Release `key` with [`RELEASE_NOTIFY`] on `client`: as `CAD`, and
-    /// wakes a registered waiter. `None` when the server refuses the script
-    /// (nothing ran): the caller sends `CAD`. `clean_up`: the release of an
-    /// acquire whose reply never came, queued behind it: sent as `EVAL`, so
-    /// it runs even if this call times out (an `EVALSHA` answered `NOSCRIPT`
-    /// after a local timeout would never be re-sent, leaving the key held).
+    /// Release `key` with `CAD` on `client` and, pipelined behind it in the
+    /// same round trip, `EXISTS` of its waiter marker; when the release
+    /// found a marker, [`WAKE_AFTER_RELEASE`] wakes a waiter (one more round
+    /// trip, only under contention).
+    ///
+    /// No wake-up is lost: a waiter registers with `MARK_WAITING`, which
+    /// leaves the marker only while the lock key exists, atomically. If it
+    /// runs before the `CAD`, the `EXISTS` behind the `CAD` sees the marker;
+    /// if after, the key is gone (or has a new holder, whose own release will
+    /// see the marker), so the waiter does not sleep on this release. A
+    /// failed wake only costs the waiter its timer.
     pub(crate) async fn release_and_wake(
         &self,
         wake: &Notifications,
         client: &OptionsClient,
         key: &str,
         token: &LockToken,
-        clean_up: bool,
-    ) -> Result<Option<ReleaseOutcome>> {
+    ) -> Result<ReleaseOutcome> {
         let [marker, set, queue, deadlines] = helper_keys(key);
-        let reply = match self
-            .run_script_on(
-                client,
-                &wake.release,
-                &[key, &marker, &set, &queue, &deadlines],
-                vec![token_arg(token)],
-                clean_up,
-            )
-            .await
-        {
-            Ok(reply) => reply,
-            Err(e) if wake.refuses_scripts(&e) => return Ok(None),
-            Err(e) => return Err(map_error("release script", key, Access::Script, e)),
-        };
-        match reply.as_i64() {
-            Some(1) => Ok(Some(ReleaseOutcome::Released)),
-            Some(0) => Ok(Some(ReleaseOutcome::HeldByOther)),
-            Some(-1) => Ok(Some(ReleaseOutcome::Missing)),
-            Some(-2) => {
-                tracing::warn!(
-                    key,
-                    "release: the lock key holds a non-string value (WRONGTYPE); not ours, left untouched"
-                );
-                Ok(Some(ReleaseOutcome::HeldByOther))
-            }
-            _ => Err(unexpected_reply("release script", key, Access::Script, &reply)),
+        let pipeline = client.pipeline().with_options(client.options());
+        let queued: std::result::Result<(), fred::error::Error> = async {
+            let () = pipeline
+                .custom(COMMANDS.cad.clone(), vec![key.into(), token_arg(token)])
+                .await?;
+            pipeline
+                .custom(COMMANDS.exists.clone(), vec![Value::from(&marker[..])])
+                .await
         }
+        .await;
+        queued.map_err(|e| map_error("CAD", key, Access::Write, e))?;
+        let mut replies = pipeline.try_all::<Value>().await.into_iter();
+        let outcome = release_outcome(key, replies.next())?;
+        let marked = matches!(replies.next(), Some(Ok(ref v)) if v.as_i64() == Some(1));
+        if outcome == ReleaseOutcome::Released && marked {
+            let keys = [&marker[..], &set, &queue, &deadlines];
+            let woke = self
+                .run_script_on(
+                    self.inner.commands.next(),
+                    &wake.wake_after_release,
+                    &keys,
+                    Vec::new(),
+                    false,
+                )
+                .await;
+            if let Err(e) = woke {
+                wake.refuses_scripts(&e);
+                tracing::debug!(backend = NAME, key, error = %e, "no wake-up sent; the waiter uses its timer");
+            }
+        }
+        Ok(outcome)
     }
 
     /// Waits until `key` may be free, or `max_wait` passes: subscribed, the
@@ -195,5 +195,31 @@ impl TairBackend {
                 true
             }
         }
+    }
+}
+
+/// `CAD`'s reply as a release outcome (`None`: the pipeline answered
+/// nothing for it).
+pub(crate) fn release_outcome(
+    key: &str,
+    reply: Option<std::result::Result<Value, fred::error::Error>>,
+) -> Result<ReleaseOutcome> {
+    let reply = match reply {
+        Some(Ok(reply)) => reply,
+        Some(Err(e)) if conn::is_wrong_type(&e) => {
+            tracing::warn!(
+                key,
+                "release: the lock key holds a non-string value (WRONGTYPE); not ours, left untouched"
+            );
+            return Ok(ReleaseOutcome::HeldByOther);
+        }
+        Some(Err(e)) => return Err(map_error("CAD", key, Access::Write, e)),
+        None => return Err(unexpected_reply("CAD", key, Access::Write, &Value::Null)),
+    };
+    match replies::tri_state(&reply) {
+        Some(TriState::Done) => Ok(ReleaseOutcome::Released),
+        Some(TriState::Mismatch) => Ok(ReleaseOutcome::HeldByOther),
+        Some(TriState::Missing) => Ok(ReleaseOutcome::Missing),
+        None => Err(unexpected_reply("CAD", key, Access::Write, &reply)),
     }
 }

@@ -725,8 +725,90 @@ async fn each_lock_operation_is_one_command() {
         assert_eq!(b.renew("k", &mine, ttl).await.unwrap(), RenewOutcome::Renewed);
         assert_eq!(sent(&mut monitor, &server).await, ["cas"], "renew");
         assert_eq!(b.release("k", &mine).await.unwrap(), ReleaseOutcome::Released);
-        let release = if notify { "evalsha" } else { "cad" };
-        assert_eq!(sent(&mut monitor, &server).await, [release], "release");
+        // The native compare-and-delete; with release notifications the
+        // waiter marker's EXISTS rides in the same round trip.
+        let release: &[&str] = if notify { &["cad", "exists"] } else { &["cad"] };
+        assert_eq!(sent(&mut monitor, &server).await, release, "release");
         alive.push(b);
+    }
+}
+
+/// A contended release on Tair is still the native `CAD` (+ the marker's
+/// `EXISTS`), and only then, because a waiter registered, one wake script
+/// that publishes the waiter's id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contended_release_is_cad_then_one_wake_script() {
+    use lock_testkit::server::Monitor;
+    let server = common::tair_server().await;
+    let holder = common::connect(common::builder(&server.url())).await;
+    let waiter = Arc::new(common::connect(common::builder(&server.url())).await);
+    let ttl = Duration::from_secs(30);
+    let mine = token();
+    let AcquireOutcome::Acquired(_) = holder.try_acquire("k", &mine, ttl).await.unwrap() else {
+        panic!("acquire")
+    };
+    let w = waiter.clone();
+    let woken = tokio::spawn(async move { w.wait_for_release("k", Duration::from_secs(60)).await });
+    // The waiter is registered once its marker exists.
+    let mut raw = server.client().await.unwrap();
+    for _ in 0..500 {
+        if raw.cmd(&["EXISTS", "verrou:tair:waiting:k"]).await.unwrap().as_int() == Some(1) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let mut monitor = Monitor::start(&server).await.unwrap();
+    assert_eq!(holder.release("k", &mine).await.unwrap(), ReleaseOutcome::Released);
+    tokio::time::timeout(Duration::from_secs(20), woken)
+        .await
+        .expect("the release woke the waiter (its own timer is 60 s)")
+        .unwrap();
+    let commands: Vec<String> = monitor
+        .client_commands(&server)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|args| args[0].clone())
+        .collect();
+    assert_eq!(commands[..3], ["cad", "exists", "evalsha"], "{commands:?}");
+}
+
+/// A waiter that registers while the key is being released is never left
+/// asleep: its registration (`MARK_WAITING`) either runs before the `CAD`,
+/// and the `EXISTS` pipelined behind the `CAD` sees its marker, or after it,
+/// and finds the key gone. (Reading the marker *before* the `CAD` fails
+/// this within a few dozen rounds: the waiter sleeps through the release.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_registering_during_a_release_is_never_left_asleep() {
+    let server = common::tair_server().await;
+    let holder = Arc::new(common::connect(common::builder(&server.url())).await);
+    let waiter = Arc::new(common::connect(common::builder(&server.url())).await);
+    let ttl = Duration::from_secs(30);
+    // Warm-up: the waiter's subscription is open, the scripts are cached.
+    let t = token();
+    holder.try_acquire("warm", &t, ttl).await.unwrap();
+    let w = waiter.clone();
+    let warm = tokio::spawn(async move { w.wait_for_release("warm", Duration::from_millis(50)).await });
+    warm.await.unwrap();
+    holder.release("warm", &t).await.unwrap();
+    for round in 0..300u32 {
+        let key = format!("race:{round}");
+        let mine = token();
+        let AcquireOutcome::Acquired(_) = holder.try_acquire(&key, &mine, ttl).await.unwrap() else {
+            panic!("acquire")
+        };
+        let (w, k) = (waiter.clone(), key.clone());
+        let wait = tokio::spawn(async move { w.wait_for_release(&k, Duration::from_secs(60)).await });
+        // Vary which reaches the server first.
+        for _ in 0..round % 5 {
+            tokio::task::yield_now().await;
+        }
+        let (h, k) = (holder.clone(), key.clone());
+        let release = tokio::spawn(async move { h.release(&k, &mine).await });
+        assert_eq!(release.await.unwrap().unwrap(), ReleaseOutcome::Released);
+        tokio::time::timeout(Duration::from_secs(20), wait)
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: the waiter slept through the release (its timer is 60 s)"))
+            .unwrap();
     }
 }

@@ -43,15 +43,15 @@ async fn wake_channels(server: &RedisServer) -> usize {
     channels.as_array().map_or(0, <[_]>::len)
 }
 
-/// The uncontended pair costs `SET NX` and one release script (`GET`, one
-/// `DEL` of the key and its waiter marker, no `PUBLISH`); a waiter in
+/// The uncontended pair costs `SET NX` and the native `CAD` with the
+/// waiter marker's `EXISTS` beside it (no script, no `PUBLISH`); a waiter in
 /// another backend (another process) is woken by the release, its 20 s
 /// timer notwithstanding.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_is_woken_by_the_release_not_its_timer() {
     let server = tair_server().await;
     let backend = connect(builder(&server.url())).await;
-    // Warm-up: the release script cached.
+    // Warm-up: connections open.
     let first = token();
     backend.try_acquire("hot", &first, TTL).await.unwrap();
     backend.release("hot", &first).await.unwrap();
@@ -68,8 +68,9 @@ async fn a_waiter_is_woken_by_the_release_not_its_timer() {
     assert_eq!(backend.release("hot", &mine).await.unwrap(), ReleaseOutcome::Released);
     assert_eq!(calls(&server, "set").await, 2, "acquires are plain SETs");
     assert_eq!(calls(&server, "publish").await, 0, "nobody waited: no PUBLISH");
-    assert_eq!(calls(&server, "get").await, 1, "the release's owner check");
-    assert_eq!(calls(&server, "del").await, 1, "key and marker in one DEL");
+    assert_eq!(calls(&server, "cad").await, 1, "the release is the native CAD");
+    assert_eq!(calls(&server, "exists").await, 1, "and reads the waiter marker");
+    assert_eq!(calls(&server, "evalsha").await, 0, "no script when nobody waits");
     assert_eq!(
         calls(&server, "zrangebyscore").await,
         0,
