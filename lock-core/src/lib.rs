@@ -21,7 +21,6 @@ pub mod options;
 mod renewer;
 pub mod token;
 pub mod versioned;
-pub mod wake_lua;
 
 pub use backend::{
     AcquireOutcome, Capabilities, FairWaiter, InstantLockBackend, Lease, LockBackend, OnShortfall, ReleaseOutcome,

@@ -41,7 +41,7 @@ struct Reservation {
 }
 
 /// How long a holder released while missing stays refused.
-const GONE_WINDOW: Duration = Duration::from_millis(lock_core::kinds::semaphore_lua::GONE_WINDOW_MS);
+const GONE_WINDOW: Duration = Duration::from_millis(lock_core::kinds::semaphore::GONE_WINDOW_MS);
 
 /// The live holders of one semaphore.
 struct Held {

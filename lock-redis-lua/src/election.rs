@@ -1,5 +1,5 @@
 //! [`ElectionBackend`] on Redis/Valkey: the shared scripts of
-//! `lock_core::kinds::election_lua` (the leader's hash with its TTL, a term
+//! `lock_redis_family::kinds::election` (the leader's hash with its TTL, a term
 //! counter without one; both in the name's slot), run by [`crate::kinds`].
 //! `leader` is one `HMGET`.
 //! Refused under [`crate::ReplicaAck`] (grants are not followed by `WAIT`).
@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_redis::redis::{self, Value};
-use lock_core::kinds::election_lua;
 use lock_core::{AcquireOutcome, ElectionBackend, LeaderInfo, LockToken, ReleaseOutcome, RenewOutcome, Result};
+use lock_redis_family::kinds::election as election_lua;
 
 use crate::error::{Access, unexpected_reply};
 use crate::replies::bytes_of;

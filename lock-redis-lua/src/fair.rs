@@ -1,5 +1,5 @@
 //! The fair (FIFO) queue: acquire as the queue's head, leave the queue.
-//! The scripts (`lock_core::wake_lua::ACQUIRE_FAIR`, `LEAVE_QUEUE`) keep a
+//! The scripts (`lock_redis_family::wake::ACQUIRE_FAIR`, `LEAVE_QUEUE`) keep a
 //! ticket and a deadline per waiter beside the lock key; the release script
 //! wakes the queue's head.
 

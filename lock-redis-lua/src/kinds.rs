@@ -1,4 +1,4 @@
-//! The lock kinds' scripts (`lock_core::kinds::scripted`) on Redis/Valkey:
+//! The lock kinds' scripts (`lock_redis_family::kinds::scripted`) on Redis/Valkey:
 //! one script call per operation, with `WAIT` after a semaphore,
 //! read-write or election grant or renewal under [`crate::ReplicaAck`]
 //! (multi-key locks are refused under it).
@@ -7,8 +7,8 @@ use std::sync::OnceLock;
 
 use async_trait::async_trait;
 use deadpool_redis::redis::Value;
-use lock_core::kinds::scripted::{KindCall, KindScript, ScriptedKinds};
 use lock_core::{Error, RenewOutcome, ReplicaAck, Replication, Result};
+use lock_redis_family::kinds::scripted::{KindCall, KindScript, ScriptedKinds};
 
 use crate::error::{Access, BACKEND, unexpected_reply};
 use crate::scripts::LuaScript;

@@ -1,5 +1,5 @@
 //! [`MultiLockBackend`] on Redis/Valkey: the shared scripts of
-//! `lock_core::kinds::multi_lua`, one per operation, over the mutex's own
+//! `lock_redis_family::kinds::multi`, one per operation, over the mutex's own
 //! keys. On a cluster all keys must share one slot (one script touches them
 //! all); otherwise the call fails with `InvalidArgument` before anything is
 //! sent. Grants are not followed by `WAIT`: with [`crate::ReplicaAck`] the
@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_redis::redis::Value;
-use lock_core::kinds::multi_lua;
 use lock_core::options::{ttl_millis, validate_key, validate_ttl};
 use lock_core::{
     AcquireOutcome, Error, FencingToken, Lease, LockToken, MultiLockBackend, ReleaseOutcome, RenewOutcome, Result,
 };
+use lock_redis_family::kinds::multi as multi_lua;
 
 use crate::error::{Access, BACKEND, unexpected_reply};
 use crate::keys::WakeKeys;

@@ -99,7 +99,7 @@ impl Inner {
         let (mut ms, mut wait_ms) = (itoa::Buffer::new(), itoa::Buffer::new());
         // The margin covers the round trips between the waiter and the server.
         let ms = ms
-            .format(ttl_millis(max_wait).saturating_add(lock_core::wake_lua::WAITING_MARGIN_MS))
+            .format(ttl_millis(max_wait).saturating_add(lock_redis_family::wake::WAITING_MARGIN_MS))
             .as_bytes();
         let wait_ms = wait_ms.format(ttl_millis(max_wait)).as_bytes();
         let call = Call::Script {

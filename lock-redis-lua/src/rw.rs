@@ -1,5 +1,5 @@
 //! [`RwLockBackend`] on Redis/Valkey: the shared scripts of
-//! `lock_core::kinds::rw_lua` (readers' server-time deadlines in a sorted
+//! `lock_redis_family::kinds::rw` (readers' server-time deadlines in a sorted
 //! set, the writer and a waiting writer's intent as strings with TTLs; all
 //! keys in the name's slot), one per operation, run by [`crate::kinds`].
 //! Refused under [`crate::ReplicaAck`] (grants are not followed by `WAIT`
@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::kinds::rw_lua;
 use lock_core::{AcquireOutcome, LockToken, ReleaseOutcome, RenewOutcome, Result, RwLockBackend, RwMode};
+use lock_redis_family::kinds::rw as rw_lua;
 
 use crate::RedisLuaBackend;
 

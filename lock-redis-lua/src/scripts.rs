@@ -20,7 +20,7 @@
 
 use const_format::concatcp;
 use deadpool_redis::redis::{self, Cmd};
-use lock_core::wake_lua;
+use lock_redis_family::wake as wake_lua;
 
 /// A script and its SHA1, computed once.
 pub(crate) struct LuaScript {

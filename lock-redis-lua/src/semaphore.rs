@@ -1,5 +1,5 @@
 //! [`SemaphoreBackend`] on Redis/Valkey: the shared scripts of
-//! `lock_core::kinds::semaphore_lua` (a sorted set of holder → server-time
+//! `lock_redis_family::kinds::semaphore` (a sorted set of holder → server-time
 //! deadline, a hash of permits and size, a fence counter; all in the name's
 //! slot), one script per operation, run by [`crate::kinds`]. With
 //! [`crate::ReplicaAck`], a grant WAITs like a mutex acquire and a shortfall
@@ -9,8 +9,8 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::kinds::semaphore_lua;
 use lock_core::{AcquireOutcome, LockToken, PermitRequest, ReleaseOutcome, RenewOutcome, Result, SemaphoreBackend};
+use lock_redis_family::kinds::semaphore as semaphore_lua;
 
 use crate::RedisLuaBackend;
 

@@ -7,12 +7,12 @@
 
 use std::time::Duration;
 
-use lock_core::kinds::rw_lua::RwKeys;
-use lock_core::kinds::semaphore_lua::SemaphoreKeys;
 use lock_core::{
     AcquireOutcome, ElectionBackend, ElectionManager, Error, LockBackend, LockToken, MultiLockManager, PermitRequest,
     RenewOutcome, Replication, RwLockBackend, RwLockManager, RwMode, SemaphoreBackend, SemaphoreManager,
 };
+use lock_redis_family::kinds::rw::RwKeys;
+use lock_redis_family::kinds::semaphore::SemaphoreKeys;
 use lock_redis_lua::{RedisLuaBackend, ReplicaAck};
 use lock_testkit::server::{RedisServer, ReplicatedPair};
 

@@ -1,5 +1,5 @@
 //! [`ElectionBackend`] on Tair: the shared scripts of
-//! `lock_core::kinds::election_lua`, run by [`crate::kinds`]; `leader` is
+//! `lock_redis_family::kinds::election`, run by [`crate::kinds`]; `leader` is
 //! one `HMGET`. Refused under
 //! [`crate::ReplicaAck`] (grants are not followed by `WAIT` here).
 
@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fred::types::{ClusterHash, CustomCommand, Value};
-use lock_core::kinds::election_lua;
 use lock_core::{AcquireOutcome, ElectionBackend, LeaderInfo, LockToken, ReleaseOutcome, RenewOutcome, Result};
+use lock_redis_family::kinds::election as election_lua;
 
 use crate::TairBackend;
 use crate::conn::{Access, map_error, send, unexpected_reply};

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use fred::types::Value;
 use lock_core::options::ttl_millis;
-use lock_core::{AcquireOutcome, Error, FairWaiter, FencingToken, Lease, LockToken, Result, wake_lua};
+use lock_core::{AcquireOutcome, Error, FairWaiter, FencingToken, Lease, LockToken, Result};
+use lock_redis_family::wake as wake_lua;
 
 use crate::conn::{Access, NAME, map_error, unexpected_reply};
 use crate::keys::fence_key;

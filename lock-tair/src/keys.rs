@@ -5,7 +5,7 @@ use lock_core::{Error, Result};
 
 /// Prefix of the semaphore's, read-write lock's and election's keys
 /// (`verrou:tair:sem:{name}`, `verrou:tair:leader:t:{a}x`; see
-/// `lock_core::kinds::semaphore_lua::SemaphoreKeys::prefixed`).
+/// `lock_redis_family::kinds::semaphore::SemaphoreKeys::prefixed`).
 pub(crate) const KIND_PREFIX: &str = "verrou:tair:";
 
 /// Lowest initial version handed to `EXSET … ABS`. Far above the small

@@ -1,4 +1,4 @@
-//! The lock kinds' scripts (`lock_core::kinds::scripted`) on Tair:
+//! The lock kinds' scripts (`lock_redis_family::kinds::scripted`) on Tair:
 //! TairString has no per-member expiry, so the kinds run the same Lua
 //! scripts as the redis-lua backend, one `EVALSHA` per operation (`EVAL`
 //! after `NOSCRIPT`). Grants are not followed by `WAIT` here: under
@@ -8,8 +8,8 @@ use std::sync::OnceLock;
 
 use async_trait::async_trait;
 use fred::types::Value;
-use lock_core::kinds::scripted::{KindCall, KindScript, ScriptedKinds};
 use lock_core::{Error, ReplicaAck, Replication, Result};
+use lock_redis_family::kinds::scripted::{KindCall, KindScript, ScriptedKinds};
 
 use crate::TairBackend;
 use crate::conn::{Access, NAME, unexpected_reply};

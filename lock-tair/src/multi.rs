@@ -1,5 +1,5 @@
 //! [`MultiLockBackend`] on Tair: the shared scripts of
-//! `lock_core::kinds::multi_lua` over the mutex's own keys (plain strings,
+//! `lock_redis_family::kinds::multi` over the mutex's own keys (plain strings,
 //! which `CAD`/`CAS` also accept). On a cluster all keys must share one slot
 //! (else `InvalidArgument` before anything is sent). Refused under
 //! [`crate::ReplicaAck`] (grants are not followed by `WAIT` here).
@@ -10,11 +10,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fred::types::Value;
 use fred::util::redis_keyslot;
-use lock_core::kinds::multi_lua;
 use lock_core::options::{validate_key, validate_ttl};
 use lock_core::{
     AcquireOutcome, Error, FencingToken, Lease, LockToken, MultiLockBackend, ReleaseOutcome, RenewOutcome, Result,
 };
+use lock_redis_family::kinds::multi as multi_lua;
 
 use crate::DEFAULT_FENCE_PREFIX;
 use crate::conn::{Access, NAME, unexpected_reply};

@@ -1,13 +1,13 @@
 //! [`RwLockBackend`] on Tair: the shared scripts of
-//! `lock_core::kinds::rw_lua`, one per operation, run by [`crate::kinds`].
+//! `lock_redis_family::kinds::rw`, one per operation, run by [`crate::kinds`].
 //! Refused under [`crate::ReplicaAck`] (grants are not followed by `WAIT`
 //! here).
 
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::kinds::rw_lua;
 use lock_core::{AcquireOutcome, LockToken, ReleaseOutcome, RenewOutcome, Result, RwLockBackend, RwMode};
+use lock_redis_family::kinds::rw as rw_lua;
 
 use crate::TairBackend;
 

@@ -1,6 +1,6 @@
 //! [`SemaphoreBackend`] on Tair: TairString has no per-member expiry, so the
 //! semaphore runs the same Lua scripts as the redis-lua backend
-//! (`lock_core::kinds::semaphore_lua`: holders' server-time deadlines in a
+//! (`lock_redis_family::kinds::semaphore`: holders' server-time deadlines in a
 //! sorted set, permits and size in a hash, a fence counter; all keys in the
 //! name's slot), one `EVALSHA` per operation (`EVAL` after `NOSCRIPT`), run
 //! by [`crate::kinds`].
@@ -13,8 +13,8 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::kinds::semaphore_lua;
 use lock_core::{AcquireOutcome, LockToken, PermitRequest, ReleaseOutcome, RenewOutcome, Result, SemaphoreBackend};
+use lock_redis_family::kinds::semaphore as semaphore_lua;
 
 use crate::TairBackend;
 

@@ -4,12 +4,7 @@
 //! safety, fencing tokens).
 
 pub mod election;
-pub mod election_lua;
 pub mod guard;
 pub mod multi;
-pub mod multi_lua;
 pub mod rw;
-pub mod rw_lua;
-pub mod scripted;
 pub mod semaphore;
-pub mod semaphore_lua;

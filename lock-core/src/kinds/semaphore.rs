@@ -91,6 +91,12 @@ impl PermitRequest {
     }
 }
 
+/// How long a holder token released before its acquire arrived (a cancelled
+/// or timed-out acquire's clean-up) is refused by later acquires, ms: a
+/// backend remembers it that long so that the late acquire cannot take
+/// permits nobody will release.
+pub const GONE_WINDOW_MS: u64 = 60_000;
+
 /// The error for a request whose size differs from the stored one.
 pub fn size_mismatch(name: &str, requested: u32, stored: u64) -> Error {
     Error::invalid(format!(

@@ -27,11 +27,11 @@
 use std::time::Duration;
 
 use super::scripted::{KindCall, KindScript, ScriptedKinds, acked_grant};
-use super::semaphore::PermitRequest;
-use crate::backend::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
-use crate::error::{Error, Result};
-use crate::options::{ttl_millis, validate_key, validate_ttl};
-use crate::token::{FencingToken, LockToken};
+use lock_core::backend::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
+use lock_core::error::{Error, Result};
+use lock_core::kinds::semaphore::PermitRequest;
+use lock_core::options::{ttl_millis, validate_key, validate_ttl};
+use lock_core::token::{FencingToken, LockToken};
 
 /// The three keys of one semaphore.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,7 +47,7 @@ pub struct SemaphoreKeys {
 }
 
 /// How long a token released while missing is refused by later acquires.
-pub const GONE_WINDOW_MS: u64 = 60_000;
+pub use lock_core::kinds::semaphore::GONE_WINDOW_MS;
 
 /// The hash tag of `key` as Redis Cluster computes it, if non-empty.
 fn hash_tag(key: &str) -> Option<&str> {
@@ -243,7 +243,7 @@ pub fn acquire_outcome(backend: &str, name: &str, requested_size: u32, reply: &[
         [0, wait] => Ok(AcquireOutcome::Held {
             retry_after: Some(std::time::Duration::from_millis(wait.unsigned_abs())),
         }),
-        [-1, stored] => Err(super::semaphore::size_mismatch(
+        [-1, stored] => Err(lock_core::kinds::semaphore::size_mismatch(
             name,
             requested_size,
             stored.unsigned_abs(),
@@ -300,10 +300,10 @@ fn keys_on<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str) -> Result<Semaphore
     Ok(keys)
 }
 
-/// [`super::semaphore::SemaphoreBackend::acquire_permits`] with
+/// [`lock_core::kinds::semaphore::SemaphoreBackend::acquire_permits`] with
 /// [`ACQUIRE`]. Under replica acknowledgement a grant too few replicas
 /// acknowledged is given back and fails with
-/// [`crate::backend::OnShortfall::ReleaseAndFail`], else counts as unconfirmed.
+/// [`lock_core::backend::OnShortfall::ReleaseAndFail`], else counts as unconfirmed.
 ///
 /// # Errors
 /// As the trait method.
@@ -346,7 +346,7 @@ pub async fn acquire<K: ScriptedKinds + ?Sized>(
     .await
 }
 
-/// [`super::semaphore::SemaphoreBackend::release_permits`] with
+/// [`lock_core::kinds::semaphore::SemaphoreBackend::release_permits`] with
 /// [`RELEASE`].
 ///
 /// # Errors
@@ -373,7 +373,7 @@ pub async fn release<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str, holder: &
     }
 }
 
-/// [`super::semaphore::SemaphoreBackend::renew_permits`] with [`RENEW`];
+/// [`lock_core::kinds::semaphore::SemaphoreBackend::renew_permits`] with [`RENEW`];
 /// under replica acknowledgement it counts once confirmed
 /// ([`ScriptedKinds::counted_renewal`]).
 ///

@@ -5,16 +5,16 @@
 //! [`super::rw`]).
 
 #[cfg(doc)]
-use super::semaphore_lua::SemaphoreKeys;
+use super::semaphore::SemaphoreKeys;
 use std::time::Duration;
 
-use super::rw::RwMode;
 use super::scripted::{KindCall, KindScript, ScriptedKinds, acked_grant, refuse_under_ack, released, renewed, run};
-use super::semaphore_lua::kind_key;
-use crate::backend::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
-use crate::error::Result;
-use crate::options::{ttl_millis, validate_key, validate_ttl};
-use crate::token::{FencingToken, LockToken};
+use super::semaphore::kind_key;
+use lock_core::backend::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
+use lock_core::error::Result;
+use lock_core::kinds::rw::RwMode;
+use lock_core::options::{ttl_millis, validate_key, validate_ttl};
+use lock_core::token::{FencingToken, LockToken};
 
 /// The three keys of one read-write lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -163,7 +163,7 @@ fn keys_on<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str) -> Result<RwKeys> {
     RwKeys::prefixed(kinds.kinds_key_prefix(), name)
 }
 
-/// [`super::rw::RwLockBackend::try_acquire_rw`] with [`ACQUIRE`].
+/// [`lock_core::kinds::rw::RwLockBackend::try_acquire_rw`] with [`ACQUIRE`].
 ///
 /// # Errors
 /// As the trait method.
@@ -211,7 +211,7 @@ pub async fn try_acquire<K: ScriptedKinds + ?Sized>(
     .await
 }
 
-/// [`super::rw::RwLockBackend::release_rw`] with [`RELEASE`].
+/// [`lock_core::kinds::rw::RwLockBackend::release_rw`] with [`RELEASE`].
 ///
 /// # Errors
 /// As the trait method.
@@ -235,7 +235,7 @@ pub async fn release<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str, token: &L
     released(kinds, op, name, &reply, 1)
 }
 
-/// [`super::rw::RwLockBackend::renew_rw`] with [`RENEW`].
+/// [`lock_core::kinds::rw::RwLockBackend::renew_rw`] with [`RENEW`].
 ///
 /// # Errors
 /// As the trait method.

@@ -9,30 +9,30 @@ use std::fmt::Debug;
 
 use async_trait::async_trait;
 
-use super::{election_lua, rw_lua, semaphore_lua};
-use crate::backend::{ReleaseOutcome, RenewOutcome, ReplicaAck, Replication};
-use crate::error::{Error, Result};
+use super::{election, rw, semaphore};
+use lock_core::backend::{ReleaseOutcome, RenewOutcome, ReplicaAck, Replication};
+use lock_core::error::{Error, Result};
 
 /// One of the kinds' shared scripts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum KindScript {
-    /// [`rw_lua::ACQUIRE`].
+    /// [`rw::ACQUIRE`].
     RwAcquire,
-    /// [`rw_lua::RELEASE`].
+    /// [`rw::RELEASE`].
     RwRelease,
-    /// [`rw_lua::RENEW`].
+    /// [`rw::RENEW`].
     RwRenew,
-    /// [`election_lua::LEAD`].
+    /// [`election::LEAD`].
     Lead,
-    /// [`election_lua::RESIGN`].
+    /// [`election::RESIGN`].
     Resign,
-    /// [`election_lua::RENEW`].
+    /// [`election::RENEW`].
     RenewLead,
-    /// [`semaphore_lua::ACQUIRE`].
+    /// [`semaphore::ACQUIRE`].
     SemaphoreAcquire,
-    /// [`semaphore_lua::RELEASE`].
+    /// [`semaphore::RELEASE`].
     SemaphoreRelease,
-    /// [`semaphore_lua::RENEW`].
+    /// [`semaphore::RENEW`].
     SemaphoreRenew,
 }
 
@@ -59,15 +59,15 @@ impl KindScript {
     /// The Lua source.
     pub fn source(self) -> &'static str {
         match self {
-            KindScript::RwAcquire => rw_lua::ACQUIRE,
-            KindScript::RwRelease => rw_lua::RELEASE,
-            KindScript::RwRenew => rw_lua::RENEW,
-            KindScript::Lead => election_lua::LEAD,
-            KindScript::Resign => election_lua::RESIGN,
-            KindScript::RenewLead => election_lua::RENEW,
-            KindScript::SemaphoreAcquire => semaphore_lua::ACQUIRE,
-            KindScript::SemaphoreRelease => semaphore_lua::RELEASE,
-            KindScript::SemaphoreRenew => semaphore_lua::RENEW,
+            KindScript::RwAcquire => rw::ACQUIRE,
+            KindScript::RwRelease => rw::RELEASE,
+            KindScript::RwRenew => rw::RENEW,
+            KindScript::Lead => election::LEAD,
+            KindScript::Resign => election::RESIGN,
+            KindScript::RenewLead => election::RENEW,
+            KindScript::SemaphoreAcquire => semaphore::ACQUIRE,
+            KindScript::SemaphoreRelease => semaphore::RELEASE,
+            KindScript::SemaphoreRenew => semaphore::RENEW,
         }
     }
 }
@@ -92,7 +92,7 @@ pub struct KindCall<'a> {
 ///
 /// # Cancel safety
 ///
-/// As [`crate::LockBackend`]: dropping [`ScriptedKinds::run_kind_script`]'s
+/// As [`lock_core::LockBackend`]: dropping [`ScriptedKinds::run_kind_script`]'s
 /// future leaves the script's outcome unknown.
 #[async_trait]
 pub trait ScriptedKinds: Send + Sync {
@@ -166,23 +166,23 @@ pub(crate) fn refuse_under_ack<K: ScriptedKinds + ?Sized>(kinds: &K, what: &str)
 
 /// A grant under replica acknowledgement, as for the mutex: a grant too few
 /// replicas acknowledged is given back (`give_back`) and fails under
-/// [`crate::OnShortfall::ReleaseAndFail`]; otherwise the lease records its
+/// [`lock_core::OnShortfall::ReleaseAndFail`]; otherwise the lease records its
 /// replication (`Unconfirmed` counts as such). `what` names the grant in
 /// the error ("took permits of", "took the read-write lock").
 pub(crate) async fn acked_grant<K, F, Fut>(
     kinds: &K,
     name: &str,
     what: &str,
-    outcome: crate::backend::AcquireOutcome,
+    outcome: lock_core::backend::AcquireOutcome,
     replication: Option<Replication>,
     give_back: F,
-) -> Result<crate::backend::AcquireOutcome>
+) -> Result<lock_core::backend::AcquireOutcome>
 where
     K: ScriptedKinds + ?Sized,
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = Result<ReleaseOutcome>>,
 {
-    use crate::backend::{AcquireOutcome, OnShortfall};
+    use lock_core::backend::{AcquireOutcome, OnShortfall};
     let backend = kinds.kinds_backend();
     match (outcome, replication, kinds.kinds_replica_ack()) {
         (

@@ -4,16 +4,16 @@
 //! repeat).
 
 #[cfg(doc)]
-use super::semaphore_lua::SemaphoreKeys;
+use super::semaphore::SemaphoreKeys;
 use std::time::Duration;
 
-use super::election::validate_identity;
 use super::scripted::{KindCall, KindScript, ScriptedKinds, acked_grant, refuse_under_ack, released, renewed, run};
-use super::semaphore_lua::kind_key;
-use crate::backend::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
-use crate::error::Result;
-use crate::options::{ttl_millis, validate_key, validate_ttl};
-use crate::token::{FencingToken, LockToken};
+use super::semaphore::kind_key;
+use lock_core::backend::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
+use lock_core::error::Result;
+use lock_core::kinds::election::validate_identity;
+use lock_core::options::{ttl_millis, validate_key, validate_ttl};
+use lock_core::token::{FencingToken, LockToken};
 
 /// The two keys of one election.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,8 +90,8 @@ return 1
 /// replica acknowledgement (grants are not followed by `WAIT`).
 ///
 /// # Errors
-/// [`crate::Error::Unsupported`] under replica acknowledgement;
-/// [`crate::Error::InvalidArgument`] for a bad name.
+/// [`lock_core::Error::Unsupported`] under replica acknowledgement;
+/// [`lock_core::Error::InvalidArgument`] for a bad name.
 pub fn keys_on<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str) -> Result<ElectionKeys> {
     // Under replica acknowledgement, wins and renewals `WAIT` where the
     // backend follows kind scripts with it; refused elsewhere.
@@ -102,7 +102,7 @@ pub fn keys_on<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str) -> Result<Elect
     ElectionKeys::prefixed(kinds.kinds_key_prefix(), name)
 }
 
-/// [`super::election::ElectionBackend::try_lead`] with [`LEAD`], announced
+/// [`lock_core::kinds::election::ElectionBackend::try_lead`] with [`LEAD`], announced
 /// on [`ScriptedKinds::leader_channel`].
 ///
 /// # Errors
@@ -149,7 +149,7 @@ pub async fn try_lead<K: ScriptedKinds + ?Sized>(
     .await
 }
 
-/// [`super::election::ElectionBackend::resign`] with [`RESIGN`], announced
+/// [`lock_core::kinds::election::ElectionBackend::resign`] with [`RESIGN`], announced
 /// on [`ScriptedKinds::leader_channel`].
 ///
 /// # Errors
@@ -178,7 +178,7 @@ pub async fn resign<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str, token: &Lo
     released(kinds, op, name, &reply, 2)
 }
 
-/// [`super::election::ElectionBackend::renew_lead`] with [`RENEW`].
+/// [`lock_core::kinds::election::ElectionBackend::renew_lead`] with [`RENEW`].
 ///
 /// # Errors
 /// As the trait method.
