@@ -43,7 +43,9 @@ local function fair_head(q, e, now)
   return redis.call('ZRANGE', q, 0, 0)[1]
 end
 local function wake(w)
-  redis.pcall('PUBLISH', 'verrou:wake:' .. string.sub(w, 1, 32), w)
+  redis.pcall('PUBLISH', '",
+    crate::board::CHANNEL_PREFIX,
+    r"' .. string.sub(w, 1, 32), w)
 end
 local function wake_after_release(marker, wakes, q, e)
   local now = now_ms()

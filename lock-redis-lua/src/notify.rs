@@ -9,27 +9,22 @@
 //! connection, costs the waiter its timed fallback (the holder's PTTL, the
 //! backoff or a third of the fair claim), never correctness.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use deadpool_redis::redis::{self, aio::PubSubSink};
 use futures::StreamExt;
-use tokio::sync::{Notify, oneshot};
+use lock_redis_family::board::{self, WaiterBoard};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-/// Channel prefix; a process id follows (the release script spells it too).
-pub(crate) const CHANNEL_PREFIX: &str = "verrou:wake:";
+pub(crate) use lock_redis_family::board::{WaiterId, waiter_id};
 /// A channel nobody waited on for this long is unsubscribed.
 const LINGER: Duration = Duration::from_secs(5);
 /// How often the reader looks for idle channels (and for its owner).
 const TICK: Duration = Duration::from_secs(1);
-
-/// The channel of the process whose waiter ids start with `process`.
-fn channel(process: &[u8; 32]) -> String {
-    format!("{CHANNEL_PREFIX}{}", String::from_utf8_lossy(process))
-}
 
 /// Channel prefix of a leader key's announcements (an election's wins and
 /// resignations, published as `1`: every observer wakes); the key follows.
@@ -40,27 +35,9 @@ pub(crate) fn leader_channel(lead: &str) -> String {
     format!("{LEADER_PREFIX}{lead}")
 }
 
-/// A waiter's id as published: its process id and its own, 32 hex digits
-/// each (the release script publishes on the channel the first half names).
-pub(crate) type WaiterId = [u8; 64];
-
-/// `process`'s id for a waiter whose own id is `own`.
-pub(crate) fn waiter_id(process: &[u8; 32], own: &[u8; 32]) -> WaiterId {
-    let mut id = [0u8; 64];
-    id[..32].copy_from_slice(process);
-    id[32..].copy_from_slice(own);
-    id
-}
-
-/// Ids announced for no waiter of this process that a channel remembers, so
-/// a waiter announced between its attempt and its wait still wakes.
-const ANNOUNCED: usize = 64;
-
 struct Entry {
     /// This process's waiters on the channel.
-    waiters: Vec<(WaiterId, Arc<Notify>)>,
-    /// Recent ids announced while no waiter had them, newest last.
-    announced: VecDeque<WaiterId>,
+    board: WaiterBoard,
     subscribed: bool,
     idle_since: Instant,
 }
@@ -114,12 +91,9 @@ impl std::fmt::Debug for Notifier {
 
 impl Notifier {
     pub(crate) fn new(client: redis::Client, timeout: Duration) -> Arc<Self> {
-        // A failed draw only risks sharing a channel: wakes then reach
-        // another process too, which ignores the ids it does not know.
-        let process = lock_core::LockToken::generate().map_or([b'0'; 32], |t| t.hex_bytes());
         Arc::new(Notifier {
             client,
-            process,
+            process: board::process_id(),
             timeout,
             state: Mutex::new(State::default()),
             subscriptions: tokio::sync::Mutex::new(()),
@@ -152,7 +126,7 @@ impl Notifier {
         max_wait: Duration,
         mark: Option<impl Future<Output = bool>>,
     ) {
-        self.wait_on(channel(&self.process), id, max_wait, mark).await;
+        self.wait_on(board::channel(&self.process), id, max_wait, mark).await;
     }
 
     /// As [`Notifier::wait`], on `channel`: a `1` published there wakes
@@ -168,43 +142,25 @@ impl Notifier {
             tokio::time::sleep(max_wait).await;
             return;
         }
-        let notify = Arc::new(Notify::new());
-        {
+        let woken = {
             let mut s = self.state();
             let entry = s.channels.entry(channel.clone()).or_insert_with(|| Entry {
-                waiters: Vec::new(),
-                announced: VecDeque::new(),
+                board: WaiterBoard::default(),
                 subscribed: false,
                 idle_since: Instant::now(),
             });
-            if let Some(at) = entry.announced.iter().position(|a| *a == id) {
+            match entry.board.join(id) {
+                Some(woken) => woken,
                 // Woken before it got here.
-                entry.announced.remove(at);
-                return;
+                None => return,
             }
-            entry.waiters.push((id, notify.clone()));
-        }
+        };
         let _waiting = Waiting {
             notifier: self,
             channel: &channel,
             id,
         };
-        let _ = tokio::time::timeout(max_wait, async {
-            match self.subscribe(&channel).await {
-                Ok(newly) => {
-                    let worth_waiting = match mark {
-                        Some(mark) => mark.await,
-                        None => !newly,
-                    };
-                    if !worth_waiting {
-                        return;
-                    }
-                }
-                Err(e) => tracing::debug!(error = %e, "release notifications unavailable; waiting on the timer"),
-            }
-            notify.notified().await;
-        })
-        .await;
+        board::wait_subscribed(woken, max_wait, self.subscribe(&channel), mark).await;
     }
 
     /// Subscribes to `channel` if needed: true when it just did.
@@ -283,10 +239,8 @@ impl Notifier {
     fn leave(&self, channel: &str, id: WaiterId) {
         let mut s = self.state();
         if let Some(e) = s.channels.get_mut(channel) {
-            if let Some(at) = e.waiters.iter().position(|(w, _)| *w == id) {
-                e.waiters.swap_remove(at);
-            }
-            if e.waiters.is_empty() {
+            e.board.leave(&id);
+            if e.board.is_empty() {
                 if e.subscribed {
                     // Lingers; the reader unsubscribes it when idle.
                     e.idle_since = Instant::now();
@@ -303,7 +257,7 @@ impl Notifier {
 fn forget_connection(s: &mut State, generation: u64) {
     if s.live.as_ref().is_some_and(|l| l.generation == generation) {
         s.live = None;
-        s.channels.retain(|_, e| !e.waiters.is_empty());
+        s.channels.retain(|_, e| !e.board.is_empty());
         for e in s.channels.values_mut() {
             e.subscribed = false;
         }
@@ -320,23 +274,6 @@ struct Waiting<'a> {
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         self.notifier.leave(self.channel, self.id);
-    }
-}
-
-/// Wakes the waiter a message names, or remembers the id for a moment (its
-/// waiter may be on its way); an older client's `1` wakes every waiter.
-fn wake(e: &mut Entry, payload: &[u8]) {
-    if let Some((_, notify)) = e.waiters.iter().find(|(w, _)| w[..] == *payload) {
-        notify.notify_one();
-    } else if payload == b"1" {
-        for (_, notify) in &e.waiters {
-            notify.notify_one();
-        }
-    } else if let Ok(id) = WaiterId::try_from(payload) {
-        if e.announced.len() == ANNOUNCED {
-            e.announced.pop_front();
-        }
-        e.announced.push_back(id);
     }
 }
 
@@ -359,7 +296,7 @@ async fn read(
                 let Some(msg) = msg else { break };
                 let Some(n) = notifier.upgrade() else { return };
                 if let Some(e) = n.state().channels.get_mut(msg.get_channel_name()) {
-                    wake(e, msg.get_payload_bytes());
+                    e.board.wake(msg.get_payload_bytes());
                 }
             }
             _ = tick.tick() => {
@@ -371,7 +308,7 @@ async fn read(
                     let idle: Vec<String> = s
                         .channels
                         .iter()
-                        .filter(|(_, e)| e.waiters.is_empty() && now.duration_since(e.idle_since) >= LINGER)
+                        .filter(|(_, e)| e.board.is_empty() && now.duration_since(e.idle_since) >= LINGER)
                         .map(|(c, _)| c.clone())
                         .collect();
                     for c in &idle {

@@ -360,7 +360,10 @@ mod tests {
 
     #[test]
     fn the_release_script_publishes_on_the_notifier_channel() {
-        assert!(RELEASE_NOTIFY.contains(&format!("'{}' .. string.sub(w, 1, 32)", crate::notify::CHANNEL_PREFIX)));
+        assert!(RELEASE_NOTIFY.contains(&format!(
+            "'{}' .. string.sub(w, 1, 32)",
+            lock_redis_family::board::CHANNEL_PREFIX
+        )));
     }
 
     #[test]

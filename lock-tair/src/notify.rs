@@ -8,7 +8,6 @@
 //! message lost (before the subscription, across a reconnect) costs the
 //! waiter its timer, never correctness.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -18,29 +17,14 @@ use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
 use fred::types::{Message, Value};
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
+use lock_redis_family::board::{self, WaiterBoard};
 use tokio::sync::broadcast::Receiver;
 use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::oneshot;
 
 use crate::conn::{NAME, OptionsClient};
 
-/// Channel prefix; a process id follows (the release script spells it too).
-pub(crate) const CHANNEL_PREFIX: &str = "verrou:wake:";
-
-/// A waiter's id as published: its process id and its own, 32 hex digits
-/// each (the release script publishes on the channel the first half names).
-pub(crate) type WaiterId = [u8; 64];
-
-/// Ids announced for no waiter of this process that are remembered, so a
-/// waiter announced between its registration and its wait still wakes.
-const ANNOUNCED: usize = 64;
-
-#[derive(Default)]
-struct Waiters {
-    list: Vec<(WaiterId, Arc<Notify>)>,
-    /// Recent ids announced while no waiter had them, newest last.
-    announced: VecDeque<WaiterId>,
-}
+pub(crate) use lock_redis_family::board::WaiterId;
 
 /// The subscription's state.
 enum Link {
@@ -61,7 +45,7 @@ pub(crate) struct Notifier {
     process: [u8; 32],
     channel: String,
     timeout: Duration,
-    waiters: Mutex<Waiters>,
+    waiters: Mutex<WaiterBoard>,
     link: tokio::sync::Mutex<Link>,
     /// Fast path of the waits once subscribed (or refused).
     subscribed: AtomicBool,
@@ -109,16 +93,14 @@ impl Drop for Notifier {
 impl Notifier {
     /// A notifier on `client` (not connected yet: the first wait connects).
     pub(crate) fn new(client: Client, checker: OptionsClient, timeout: Duration) -> Arc<Self> {
-        // A failed draw only risks sharing a channel: wakes then reach
-        // another process too, which ignores the ids it does not know.
-        let process = lock_core::LockToken::generate().map_or([b'0'; 32], |t| t.hex_bytes());
+        let process = board::process_id();
         Arc::new(Notifier {
-            channel: format!("{CHANNEL_PREFIX}{}", String::from_utf8_lossy(&process)),
+            channel: board::channel(&process),
             client,
             checker,
             process,
             timeout,
-            waiters: Mutex::new(Waiters::default()),
+            waiters: Mutex::new(WaiterBoard::default()),
             link: tokio::sync::Mutex::new(Link::Idle),
             subscribed: AtomicBool::new(false),
             refused: AtomicBool::new(false),
@@ -128,7 +110,7 @@ impl Notifier {
         })
     }
 
-    fn waiters(&self) -> MutexGuard<'_, Waiters> {
+    fn waiters(&self) -> MutexGuard<'_, WaiterBoard> {
         lock(&self.waiters)
     }
 
@@ -159,11 +141,7 @@ impl Notifier {
 
     /// A fresh waiter id of this backend.
     pub(crate) fn waiter_id(&self) -> WaiterId {
-        let own = lock_core::LockToken::generate().map_or([b'0'; 32], |t| t.hex_bytes());
-        let mut id = [0u8; 64];
-        id[..32].copy_from_slice(&self.process);
-        id[32..].copy_from_slice(&own);
-        id
+        board::fresh_waiter_id(&self.process)
     }
 
     /// This backend's id, the first half of its waiters' ids.
@@ -189,33 +167,12 @@ impl Notifier {
             tokio::time::sleep(max_wait).await;
             return;
         }
-        let notify = Arc::new(Notify::new());
-        {
-            let mut w = self.waiters();
-            if let Some(at) = w.announced.iter().position(|a| *a == id) {
-                // Woken before it got here.
-                w.announced.remove(at);
-                return;
-            }
-            w.list.push((id, notify.clone()));
-        }
+        let Some(woken) = self.waiters().join(id) else {
+            // Woken before it got here.
+            return;
+        };
         let _waiting = Waiting { notifier: self, id };
-        let _ = tokio::time::timeout(max_wait, async {
-            match self.subscribe().await {
-                Ok(newly) => {
-                    let worth_waiting = match mark {
-                        Some(mark) => mark.await,
-                        None => !newly,
-                    };
-                    if !worth_waiting {
-                        return;
-                    }
-                }
-                Err(reason) => tracing::debug!(reason, "release notifications unavailable; waiting on the timer"),
-            }
-            notify.notified().await;
-        })
-        .await;
+        board::wait_subscribed(woken, max_wait, self.subscribe(), mark).await;
     }
 
     /// Connects and subscribes to this backend's channel, once: true when
@@ -333,22 +290,11 @@ impl Notifier {
     /// Wakes the waiter `payload` names, or remembers the id for a moment
     /// (its waiter may be on its way).
     fn wake(&self, payload: &[u8]) {
-        let mut w = self.waiters();
-        if let Some((_, notify)) = w.list.iter().find(|(id, _)| id[..] == *payload) {
-            notify.notify_one();
-        } else if let Ok(id) = WaiterId::try_from(payload) {
-            if w.announced.len() == ANNOUNCED {
-                w.announced.pop_front();
-            }
-            w.announced.push_back(id);
-        }
+        self.waiters().wake(payload);
     }
 
     fn leave(&self, id: &WaiterId) {
-        let mut w = self.waiters();
-        if let Some(at) = w.list.iter().position(|(w, _)| w == id) {
-            w.list.swap_remove(at);
-        }
+        self.waiters().leave(id);
     }
 }
 

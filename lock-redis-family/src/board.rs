@@ -1,0 +1,172 @@
+//! The client side of release notifications, without a client: waiter ids,
+//! the channel a process listens on, and the board that hands a published
+//! id to the waiter it names. Each backend keeps one board per channel and
+//! feeds it the messages its own pub/sub connection reads.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+/// Channel prefix; a process id follows. The scripts of [`crate::wake`]
+/// publish on `CHANNEL_PREFIX` and the first half of a waiter's id.
+pub const CHANNEL_PREFIX: &str = "verrou:wake:";
+
+/// A waiter's id as published: its process id and its own, 32 hex digits
+/// each (the scripts publish on the channel the first half names).
+pub type WaiterId = [u8; 64];
+
+/// Ids announced for no waiter that a board remembers, so a waiter
+/// announced between its registration and its wait still wakes.
+const ANNOUNCED: usize = 64;
+
+/// A fresh process id (32 hex digits). A failed draw only risks sharing a
+/// channel: wakes then reach another process too, which ignores the ids it
+/// does not know.
+#[must_use]
+pub fn process_id() -> [u8; 32] {
+    lock_core::LockToken::generate().map_or([b'0'; 32], |t| t.hex_bytes())
+}
+
+/// The channel of the process whose waiter ids start with `process`.
+#[must_use]
+pub fn channel(process: &[u8; 32]) -> String {
+    format!("{CHANNEL_PREFIX}{}", String::from_utf8_lossy(process))
+}
+
+/// `process`'s id for a waiter whose own id is `own`.
+#[must_use]
+pub fn waiter_id(process: &[u8; 32], own: &[u8; 32]) -> WaiterId {
+    let mut id = [0u8; 64];
+    id[..32].copy_from_slice(process);
+    id[32..].copy_from_slice(own);
+    id
+}
+
+/// A fresh waiter id of `process`.
+#[must_use]
+pub fn fresh_waiter_id(process: &[u8; 32]) -> WaiterId {
+    waiter_id(process, &process_id())
+}
+
+/// The waiters of one channel in this process, and the ids announced there
+/// while no waiter had them.
+#[derive(Debug, Default)]
+pub struct WaiterBoard {
+    waiters: Vec<(WaiterId, Arc<Notify>)>,
+    /// Recent ids announced while no waiter had them, newest last.
+    announced: VecDeque<WaiterId>,
+}
+
+impl WaiterBoard {
+    /// Puts waiter `id` on the board: what wakes it, or `None` when its id
+    /// was announced before it got here (it need not wait).
+    pub fn join(&mut self, id: WaiterId) -> Option<Arc<Notify>> {
+        if let Some(at) = self.announced.iter().position(|a| *a == id) {
+            self.announced.remove(at);
+            return None;
+        }
+        let notify = Arc::new(Notify::new());
+        self.waiters.push((id, notify.clone()));
+        Some(notify)
+    }
+
+    /// Takes waiter `id` off the board (its wait ended or was cancelled).
+    pub fn leave(&mut self, id: &WaiterId) {
+        if let Some(at) = self.waiters.iter().position(|(w, _)| w == id) {
+            self.waiters.swap_remove(at);
+        }
+    }
+
+    /// Whether no waiter is on the board.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.waiters.is_empty()
+    }
+
+    /// Wakes the waiter a message names, or remembers the id for a moment
+    /// (its waiter may be on its way); `1` wakes every waiter (an
+    /// election's announcement: every observer looks).
+    pub fn wake(&mut self, payload: &[u8]) {
+        if let Some((_, notify)) = self.waiters.iter().find(|(w, _)| w[..] == *payload) {
+            notify.notify_one();
+        } else if payload == b"1" {
+            for (_, notify) in &self.waiters {
+                notify.notify_one();
+            }
+        } else if let Ok(id) = WaiterId::try_from(payload) {
+            if self.announced.len() == ANNOUNCED {
+                self.announced.pop_front();
+            }
+            self.announced.push_back(id);
+        }
+    }
+}
+
+/// The wait both backends run once their waiter is on a board: within
+/// `max_wait`, `subscribe` (true when it just subscribed), then `mark`
+/// (registers the waiter on the server once subscribed, so no release
+/// after it goes unheard; false when the lock is already free), then
+/// `woken`. Without `mark` (the waiter registered itself before: a fair
+/// waiter), a wait that had to subscribe first returns at once: a wake may
+/// have gone by unheard. A failed subscription leaves the timer.
+pub async fn wait_subscribed<E: std::fmt::Display>(
+    woken: Arc<Notify>,
+    max_wait: Duration,
+    subscribe: impl Future<Output = Result<bool, E>>,
+    mark: Option<impl Future<Output = bool>>,
+) {
+    let _ = tokio::time::timeout(max_wait, async {
+        match subscribe.await {
+            Ok(newly) => {
+                let worth_waiting = match mark {
+                    Some(mark) => mark.await,
+                    None => !newly,
+                };
+                if !worth_waiting {
+                    return;
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "release notifications unavailable; waiting on the timer"),
+        }
+        woken.notified().await;
+    })
+    .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_id_announced_before_its_waiter_arrives_is_not_waited_for() {
+        let mut board = WaiterBoard::default();
+        let id = waiter_id(&[b'a'; 32], &[b'b'; 32]);
+        board.wake(&id);
+        assert!(board.join(id).is_none());
+        assert!(board.join(id).is_some(), "remembered once");
+    }
+
+    #[test]
+    fn the_ring_of_announced_ids_is_bounded() {
+        let mut board = WaiterBoard::default();
+        for i in 0..1000u32 {
+            let mut own = [b'0'; 32];
+            own[..4].copy_from_slice(&i.to_be_bytes());
+            board.wake(&waiter_id(&[b'p'; 32], &own));
+        }
+        assert_eq!(board.announced.len(), ANNOUNCED);
+    }
+
+    #[test]
+    fn channel_and_ids_share_the_process_half() {
+        let process = process_id();
+        let id = fresh_waiter_id(&process);
+        assert_eq!(&id[..32], &process[..]);
+        assert_eq!(
+            channel(&process),
+            format!("verrou:wake:{}", String::from_utf8_lossy(&process))
+        );
+    }
+}
