@@ -135,6 +135,8 @@ pub(crate) enum Env {
         url: String,
         proxies: Vec<TcpProxy>,
     },
+    /// Servers and clients on network-namespace hosts.
+    Net(Box<crate::netrows::NetEnv>),
 }
 
 fn server_builder(backend: Backend) -> RedisServerBuilder {
@@ -195,6 +197,7 @@ pub(crate) async fn setup(sc: &Scenario, clients: usize, ext: Option<&External>)
                 _new_replica: None,
             }
         }
+        Topology::NetSingle | Topology::NetFive => Env::Net(Box::new(crate::netrows::NetEnv::setup(sc).await?)),
         Topology::Five => Env::Five(Instances::start(5, RedisServer::builder()).await?),
         Topology::External => {
             let ext = ext.ok_or("an external scenario needs --url")?;
@@ -241,7 +244,7 @@ impl Env {
     pub(crate) fn servers(&self) -> Vec<&RedisServer> {
         match self {
             // The soak samples Redis-family servers only (INFO, DBSIZE).
-            Env::Memory(_) | Env::External { .. } | Env::Pg { .. } => Vec::new(),
+            Env::Memory(_) | Env::External { .. } | Env::Pg { .. } | Env::Net(_) => Vec::new(),
             Env::Single { server, .. } => vec![server],
             Env::Pair { primary, replica, .. } => vec![primary, replica],
             Env::Five(nodes) => nodes.servers().iter().collect(),
@@ -251,6 +254,7 @@ impl Env {
     pub(crate) fn url(&self, client: usize) -> String {
         match self {
             Env::Memory(_) | Env::Five(_) => String::new(),
+            Env::Net(_) => crate::netrows::NetEnv::url(client),
             Env::Single { proxies, .. } => proxies[client].url(),
             Env::Pg { server, proxies } => with_addr(&server.url(), proxies[client].addr()).unwrap_or_default(),
             Env::Pair { switches, .. } => switches[client].url(),
@@ -261,6 +265,7 @@ impl Env {
     fn direct_url(&self) -> String {
         match self {
             Env::Memory(_) | Env::Five(_) => String::new(),
+            Env::Net(_) => crate::netrows::NetEnv::direct_url(),
             Env::Single { server, .. } => server.url(),
             Env::Pg { server, .. } => server.url(),
             Env::Pair {
@@ -282,6 +287,7 @@ impl Env {
     pub(crate) fn spec(&self, backend: Backend, url: String, ack: Option<ReplicaAck>) -> Spec {
         match (self, backend) {
             (Env::Memory(m), _) => Spec::Memory(m.clone()),
+            (Env::Net(n), _) => n.spec(&url, ack),
             (Env::Five(nodes), _) => Spec::Redlock { urls: nodes.urls() },
             (_, Backend::Tair) => Spec::Tair { url, ack },
             (_, Backend::Postgres) => Spec::Postgres { url },
@@ -401,6 +407,9 @@ pub(crate) async fn inject(
             }
             log.window(down_since, clock::now());
             return Ok(());
+        }
+        (Fault::ClientPartitioned | Fault::RedlockPartition(_), Env::Net(n)) => {
+            return n.inject(sc, p, log).await;
         }
         (Fault::None | Fault::NoLock, _) => return Ok(()),
         (f, _) => return Err(format!("fault {f} does not apply to this topology").into()),
