@@ -6,7 +6,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use lock_testkit::server::{NetRedisServer, Network, RespClient, RespValue, clean_stale_namespaces, netem_available};
+use lock_testkit::server::{
+    NetCluster, NetRedisServer, Network, RespClient, RespValue, clean_stale_namespaces, netem_available,
+};
 
 const SHORT: Duration = Duration::from_millis(500);
 
@@ -148,4 +150,80 @@ async fn everything_is_removed_on_drop_and_stale_namespaces_are_cleaned() {
     let deleted = clean_stale_namespaces().expect("clean");
     assert!(deleted >= 1);
     assert!(!namespace_exists(&stale), "stale namespace deleted");
+}
+
+/// Redis Cluster's split-brain, shown: one master and a client partitioned
+/// into the minority while the majority promotes that master's replica.
+/// For a while both nodes are masters of the same slots; a write the old
+/// master acknowledged in the minority is lost when the partition heals
+/// (the old master becomes a replica of the new one and resyncs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_master_and_its_promoted_replica_are_both_masters_and_the_minority_write_is_lost() {
+    let net = Network::new().expect("network");
+    let cluster = NetCluster::start(&net, 3, Duration::from_millis(1000), NetRedisServer::builder())
+        .await
+        .expect("cluster");
+    let client = net.add_host("client").expect("client host");
+    let (old, new) = (&cluster.masters()[0], &cluster.replicas()[0]);
+    // A key in the first master's slots.
+    let mut key = None;
+    for i in 0..100 {
+        let k = format!("split-{i}");
+        if cluster.master_index_for_key(&k).await.expect("keyslot") == 0 {
+            key = Some(k);
+            break;
+        }
+    }
+    let key = key.expect("a key on master 0");
+    let ok = client
+        .cmd(old.addr(), &["SET", &key, "before"], SHORT)
+        .await
+        .expect("set");
+    assert!(ok.is_ok(), "{ok:?}");
+    let acked = old.cmd(&["WAIT", "1", "2000"]).await.expect("wait");
+    assert_eq!(acked.as_int(), Some(1), "replicated before the partition");
+
+    net.partition(&[old.host(), &client]).expect("partition");
+    // The minority master still accepts a write at once (it has not yet
+    // noticed it lost the majority: that takes cluster-node-timeout).
+    let w = client
+        .cmd(old.addr(), &["SET", &key, "minority"], SHORT)
+        .await
+        .expect("minority write");
+    assert!(w.is_ok(), "the minority master acknowledged the write: {w:?}");
+    // The majority promotes the replica (bounded wait).
+    let mut promoted = false;
+    for _ in 0..200 {
+        if NetCluster::is_master(new).await.unwrap_or(false) {
+            promoted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(promoted, "the replica was promoted on the majority side");
+    assert!(
+        NetCluster::is_master(old).await.expect("role"),
+        "two masters for the same slots: the old one still believes it is master"
+    );
+
+    net.heal().expect("heal");
+    let mut demoted = false;
+    for _ in 0..200 {
+        if !NetCluster::is_master(old).await.unwrap_or(true) {
+            demoted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(demoted, "the old master became a replica after the heal");
+    cluster
+        .wait_until_ok(Duration::from_secs(20))
+        .await
+        .expect("cluster ok after heal");
+    let v = new.cmd(&["GET", &key]).await.expect("get");
+    assert_eq!(
+        v.as_str(),
+        Some("before"),
+        "the write acknowledged in the minority is lost"
+    );
 }

@@ -44,6 +44,7 @@ mod error;
 mod etcd;
 mod monitor;
 mod netns;
+mod netns_cluster;
 mod paths;
 #[cfg(feature = "postgres")]
 mod pg_paths;
@@ -68,6 +69,7 @@ pub use netns::{
     NET_REDIS_PORT, NETNS_PREFIX, NetHost, NetRedisServer, NetRedisServerBuilder, Network, clean_stale_namespaces,
     netem_available, netns_prerequisites,
 };
+pub use netns_cluster::NetCluster;
 pub use paths::{
     REDIS_CLI_ENV, REDIS_SERVER_ENV, TAIR_MODULE_ENV, build_tair_module_if_missing, redis_cli_binary,
     redis_server_binary, tair_module_path,
