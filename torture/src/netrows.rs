@@ -3,7 +3,8 @@
 //! hosts, a partition set by moving switch ports (silent: connections stay
 //! open and unanswered, new ones time out, unlike the proxy's cut).
 //!
-//! Hosts: every server on its own host; client 0 on its own host (the one
+//! Hosts: every server on its own host; client 0 and the last client (a
+//! counter client where the row has them) on one host (the one
 //! partitioned), every other client on one shared host. A client thread
 //! moves into its host's namespace when it builds its backend
 //! ([`Spec::Net`]); the run's final counter read, on the driver's
@@ -14,13 +15,15 @@
 use std::time::Duration;
 
 use lock_core::ReplicaAck;
-use lock_testkit::server::{NetHost, NetRedisServer, Network};
+use lock_redis_lua::RedisLuaBackend;
+use lock_testkit::server::{NetCluster, NetHost, NetRedisServer, Network};
+use tokio::time::Instant;
 
 use crate::BoxResult;
 use crate::backends::{Built, Spec, build};
 use crate::clock;
 use crate::plan::{Backend, Claim, Fault, Scenario, Topology};
-use crate::record::Log;
+use crate::record::{Log, Snapshot};
 use crate::run::Params;
 
 /// The rows (full run and quick run alike: each is one mechanism).
@@ -36,6 +39,13 @@ pub fn rows() -> Vec<Scenario> {
         safe(Backend::Lua, Topology::NetSingle, Fault::ClientPartitioned),
         safe(Backend::Tair, Topology::NetSingle, Fault::ClientPartitioned),
         safe(Backend::Redlock, Topology::NetFive, Fault::RedlockPartition(2)),
+        Scenario {
+            claim: Claim::Unsafe,
+            why: "asynchronous replication: writes the minority master acknowledged before it noticed the \
+                  partition (cluster-node-timeout) are lost when the majority promotes its replica",
+            ..safe(Backend::Lua, Topology::NetCluster, Fault::ClusterSplit)
+        },
+        safe(Backend::Lua, Topology::NetCluster, Fault::ClusterSplitAck),
     ]
 }
 
@@ -46,7 +56,16 @@ pub struct NetSpec {
     pub host: NetHost,
     /// What it builds there.
     pub inner: Spec,
+    /// Redis Cluster seeds: build a cluster Lua backend (fencing on, the
+    /// replica acknowledgement of `inner`) instead of `inner`.
+    pub cluster: Option<Vec<String>>,
 }
+
+/// `cluster-node-timeout` of the cluster rows.
+const NODE_TIMEOUT: Duration = Duration::from_millis(1000);
+/// Bound on the majority promoting the replica, and on the cluster
+/// converging after the heal.
+const CONVERGE: Duration = Duration::from_secs(20);
 
 /// Builds `spec.inner` inside `spec.host`: a client thread (its own
 /// current-thread runtime) enters the host's namespace for good; on any
@@ -56,21 +75,100 @@ pub async fn build_in(spec: &NetSpec, timeout: Duration) -> lock_core::Result<Bu
     let backend_err = |e: String| lock_core::Error::backend("netns", e);
     if tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread {
         spec.host.enter().map_err(|e| backend_err(e.to_string()))?;
-        return boxed(&spec.inner, timeout).await;
+        return boxed_net(spec, timeout).await;
     }
-    let inner = spec.inner.clone();
+    let inner = spec.clone();
     spec.host
-        .run(move || async move { boxed(&inner, timeout).await })
+        .run(move || async move { boxed_net(&inner, timeout).await })
         .await
         .map_err(|e| backend_err(e.to_string()))?
 }
 
-/// `build`, boxed with its `Send` stated (it recurses through here).
-fn boxed(
-    spec: &Spec,
+/// The lock clients that started no body after `healed`.
+fn not_recovered(s: &Snapshot, lock_clients: usize, healed: i64) -> Vec<usize> {
+    (0..lock_clients)
+        .filter(|c| !s.bodies.iter().any(|b| b.client == *c && b.start >= healed))
+        .collect()
+}
+
+/// Keeps the fault open (the driver keeps the clients running meanwhile)
+/// until every lock client has started a body after the heal, at most the
+/// recovery bound; [`recovery_violations`] judges.
+async fn wait_for_recovery(p: &Params, log: &Log, healed: i64) {
+    let give_up = Instant::now() + p.recovery_bound();
+    while Instant::now() < give_up && !not_recovered(&log.snapshot(), p.lock_clients, healed).is_empty() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A partition row's own claim: every lock client recovers, i.e. starts a
+/// body within the recovery bound (20 × TTL) of the heal.
+pub(crate) fn recovery_violations(s: &Snapshot, p: &Params) -> Vec<String> {
+    let Some(healed) = s.windows.iter().map(|w| w.to).max() else {
+        return Vec::new();
+    };
+    let bound = i64::try_from(p.recovery_bound().as_micros()).unwrap_or(i64::MAX);
+    let late: Vec<usize> = (0..p.lock_clients)
+        .filter(|c| {
+            !s.bodies
+                .iter()
+                .any(|b| b.client == *c && b.start >= healed && b.start - healed <= bound)
+        })
+        .collect();
+    if late.is_empty() {
+        Vec::new()
+    } else {
+        vec![format!(
+            "lock client(s) {late:?} did not take a lock within 20 × TTL of the heal"
+        )]
+    }
+}
+
+impl NetEnv {
+    /// The index of the master holding the counter (`verrou-torture:*:counter`),
+    /// else one holding a lock key, else 0.
+    async fn counter_master(&self, cluster: &NetCluster) -> usize {
+        for pattern in ["verrou-torture:*:counter", "verrou-torture:*:lock*"] {
+            for (i, m) in cluster.masters().iter().enumerate() {
+                let found = m.cmd(&["SCAN", "0", "MATCH", pattern, "COUNT", "10000"]).await;
+                let any = found.ok().is_some_and(|r| {
+                    r.as_array()
+                        .and_then(|a| a.get(1))
+                        .and_then(|k| k.as_array())
+                        .is_some_and(|k| !k.is_empty())
+                });
+                if any {
+                    return i;
+                }
+            }
+        }
+        0
+    }
+}
+
+/// `build` (or the cluster's), boxed with its `Send` stated (it recurses
+/// through here).
+fn boxed_net(
+    spec: &NetSpec,
     timeout: Duration,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = lock_core::Result<Built>> + Send + '_>> {
-    Box::pin(build(spec, timeout))
+    Box::pin(async move {
+        let Some(urls) = &spec.cluster else {
+            return build(&spec.inner, timeout).await;
+        };
+        let mut builder = RedisLuaBackend::builder_cluster(urls.clone())
+            .fencing(true)
+            .connect_timeout(timeout)
+            .response_timeout(timeout);
+        if let Spec::Lua { ack: Some(ack), .. } = &spec.inner {
+            builder = builder.replica_ack(*ack);
+        }
+        let b = std::sync::Arc::new(builder.build().await?);
+        Ok(Built {
+            lock: b.clone(),
+            store: Some(b),
+        })
+    })
 }
 
 /// The servers and hosts of a row.
@@ -78,6 +176,9 @@ pub(crate) struct NetEnv {
     backend: Backend,
     // Dropped first: the servers, then the hosts and the network.
     servers: Vec<NetRedisServer>,
+    cluster: Option<NetCluster>,
+    /// The other client on client 0's host.
+    last: usize,
     client0: NetHost,
     others: NetHost,
     net: Network,
@@ -85,9 +186,13 @@ pub(crate) struct NetEnv {
 
 impl NetEnv {
     /// Starts the hosts and servers of `sc`.
-    pub(crate) async fn setup(sc: &Scenario) -> BoxResult<Self> {
+    pub(crate) async fn setup(sc: &Scenario, clients: usize) -> BoxResult<Self> {
         let net = Network::new()?;
-        let n = if sc.topology == Topology::NetFive { 5 } else { 1 };
+        let n = match sc.topology {
+            Topology::NetFive => 5,
+            Topology::NetCluster => 0,
+            _ => 1,
+        };
         let mut builder = NetRedisServer::builder();
         if sc.backend == Backend::Tair {
             builder = builder.tair_module();
@@ -97,11 +202,18 @@ impl NetEnv {
             let host = net.add_host(&format!("s{i}"))?;
             servers.push(builder.start(&host).await?);
         }
+        let cluster = if sc.topology == Topology::NetCluster {
+            Some(NetCluster::start(&net, 3, NODE_TIMEOUT, builder).await?)
+        } else {
+            None
+        };
         let client0 = net.add_host("c0")?;
         let others = net.add_host("cs")?;
         Ok(NetEnv {
             backend: sc.backend,
             servers,
+            cluster,
+            last: clients.saturating_sub(1),
             client0,
             others,
             net,
@@ -120,7 +232,8 @@ impl NetEnv {
 
     /// The spec of the client named by `url` ([`url`](Self::url)).
     pub(crate) fn spec(&self, url: &str, ack: Option<ReplicaAck>) -> Spec {
-        let host = if url == "net:0" {
+        let minority = url == "net:0" || url == format!("net:{}", self.last);
+        let host = if minority {
             self.client0.clone()
         } else {
             self.others.clone()
@@ -134,11 +247,12 @@ impl NetEnv {
                 ack,
             },
             _ => Spec::Lua {
-                url: self.servers[0].url(),
+                url: self.servers.first().map(NetRedisServer::url).unwrap_or_default(),
                 ack,
             },
         };
-        Spec::Net(Box::new(NetSpec { host, inner }))
+        let cluster = self.cluster.as_ref().map(NetCluster::urls);
+        Spec::Net(Box::new(NetSpec { host, inner, cluster }))
     }
 
     /// Injects the row's partition for 3 × TTL, then heals.
@@ -157,11 +271,38 @@ impl NetEnv {
                 side.extend(self.servers[..n].iter().map(NetRedisServer::host));
                 self.net.partition(&side)?;
             }
+            Fault::ClusterSplit | Fault::ClusterSplitAck => {
+                let cluster = self.cluster.as_ref().ok_or("a split-brain row needs the cluster")?;
+                let i = self.counter_master(cluster).await;
+                let (old, new) = (&cluster.masters()[i], &cluster.replicas()[i]);
+                self.net.partition(&[old.host(), &self.client0])?;
+                // The majority promotes the replica (bounded); the minority
+                // master still believes it is master.
+                let give_up = Instant::now() + CONVERGE;
+                while !NetCluster::is_master(new).await.unwrap_or(false) {
+                    if Instant::now() >= give_up {
+                        self.net.heal()?;
+                        return Err("the majority did not promote the partitioned master's replica".into());
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                tokio::time::sleep(len).await;
+                self.net.heal()?;
+                let healed = clock::now();
+                log.window(from, healed);
+                // The cluster converges again (the old master rejoins as a
+                // replica); bounded, a failure is an error of the row.
+                cluster.wait_until_ok(CONVERGE).await?;
+                wait_for_recovery(p, log, healed).await;
+                return Ok(());
+            }
             f => return Err(format!("fault {f} does not apply to a namespace topology").into()),
         }
         tokio::time::sleep(len).await;
         self.net.heal()?;
-        log.window(from, clock::now());
+        let healed = clock::now();
+        log.window(from, healed);
+        wait_for_recovery(p, log, healed).await;
         Ok(())
     }
 }

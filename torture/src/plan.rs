@@ -71,6 +71,14 @@ pub enum Fault {
     /// Client 0 and `n` of the 5 Redlock nodes partitioned from the rest
     /// for 3 × TTL (network namespaces).
     RedlockPartition(usize),
+    /// Redis Cluster split-brain: the master of the counter's slot, client
+    /// 0 and the last counter client partitioned into the minority until
+    /// the majority has promoted that master's replica, then 3 × TTL more;
+    /// healed (network namespaces).
+    ClusterSplit,
+    /// The same with `ReplicaAck` (WAIT 1) on acquires, renewals and
+    /// versioned writes.
+    ClusterSplitAck,
 }
 
 impl Fault {
@@ -92,6 +100,8 @@ impl Fault {
             Fault::NoLock => "no-lock".into(),
             Fault::ClientPartitioned => "netns-client-partitioned".into(),
             Fault::RedlockPartition(n) => format!("netns-redlock-client-and-{n}-nodes-partitioned"),
+            Fault::ClusterSplit => "netns-cluster-split-brain".into(),
+            Fault::ClusterSplitAck => "netns-cluster-split-brain-replica-ack".into(),
         }
     }
 
@@ -124,6 +134,14 @@ impl fmt::Display for Fault {
             Fault::RedlockPartition(n) => write!(
                 f,
                 "one client with {n} of 5 nodes partitioned from the rest 3×TTL (netns)"
+            ),
+            Fault::ClusterSplit => write!(
+                f,
+                "a master and two clients in the minority until its replica is promoted (netns)"
+            ),
+            Fault::ClusterSplitAck => write!(
+                f,
+                "a master and two clients in the minority until its replica is promoted; ReplicaAck(1) (netns)"
             ),
         }
     }
@@ -174,6 +192,9 @@ pub enum Topology {
     NetSingle,
     /// Five independent servers, each on its own host (network namespaces).
     NetFive,
+    /// Redis Cluster, 3 masters + 1 replica each, every node on its own
+    /// host (network namespaces).
+    NetCluster,
 }
 
 impl Topology {
@@ -187,6 +208,7 @@ impl Topology {
             Topology::External => "your deployment",
             Topology::NetSingle => "1 server, clients on other hosts (netns)",
             Topology::NetFive => "5 servers on 5 hosts (netns)",
+            Topology::NetCluster => "cluster, 3 masters + 1 replica each, 6 hosts (netns)",
         }
     }
 }

@@ -197,7 +197,9 @@ pub(crate) async fn setup(sc: &Scenario, clients: usize, ext: Option<&External>)
                 _new_replica: None,
             }
         }
-        Topology::NetSingle | Topology::NetFive => Env::Net(Box::new(crate::netrows::NetEnv::setup(sc).await?)),
+        Topology::NetSingle | Topology::NetFive | Topology::NetCluster => {
+            Env::Net(Box::new(crate::netrows::NetEnv::setup(sc, clients).await?))
+        }
         Topology::Five => Env::Five(Instances::start(5, RedisServer::builder()).await?),
         Topology::External => {
             let ext = ext.ok_or("an external scenario needs --url")?;
@@ -408,7 +410,10 @@ pub(crate) async fn inject(
             log.window(down_since, clock::now());
             return Ok(());
         }
-        (Fault::ClientPartitioned | Fault::RedlockPartition(_), Env::Net(n)) => {
+        (
+            Fault::ClientPartitioned | Fault::RedlockPartition(_) | Fault::ClusterSplit | Fault::ClusterSplitAck,
+            Env::Net(n),
+        ) => {
             return n.inject(sc, p, log).await;
         }
         (Fault::None | Fault::NoLock, _) => return Ok(()),
@@ -467,7 +472,7 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
     let prefix = format!("verrou-torture:{seed:016x}:{idx}");
     let keys = Arc::new((0..p.keys).map(|k| format!("{prefix}:lock{k}")).collect::<Vec<_>>());
     let counter = format!("{prefix}:counter");
-    let ack = (sc.fault == Fault::FailoverAck).then(|| ReplicaAck::new(1, p.ttl / 2));
+    let ack = matches!(sc.fault, Fault::FailoverAck | Fault::ClusterSplitAck).then(|| ReplicaAck::new(1, p.ttl / 2));
     let options = LockOptions::with_ttl(p.ttl)
         .acquire_timeout(p.ttl * 6)
         .op_timeout(p.ttl / 2);
@@ -529,7 +534,20 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
     while sc.fault != Fault::Stall && !first_in_body.load(Ordering::SeqCst) && Instant::now() < wait_for_holder {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    if let Err(e) = inject(&mut env, &sc, p, &log, stall.as_ref(), down_since).await {
+    // A fault that lasts past the planned end (a cluster failover) keeps
+    // the clients running until it heals: the recovery after it is seen.
+    let keep_running = async {
+        let ahead = i64::try_from(p.ttl.as_micros()).unwrap_or(i64::MAX);
+        loop {
+            stop.fetch_max(clock::now().saturating_add(ahead), Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    let injected = tokio::select! {
+        r = inject(&mut env, &sc, p, &log, stall.as_ref(), down_since) => r,
+        () = keep_running => Ok(()),
+    };
+    if let Err(e) = injected {
         log.error(format!("fault injection failed: {e}"));
     }
     if let Some(st) = &stall {
@@ -583,6 +601,9 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
     let snapshot = log.snapshot();
     let measured = check::measure(&snapshot, p.bounds(), sc.fault.injects(), final_value, hangs);
     let mut violations = judge(&sc, &measured);
+    if let Env::Net(_) = &env {
+        violations.extend(crate::netrows::recovery_violations(&snapshot, p));
+    }
     if let Fault::NodesDownAtStart(_) = sc.fault {
         // The point of the row: clients start and take locks while nodes are down.
         let healed = snapshot.windows.iter().map(|w| w.to).max().unwrap_or(i64::MIN);
