@@ -84,44 +84,47 @@ pub async fn build_in(spec: &NetSpec, timeout: Duration) -> lock_core::Result<Bu
         .map_err(|e| backend_err(e.to_string()))?
 }
 
-/// The lock clients that started no body after `healed`.
-fn not_recovered(s: &Snapshot, lock_clients: usize, healed: i64) -> Vec<usize> {
-    (0..lock_clients)
-        .filter(|c| !s.bodies.iter().any(|b| b.client == *c && b.start >= healed))
-        .collect()
+/// The partitioned lock client (0) and the others: whether each side has
+/// started a body after `healed` (client 0; any other lock client).
+fn not_recovered(s: &Snapshot, lock_clients: usize, healed: i64, bound: i64) -> Vec<&'static str> {
+    let took = |c: usize| {
+        s.bodies
+            .iter()
+            .any(|b| b.client == c && b.start >= healed && b.start - healed <= bound)
+    };
+    let mut late = Vec::new();
+    if !took(0) {
+        late.push("the partitioned client (0)");
+    }
+    if lock_clients > 1 && !(1..lock_clients).any(took) {
+        late.push("every client of the other side");
+    }
+    late
 }
 
 /// Keeps the fault open (the driver keeps the clients running meanwhile)
-/// until every lock client has started a body after the heal, at most the
-/// recovery bound; [`recovery_violations`] judges.
+/// until both sides' lock clients have locked again after the heal, at
+/// most the recovery bound; [`recovery_violations`] judges.
 async fn wait_for_recovery(p: &Params, log: &Log, healed: i64) {
     let give_up = Instant::now() + p.recovery_bound();
-    while Instant::now() < give_up && !not_recovered(&log.snapshot(), p.lock_clients, healed).is_empty() {
+    while Instant::now() < give_up && !not_recovered(&log.snapshot(), p.lock_clients, healed, i64::MAX).is_empty() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
-/// A partition row's own claim: every lock client recovers, i.e. starts a
-/// body within the recovery bound (20 × TTL) of the heal.
+/// A partition row's own claim: both sides recover, i.e. the partitioned
+/// client and a client of the other side each take a lock within the
+/// recovery bound (20 × TTL) of the heal (the row's recovery column shows
+/// only the first lock taken, by anyone).
 pub(crate) fn recovery_violations(s: &Snapshot, p: &Params) -> Vec<String> {
     let Some(healed) = s.windows.iter().map(|w| w.to).max() else {
         return Vec::new();
     };
     let bound = i64::try_from(p.recovery_bound().as_micros()).unwrap_or(i64::MAX);
-    let late: Vec<usize> = (0..p.lock_clients)
-        .filter(|c| {
-            !s.bodies
-                .iter()
-                .any(|b| b.client == *c && b.start >= healed && b.start - healed <= bound)
-        })
-        .collect();
-    if late.is_empty() {
-        Vec::new()
-    } else {
-        vec![format!(
-            "lock client(s) {late:?} did not take a lock within 20 × TTL of the heal"
-        )]
-    }
+    not_recovered(s, p.lock_clients, healed, bound)
+        .into_iter()
+        .map(|who| format!("{who} took no lock within 20 × TTL of the heal"))
+        .collect()
 }
 
 impl NetEnv {
@@ -304,5 +307,43 @@ impl NetEnv {
         log.window(from, healed);
         wait_for_recovery(p, log, healed).await;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Body, Window};
+
+    fn body(client: usize, start: i64) -> Body {
+        Body {
+            client,
+            key: 0,
+            start,
+            end: start + 10,
+            deadline: start + 100,
+            fence: None,
+            cancelled: false,
+            stalled: false,
+        }
+    }
+
+    #[test]
+    fn both_sides_must_lock_again_after_the_heal() {
+        let p = Params::quick();
+        let mut s = Snapshot {
+            windows: vec![Window { from: 0, to: 1_000 }],
+            bodies: vec![body(0, 500), body(2, 1_500)],
+            ..Snapshot::default()
+        };
+        let v = recovery_violations(&s, &p);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("partitioned client"));
+        s.bodies.push(body(0, 2_000));
+        assert!(recovery_violations(&s, &p).is_empty());
+        // Later than 20 × TTL does not count.
+        let late = 1_000 + i64::try_from(p.recovery_bound().as_micros()).unwrap() + 1;
+        s.bodies = vec![body(0, late), body(1, 1_100)];
+        assert_eq!(recovery_violations(&s, &p).len(), 1);
     }
 }
