@@ -22,7 +22,7 @@
 //! **No `netem`.** This kernel has no `netem` qdisc: measured with
 //! `tc qdisc add dev lo root netem delay 10ms` inside a fresh namespace,
 //! which fails with "Specified qdisc kind is unknown"
-//! ([`netem_available`] repeats that measurement; `harness_netns` checks it).
+//! ([`netem_available`] repeats that measurement; `harness_netns` prints it).
 //! So there is no packet delay or loss here, only links up or down; latency
 //! stays [`TcpProxy`](super::TcpProxy)'s job.
 //!
