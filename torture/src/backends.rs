@@ -39,6 +39,8 @@ pub enum Spec {
         /// Server (or proxy) URL.
         url: String,
     },
+    /// Another spec, built inside a network-namespace host.
+    Net(Box<crate::netrows::NetSpec>),
 }
 
 /// A client's lock backend and, where the backend has one, its versioned store.
@@ -56,6 +58,7 @@ pub struct Built {
 /// The backend's connect errors.
 pub async fn build(spec: &Spec, timeout: Duration) -> lock_core::Result<Built> {
     Ok(match spec {
+        Spec::Net(net) => return crate::netrows::build_in(net, timeout).await,
         Spec::Memory(m) => {
             let b = Arc::new(m.clone());
             Built {

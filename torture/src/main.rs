@@ -19,6 +19,7 @@ mod check;
 mod client;
 mod clock;
 mod linearize;
+mod netrows;
 mod plan;
 mod probe;
 mod record;

@@ -65,6 +65,20 @@ pub enum Fault {
     NodesDownAtStart(usize),
     /// The bodies run without the lock.
     NoLock,
+    /// Client 0's host partitioned from the server (and the other clients)
+    /// for 3 × TTL: silent, connections stay open (network namespaces).
+    ClientPartitioned,
+    /// Client 0 and `n` of the 5 Redlock nodes partitioned from the rest
+    /// for 3 × TTL (network namespaces).
+    RedlockPartition(usize),
+    /// Redis Cluster split-brain: the master of the counter's slot, client
+    /// 0 and the last counter client partitioned into the minority until
+    /// the majority has promoted that master's replica, then 3 × TTL more;
+    /// healed (network namespaces).
+    ClusterSplit,
+    /// The same with `ReplicaAck` (WAIT 1) on acquires, renewals and
+    /// versioned writes.
+    ClusterSplitAck,
 }
 
 impl Fault {
@@ -84,6 +98,10 @@ impl Fault {
             Fault::NodesRestartedEmpty(n) => format!("redlock-{n}-restarted-empty"),
             Fault::NodesDownAtStart(n) => format!("redlock-{n}-down-at-start"),
             Fault::NoLock => "no-lock".into(),
+            Fault::ClientPartitioned => "netns-client-partitioned".into(),
+            Fault::RedlockPartition(n) => format!("netns-redlock-client-and-{n}-nodes-partitioned"),
+            Fault::ClusterSplit => "netns-cluster-split-brain".into(),
+            Fault::ClusterSplitAck => "netns-cluster-split-brain-replica-ack".into(),
         }
     }
 
@@ -112,6 +130,19 @@ impl fmt::Display for Fault {
             Fault::NodesRestartedEmpty(n) => write!(f, "{n} of 5 nodes restarted empty at once"),
             Fault::NodesDownAtStart(n) => write!(f, "{n} of 5 nodes paused as the clients start, resumed mid-row"),
             Fault::NoLock => write!(f, "bodies run without the lock"),
+            Fault::ClientPartitioned => write!(f, "one client's host partitioned from the server 3×TTL (netns)"),
+            Fault::RedlockPartition(n) => write!(
+                f,
+                "one client with {n} of 5 nodes partitioned from the rest 3×TTL (netns)"
+            ),
+            Fault::ClusterSplit => write!(
+                f,
+                "a master and two clients in the minority until its replica is promoted (netns)"
+            ),
+            Fault::ClusterSplitAck => write!(
+                f,
+                "a master and two clients in the minority until its replica is promoted; ReplicaAck(1) (netns)"
+            ),
         }
     }
 }
@@ -157,6 +188,13 @@ pub enum Topology {
     Five,
     /// The user's deployment (`--url`).
     External,
+    /// One server; clients on other hosts (network namespaces).
+    NetSingle,
+    /// Five independent servers, each on its own host (network namespaces).
+    NetFive,
+    /// Redis Cluster, 3 masters + 1 replica each, every node on its own
+    /// host (network namespaces).
+    NetCluster,
 }
 
 impl Topology {
@@ -168,6 +206,9 @@ impl Topology {
             Topology::Pair => "primary + replica",
             Topology::Five => "5 servers",
             Topology::External => "your deployment",
+            Topology::NetSingle => "1 server, clients on other hosts (netns)",
+            Topology::NetFive => "5 servers on 5 hosts (netns)",
+            Topology::NetCluster => "cluster, 3 masters + 1 replica each, 6 hosts (netns)",
         }
     }
 }
@@ -237,6 +278,7 @@ pub fn full() -> Vec<Scenario> {
     plan.extend(single_server(Backend::Lua));
     plan.extend(single_server(Backend::Tair));
     plan.extend(postgres_rows());
+    plan.extend(crate::netrows::rows());
     let r = Backend::Redlock;
     let t = Topology::Five;
     plan.extend([
@@ -281,6 +323,9 @@ pub fn quick() -> Vec<Scenario> {
         row(Backend::Redlock, Topology::Five, NodesDownAtStart(2), Safe, ""),
         row(Backend::Postgres, Topology::Single, KillRestart, Safe, ""),
     ]
+    .into_iter()
+    .chain(crate::netrows::rows())
+    .collect()
 }
 
 /// PostgreSQL on one server (fsync on): the faults its harness injects.

@@ -135,6 +135,8 @@ pub(crate) enum Env {
         url: String,
         proxies: Vec<TcpProxy>,
     },
+    /// Servers and clients on network-namespace hosts.
+    Net(Box<crate::netrows::NetEnv>),
 }
 
 fn server_builder(backend: Backend) -> RedisServerBuilder {
@@ -195,6 +197,9 @@ pub(crate) async fn setup(sc: &Scenario, clients: usize, ext: Option<&External>)
                 _new_replica: None,
             }
         }
+        Topology::NetSingle | Topology::NetFive | Topology::NetCluster => {
+            Env::Net(Box::new(crate::netrows::NetEnv::setup(sc, clients).await?))
+        }
         Topology::Five => Env::Five(Instances::start(5, RedisServer::builder()).await?),
         Topology::External => {
             let ext = ext.ok_or("an external scenario needs --url")?;
@@ -241,7 +246,7 @@ impl Env {
     pub(crate) fn servers(&self) -> Vec<&RedisServer> {
         match self {
             // The soak samples Redis-family servers only (INFO, DBSIZE).
-            Env::Memory(_) | Env::External { .. } | Env::Pg { .. } => Vec::new(),
+            Env::Memory(_) | Env::External { .. } | Env::Pg { .. } | Env::Net(_) => Vec::new(),
             Env::Single { server, .. } => vec![server],
             Env::Pair { primary, replica, .. } => vec![primary, replica],
             Env::Five(nodes) => nodes.servers().iter().collect(),
@@ -251,6 +256,7 @@ impl Env {
     pub(crate) fn url(&self, client: usize) -> String {
         match self {
             Env::Memory(_) | Env::Five(_) => String::new(),
+            Env::Net(_) => crate::netrows::NetEnv::url(client),
             Env::Single { proxies, .. } => proxies[client].url(),
             Env::Pg { server, proxies } => with_addr(&server.url(), proxies[client].addr()).unwrap_or_default(),
             Env::Pair { switches, .. } => switches[client].url(),
@@ -261,6 +267,7 @@ impl Env {
     fn direct_url(&self) -> String {
         match self {
             Env::Memory(_) | Env::Five(_) => String::new(),
+            Env::Net(_) => crate::netrows::NetEnv::direct_url(),
             Env::Single { server, .. } => server.url(),
             Env::Pg { server, .. } => server.url(),
             Env::Pair {
@@ -282,6 +289,7 @@ impl Env {
     pub(crate) fn spec(&self, backend: Backend, url: String, ack: Option<ReplicaAck>) -> Spec {
         match (self, backend) {
             (Env::Memory(m), _) => Spec::Memory(m.clone()),
+            (Env::Net(n), _) => n.spec(&url, ack),
             (Env::Five(nodes), _) => Spec::Redlock { urls: nodes.urls() },
             (_, Backend::Tair) => Spec::Tair { url, ack },
             (_, Backend::Postgres) => Spec::Postgres { url },
@@ -402,6 +410,12 @@ pub(crate) async fn inject(
             log.window(down_since, clock::now());
             return Ok(());
         }
+        (
+            Fault::ClientPartitioned | Fault::RedlockPartition(_) | Fault::ClusterSplit | Fault::ClusterSplitAck,
+            Env::Net(n),
+        ) => {
+            return n.inject(sc, p, log).await;
+        }
         (Fault::None | Fault::NoLock, _) => return Ok(()),
         (f, _) => return Err(format!("fault {f} does not apply to this topology").into()),
     }
@@ -458,7 +472,7 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
     let prefix = format!("verrou-torture:{seed:016x}:{idx}");
     let keys = Arc::new((0..p.keys).map(|k| format!("{prefix}:lock{k}")).collect::<Vec<_>>());
     let counter = format!("{prefix}:counter");
-    let ack = (sc.fault == Fault::FailoverAck).then(|| ReplicaAck::new(1, p.ttl / 2));
+    let ack = matches!(sc.fault, Fault::FailoverAck | Fault::ClusterSplitAck).then(|| ReplicaAck::new(1, p.ttl / 2));
     let options = LockOptions::with_ttl(p.ttl)
         .acquire_timeout(p.ttl * 6)
         .op_timeout(p.ttl / 2);
@@ -520,7 +534,20 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
     while sc.fault != Fault::Stall && !first_in_body.load(Ordering::SeqCst) && Instant::now() < wait_for_holder {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    if let Err(e) = inject(&mut env, &sc, p, &log, stall.as_ref(), down_since).await {
+    // A fault that lasts past the planned end (a cluster failover) keeps
+    // the clients running until it heals: the recovery after it is seen.
+    let keep_running = async {
+        let ahead = i64::try_from(p.ttl.as_micros()).unwrap_or(i64::MAX);
+        loop {
+            stop.fetch_max(clock::now().saturating_add(ahead), Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    let injected = tokio::select! {
+        r = inject(&mut env, &sc, p, &log, stall.as_ref(), down_since) => r,
+        () = keep_running => Ok(()),
+    };
+    if let Err(e) = injected {
         log.error(format!("fault injection failed: {e}"));
     }
     if let Some(st) = &stall {
@@ -574,6 +601,9 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
     let snapshot = log.snapshot();
     let measured = check::measure(&snapshot, p.bounds(), sc.fault.injects(), final_value, hangs);
     let mut violations = judge(&sc, &measured);
+    if let Env::Net(_) = &env {
+        violations.extend(crate::netrows::recovery_violations(&snapshot, p));
+    }
     if let Fault::NodesDownAtStart(_) = sc.fault {
         // The point of the row: clients start and take locks while nodes are down.
         let healed = snapshot.windows.iter().map(|w| w.to).max().unwrap_or(i64::MIN);

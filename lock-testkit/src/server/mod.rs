@@ -43,6 +43,8 @@
 mod error;
 mod etcd;
 mod monitor;
+mod netns;
+mod netns_cluster;
 mod paths;
 #[cfg(feature = "postgres")]
 mod pg_paths;
@@ -63,6 +65,11 @@ mod topology;
 pub use error::{HarnessError, HarnessResult};
 pub use etcd::{ETCD_BIN_ENV, ETCD_START_TIMEOUT, EtcdCluster, etcd_binary};
 pub use monitor::Monitor;
+pub use netns::{
+    NET_REDIS_PORT, NETNS_PREFIX, NetHost, NetRedisServer, NetRedisServerBuilder, Network, clean_stale_namespaces,
+    netem_available, netns_prerequisites,
+};
+pub use netns_cluster::NetCluster;
 pub use paths::{
     REDIS_CLI_ENV, REDIS_SERVER_ENV, TAIR_MODULE_ENV, build_tair_module_if_missing, redis_cli_binary,
     redis_server_binary, tair_module_path,

@@ -1,0 +1,349 @@
+//! Rows with real partitions: hosts in network namespaces
+//! (`lock_testkit::server::Network`), servers and clients on different
+//! hosts, a partition set by moving switch ports (silent: connections stay
+//! open and unanswered, new ones time out, unlike the proxy's cut).
+//!
+//! Hosts: every server on its own host; client 0 and the last client (a
+//! counter client where the row has them) on one host (the one
+//! partitioned), every other client on one shared host. A client thread
+//! moves into its host's namespace when it builds its backend
+//! ([`Spec::Net`]); the run's final counter read, on the driver's
+//! multi-thread runtime, builds its backend on the host's own thread
+//! instead. Needs root and `ip`: without them these rows fail at setup
+//! with an install hint.
+
+use std::time::Duration;
+
+use lock_core::ReplicaAck;
+use lock_redis_lua::RedisLuaBackend;
+use lock_testkit::server::{NetCluster, NetHost, NetRedisServer, Network};
+use tokio::time::Instant;
+
+use crate::BoxResult;
+use crate::backends::{Built, Spec, build};
+use crate::clock;
+use crate::plan::{Backend, Claim, Fault, Scenario, Topology};
+use crate::record::{Log, Snapshot};
+use crate::run::Params;
+
+/// The rows (full run and quick run alike: each is one mechanism).
+pub fn rows() -> Vec<Scenario> {
+    let safe = |backend, topology, fault| Scenario {
+        backend,
+        topology,
+        fault,
+        claim: Claim::Safe,
+        why: "",
+    };
+    vec![
+        safe(Backend::Lua, Topology::NetSingle, Fault::ClientPartitioned),
+        safe(Backend::Tair, Topology::NetSingle, Fault::ClientPartitioned),
+        safe(Backend::Redlock, Topology::NetFive, Fault::RedlockPartition(2)),
+        Scenario {
+            claim: Claim::Unsafe,
+            why: "asynchronous replication: writes the minority master acknowledged before it noticed the \
+                  partition (cluster-node-timeout) are lost when the majority promotes its replica",
+            ..safe(Backend::Lua, Topology::NetCluster, Fault::ClusterSplit)
+        },
+        safe(Backend::Lua, Topology::NetCluster, Fault::ClusterSplitAck),
+    ]
+}
+
+/// How a client on a host reaches its backend.
+#[derive(Clone)]
+pub struct NetSpec {
+    /// The client's host.
+    pub host: NetHost,
+    /// What it builds there.
+    pub inner: Spec,
+    /// Redis Cluster seeds: build a cluster Lua backend (fencing on, the
+    /// replica acknowledgement of `inner`) instead of `inner`.
+    pub cluster: Option<Vec<String>>,
+}
+
+/// `cluster-node-timeout` of the cluster rows.
+const NODE_TIMEOUT: Duration = Duration::from_millis(1000);
+/// Bound on the majority promoting the replica, and on the cluster
+/// converging after the heal.
+const CONVERGE: Duration = Duration::from_secs(20);
+
+/// Builds `spec.inner` inside `spec.host`: a client thread (its own
+/// current-thread runtime) enters the host's namespace for good; on any
+/// other runtime the backend is built on the host's thread (its
+/// connections live there).
+pub async fn build_in(spec: &NetSpec, timeout: Duration) -> lock_core::Result<Built> {
+    let backend_err = |e: String| lock_core::Error::backend("netns", e);
+    if tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread {
+        spec.host.enter().map_err(|e| backend_err(e.to_string()))?;
+        return boxed_net(spec, timeout).await;
+    }
+    let inner = spec.clone();
+    spec.host
+        .run(move || async move { boxed_net(&inner, timeout).await })
+        .await
+        .map_err(|e| backend_err(e.to_string()))?
+}
+
+/// The partitioned lock client (0) and the others: whether each side has
+/// started a body after `healed` (client 0; any other lock client).
+fn not_recovered(s: &Snapshot, lock_clients: usize, healed: i64, bound: i64) -> Vec<&'static str> {
+    let took = |c: usize| {
+        s.bodies
+            .iter()
+            .any(|b| b.client == c && b.start >= healed && b.start - healed <= bound)
+    };
+    let mut late = Vec::new();
+    if !took(0) {
+        late.push("the partitioned client (0)");
+    }
+    if lock_clients > 1 && !(1..lock_clients).any(took) {
+        late.push("every client of the other side");
+    }
+    late
+}
+
+/// Keeps the fault open (the driver keeps the clients running meanwhile)
+/// until both sides' lock clients have locked again after the heal, at
+/// most the recovery bound; [`recovery_violations`] judges.
+async fn wait_for_recovery(p: &Params, log: &Log, healed: i64) {
+    let give_up = Instant::now() + p.recovery_bound();
+    while Instant::now() < give_up && !not_recovered(&log.snapshot(), p.lock_clients, healed, i64::MAX).is_empty() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A partition row's own claim: both sides recover, i.e. the partitioned
+/// client and a client of the other side each take a lock within the
+/// recovery bound (20 × TTL) of the heal (the row's recovery column shows
+/// only the first lock taken, by anyone).
+pub(crate) fn recovery_violations(s: &Snapshot, p: &Params) -> Vec<String> {
+    let Some(healed) = s.windows.iter().map(|w| w.to).max() else {
+        return Vec::new();
+    };
+    let bound = i64::try_from(p.recovery_bound().as_micros()).unwrap_or(i64::MAX);
+    not_recovered(s, p.lock_clients, healed, bound)
+        .into_iter()
+        .map(|who| format!("{who} took no lock within 20 × TTL of the heal"))
+        .collect()
+}
+
+impl NetEnv {
+    /// The index of the master holding the counter (`verrou-torture:*:counter`),
+    /// else one holding a lock key, else 0.
+    async fn counter_master(&self, cluster: &NetCluster) -> usize {
+        for pattern in ["verrou-torture:*:counter", "verrou-torture:*:lock*"] {
+            for (i, m) in cluster.masters().iter().enumerate() {
+                let found = m.cmd(&["SCAN", "0", "MATCH", pattern, "COUNT", "10000"]).await;
+                let any = found.ok().is_some_and(|r| {
+                    r.as_array()
+                        .and_then(|a| a.get(1))
+                        .and_then(|k| k.as_array())
+                        .is_some_and(|k| !k.is_empty())
+                });
+                if any {
+                    return i;
+                }
+            }
+        }
+        0
+    }
+}
+
+/// `build` (or the cluster's), boxed with its `Send` stated (it recurses
+/// through here).
+fn boxed_net(
+    spec: &NetSpec,
+    timeout: Duration,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = lock_core::Result<Built>> + Send + '_>> {
+    Box::pin(async move {
+        let Some(urls) = &spec.cluster else {
+            return build(&spec.inner, timeout).await;
+        };
+        let mut builder = RedisLuaBackend::builder_cluster(urls.clone())
+            .fencing(true)
+            .connect_timeout(timeout)
+            .response_timeout(timeout);
+        if let Spec::Lua { ack: Some(ack), .. } = &spec.inner {
+            builder = builder.replica_ack(*ack);
+        }
+        let b = std::sync::Arc::new(builder.build().await?);
+        Ok(Built {
+            lock: b.clone(),
+            store: Some(b),
+        })
+    })
+}
+
+/// The servers and hosts of a row.
+pub(crate) struct NetEnv {
+    backend: Backend,
+    // Dropped first: the servers, then the hosts and the network.
+    servers: Vec<NetRedisServer>,
+    cluster: Option<NetCluster>,
+    /// The other client on client 0's host.
+    last: usize,
+    client0: NetHost,
+    others: NetHost,
+    net: Network,
+}
+
+impl NetEnv {
+    /// Starts the hosts and servers of `sc`.
+    pub(crate) async fn setup(sc: &Scenario, clients: usize) -> BoxResult<Self> {
+        let net = Network::new()?;
+        let n = match sc.topology {
+            Topology::NetFive => 5,
+            Topology::NetCluster => 0,
+            _ => 1,
+        };
+        let mut builder = NetRedisServer::builder();
+        if sc.backend == Backend::Tair {
+            builder = builder.tair_module();
+        }
+        let mut servers = Vec::with_capacity(n);
+        for i in 0..n {
+            let host = net.add_host(&format!("s{i}"))?;
+            servers.push(builder.start(&host).await?);
+        }
+        let cluster = if sc.topology == Topology::NetCluster {
+            Some(NetCluster::start(&net, 3, NODE_TIMEOUT, builder).await?)
+        } else {
+            None
+        };
+        let client0 = net.add_host("c0")?;
+        let others = net.add_host("cs")?;
+        Ok(NetEnv {
+            backend: sc.backend,
+            servers,
+            cluster,
+            last: clients.saturating_sub(1),
+            client0,
+            others,
+            net,
+        })
+    }
+
+    /// Client `i`'s "URL" for `Env::url`: its index, read back by [`spec`](Self::spec).
+    pub(crate) fn url(i: usize) -> String {
+        format!("net:{i}")
+    }
+
+    /// The final read's "URL".
+    pub(crate) fn direct_url() -> String {
+        "net:final".into()
+    }
+
+    /// The spec of the client named by `url` ([`url`](Self::url)).
+    pub(crate) fn spec(&self, url: &str, ack: Option<ReplicaAck>) -> Spec {
+        let minority = url == "net:0" || url == format!("net:{}", self.last);
+        let host = if minority {
+            self.client0.clone()
+        } else {
+            self.others.clone()
+        };
+        let inner = match self.backend {
+            Backend::Redlock => Spec::Redlock {
+                urls: self.servers.iter().map(NetRedisServer::url).collect(),
+            },
+            Backend::Tair => Spec::Tair {
+                url: self.servers[0].url(),
+                ack,
+            },
+            _ => Spec::Lua {
+                url: self.servers.first().map(NetRedisServer::url).unwrap_or_default(),
+                ack,
+            },
+        };
+        let cluster = self.cluster.as_ref().map(NetCluster::urls);
+        Spec::Net(Box::new(NetSpec { host, inner, cluster }))
+    }
+
+    /// Injects the row's partition for 3 × TTL, then heals.
+    pub(crate) async fn inject(&self, sc: &Scenario, p: &Params, log: &Log) -> BoxResult<()> {
+        let from = clock::now();
+        let len = p.ttl * 3;
+        match sc.fault {
+            // Client 0 alone on one side, the server and the other clients
+            // on the other.
+            Fault::ClientPartitioned => self.net.partition(&[&self.client0])?,
+            // Client 0 and `n` nodes on one side; the other nodes and
+            // clients on the other: client 0 reaches a minority only, the
+            // others a majority.
+            Fault::RedlockPartition(n) => {
+                let mut side: Vec<&NetHost> = vec![&self.client0];
+                side.extend(self.servers[..n].iter().map(NetRedisServer::host));
+                self.net.partition(&side)?;
+            }
+            Fault::ClusterSplit | Fault::ClusterSplitAck => {
+                let cluster = self.cluster.as_ref().ok_or("a split-brain row needs the cluster")?;
+                let i = self.counter_master(cluster).await;
+                let (old, new) = (&cluster.masters()[i], &cluster.replicas()[i]);
+                self.net.partition(&[old.host(), &self.client0])?;
+                // The majority promotes the replica (bounded); the minority
+                // master still believes it is master.
+                let give_up = Instant::now() + CONVERGE;
+                while !NetCluster::is_master(new).await.unwrap_or(false) {
+                    if Instant::now() >= give_up {
+                        self.net.heal()?;
+                        return Err("the majority did not promote the partitioned master's replica".into());
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                tokio::time::sleep(len).await;
+                self.net.heal()?;
+                let healed = clock::now();
+                log.window(from, healed);
+                // The cluster converges again (the old master rejoins as a
+                // replica); bounded, a failure is an error of the row.
+                cluster.wait_until_ok(CONVERGE).await?;
+                wait_for_recovery(p, log, healed).await;
+                return Ok(());
+            }
+            f => return Err(format!("fault {f} does not apply to a namespace topology").into()),
+        }
+        tokio::time::sleep(len).await;
+        self.net.heal()?;
+        let healed = clock::now();
+        log.window(from, healed);
+        wait_for_recovery(p, log, healed).await;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Body, Window};
+
+    fn body(client: usize, start: i64) -> Body {
+        Body {
+            client,
+            key: 0,
+            start,
+            end: start + 10,
+            deadline: start + 100,
+            fence: None,
+            cancelled: false,
+            stalled: false,
+        }
+    }
+
+    #[test]
+    fn both_sides_must_lock_again_after_the_heal() {
+        let p = Params::quick();
+        let mut s = Snapshot {
+            windows: vec![Window { from: 0, to: 1_000 }],
+            bodies: vec![body(0, 500), body(2, 1_500)],
+            ..Snapshot::default()
+        };
+        let v = recovery_violations(&s, &p);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("partitioned client"));
+        s.bodies.push(body(0, 2_000));
+        assert!(recovery_violations(&s, &p).is_empty());
+        // Later than 20 × TTL does not count.
+        let late = 1_000 + i64::try_from(p.recovery_bound().as_micros()).unwrap() + 1;
+        s.bodies = vec![body(0, late), body(1, 1_100)];
+        assert_eq!(recovery_violations(&s, &p).len(), 1);
+    }
+}
