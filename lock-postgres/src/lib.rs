@@ -108,7 +108,7 @@ pub use deadpool_postgres;
 pub use error::{Refusal, refusal};
 pub use kinds::GONE_WINDOW;
 pub use replication::ReplicationMode;
-pub use schema::{DEFAULT_SCHEMA, SCHEMA_SQL, schema_sql, validate_identifier};
+pub use schema::{DEFAULT_SCHEMA, LockStatements, SCHEMA_SQL, schema_sql, validate_identifier};
 /// The tokio-postgres crate the backend is built on.
 pub use tokio_postgres;
 
@@ -189,6 +189,20 @@ impl PostgresBackend {
     /// The pool the backend sends its statements on.
     pub fn pool(&self) -> &deadpool_postgres::Pool {
         &self.inner.pool
+    }
+
+    /// The statements of a plain lock, as this backend sends them (for a
+    /// raw client doing the same, e.g. the benchmark's).
+    pub fn lock_statements(&self) -> LockStatements {
+        let sql = &self.inner.sql;
+        LockStatements {
+            acquire: sql.acquire.clone(),
+            release: sql.release.clone(),
+            release_notify: sql.release_notify.clone(),
+            renew: sql.renew.clone(),
+            renew_many: sql.renew_many.clone(),
+            channel: self.inner.channel.clone(),
+        }
     }
 
     /// Runs one statement on a pooled connection within the response

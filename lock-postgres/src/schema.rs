@@ -48,6 +48,31 @@ pub fn schema_sql(name: &str) -> Result<String> {
     Ok(SCHEMA_SQL.replace("\"verrou\"", &format!("\"{name}\"")))
 }
 
+/// The statements of a plain lock, as the backend sends them (each one
+/// autocommit statement, unprepared, with typed parameters): what a client
+/// without verrou would send to do the same; the benchmark's raw
+/// tokio-postgres rows send exactly these.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockStatements {
+    /// Acquire: `$1` key (`text`), `$2` owner token (`bytea`), `$3` TTL in
+    /// ms (`int8`). One row (fence, NULL) when taken; (NULL, the holder's
+    /// remaining ms) when held; no row when the holder just went away.
+    pub acquire: String,
+    /// Release without notifications: `$1` key, `$2` owner. Answers 0
+    /// released, 1 held by another, 2 missing.
+    pub release: String,
+    /// Release with notifications: also `$3`, the [`LockStatements::channel`].
+    pub release_notify: String,
+    /// Renew: `$1` key, `$2` owner, `$3` TTL in ms; answers as the release.
+    pub renew: String,
+    /// Renew many: `$1` keys (`text[]`), `$2` owners (`bytea[]`), `$3` TTL in
+    /// ms; one answer per item, in order.
+    pub renew_many: String,
+    /// The `NOTIFY` channel of the schema.
+    pub channel: String,
+}
+
 /// Every statement of the backend, for one schema.
 #[derive(Debug)]
 pub(crate) struct Statements {
