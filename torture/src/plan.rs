@@ -65,6 +65,13 @@ pub enum Fault {
     NodesDownAtStart(usize),
     /// The bodies run without the lock.
     NoLock,
+    /// PostgreSQL: the primary SIGKILLed, its synchronous standby promoted,
+    /// clients moved to it.
+    SyncStandbyPromoted,
+    /// PostgreSQL: the asynchronous standby's link held for a TTL
+    /// (lagging), the primary SIGKILLed, the standby promoted with what it
+    /// had, clients moved to it.
+    AsyncStandbyPromoted,
 }
 
 impl Fault {
@@ -84,6 +91,8 @@ impl Fault {
             Fault::NodesRestartedEmpty(n) => format!("redlock-{n}-restarted-empty"),
             Fault::NodesDownAtStart(n) => format!("redlock-{n}-down-at-start"),
             Fault::NoLock => "no-lock".into(),
+            Fault::SyncStandbyPromoted => "failover-sync-standby".into(),
+            Fault::AsyncStandbyPromoted => "failover-async-standby".into(),
         }
     }
 
@@ -112,6 +121,11 @@ impl fmt::Display for Fault {
             Fault::NodesRestartedEmpty(n) => write!(f, "{n} of 5 nodes restarted empty at once"),
             Fault::NodesDownAtStart(n) => write!(f, "{n} of 5 nodes paused as the clients start, resumed mid-row"),
             Fault::NoLock => write!(f, "bodies run without the lock"),
+            Fault::SyncStandbyPromoted => write!(f, "primary killed, synchronous standby promoted"),
+            Fault::AsyncStandbyPromoted => write!(
+                f,
+                "standby lagging 1×TTL, primary killed, asynchronous standby promoted"
+            ),
         }
     }
 }
@@ -157,6 +171,8 @@ pub enum Topology {
     Five,
     /// The user's deployment (`--url`).
     External,
+    /// One PostgreSQL server behind PgBouncer in transaction mode.
+    PgBouncer,
 }
 
 impl Topology {
@@ -168,6 +184,7 @@ impl Topology {
             Topology::Pair => "primary + replica",
             Topology::Five => "5 servers",
             Topology::External => "your deployment",
+            Topology::PgBouncer => "1 server behind PgBouncer (transaction mode)",
         }
     }
 }
@@ -280,6 +297,8 @@ pub fn quick() -> Vec<Scenario> {
         row(Backend::Redlock, Topology::Five, NodesKilledDelayed(1), Safe, ""),
         row(Backend::Redlock, Topology::Five, NodesDownAtStart(2), Safe, ""),
         row(Backend::Postgres, Topology::Single, KillRestart, Safe, ""),
+        row(Backend::Postgres, Topology::PgBouncer, None, Safe, ""),
+        row(Backend::Postgres, Topology::Pair, SyncStandbyPromoted, Safe, ""),
     ]
 }
 
@@ -294,6 +313,15 @@ fn postgres_rows() -> Vec<Scenario> {
         row(b, t, KillRestart, Safe, ""),
         row(b, t, Blackhole, Safe, ""),
         row(b, t, Stall, Fenced, ""),
+        row(b, Topology::PgBouncer, None, Safe, ""),
+        row(b, Topology::Pair, SyncStandbyPromoted, Safe, ""),
+        row(
+            b,
+            Topology::Pair,
+            AsyncStandbyPromoted,
+            Unsafe,
+            "asynchronous standby: a promotion loses the commits it had not received (a just-granted lock, a write)",
+        ),
     ]
 }
 
