@@ -19,7 +19,9 @@
 //! Every expiry is computed by the server from `clock_timestamp()` (the
 //! current time, not the transaction's start `now()`); client clocks never
 //! count. Fencing tokens come from a sequence (`fence_seq`), so they only
-//! grow, across keys, deletes and restarts; versions of the store from
+//! grow, across keys, deletes and restarts; each is drawn under a
+//! transaction advisory lock on its key, so a key's tokens grow in the order
+//! it is granted under contention too (`tests/fencing_order.rs`); versions of the store from
 //! another (`version_seq`), so a key deleted and created again never
 //! repeats a version. Tokens are the 16 raw bytes of a [`LockToken`]
 //! (`bytea`).
