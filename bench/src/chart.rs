@@ -217,6 +217,7 @@ fn panels(r: &Results) -> Vec<Panel> {
                         let raw = match lib {
                             Library::RedisRs => RAW_REDIS_RS,
                             Library::Fred => RAW_FRED_SCRIPTED,
+                            Library::Postgres => crate::pg::RAW_TOKIO_PG,
                         };
                         l.rows
                             .iter()

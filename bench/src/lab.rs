@@ -30,6 +30,10 @@ pub enum Backend {
     TairQuiet,
     /// `lock-redlock` over five Lua backends on five servers.
     Redlock,
+    /// `lock-postgres` on the PostgreSQL server, defaults (notifications off).
+    Postgres,
+    /// `lock-postgres` with release notifications (`LISTEN`/`NOTIFY`) on.
+    PostgresNotify,
 }
 
 impl Backend {
@@ -42,13 +46,15 @@ impl Backend {
             Backend::Tair => "verrou tair",
             Backend::TairQuiet => "verrou tair, notifications off",
             Backend::Redlock => "verrou redlock ×5 (redis-lua)",
+            Backend::Postgres => crate::pg::VERROU_PG,
+            Backend::PostgresNotify => crate::pg::VERROU_PG_NOTIFY,
         }
     }
 
     /// A default configuration (targets apply) or a variant (diagnostic).
     pub fn kind(self) -> Kind {
         match self {
-            Backend::RedisLuaQuiet | Backend::TairQuiet => Kind::Reference,
+            Backend::RedisLuaQuiet | Backend::TairQuiet | Backend::PostgresNotify => Kind::Reference,
             _ => Kind::Verrou,
         }
     }
@@ -62,6 +68,8 @@ impl Backend {
             Backend::Tair => "tair",
             Backend::TairQuiet => "tair-quiet",
             Backend::Redlock => "redlock",
+            Backend::Postgres => "pg",
+            Backend::PostgresNotify => "pg-notify",
         }
     }
 }
@@ -80,6 +88,8 @@ pub struct Lab {
     pub main: RedisServer,
     redlock: Option<Instances>,
     memory: MemoryBackend,
+    /// The PostgreSQL server, started on first use.
+    pub pg: crate::pg::PgLab,
 }
 
 /// Redlock's instance count.
@@ -95,6 +105,7 @@ impl Lab {
             main,
             redlock: None,
             memory: MemoryBackend::new(),
+            pg: crate::pg::PgLab::default(),
         })
     }
 
@@ -132,6 +143,8 @@ impl Lab {
             Backend::Tair,
             Backend::TairQuiet,
             Backend::Redlock,
+            Backend::Postgres,
+            Backend::PostgresNotify,
         ]
     }
 
@@ -162,6 +175,8 @@ impl Lab {
                 }
                 Ok(Arc::new(Redlock::new(nodes)?))
             }
+            Backend::Postgres => Ok(Arc::new(self.pg.backend(false).await?)),
+            Backend::PostgresNotify => Ok(Arc::new(self.pg.backend(true).await?)),
         }
     }
 
@@ -180,8 +195,9 @@ impl Lab {
                 }
                 Ok(Arc::new(Redlock::new(nodes)?))
             }
-            Backend::RedisLuaQuiet | Backend::TairQuiet => {
-                Err("the lock kinds run on the default Lua and Tair backends only".into())
+            Backend::Postgres => Ok(Arc::new(self.pg.backend(false).await?)),
+            Backend::RedisLuaQuiet | Backend::TairQuiet | Backend::PostgresNotify => {
+                Err("the lock kinds run on the default Lua, Tair and postgres backends only".into())
             }
         }
     }
@@ -199,7 +215,9 @@ impl Lab {
     /// A probe over the servers `backend` talks to.
     pub async fn probe(&mut self, backend: Backend) -> BoxResult<Probe> {
         match backend {
-            Backend::Memory => Ok(Probe::none()),
+            // PostgreSQL's statistics are flushed about once a second: too
+            // coarse for a window; its rows count client CPU only.
+            Backend::Memory | Backend::Postgres | Backend::PostgresNotify => Ok(Probe::none()),
             Backend::RedisLua | Backend::RedisLuaQuiet | Backend::Tair | Backend::TairQuiet => {
                 Probe::connect(&[&self.main]).await
             }

@@ -16,6 +16,7 @@ mod lab;
 mod locks;
 mod measure;
 mod ops;
+mod pg;
 mod report;
 mod results;
 mod rows;

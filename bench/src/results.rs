@@ -104,6 +104,8 @@ pub enum Library {
     RedisRs,
     /// fred.
     Fred,
+    /// tokio-postgres (the postgres rows).
+    Postgres,
 }
 
 impl Library {
@@ -112,6 +114,7 @@ impl Library {
         match self {
             Library::RedisRs => "redis-rs",
             Library::Fred => "fred",
+            Library::Postgres => "tokio-postgres",
         }
     }
 }

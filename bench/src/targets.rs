@@ -92,6 +92,7 @@ pub fn evaluate(r: &Results) -> Vec<Check> {
     redlock(r, &mut out);
     memory(r, &mut out);
     renewals(r, &mut out);
+    postgres(r, &mut out);
     out
 }
 
@@ -192,7 +193,12 @@ fn hot_key(r: &Results, out: &mut Vec<Check>) {
         out.push(missing("hot key: all targets".to_owned(), "scenario not run"));
         return;
     };
-    for row in h.rows.iter().filter(|row| row.kind == Kind::Verrou) {
+    // The postgres rows have their own targets (`postgres` below).
+    for row in h
+        .rows
+        .iter()
+        .filter(|row| row.kind == Kind::Verrou && !crate::pg::is_pg(&row.label))
+    {
         let name = format!("{} ({})", row.label, row.shape.name());
         let p99 = row.r.waits.p99().as_secs_f64() * 1e3;
         if row.fair {
@@ -410,6 +416,88 @@ fn renewals(r: &Results, out: &mut Vec<Check>) {
                 "{:.2}% ({:.1} µs per renewal)",
                 row.client_core_share() * 100.0,
                 us(row.cpu_per_renewal())
+            ),
+        ));
+    }
+}
+
+/// Postgres (issue 25): the default backend against raw tokio-postgres
+/// sending the same statements over the same pool (throughput and
+/// sequential p50), and its hot-key waits, default and fair mode. Its
+/// renewals are checked with every backend's in [`renewals`].
+fn postgres(r: &Results, out: &mut Vec<Check>) {
+    use crate::pg::{RAW_TOKIO_PG, VERROU_PG};
+    let rows = r.uncontended.as_ref().map(|u| u.rows.as_slice()).unwrap_or(&[]);
+    let target = format!("uncontended: {VERROU_PG} ≥ {VS_RAW}× {RAW_TOKIO_PG}");
+    out.push(match (row(rows, VERROU_PG), row(rows, RAW_TOKIO_PG)) {
+        (Some(a), Some(b)) => {
+            let ratio = a.m.rate() / b.m.rate().max(1e-9);
+            at_least(
+                target,
+                ratio,
+                VS_RAW,
+                format!("{ratio:.2}× ({:.0} vs {:.0} pairs/s)", a.m.rate(), b.m.rate()),
+            )
+        }
+        _ => missing(target, "row not measured"),
+    });
+    let target =
+        format!("sequential (current-thread runtime): {VERROU_PG} pair p50 ≤ {LATENCY_VS_RAW}× {RAW_TOKIO_PG}");
+    let found = r.latency.as_ref().and_then(|l| {
+        let find = |label: &str| l.rows.iter().find(|(_, row)| row.label == label).map(|(_, row)| row);
+        Some((find(VERROU_PG)?, find(RAW_TOKIO_PG)?))
+    });
+    out.push(match found {
+        Some((a, b)) => {
+            let ratio = us(a.m.latencies.p50()) / us(b.m.latencies.p50()).max(1e-9);
+            at_most(
+                target,
+                ratio,
+                LATENCY_VS_RAW,
+                format!(
+                    "{ratio:.2}× ({:.1} vs {:.1} µs)",
+                    us(a.m.latencies.p50()),
+                    us(b.m.latencies.p50())
+                ),
+            )
+        }
+        None => missing(target, "row not measured"),
+    });
+    let hot: Vec<&HotRow> = r
+        .hot_keys
+        .iter()
+        .flat_map(|h| &h.rows)
+        .filter(|row| row.kind == Kind::Verrou && crate::pg::is_pg(&row.label))
+        .collect();
+    if hot.is_empty() {
+        out.push(missing(
+            format!("hot key: {VERROU_PG} wait p99 ≤ {HOT_WAIT_P99_MS} ms"),
+            "row not measured",
+        ));
+    }
+    for row in hot {
+        let name = format!("{} ({})", row.label, row.shape.name());
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        let p99 = ms(row.r.waits.p99());
+        out.push(at_most(
+            format!("hot key: {name} wait p99 ≤ {HOT_WAIT_P99_MS} ms"),
+            p99,
+            HOT_WAIT_P99_MS,
+            format!(
+                "{p99:.2} ms (p50 {:.2}, max {:.2})",
+                ms(row.r.waits.p50()),
+                ms(row.r.waits.max())
+            ),
+        ));
+        let min_share = if row.fair { FAIR_MIN_SHARE } else { HOT_MIN_SHARE };
+        out.push(at_least(
+            format!("hot key: {name} no contender below {min_share} of its fair share"),
+            row.r.min_share(),
+            min_share,
+            format!(
+                "min {:.2}, max {:.2} of fair share",
+                row.r.min_share(),
+                row.r.max_share()
             ),
         ));
     }

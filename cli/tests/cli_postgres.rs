@@ -54,3 +54,40 @@ async fn lock_and_values_work_with_a_postgres_url() {
     assert!(out.status.success(), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("one"), "{out:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_says_whether_the_server_replicates_synchronously() {
+    use lock_testkit::server::PostgresPair;
+
+    async fn status(url: &str, json: bool) -> (String, Option<i32>) {
+        let mut cmd = verrou(url);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.args(["status", "probe"]).output().await.expect("run verrou status");
+        (String::from_utf8_lossy(&out.stdout).into_owned(), out.status.code())
+    }
+
+    // One server: no synchronous standby.
+    let single = PostgresServer::start().await.expect("start postgres");
+    let (text, code) = status(&single.url(), false).await;
+    assert_eq!(code, Some(1), "free: {text}");
+    assert!(text.contains("not replica-acknowledged"), "{text}");
+    let (json, _) = status(&single.url(), true).await;
+    assert!(json.contains("\"replica_ack\":false"), "{json}");
+    drop(single);
+
+    // A primary with a synchronous standby.
+    let pair = PostgresPair::start(PostgresServer::builder(), true)
+        .await
+        .expect("start a synchronous pair");
+    let (text, code) = status(&pair.primary().url(), false).await;
+    assert_eq!(code, Some(1), "free: {text}");
+    assert!(
+        text.contains("are replica-acknowledged (synchronous replication)"),
+        "{text}"
+    );
+    let (json, _) = status(&pair.primary().url(), true).await;
+    assert!(json.contains("\"replica_ack\":true"), "{json}");
+    assert!(json.contains("\"backend\":\"postgres\""), "{json}");
+}

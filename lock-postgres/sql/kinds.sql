@@ -173,8 +173,13 @@ DECLARE k text; f bigint; top bigint := 0; blocked text;
 BEGIN
     BEGIN
         FOR k IN SELECT DISTINCT x FROM unnest(ks) AS x ORDER BY x LOOP
+            -- Each key's token drawn under a transaction lock on it (see
+            -- fence_sql in src/schema.rs), taken in sorted key order.
             INSERT INTO "verrou".locks AS l (key, owner, fence, expires_at)
-            VALUES (k, tok, nextval('"verrou".fence_seq'), clock_timestamp() + ttl_ms * interval '1 millisecond')
+            VALUES (k, tok,
+                CASE WHEN pg_advisory_xact_lock(hashtext('"verrou".locks'), hashtext(k))::text IS NOT NULL
+                THEN nextval('"verrou".fence_seq') END,
+                clock_timestamp() + ttl_ms * interval '1 millisecond')
             ON CONFLICT (key) DO UPDATE SET owner = excluded.owner,
                 fence = CASE WHEN l.owner = excluded.owner THEN l.fence ELSE excluded.fence END,
                 expires_at = excluded.expires_at

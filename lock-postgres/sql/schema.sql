@@ -93,8 +93,13 @@ BEGIN
     RETURNING q.ticket INTO my_ticket;
     DELETE FROM "verrou".queue AS q WHERE q.key = k AND q.expires_at <= clock_timestamp();
     IF NOT EXISTS (SELECT 1 FROM "verrou".queue AS q WHERE q.key = k AND q.ticket < my_ticket) THEN
+        -- The token drawn under a transaction lock on the key (see
+        -- fence_sql in src/schema.rs): tokens of a key grow in grant order.
         INSERT INTO "verrou".locks AS l (key, owner, fence, expires_at)
-        VALUES (k, tok, nextval('"verrou".fence_seq'), clock_timestamp() + ttl_ms * interval '1 millisecond')
+        VALUES (k, tok,
+            CASE WHEN pg_advisory_xact_lock(hashtext('"verrou".locks'), hashtext(k))::text IS NOT NULL
+            THEN nextval('"verrou".fence_seq') END,
+            clock_timestamp() + ttl_ms * interval '1 millisecond')
         ON CONFLICT (key) DO UPDATE SET owner = excluded.owner,
             fence = CASE WHEN l.owner = excluded.owner THEN l.fence ELSE excluded.fence END,
             expires_at = excluded.expires_at

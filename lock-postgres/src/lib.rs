@@ -19,7 +19,9 @@
 //! Every expiry is computed by the server from `clock_timestamp()` (the
 //! current time, not the transaction's start `now()`); client clocks never
 //! count. Fencing tokens come from a sequence (`fence_seq`), so they only
-//! grow, across keys, deletes and restarts; versions of the store from
+//! grow, across keys, deletes and restarts; each is drawn under a
+//! transaction advisory lock on its key, so a key's tokens grow in the order
+//! it is granted under contention too (`tests/fencing_order.rs`); versions of the store from
 //! another (`version_seq`), so a key deleted and created again never
 //! repeats a version. Tokens are the 16 raw bytes of a [`LockToken`]
 //! (`bytea`).
@@ -108,7 +110,7 @@ pub use deadpool_postgres;
 pub use error::{Refusal, refusal};
 pub use kinds::GONE_WINDOW;
 pub use replication::ReplicationMode;
-pub use schema::{DEFAULT_SCHEMA, SCHEMA_SQL, schema_sql, validate_identifier};
+pub use schema::{DEFAULT_SCHEMA, LockStatements, SCHEMA_SQL, schema_sql, validate_identifier};
 /// The tokio-postgres crate the backend is built on.
 pub use tokio_postgres;
 
@@ -189,6 +191,20 @@ impl PostgresBackend {
     /// The pool the backend sends its statements on.
     pub fn pool(&self) -> &deadpool_postgres::Pool {
         &self.inner.pool
+    }
+
+    /// The statements of a plain lock, as this backend sends them (for a
+    /// raw client doing the same, e.g. the benchmark's).
+    pub fn lock_statements(&self) -> LockStatements {
+        let sql = &self.inner.sql;
+        LockStatements {
+            acquire: sql.acquire.clone(),
+            release: sql.release.clone(),
+            release_notify: sql.release_notify.clone(),
+            renew: sql.renew.clone(),
+            renew_many: sql.renew_many.clone(),
+            channel: self.inner.channel.clone(),
+        }
     }
 
     /// Runs one statement on a pooled connection within the response

@@ -48,6 +48,31 @@ pub fn schema_sql(name: &str) -> Result<String> {
     Ok(SCHEMA_SQL.replace("\"verrou\"", &format!("\"{name}\"")))
 }
 
+/// The statements of a plain lock, as the backend sends them (each one
+/// autocommit statement, unprepared, with typed parameters): what a client
+/// without verrou would send to do the same; the benchmark's raw
+/// tokio-postgres rows send exactly these.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockStatements {
+    /// Acquire: `$1` key (`text`), `$2` owner token (`bytea`), `$3` TTL in
+    /// ms (`int8`). One row (fence, NULL) when taken; (NULL, the holder's
+    /// remaining ms) when held; no row when the holder just went away.
+    pub acquire: String,
+    /// Release without notifications: `$1` key, `$2` owner. Answers 0
+    /// released, 1 held by another, 2 missing.
+    pub release: String,
+    /// Release with notifications: also `$3`, the [`LockStatements::channel`].
+    pub release_notify: String,
+    /// Renew: `$1` key, `$2` owner, `$3` TTL in ms; answers as the release.
+    pub renew: String,
+    /// Renew many: `$1` keys (`text[]`), `$2` owners (`bytea[]`), `$3` TTL in
+    /// ms; one answer per item, in order.
+    pub renew_many: String,
+    /// The `NOTIFY` channel of the schema.
+    pub channel: String,
+}
+
 /// Every statement of the backend, for one schema.
 #[derive(Debug)]
 pub(crate) struct Statements {
@@ -75,6 +100,22 @@ macro_rules! from_now {
     };
 }
 
+/// A new fencing token for `key` of `table`, drawn under a transaction-scoped
+/// advisory lock on (table, key): every statement drawing one for the key
+/// waits for the transaction that drew the previous one, so the tokens of a
+/// key grow in the order its grants commit. (Drawn without it, `nextval` in
+/// `VALUES` runs before the insert waits on a concurrent release or acquire
+/// of the key, and a token drawn early could be granted after a higher one.)
+/// `pg_advisory_xact_lock` answers `void`; the `CASE` orders the two calls.
+/// `sql/schema.sql` (fair acquire) and `sql/kinds.sql` (multi-key acquire)
+/// write the same expression.
+pub(crate) fn fence_sql(s: &str, table: &str, key: &str) -> String {
+    format!(
+        "CASE WHEN pg_advisory_xact_lock(hashtext('{s}.{table}'), hashtext({key}))::text IS NOT NULL \
+         THEN nextval('{s}.fence_seq') END"
+    )
+}
+
 /// Acquire, release and renew of a table of leases with the columns of
 /// `locks` (key, owner, fence, expires_at); `identity` adds that column
 /// (the `leaders` table), set from parameter `$4`.
@@ -88,11 +129,15 @@ pub(crate) fn lease_sql(s: &str, table: &str, identity: bool) -> [String; 3] {
         // Take the key if free, expired, or already ours (a re-sent
         // acquire keeps its fencing token); otherwise report how long the
         // holder has left. `taken` is empty exactly when the conflicting
-        // row was live and someone else's.
+        // row was live and someone else's. The token is drawn under a
+        // transaction lock on the key, so that acquires of one key draw in
+        // the order they are granted: drawn before waiting on a concurrent
+        // release or acquire of the key, it could be granted after a
+        // higher one (see `fence_sql`).
         format!(
             "WITH taken AS (\
                INSERT INTO {s}.{table} AS l (key, owner, fence, expires_at{col}) \
-               VALUES ($1, $2, nextval('{s}.fence_seq'), {}{val}) \
+               VALUES ($1, $2, {}, {}{val}) \
                ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, \
                  fence = CASE WHEN l.owner = excluded.owner THEN l.fence ELSE excluded.fence END, \
                  expires_at = excluded.expires_at{set} \
@@ -102,6 +147,7 @@ pub(crate) fn lease_sql(s: &str, table: &str, identity: bool) -> [String; 3] {
              UNION ALL \
              SELECT NULL::int8, GREATEST(0, CEIL(EXTRACT(EPOCH FROM h.expires_at - clock_timestamp()) * 1000))::int8 \
              FROM {s}.{table} h WHERE h.key = $1 AND NOT EXISTS (SELECT 1 FROM taken)",
+            fence_sql(s, table, "$1"),
             from_now!("$3")
         ),
         // 0 released, 1 held by another, 2 missing. Our own expired row is

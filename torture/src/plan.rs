@@ -79,6 +79,13 @@ pub enum Fault {
     /// The same with `ReplicaAck` (WAIT 1) on acquires, renewals and
     /// versioned writes.
     ClusterSplitAck,
+    /// PostgreSQL: the primary SIGKILLed, its synchronous standby promoted,
+    /// clients moved to it.
+    SyncStandbyPromoted,
+    /// PostgreSQL: the asynchronous standby's link held for a TTL
+    /// (lagging), the primary SIGKILLed, the standby promoted with what it
+    /// had, clients moved to it.
+    AsyncStandbyPromoted,
 }
 
 impl Fault {
@@ -102,6 +109,8 @@ impl Fault {
             Fault::RedlockPartition(n) => format!("netns-redlock-client-and-{n}-nodes-partitioned"),
             Fault::ClusterSplit => "netns-cluster-split-brain".into(),
             Fault::ClusterSplitAck => "netns-cluster-split-brain-replica-ack".into(),
+            Fault::SyncStandbyPromoted => "failover-sync-standby".into(),
+            Fault::AsyncStandbyPromoted => "failover-async-standby".into(),
         }
     }
 
@@ -142,6 +151,11 @@ impl fmt::Display for Fault {
             Fault::ClusterSplitAck => write!(
                 f,
                 "a master and two clients in the minority until its replica is promoted; ReplicaAck(1) (netns)"
+            ),
+            Fault::SyncStandbyPromoted => write!(f, "primary killed, synchronous standby promoted"),
+            Fault::AsyncStandbyPromoted => write!(
+                f,
+                "standby lagging 1×TTL, primary killed, asynchronous standby promoted"
             ),
         }
     }
@@ -195,6 +209,8 @@ pub enum Topology {
     /// Redis Cluster, 3 masters + 1 replica each, every node on its own
     /// host (network namespaces).
     NetCluster,
+    /// One PostgreSQL server behind PgBouncer in transaction mode.
+    PgBouncer,
 }
 
 impl Topology {
@@ -209,6 +225,7 @@ impl Topology {
             Topology::NetSingle => "1 server, clients on other hosts (netns)",
             Topology::NetFive => "5 servers on 5 hosts (netns)",
             Topology::NetCluster => "cluster, 3 masters + 1 replica each, 6 hosts (netns)",
+            Topology::PgBouncer => "1 server behind PgBouncer (transaction mode)",
         }
     }
 }
@@ -322,6 +339,8 @@ pub fn quick() -> Vec<Scenario> {
         row(Backend::Redlock, Topology::Five, NodesKilledDelayed(1), Safe, ""),
         row(Backend::Redlock, Topology::Five, NodesDownAtStart(2), Safe, ""),
         row(Backend::Postgres, Topology::Single, KillRestart, Safe, ""),
+        row(Backend::Postgres, Topology::PgBouncer, None, Safe, ""),
+        row(Backend::Postgres, Topology::Pair, SyncStandbyPromoted, Safe, ""),
     ]
     .into_iter()
     .chain(crate::netrows::rows())
@@ -339,6 +358,15 @@ fn postgres_rows() -> Vec<Scenario> {
         row(b, t, KillRestart, Safe, ""),
         row(b, t, Blackhole, Safe, ""),
         row(b, t, Stall, Fenced, ""),
+        row(b, Topology::PgBouncer, None, Safe, ""),
+        row(b, Topology::Pair, SyncStandbyPromoted, Safe, ""),
+        row(
+            b,
+            Topology::Pair,
+            AsyncStandbyPromoted,
+            Unsafe,
+            "asynchronous standby: a promotion loses the commits it had not received (a just-granted lock, a write)",
+        ),
     ]
 }
 

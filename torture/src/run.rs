@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use lock_core::{LockOptions, ReplicaAck};
 use lock_memory::MemoryBackend;
-use lock_testkit::server::{Instances, PostgresServer, RedisServer, RedisServerBuilder, TcpProxy};
+use lock_testkit::server::{
+    Instances, PgBouncer, PostgresPair, PostgresServer, RedisServer, RedisServerBuilder, TcpProxy,
+};
 use tokio::time::Instant;
 
 use crate::BoxResult;
@@ -137,6 +139,23 @@ pub(crate) enum Env {
     },
     /// Servers and clients on network-namespace hosts.
     Net(Box<crate::netrows::NetEnv>),
+    /// One PostgreSQL server behind PgBouncer (transaction mode), one proxy
+    /// per client in front of PgBouncer.
+    PgBouncer {
+        server: Box<PostgresServer>,
+        bouncer: Box<PgBouncer>,
+        proxies: Vec<TcpProxy>,
+    },
+    /// A PostgreSQL primary and its standby, clients through switches that
+    /// move to the standby when it is promoted.
+    PgPair {
+        pair: Box<PostgresPair>,
+        /// The asynchronous standby's replication link runs through this
+        /// proxy, so that it can lag.
+        link: Option<TcpProxy>,
+        switches: Vec<Switch>,
+        promoted: bool,
+    },
 }
 
 fn server_builder(backend: Backend) -> RedisServerBuilder {
@@ -156,6 +175,38 @@ pub(crate) async fn setup(sc: &Scenario, clients: usize, ext: Option<&External>)
             Env::Pg {
                 server: Box::new(server),
                 proxies,
+            }
+        }
+        Topology::PgBouncer => {
+            let server = PostgresServer::start().await?;
+            let bouncer = PgBouncer::start(&server).await?;
+            let mut proxies = Vec::with_capacity(clients);
+            for _ in 0..clients {
+                proxies.push(TcpProxy::start(bouncer.addr()).await?);
+            }
+            Env::PgBouncer {
+                server: Box::new(server),
+                bouncer: Box::new(bouncer),
+                proxies,
+            }
+        }
+        Topology::Pair if sc.backend == Backend::Postgres => {
+            let synchronous = sc.fault != Fault::AsyncStandbyPromoted;
+            let pair = PostgresPair::start(PostgresServer::builder(), synchronous).await?;
+            let link = if synchronous {
+                None
+            } else {
+                Some(lagging_link(&pair).await?)
+            };
+            let mut switches = Vec::with_capacity(clients);
+            for _ in 0..clients {
+                switches.push(Switch::start(pair.primary().addr()).await?);
+            }
+            Env::PgPair {
+                pair: Box::new(pair),
+                link,
+                switches,
+                promoted: false,
             }
         }
         Topology::Single => {
@@ -215,6 +266,35 @@ pub(crate) async fn setup(sc: &Scenario, clients: usize, ext: Option<&External>)
     })
 }
 
+/// Route the standby's replication connection through a proxy (so that a
+/// fault can hold it: a lagging standby) and wait until it streams through it.
+async fn lagging_link(pair: &PostgresPair) -> BoxResult<TcpProxy> {
+    let link = TcpProxy::start(pair.primary().addr()).await?;
+    let standby = pair.standby();
+    standby
+        .psql(&format!(
+            "ALTER SYSTEM SET primary_conninfo = 'host=127.0.0.1 port={} user={}'",
+            link.port(),
+            lock_testkit::server::PG_USER
+        ))
+        .await?;
+    standby.psql("SELECT pg_reload_conf()").await?;
+    let give_up = Instant::now() + lock_testkit::server::CONVERGE_TIMEOUT;
+    let want = link.port().to_string();
+    loop {
+        let port = standby
+            .psql("SELECT sender_port FROM pg_stat_wal_receiver WHERE status = 'streaming'")
+            .await?;
+        if port.trim() == want {
+            return Ok(link);
+        }
+        if Instant::now() >= give_up {
+            return Err(format!("the standby did not stream through its link (sender port {port:?})").into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// `url` with its `host:port` replaced by `addr` (credentials and db kept).
 pub fn with_addr(url: &str, addr: SocketAddr) -> Option<String> {
     let (scheme, rest) = url.split_once("://")?;
@@ -246,7 +326,12 @@ impl Env {
     pub(crate) fn servers(&self) -> Vec<&RedisServer> {
         match self {
             // The soak samples Redis-family servers only (INFO, DBSIZE).
-            Env::Memory(_) | Env::External { .. } | Env::Pg { .. } | Env::Net(_) => Vec::new(),
+            Env::Memory(_)
+            | Env::External { .. }
+            | Env::Pg { .. }
+            | Env::PgBouncer { .. }
+            | Env::PgPair { .. }
+            | Env::Net(_) => Vec::new(),
             Env::Single { server, .. } => vec![server],
             Env::Pair { primary, replica, .. } => vec![primary, replica],
             Env::Five(nodes) => nodes.servers().iter().collect(),
@@ -260,6 +345,12 @@ impl Env {
             Env::Single { proxies, .. } => proxies[client].url(),
             Env::Pg { server, proxies } => with_addr(&server.url(), proxies[client].addr()).unwrap_or_default(),
             Env::Pair { switches, .. } => switches[client].url(),
+            Env::PgBouncer { bouncer, proxies, .. } => {
+                with_addr(&bouncer.url(), proxies[client].addr()).unwrap_or_default()
+            }
+            Env::PgPair { pair, switches, .. } => {
+                with_addr(&pair.primary().url(), switches[client].addr()).unwrap_or_default()
+            }
             Env::External { url, proxies } => with_addr(url, proxies[client].addr()).unwrap_or_else(|| url.clone()),
         }
     }
@@ -269,7 +360,14 @@ impl Env {
             Env::Memory(_) | Env::Five(_) => String::new(),
             Env::Net(_) => crate::netrows::NetEnv::direct_url(),
             Env::Single { server, .. } => server.url(),
-            Env::Pg { server, .. } => server.url(),
+            Env::Pg { server, .. } | Env::PgBouncer { server, .. } => server.url(),
+            Env::PgPair { pair, promoted, .. } => {
+                if *promoted {
+                    pair.standby().url()
+                } else {
+                    pair.primary().url()
+                }
+            }
             Env::Pair {
                 primary,
                 replica,
@@ -381,6 +479,34 @@ pub(crate) async fn inject(
                 .await?;
             *_new_replica = Some(Box::new(replica));
             return Ok(());
+        }
+        (
+            Fault::SyncStandbyPromoted | Fault::AsyncStandbyPromoted,
+            Env::PgPair {
+                pair,
+                link,
+                switches,
+                promoted,
+            },
+        ) => {
+            // Asynchronous: the standby's link held (a lagging standby)
+            // while the primary keeps granting and renewing; then the
+            // primary dies, what was held back is dropped, and the standby
+            // is promoted with what it had. Synchronous: the primary dies
+            // and its standby, which had every confirmed commit, is promoted.
+            if let Some(link) = link.as_ref() {
+                link.set_blackhole(true);
+                tokio::time::sleep(p.ttl).await;
+            }
+            pair.primary().kill()?;
+            if let Some(link) = link.as_ref() {
+                link.cut_all();
+            }
+            pair.fail_over().await?;
+            for s in switches.iter() {
+                s.retarget(pair.standby().addr());
+            }
+            *promoted = true;
         }
         (Fault::NodesPaused(n), Env::Five(nodes)) => {
             for s in &nodes.servers()[..n] {

@@ -29,6 +29,11 @@ impl Switch {
         Ok(Switch { addr, shared, shutdown })
     }
 
+    /// The forwarder's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
     /// `redis://` URL of the forwarder.
     pub fn url(&self) -> String {
         format!("redis://{}", self.addr)

@@ -44,7 +44,13 @@ fn check_hot(problems: &mut Vec<String>, row: &HotRow) {
 }
 
 /// The backends with a fair queue, measured in fair mode too.
-const FAIR: &[Backend] = &[Backend::Memory, Backend::RedisLua, Backend::Tair];
+const FAIR: &[Backend] = &[
+    Backend::Memory,
+    Backend::RedisLua,
+    Backend::Tair,
+    Backend::Postgres,
+    Backend::PostgresNotify,
+];
 
 /// Scenario 3: contenders on one key, shared and independent instances.
 pub async fn hot_keys(lab: &mut Lab, s: &Settings, problems: &mut Vec<String>) -> BoxResult<HotKeys> {
@@ -134,6 +140,10 @@ pub async fn hot_keys(lab: &mut Lab, s: &Settings, problems: &mut Vec<String>) -
         }
         .await;
         out.rows.extend(keep(problems, "rslock hot key", row));
+    }
+    for row in postgres::hot_peers(lab, s, problems).await {
+        say_hot(&row);
+        out.rows.push(row);
     }
     for row in &out.rows {
         check_hot(problems, row);

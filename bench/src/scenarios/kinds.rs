@@ -523,7 +523,13 @@ fn check_kind(problems: &mut Vec<String>, row: &KindRow) {
 /// Scenario 8: every kind on every backend whose capability flags claim it.
 pub async fn kinds(lab: &mut Lab, s: &Settings, problems: &mut Vec<String>) -> BoxResult<Kinds> {
     let mut out = Kinds::default();
-    for backend in [Backend::Memory, Backend::RedisLua, Backend::Tair, Backend::Redlock] {
+    for backend in [
+        Backend::Memory,
+        Backend::RedisLua,
+        Backend::Tair,
+        Backend::Redlock,
+        Backend::Postgres,
+    ] {
         if !s.runs(backend.label()) {
             continue;
         }

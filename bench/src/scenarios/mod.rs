@@ -6,6 +6,7 @@ mod hot_keys;
 mod kinds;
 mod latency;
 mod memory;
+mod postgres;
 mod redlock;
 mod renewals;
 mod uncontended;

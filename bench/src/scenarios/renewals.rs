@@ -7,7 +7,7 @@ use super::*;
 pub async fn renewals(lab: &mut Lab, s: &Settings, problems: &mut Vec<String>) -> BoxResult<Renewals> {
     let mut out = Renewals::default();
     let idle = idle_cpu(s.renew_window.min(Duration::from_secs(1))).await?;
-    for backend in [Backend::Memory, Backend::RedisLua, Backend::Tair] {
+    for backend in [Backend::Memory, Backend::RedisLua, Backend::Tair, Backend::Postgres] {
         if !s.runs(backend.label()) {
             continue;
         }
