@@ -44,6 +44,7 @@ mod error;
 mod etcd;
 mod monitor;
 mod paths;
+mod peer_proxy;
 #[cfg(feature = "postgres")]
 mod pg_paths;
 #[cfg(feature = "postgres")]
