@@ -39,6 +39,11 @@ pub enum Spec {
         /// Server (or proxy) URL.
         url: String,
     },
+    /// etcd members (`host:port`, comma-separated; fencing always on).
+    Etcd {
+        /// Endpoints.
+        endpoints: String,
+    },
 }
 
 /// A client's lock backend and, where the backend has one, its versioned store.
@@ -95,6 +100,18 @@ pub async fn build(spec: &Spec, timeout: Duration) -> lock_core::Result<Built> {
             let b = lock_postgres::PostgresBackend::builder_url(url)?
                 .connect_timeout(timeout)
                 .response_timeout(timeout)
+                .build()
+                .await?;
+            let b = Arc::new(b);
+            Built {
+                lock: b.clone(),
+                store: Some(b),
+            }
+        }
+        Spec::Etcd { endpoints } => {
+            let b = lock_etcd::EtcdBackend::builder(endpoints.split(',').map(str::to_owned))
+                .connect_timeout(timeout)
+                .request_timeout(timeout)
                 .build()
                 .await?;
             let b = Arc::new(b);

@@ -18,6 +18,9 @@ pub enum Backend {
     Redlock,
     /// lock-postgres (fencing always on).
     Postgres,
+    /// lock-etcd on a three-member cluster (fencing always on: the create
+    /// revision).
+    Etcd,
 }
 
 impl Backend {
@@ -30,6 +33,7 @@ impl Backend {
             Backend::Tair => "tair",
             Backend::Redlock => "redlock",
             Backend::Postgres => "postgres",
+            Backend::Etcd => "etcd",
         }
     }
 }
@@ -65,6 +69,13 @@ pub enum Fault {
     NodesDownAtStart(usize),
     /// The bodies run without the lock.
     NoLock,
+    /// The etcd leader SIGKILLed, restarted with its data a TTL later.
+    LeaderKill,
+    /// The etcd leader SIGSTOPped for 3 × TTL.
+    LeaderPause,
+    /// Client 0's only etcd member (member 0: the leader or a follower)
+    /// partitioned away from the other two for 3 × TTL.
+    Partition,
 }
 
 impl Fault {
@@ -84,6 +95,9 @@ impl Fault {
             Fault::NodesRestartedEmpty(n) => format!("redlock-{n}-restarted-empty"),
             Fault::NodesDownAtStart(n) => format!("redlock-{n}-down-at-start"),
             Fault::NoLock => "no-lock".into(),
+            Fault::LeaderKill => "leader-kill-restart".into(),
+            Fault::LeaderPause => "leader-pause".into(),
+            Fault::Partition => "member-partitioned".into(),
         }
     }
 
@@ -112,6 +126,9 @@ impl fmt::Display for Fault {
             Fault::NodesRestartedEmpty(n) => write!(f, "{n} of 5 nodes restarted empty at once"),
             Fault::NodesDownAtStart(n) => write!(f, "{n} of 5 nodes paused as the clients start, resumed mid-row"),
             Fault::NoLock => write!(f, "bodies run without the lock"),
+            Fault::LeaderKill => write!(f, "leader killed, restarted with its data a TTL later"),
+            Fault::LeaderPause => write!(f, "leader paused 3×TTL"),
+            Fault::Partition => write!(f, "client 0's member partitioned from the other two 3×TTL"),
         }
     }
 }
@@ -155,6 +172,8 @@ pub enum Topology {
     Pair,
     /// Five independent servers.
     Five,
+    /// A three-member Raft cluster.
+    Three,
     /// The user's deployment (`--url`).
     External,
 }
@@ -167,6 +186,7 @@ impl Topology {
             Topology::Single => "1 server",
             Topology::Pair => "primary + replica",
             Topology::Five => "5 servers",
+            Topology::Three => "3-member cluster",
             Topology::External => "your deployment",
         }
     }
@@ -237,6 +257,7 @@ pub fn full() -> Vec<Scenario> {
     plan.extend(single_server(Backend::Lua));
     plan.extend(single_server(Backend::Tair));
     plan.extend(postgres_rows());
+    plan.extend(etcd_rows());
     let r = Backend::Redlock;
     let t = Topology::Five;
     plan.extend([
@@ -295,6 +316,27 @@ fn postgres_rows() -> Vec<Scenario> {
         row(b, t, Blackhole, Safe, ""),
         row(b, t, Stall, Fenced, ""),
     ]
+}
+
+/// etcd on a three-member cluster: the faults its harness injects, all
+/// claimed safe (the stalled holder's stale writes refused by fencing).
+fn etcd_rows() -> Vec<Scenario> {
+    use Claim::*;
+    use Fault::*;
+    let (b, t) = (Backend::Etcd, Topology::Three);
+    vec![
+        row(b, t, None, Safe, ""),
+        row(b, t, LeaderKill, Safe, ""),
+        row(b, t, LeaderPause, Safe, ""),
+        row(b, t, Partition, Safe, ""),
+        row(b, t, Stall, Fenced, ""),
+    ]
+}
+
+/// Rows the quick run adds only when `--only` asks for them (`--quick
+/// --only etcd`): each etcd fault once (TTL 1 s, longer rows: not in CI).
+pub fn quick_on_request() -> Vec<Scenario> {
+    etcd_rows()
 }
 
 /// Client-side faults against the user's deployment.
