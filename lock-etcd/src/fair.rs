@@ -33,7 +33,16 @@ impl Inner {
     /// `waiter`'s own lease, granted on its first attempt and kept alive by
     /// every later one; granted anew if it ended (its place is lost then).
     async fn waiter_lease(&self, waiter: &FairWaiter) -> Result<i64> {
-        let known = self.waiters().get(&waiter.id).copied();
+        self.waiter_lease_for(&waiter.id, waiter.claim).await
+    }
+
+    /// The lease of what the backend keeps for waiter `id` (a fair queue
+    /// entry, a writer's intent, a semaphore reservation): granted for
+    /// `claim` (rounded up to whole seconds, at least the server's minimum)
+    /// at its first use, kept alive by each later one, granted anew if it
+    /// ended. It lapses `claim` after the waiter's last attempt.
+    pub(crate) async fn waiter_lease_for(&self, id: &LockToken, claim: Duration) -> Result<i64> {
+        let known = self.waiters().get(id).copied();
         if let Some(lease) = known {
             let mut leases = self.client.lease_client();
             if let Ok((mut keeper, mut stream)) = leases.keep_alive(lease).await
@@ -43,17 +52,22 @@ impl Inner {
                 return Ok(lease);
             }
         }
-        let claim = waiter.claim.max(self.min_ttl);
+        let claim = claim.max(self.min_ttl);
         let secs = i64::try_from(claim.as_secs() + u64::from(claim.subsec_nanos() > 0))
-            .map_err(|_| Error::invalid("fair queue claim is too long for etcd"))?;
+            .map_err(|_| Error::invalid("a waiter's claim is too long for etcd"))?;
         let granted = self
             .client
             .lease_client()
             .grant(secs, None)
             .await
             .map_err(|e| failed("granting a waiter's lease", e))?;
-        self.waiters().insert(waiter.id, granted.id());
+        self.waiters().insert(*id, granted.id());
         Ok(granted.id())
+    }
+
+    /// Whether waiter `id` has a lease of its own now.
+    pub(crate) fn has_waiter_lease(&self, id: &LockToken) -> bool {
+        self.waiters().contains_key(id)
     }
 
     fn waiters(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<LockToken, i64>> {
@@ -61,7 +75,12 @@ impl Inner {
     }
 
     fn forget_waiter(&self, waiter: &FairWaiter) {
-        if let Some(lease) = self.waiters().remove(&waiter.id) {
+        self.forget_waiter_lease(&waiter.id);
+    }
+
+    /// Revoke waiter `id`'s lease, if it has one (what it held goes with it).
+    pub(crate) fn forget_waiter_lease(&self, id: &LockToken) {
+        if let Some(lease) = self.waiters().remove(id) {
             let mut leases = self.client.lease_client();
             tokio::spawn(async move {
                 let _ = leases.revoke(lease).await;

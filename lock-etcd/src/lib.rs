@@ -36,15 +36,30 @@
 //!   minimum.
 //! - **Versioned store** on the key's `mod_revision`: compare-and-set in one
 //!   transaction; versions never repeat, even after a delete.
+//! - **Every lock kind**, on the same shared leases, each holder's fencing
+//!   token (a leader's term) its entry's create revision: multi-key locks
+//!   (one transaction over all keys, all or nothing), read-write locks
+//!   (writer-preferring: a waiting writer's intent holds new readers back;
+//!   one transaction per operation), semaphores (a decision from a read of
+//!   the name's range, written only if that range is unchanged; a waiting
+//!   multi-permit request's reservation holds single-permit churn back) and
+//!   leader election (campaign / observe through a watch / resign; term =
+//!   the leader key's create revision).
 //!
 //! Keys live under a namespace (default `verrou/`): locks under
-//! `verrou/lock/<key>`, values under `verrou/value/<key>`.
+//! `verrou/lock/<key>`, values under `verrou/value/<key>`, fair queues under
+//! `verrou/queue/`, semaphores under `verrou/sem/`, read-write locks under
+//! `verrou/rw/`, leaders under `verrou/election/<name>`.
 
 mod builder;
+mod election;
 mod error;
 mod fair;
+mod kinds;
 mod lock;
 mod multi;
+mod rw;
+mod semaphore;
 mod session;
 mod versioned;
 
@@ -61,6 +76,7 @@ use lock_core::{
 pub use builder::{DEFAULT_NAMESPACE, EtcdBuilder};
 #[cfg(feature = "tls")]
 pub use etcd_client::{Certificate, Identity, TlsOptions};
+pub use semaphore::GONE_WINDOW;
 
 /// Most operations etcd accepts in one transaction by default
 /// (`--max-txn-ops`).
@@ -260,6 +276,9 @@ impl LockBackend for EtcdBackend {
         let mut caps = Capabilities::new(error::NAME);
         caps.fair_queue = true;
         caps.multi_key_locks = true;
+        caps.semaphores = true;
+        caps.rw_locks = true;
+        caps.leader_election = true;
         caps.fencing_tokens = true;
         caps.native_compare_and_delete = true;
         caps.release_notifications = true;

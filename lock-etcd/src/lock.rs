@@ -59,6 +59,40 @@ impl Inner {
         Err(Error::backend(NAME, "the lease vanished twice in a row"))
     }
 
+    /// Run the transaction `build(lease)` for an entry on the shared lease
+    /// of `ttl` (one grant again if that lease vanished since its last use),
+    /// keeping the lease alive meanwhile (unless a recent keepalive covers
+    /// `ttl` from `sent_at`).
+    pub(crate) async fn leased_txn(
+        &self,
+        ttl: Duration,
+        sent_at: Instant,
+        what: &str,
+        build: impl Fn(i64) -> Txn,
+    ) -> Result<Leased> {
+        let secs = self.lease_secs(ttl)?;
+        for attempt in 0..2 {
+            let session = self.sessions.get_or_grant(&self.client, secs).await?;
+            let mut kv = self.client.kv_client();
+            let (answer, kept) = futures::join!(kv.txn(build(session.lease)), self.fresh(&session, sent_at, ttl));
+            match answer {
+                Err(e) if is_lease_not_found(&e) && attempt == 0 => {
+                    self.sessions.forget(secs, &session);
+                }
+                Err(e) => return Err(write_failed(what, e)),
+                Ok(resp) => {
+                    return Ok(Leased {
+                        resp,
+                        session,
+                        secs,
+                        gone: matches!(kept, Ok(KeepAlive::Gone)),
+                    });
+                }
+            }
+        }
+        Err(Error::backend(NAME, "the lease vanished twice in a row"))
+    }
+
     /// Keep `session` alive unless its last keepalive already covers `ttl`
     /// from `since` (the key then lives at least that long).
     pub(crate) async fn fresh(&self, session: &Session, since: Instant, ttl: Duration) -> Result<KeepAlive> {
@@ -93,17 +127,37 @@ impl Inner {
     }
 
     pub(crate) async fn renew_many(&self, items: &[(&str, &LockToken)], ttl: Duration) -> Vec<Result<RenewOutcome>> {
-        let prepared: Vec<Result<Vec<u8>>> = items.iter().map(|(key, _)| self.lock_key(key)).collect();
+        let entries = items
+            .iter()
+            .map(|(key, token)| Ok((self.lock_key(key)?, token.hex_bytes().to_vec())))
+            .collect();
+        self.renew_entries(entries, ttl).await
+    }
+
+    /// Renew entries on the shared lease of `ttl`: each is a key and the
+    /// prefix its value starts with while its owner holds it (the whole
+    /// token for a lock; empty for an entry whose key names its owner). One
+    /// keepalive for the lease and one read per 128 keys; an entry taken
+    /// with another TTL moves to this TTL's lease (same value, same create
+    /// revision).
+    pub(crate) async fn renew_entries(
+        &self,
+        entries: Vec<Result<(Vec<u8>, Vec<u8>)>>,
+        ttl: Duration,
+    ) -> Vec<Result<RenewOutcome>> {
         let secs = match self.lease_secs(ttl) {
             Ok(s) => s,
-            Err(e) => return items.iter().map(|_| Err(clone_error(&e))).collect(),
+            Err(e) => return entries.iter().map(|_| Err(clone_error(&e))).collect(),
         };
         let since = Instant::now();
         let session = match self.sessions.get_or_grant(&self.client, secs).await {
             Ok(s) => s,
-            Err(e) => return items.iter().map(|_| Err(clone_error(&e))).collect(),
+            Err(e) => return entries.iter().map(|_| Err(clone_error(&e))).collect(),
         };
-        let keys: Vec<&[u8]> = prepared.iter().filter_map(|k| k.as_deref().ok()).collect();
+        let keys: Vec<&[u8]> = entries
+            .iter()
+            .filter_map(|e| e.as_ref().ok().map(|(k, _)| k.as_slice()))
+            .collect();
         let (kept, read) = futures::join!(
             session.keep_alive(&self.client, since, &self.sessions.keepalives_sent),
             self.read_keys(&keys)
@@ -114,23 +168,23 @@ impl Inner {
                 self.sessions.forget(secs, &session);
                 true
             }
-            Err(e) => return items.iter().map(|_| Err(clone_error(&e))).collect(),
+            Err(e) => return entries.iter().map(|_| Err(clone_error(&e))).collect(),
         };
         let mut read = match read {
             Ok(r) => r.into_iter(),
-            Err(e) => return items.iter().map(|_| Err(clone_error(&e))).collect(),
+            Err(e) => return entries.iter().map(|_| Err(clone_error(&e))).collect(),
         };
-        let mut out = Vec::with_capacity(items.len());
-        for ((_, token), k) in items.iter().zip(prepared) {
-            let k = match k {
-                Ok(k) => k,
+        let mut out = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let (k, owner) = match entry {
+                Ok(e) => e,
                 Err(e) => {
                     out.push(Err(e));
                     continue;
                 }
             };
             let current = read.next().flatten();
-            out.push(self.renew_one(k, token, current, &session, gone).await);
+            out.push(self.renew_one(k, &owner, current, &session, gone).await);
         }
         out
     }
@@ -138,16 +192,15 @@ impl Inner {
     async fn renew_one(
         &self,
         k: Vec<u8>,
-        token: &LockToken,
+        owner: &[u8],
         current: Option<KeyValue>,
         session: &Arc<Session>,
         lease_gone: bool,
     ) -> Result<RenewOutcome> {
-        let value = token.hex_bytes();
         let Some(kv) = current else {
             return Ok(RenewOutcome::Missing);
         };
-        if kv.value() != value.as_slice() {
+        if !kv.value().starts_with(owner) {
             return Ok(RenewOutcome::HeldByOther);
         }
         if lease_gone && kv.lease() == session.lease {
@@ -163,12 +216,12 @@ impl Inner {
         // lease, still ours (same value, same create revision: same fence).
         let txn = Txn::new()
             .when([
-                Compare::value(k.clone(), CompareOp::Equal, value.to_vec()),
+                Compare::value(k.clone(), CompareOp::Equal, kv.value().to_vec()),
                 Compare::create_revision(k.clone(), CompareOp::Equal, kv.create_revision()),
             ])
             .and_then([TxnOp::put(
                 k.clone(),
-                value.to_vec(),
+                kv.value().to_vec(),
                 Some(PutOptions::new().with_lease(session.lease)),
             )])
             .or_else([TxnOp::get(k, None)]);
@@ -218,6 +271,43 @@ impl Inner {
             .map_err(|e| failed("get", e))?;
         let revision = resp.header().ok_or_else(|| no_header("get"))?.revision();
         Ok((resp.take_kvs().into_iter().next(), revision))
+    }
+}
+
+/// A transaction run by [`Inner::leased_txn`], with the shared lease its
+/// entries are attached to.
+pub(crate) struct Leased {
+    pub(crate) resp: TxnResponse,
+    pub(crate) session: Arc<Session>,
+    secs: i64,
+    /// The server said the lease ended around the transaction.
+    gone: bool,
+}
+
+impl Leased {
+    /// The grant of an entry written (or found) on this lease: its validity
+    /// runs from `sent_at` to what the lease's last keepalive covers. An
+    /// error when the lease ended around the grant (the entry went with it).
+    pub(crate) fn grant(&self, inner: &Inner, fence: Option<i64>, sent_at: Instant) -> Result<AcquireOutcome> {
+        if self.gone {
+            inner.sessions.forget(self.secs, &self.session);
+            return Err(Error::backend(NAME, "the lease expired while the lock was granted"));
+        }
+        let fence = match fence {
+            Some(f) => Some(FencingToken(
+                u64::try_from(f).map_err(|_| no_header("grant (negative revision)"))?,
+            )),
+            None => None,
+        };
+        let validity = self.session.covered_until().saturating_duration_since(sent_at);
+        Ok(AcquireOutcome::Acquired(
+            Lease::new().with_fencing_token(fence).with_validity(Some(validity)),
+        ))
+    }
+
+    /// The revision the transaction ran at.
+    pub(crate) fn revision(&self, what: &str) -> Result<i64> {
+        Ok(self.resp.header().ok_or_else(|| no_header(what))?.revision())
     }
 }
 

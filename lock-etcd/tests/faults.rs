@@ -1,6 +1,8 @@
 //! Faults on real etcd members: the leader killed (and restarted), the
 //! leader paused (SIGSTOP), the client's traffic cut through a TCP proxy,
-//! the client stalled past its lease, and its lease revoked by another
+//! a follower and the leader each partitioned away from the rest (every
+//! member's peer traffic through a proxy that refuses the other side), the
+//! client stalled past its lease, and its lease revoked by another
 //! client. In each, a second client contends for the lock; whenever it gets
 //! it, the first holder's local validity has ended (it was told it lost the
 //! lock, or its local deadline has passed): never two holders inside their
@@ -98,6 +100,68 @@ async fn client_traffic_cut() {
     assert!(
         contend(&guard, &b, "cut", Instant::now() + BOUND).await,
         "the other client gets the lock once the lease ends"
+    );
+}
+
+/// A follower cut off from the other two members (a minority partitioned
+/// away from the leader): a holder that reaches the cluster through that
+/// follower only loses its lock by its local deadline (no quorum behind its
+/// renewals); a client of the majority gets the lock once the lease ends,
+/// never inside the first holder's validity window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn minority_partitioned_away_from_the_leader() {
+    let etcd = EtcdCluster::partitionable(3).await.expect("start etcd");
+    let leader = etcd.leader(BOUND).await.expect("leader");
+    let follower = (leader + 1) % 3;
+    let majority: Vec<String> = (0..3).filter(|i| *i != follower).map(|i| etcd.endpoint(i)).collect();
+    let a = manager(vec![etcd.endpoint(follower)], true).await;
+    let b = manager(majority, true).await;
+    let guard = a.lock("minority").await.expect("lock");
+    etcd.partition(&[follower]).expect("partition");
+    let lost = tokio::time::timeout(BOUND, guard.lost()).await;
+    assert!(
+        lost.is_ok(),
+        "the holder behind the cut-off follower is told it lost the lock"
+    );
+    assert!(
+        contend(&guard, &b, "minority", Instant::now() + BOUND).await,
+        "the majority's client gets the lock once the lease ends"
+    );
+    etcd.heal().expect("heal");
+    drop(guard.release().await);
+    assert!(
+        contend_free(&b, "minority").await,
+        "the lock is free again after the fault"
+    );
+}
+
+/// The leader cut off from both followers: it steps down, the majority
+/// elects another; a holder talking to the old leader only loses its lock
+/// by its local deadline, and the majority's client gets the lock only
+/// after that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_partitioned_away() {
+    let etcd = EtcdCluster::partitionable(3).await.expect("start etcd");
+    let leader = etcd.leader(BOUND).await.expect("leader");
+    let majority: Vec<String> = (0..3).filter(|i| *i != leader).map(|i| etcd.endpoint(i)).collect();
+    let a = manager(vec![etcd.endpoint(leader)], true).await;
+    let b = manager(majority, true).await;
+    let guard = a.lock("isolated").await.expect("lock");
+    etcd.partition(&[leader]).expect("partition");
+    let lost = tokio::time::timeout(BOUND, guard.lost()).await;
+    assert!(
+        lost.is_ok(),
+        "the holder behind the isolated leader is told it lost the lock"
+    );
+    assert!(
+        contend(&guard, &b, "isolated", Instant::now() + BOUND).await,
+        "the majority's client gets the lock once the lease ends"
+    );
+    etcd.heal().expect("heal");
+    drop(guard.release().await);
+    assert!(
+        contend_free(&b, "isolated").await,
+        "the lock is free again after the fault"
     );
 }
 

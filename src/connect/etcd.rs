@@ -175,9 +175,7 @@ pub(crate) async fn build_etcd(target: EtcdTarget) -> Result<super::Backend> {
     let backend = std::sync::Arc::new(b.build().await.map_err(|e| super::in_context(e, &description))?);
     Ok(super::Backend {
         locks: backend.clone(),
-        // lock-etcd has no semaphore, read-write or election yet: the kinds
-        // from a connected etcd backend answer Unsupported.
-        kinds: super::kinds::Kinds::none(),
+        kinds: super::kinds::Kinds::of(&backend),
         store: Some(backend),
         description,
         in_process: false,

@@ -23,7 +23,13 @@ pub(crate) struct Kinds {
 impl Kinds {
     /// Every kind of `backend` (each manager still checks the backend's
     /// capabilities: a Tair server without the semaphore script says so).
-    #[cfg(any(feature = "memory", feature = "redis-lua", feature = "tair", feature = "postgres"))]
+    #[cfg(any(
+        feature = "memory",
+        feature = "redis-lua",
+        feature = "tair",
+        feature = "postgres",
+        feature = "etcd"
+    ))]
     pub(crate) fn of<B>(backend: &Arc<B>) -> Kinds
     where
         B: SemaphoreBackend + ElectionBackend + RwLockBackend + MultiLockBackend + 'static,

@@ -41,6 +41,11 @@ pub enum Spec {
     },
     /// Another spec, built inside a network-namespace host.
     Net(Box<crate::netrows::NetSpec>),
+    /// etcd members (`host:port`, comma-separated; fencing always on).
+    Etcd {
+        /// Endpoints.
+        endpoints: String,
+    },
 }
 
 /// A client's lock backend and, where the backend has one, its versioned store.
@@ -98,6 +103,18 @@ pub async fn build(spec: &Spec, timeout: Duration) -> lock_core::Result<Built> {
             let b = lock_postgres::PostgresBackend::builder_url(url)?
                 .connect_timeout(timeout)
                 .response_timeout(timeout)
+                .build()
+                .await?;
+            let b = Arc::new(b);
+            Built {
+                lock: b.clone(),
+                store: Some(b),
+            }
+        }
+        Spec::Etcd { endpoints } => {
+            let b = lock_etcd::EtcdBackend::builder(endpoints.split(',').map(str::to_owned))
+                .connect_timeout(timeout)
+                .request_timeout(timeout)
                 .build()
                 .await?;
             let b = Arc::new(b);

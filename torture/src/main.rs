@@ -48,7 +48,8 @@ usage: verrou-torture [--quick] [--seed N] [--out DIR] [--only TEXT] [--url URL 
   --seed N       replay the random choices of an earlier run (printed at the start)
   --out DIR      where SAFETY.md and the SVGs go (default: the repository root for the
                  full run, target/verrou-torture/ otherwise)
-  --only TEXT    run only the rows whose backend or fault name contains TEXT
+  --only TEXT    run only the rows whose backend or fault name contains TEXT (with --quick,
+                 also the rows kept out of CI, e.g. --quick --only etcd)
   --url URL      check your own deployment (client-side faults only: no fault, one
                  client's connections blackholed, one client's runtime stalled);
                  keys are prefixed verrou-torture:<seed>:
@@ -198,6 +199,9 @@ async fn main_async(args: Args) -> BoxResult<bool> {
         (plan::full(), Params::full(), repo_root(), cmd)
     };
     if let Some(only) = &args.only {
+        if args.quick && ext.is_none() {
+            plan.extend(plan::quick_on_request());
+        }
         plan.retain(|s| s.backend.label().contains(only.as_str()) || s.fault.slug().contains(only.as_str()));
         if plan.is_empty() {
             return Err(format!("--only {only}: no row matches").into());

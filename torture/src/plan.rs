@@ -18,6 +18,9 @@ pub enum Backend {
     Redlock,
     /// lock-postgres (fencing always on).
     Postgres,
+    /// lock-etcd on a three-member cluster (fencing always on: the create
+    /// revision).
+    Etcd,
 }
 
 impl Backend {
@@ -30,6 +33,7 @@ impl Backend {
             Backend::Tair => "tair",
             Backend::Redlock => "redlock",
             Backend::Postgres => "postgres",
+            Backend::Etcd => "etcd",
         }
     }
 }
@@ -86,6 +90,13 @@ pub enum Fault {
     /// (lagging), the primary SIGKILLed, the standby promoted with what it
     /// had, clients moved to it.
     AsyncStandbyPromoted,
+    /// The etcd leader SIGKILLed, restarted with its data a TTL later.
+    LeaderKill,
+    /// The etcd leader SIGSTOPped for 3 × TTL.
+    LeaderPause,
+    /// Client 0's only etcd member (member 0: the leader or a follower)
+    /// partitioned away from the other two for 3 × TTL.
+    Partition,
 }
 
 impl Fault {
@@ -111,6 +122,9 @@ impl Fault {
             Fault::ClusterSplitAck => "netns-cluster-split-brain-replica-ack".into(),
             Fault::SyncStandbyPromoted => "failover-sync-standby".into(),
             Fault::AsyncStandbyPromoted => "failover-async-standby".into(),
+            Fault::LeaderKill => "leader-kill-restart".into(),
+            Fault::LeaderPause => "leader-pause".into(),
+            Fault::Partition => "member-partitioned".into(),
         }
     }
 
@@ -157,6 +171,9 @@ impl fmt::Display for Fault {
                 f,
                 "standby lagging 1×TTL, primary killed, asynchronous standby promoted"
             ),
+            Fault::LeaderKill => write!(f, "leader killed, restarted with its data a TTL later"),
+            Fault::LeaderPause => write!(f, "leader paused 3×TTL"),
+            Fault::Partition => write!(f, "client 0's member partitioned from the other two 3×TTL"),
         }
     }
 }
@@ -200,6 +217,8 @@ pub enum Topology {
     Pair,
     /// Five independent servers.
     Five,
+    /// A three-member Raft cluster.
+    Three,
     /// The user's deployment (`--url`).
     External,
     /// One server; clients on other hosts (network namespaces).
@@ -221,6 +240,7 @@ impl Topology {
             Topology::Single => "1 server",
             Topology::Pair => "primary + replica",
             Topology::Five => "5 servers",
+            Topology::Three => "3-member cluster",
             Topology::External => "your deployment",
             Topology::NetSingle => "1 server, clients on other hosts (netns)",
             Topology::NetFive => "5 servers on 5 hosts (netns)",
@@ -296,6 +316,7 @@ pub fn full() -> Vec<Scenario> {
     plan.extend(single_server(Backend::Tair));
     plan.extend(postgres_rows());
     plan.extend(crate::netrows::rows());
+    plan.extend(etcd_rows());
     let r = Backend::Redlock;
     let t = Topology::Five;
     plan.extend([
@@ -368,6 +389,27 @@ fn postgres_rows() -> Vec<Scenario> {
             "asynchronous standby: a promotion loses the commits it had not received (a just-granted lock, a write)",
         ),
     ]
+}
+
+/// etcd on a three-member cluster: the faults its harness injects, all
+/// claimed safe (the stalled holder's stale writes refused by fencing).
+fn etcd_rows() -> Vec<Scenario> {
+    use Claim::*;
+    use Fault::*;
+    let (b, t) = (Backend::Etcd, Topology::Three);
+    vec![
+        row(b, t, None, Safe, ""),
+        row(b, t, LeaderKill, Safe, ""),
+        row(b, t, LeaderPause, Safe, ""),
+        row(b, t, Partition, Safe, ""),
+        row(b, t, Stall, Fenced, ""),
+    ]
+}
+
+/// Rows the quick run adds only when `--only` asks for them (`--quick
+/// --only etcd`): each etcd fault once (TTL 1 s, longer rows: not in CI).
+pub fn quick_on_request() -> Vec<Scenario> {
+    etcd_rows()
 }
 
 /// Client-side faults against the user's deployment.

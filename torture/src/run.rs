@@ -9,7 +9,7 @@ use std::time::Duration;
 use lock_core::{LockOptions, ReplicaAck};
 use lock_memory::MemoryBackend;
 use lock_testkit::server::{
-    Instances, PgBouncer, PostgresPair, PostgresServer, RedisServer, RedisServerBuilder, TcpProxy,
+    EtcdCluster, Instances, PgBouncer, PostgresPair, PostgresServer, RedisServer, RedisServerBuilder, TcpProxy,
 };
 use tokio::time::Instant;
 
@@ -65,6 +65,28 @@ impl Params {
             duration: Duration::from_secs(3),
             fault_at: Duration::from_millis(800),
             ..Params::full()
+        }
+    }
+
+    /// These parameters for a backend whose TTLs have a floor (etcd leases
+    /// are whole seconds, at least 1 s on the harness): the TTL raised to
+    /// it, the durations scaled with it.
+    pub fn for_backend(&self, backend: Backend) -> Params {
+        let floor = match backend {
+            Backend::Etcd => Duration::from_secs(1),
+            _ => return self.clone(),
+        };
+        if self.ttl >= floor {
+            return self.clone();
+        }
+        let scale = floor.as_secs_f64() / self.ttl.as_secs_f64();
+        Params {
+            ttl: floor,
+            duration: self.duration.mul_f64(scale),
+            fault_at: self.fault_at.mul_f64(scale),
+            slack: self.slack.mul_f64(scale),
+            hang_bound: self.hang_bound.mul_f64(scale),
+            ..self.clone()
         }
     }
 
@@ -128,6 +150,9 @@ pub(crate) enum Env {
         _new_replica: Option<Box<RedisServer>>,
     },
     Five(Instances),
+    /// A three-member etcd cluster, its peer traffic through proxies
+    /// (for the partition).
+    Etcd(Box<EtcdCluster>),
     /// One PostgreSQL server (fsync on), one proxy per client.
     Pg {
         server: Box<PostgresServer>,
@@ -252,6 +277,7 @@ pub(crate) async fn setup(sc: &Scenario, clients: usize, ext: Option<&External>)
             Env::Net(Box::new(crate::netrows::NetEnv::setup(sc, clients).await?))
         }
         Topology::Five => Env::Five(Instances::start(5, RedisServer::builder()).await?),
+        Topology::Three => Env::Etcd(Box::new(EtcdCluster::partitionable(3).await?)),
         Topology::External => {
             let ext = ext.ok_or("an external scenario needs --url")?;
             let mut proxies = Vec::with_capacity(clients);
@@ -331,7 +357,8 @@ impl Env {
             | Env::Pg { .. }
             | Env::PgBouncer { .. }
             | Env::PgPair { .. }
-            | Env::Net(_) => Vec::new(),
+            | Env::Net(_)
+            | Env::Etcd(_) => Vec::new(),
             Env::Single { server, .. } => vec![server],
             Env::Pair { primary, replica, .. } => vec![primary, replica],
             Env::Five(nodes) => nodes.servers().iter().collect(),
@@ -342,6 +369,10 @@ impl Env {
         match self {
             Env::Memory(_) | Env::Five(_) => String::new(),
             Env::Net(_) => crate::netrows::NetEnv::url(client),
+            // Client 0 talks to member 0 only (the partition cuts it off);
+            // the others to every member.
+            Env::Etcd(cluster) if client == 0 => cluster.endpoint(0),
+            Env::Etcd(cluster) => cluster.endpoints().join(","),
             Env::Single { proxies, .. } => proxies[client].url(),
             Env::Pg { server, proxies } => with_addr(&server.url(), proxies[client].addr()).unwrap_or_default(),
             Env::Pair { switches, .. } => switches[client].url(),
@@ -359,6 +390,7 @@ impl Env {
         match self {
             Env::Memory(_) | Env::Five(_) => String::new(),
             Env::Net(_) => crate::netrows::NetEnv::direct_url(),
+            Env::Etcd(cluster) => cluster.endpoints().join(","),
             Env::Single { server, .. } => server.url(),
             Env::Pg { server, .. } | Env::PgBouncer { server, .. } => server.url(),
             Env::PgPair { pair, promoted, .. } => {
@@ -391,6 +423,7 @@ impl Env {
             (Env::Five(nodes), _) => Spec::Redlock { urls: nodes.urls() },
             (_, Backend::Tair) => Spec::Tair { url, ack },
             (_, Backend::Postgres) => Spec::Postgres { url },
+            (_, Backend::Etcd) => Spec::Etcd { endpoints: url },
             _ => Spec::Lua { url, ack },
         }
     }
@@ -542,6 +575,23 @@ pub(crate) async fn inject(
         ) => {
             return n.inject(sc, p, log).await;
         }
+        (Fault::LeaderKill, Env::Etcd(cluster)) => {
+            let leader = cluster.leader(p.recovery_bound()).await?;
+            cluster.kill(leader)?;
+            tokio::time::sleep(p.ttl).await;
+            cluster.restart(leader).await?;
+        }
+        (Fault::LeaderPause, Env::Etcd(cluster)) => {
+            let leader = cluster.leader(p.recovery_bound()).await?;
+            cluster.pause(leader)?;
+            tokio::time::sleep(len).await;
+            cluster.resume(leader)?;
+        }
+        (Fault::Partition, Env::Etcd(cluster)) => {
+            cluster.partition(&[0])?;
+            tokio::time::sleep(len).await;
+            cluster.heal()?;
+        }
         (Fault::None | Fault::NoLock, _) => return Ok(()),
         (f, _) => return Err(format!("fault {f} does not apply to this topology").into()),
     }
@@ -592,6 +642,8 @@ async fn read_counter(spec: &Spec, key: &str, ttl: Duration, log: &Log) -> Optio
 /// # Errors
 /// Setting up its servers or clients failed.
 pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&External>) -> BoxResult<Outcome> {
+    let scaled = p.for_backend(sc.backend);
+    let p = &scaled;
     let log = Arc::new(Log::default());
     let clients = p.lock_clients + p.counter_clients;
     let mut env = setup(&sc, clients, ext).await?;
@@ -637,7 +689,7 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
     }
     let has_store = matches!(
         sc.backend,
-        Backend::Memory | Backend::Lua | Backend::Tair | Backend::Postgres
+        Backend::Memory | Backend::Lua | Backend::Tair | Backend::Postgres | Backend::Etcd
     );
     if has_store {
         for j in 0..p.counter_clients {

@@ -123,6 +123,7 @@ fn scenario(backend: Backend) -> Scenario {
         Backend::Memory | Backend::Control => (Topology::InProcess, Fault::None),
         Backend::Lua | Backend::Tair | Backend::Postgres => (Topology::Single, Fault::Pause),
         Backend::Redlock => (Topology::Five, Fault::NodesPaused(1)),
+        Backend::Etcd => (Topology::Three, Fault::LeaderPause),
     };
     Scenario {
         backend,

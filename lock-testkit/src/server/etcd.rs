@@ -75,6 +75,9 @@ struct Member {
     name: String,
     client_port: u16,
     peer_port: u16,
+    /// The proxy other members reach this one through (partitionable
+    /// clusters only).
+    peer_proxy: Option<super::peer_proxy::PeerProxy>,
     state: Mutex<MemberState>,
 }
 
@@ -85,6 +88,20 @@ struct MemberState {
 }
 
 impl Member {
+    /// The peer port other members dial.
+    fn advertised_peer_port(&self) -> u16 {
+        self.peer_proxy
+            .as_ref()
+            .map_or(self.peer_port, super::peer_proxy::PeerProxy::port)
+    }
+
+    fn pid(&self) -> Option<u32> {
+        let mut st = self.lock();
+        st.child
+            .as_mut()
+            .and_then(|c| matches!(c.try_wait(), Ok(None)).then(|| c.id()))
+    }
+
     fn lock(&self) -> MutexGuard<'_, MemberState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -139,6 +156,26 @@ impl EtcdCluster {
     /// # Cancel safety
     /// Cancel safe: the processes die with the dropped value.
     pub async fn start(n: usize) -> HarnessResult<EtcdCluster> {
+        EtcdCluster::start_with(n, false).await
+    }
+
+    /// `n` members (2 to 7) whose peer traffic goes through proxies, so
+    /// [`EtcdCluster::partition`] can cut members apart. The proxies run
+    /// on the caller's tokio runtime: use the cluster in that runtime only.
+    ///
+    /// # Errors
+    /// As [`EtcdCluster::single`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the processes die with the dropped value.
+    pub async fn partitionable(n: usize) -> HarnessResult<EtcdCluster> {
+        if n < 2 {
+            return Err(HarnessError::Setup("a partition needs at least two members".into()));
+        }
+        EtcdCluster::start_with(n, true).await
+    }
+
+    async fn start_with(n: usize, proxied: bool) -> HarnessResult<EtcdCluster> {
         if !(1..=7).contains(&n) {
             return Err(HarnessError::Setup(format!(
                 "an etcd cluster has 1 to 7 members, not {n}"
@@ -151,10 +188,18 @@ impl EtcdCluster {
             .map_err(|e| HarnessError::io("creating a temporary directory", e))?;
         let mut members = Vec::with_capacity(n);
         for i in 0..n {
+            let peer_port = pick_port(false)?;
+            let peer_proxy = if proxied {
+                let target = std::net::SocketAddr::from(([127, 0, 0, 1], peer_port));
+                Some(super::peer_proxy::PeerProxy::start(target).await?)
+            } else {
+                None
+            };
             members.push(Member {
                 name: format!("m{i}"),
                 client_port: pick_port(false)?,
-                peer_port: pick_port(false)?,
+                peer_port,
+                peer_proxy,
                 state: Mutex::default(),
             });
         }
@@ -226,7 +271,7 @@ impl EtcdCluster {
         let initial: Vec<String> = self
             .members
             .iter()
-            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.advertised_peer_port()))
             .collect();
         let log_path = self.log_path(i);
         let log = OpenOptions::new()
@@ -239,13 +284,19 @@ impl EtcdCluster {
             .map_err(|e| HarnessError::io("duplicating the log file handle", e))?;
         let client = format!("http://127.0.0.1:{}", m.client_port);
         let peer = format!("http://127.0.0.1:{}", m.peer_port);
+        let advertised = format!("http://127.0.0.1:{}", m.advertised_peer_port());
         let mut cmd = Command::new(&self.binary);
         cmd.arg("--name")
             .arg(&m.name)
             .arg("--data-dir")
             .arg(self.dir.path().join(format!("{}.etcd", m.name)))
             .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
-            .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+            .args([
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &advertised,
+            ])
             .args(["--initial-cluster", &initial.join(",")])
             .args(["--initial-cluster-state", "new", "--initial-cluster-token", &self.token])
             .args(["--heartbeat-interval", "25", "--election-timeout", "250"])
@@ -397,6 +448,43 @@ impl EtcdCluster {
         spawn::signal_process(pid, signal).map_err(|e| HarnessError::io(format!("signal {signal} to pid {pid}"), e))?;
         st.paused = paused;
         Ok(())
+    }
+
+    /// Cut the members of `side` off from the others, both ways (client
+    /// ports stay reachable): each member's peer proxy refuses the member
+    /// processes on the other side, and open peer connections are cut.
+    /// Replaces any earlier partition; an empty `side` heals.
+    ///
+    /// # Errors
+    /// [`HarnessError::Setup`] on a cluster not started with
+    /// [`EtcdCluster::partitionable`]. A member restarted later runs as a
+    /// new process: partition again to block it.
+    pub fn partition(&self, side: &[usize]) -> HarnessResult<()> {
+        if self.members.iter().any(|m| m.peer_proxy.is_none()) {
+            return Err(HarnessError::Setup("partitions need EtcdCluster::partitionable".into()));
+        }
+        let pids: Vec<Option<u32>> = self.members.iter().map(Member::pid).collect();
+        for (i, m) in self.members.iter().enumerate() {
+            let mine = side.contains(&i);
+            let blocked = pids
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| side.contains(j) != mine)
+                .filter_map(|(_, pid)| *pid)
+                .collect();
+            if let Some(proxy) = &m.peer_proxy {
+                proxy.block(blocked);
+            }
+        }
+        Ok(())
+    }
+
+    /// Lift any partition.
+    ///
+    /// # Errors
+    /// As [`EtcdCluster::partition`].
+    pub fn heal(&self) -> HarnessResult<()> {
+        self.partition(&[])
     }
 
     /// The directory holding every member's data and log.

@@ -46,6 +46,7 @@ mod monitor;
 mod netns;
 mod netns_cluster;
 mod paths;
+mod peer_proxy;
 #[cfg(feature = "postgres")]
 mod pg_paths;
 #[cfg(feature = "postgres")]

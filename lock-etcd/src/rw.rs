@@ -1,0 +1,173 @@
+//! Read-write locks, writer-preferring, each a single transaction: a
+//! lock's entries live under its own prefix — readers `r/<token>`, the
+//! writer `w/<token>`, a waiting writer's intent `i/<token>` — on the same
+//! shared leases as the plain locks.
+//!
+//! - A **reader** is granted when no writer and no intent exist (two range
+//!   compares), a **writer** when no reader and no writer exist; the writer's
+//!   grant deletes every intent in the same transaction.
+//! - A refused **waiting writer** leaves its intent (guarded by "no other
+//!   writer's intent"), so a stream of readers cannot starve it: new
+//!   readers are refused while it waits. The intent lives on a lease of the
+//!   writer's own, kept alive by each of its attempts (which put the intent
+//!   again in their own transaction), so it lapses one TTL (rounded up to
+//!   whole seconds) after the writer's last attempt.
+//! - A writer's **fencing token** is its entry's create revision (strictly
+//!   increasing per name, as every revision); readers carry none.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etcd_client::{Compare, CompareOp, DeleteOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
+use lock_core::{AcquireOutcome, LockToken, ReleaseOutcome, RenewOutcome, Result, RwLockBackend, RwMode};
+use tokio::time::Instant;
+
+use crate::EtcdBackend;
+use crate::error::write_failed;
+use crate::kinds::{Prefix, no_entry_in, no_entry_in_except};
+use crate::lock::first_kv;
+
+/// An entry's value (the key names its owner).
+const HELD: &[u8] = b"1";
+
+#[async_trait]
+impl RwLockBackend for EtcdBackend {
+    async fn try_acquire_rw(
+        &self,
+        name: &str,
+        mode: RwMode,
+        waiting: bool,
+        token: &LockToken,
+        ttl: Duration,
+    ) -> Result<AcquireOutcome> {
+        let inner = &self.inner;
+        let p = Prefix::new(inner, "rw", name)?;
+        let (readers, writers, intents) = (p.sub("r/"), p.sub("w/"), p.sub("i/"));
+        let sent_at = Instant::now();
+        match mode {
+            RwMode::Read => {
+                let mine = readers.entry(token);
+                let leased = inner
+                    .leased_txn(ttl, sent_at, "read-lock acquire", |lease| {
+                        Txn::new()
+                            .when([no_entry_in(&writers), no_entry_in(&intents)])
+                            .and_then([TxnOp::put(
+                                mine.clone(),
+                                HELD,
+                                Some(PutOptions::new().with_lease(lease)),
+                            )])
+                            .or_else([TxnOp::get(mine.clone(), None)])
+                    })
+                    .await?;
+                // Granted, or held already (a re-sent acquire).
+                if leased.resp.succeeded() || first_kv(&leased.resp).is_some() {
+                    return leased.grant(inner, None, sent_at);
+                }
+                Ok(AcquireOutcome::Held { retry_after: None })
+            }
+            RwMode::Write => {
+                let mine = writers.entry(token);
+                let intent = intents.entry(token);
+                // A writer that waited already keeps its intent's lease alive.
+                let intent_lease = if waiting && inner.has_waiter_lease(token) {
+                    Some(inner.waiter_lease_for(token, ttl).await?)
+                } else {
+                    None
+                };
+                let leave_intent = |lease: i64| {
+                    let mut free = no_entry_in_except(&intents, &intent);
+                    free.push(Compare::create_revision(mine.clone(), CompareOp::Equal, 0));
+                    Txn::new().when(free).and_then([TxnOp::put(
+                        intent.clone(),
+                        HELD,
+                        Some(PutOptions::new().with_lease(lease)),
+                    )])
+                };
+                let leased = inner
+                    .leased_txn(ttl, sent_at, "write-lock acquire", |lease| {
+                        let mut refused = vec![TxnOp::get(mine.clone(), None)];
+                        if let Some(intent_lease) = intent_lease {
+                            // Leave an intent unless another writer's is live.
+                            refused.push(TxnOp::txn(leave_intent(intent_lease)));
+                        }
+                        Txn::new()
+                            .when([no_entry_in(&readers), no_entry_in(&writers)])
+                            .and_then([
+                                TxnOp::delete(
+                                    intents.start.clone(),
+                                    Some(DeleteOptions::new().with_range(intents.end.clone())),
+                                ),
+                                TxnOp::put(mine.clone(), HELD, Some(PutOptions::new().with_lease(lease))),
+                            ])
+                            .or_else(refused)
+                    })
+                    .await?;
+                if leased.resp.succeeded() {
+                    inner.forget_waiter_lease(token);
+                    let revision = leased.revision("write-lock acquire")?;
+                    return leased.grant(inner, Some(revision), sent_at);
+                }
+                if let Some(kv) = first_kv(&leased.resp) {
+                    // Held already (a re-sent acquire): its token stays.
+                    return leased.grant(inner, Some(kv.create_revision()), sent_at);
+                }
+                if waiting && intent_lease.is_none() {
+                    // First refusal of a waiting writer: its intent, on a
+                    // lease of its own, right away.
+                    let lease = inner.waiter_lease_for(token, ttl).await?;
+                    inner
+                        .client
+                        .kv_client()
+                        .txn(leave_intent(lease))
+                        .await
+                        .map_err(|e| write_failed("leaving a writer's intent", e))?;
+                }
+                Ok(AcquireOutcome::Held { retry_after: None })
+            }
+        }
+    }
+
+    async fn release_rw(&self, name: &str, token: &LockToken) -> Result<ReleaseOutcome> {
+        let p = Prefix::new(&self.inner, "rw", name)?;
+        self.inner.forget_waiter_lease(token);
+        let txn = Txn::new().and_then([
+            TxnOp::delete(p.sub("r/").entry(token), None),
+            TxnOp::delete(p.sub("w/").entry(token), None),
+            TxnOp::delete(p.sub("i/").entry(token), None),
+        ]);
+        let resp = self
+            .inner
+            .client
+            .kv_client()
+            .txn(txn)
+            .await
+            .map_err(|e| write_failed("read-write release", e))?;
+        let held = resp
+            .op_responses()
+            .into_iter()
+            .take(2)
+            .any(|op| matches!(op, TxnOpResponse::Delete(d) if d.deleted() > 0));
+        Ok(if held {
+            ReleaseOutcome::Released
+        } else {
+            ReleaseOutcome::Missing
+        })
+    }
+
+    async fn renew_rw(&self, name: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
+        let p = Prefix::new(&self.inner, "rw", name)?;
+        let entries = vec![
+            Ok((p.sub("r/").entry(token), Vec::new())),
+            Ok((p.sub("w/").entry(token), Vec::new())),
+        ];
+        let mut missing = Ok(RenewOutcome::Missing);
+        for outcome in self.inner.renew_entries(entries, ttl).await {
+            match outcome {
+                Ok(RenewOutcome::Renewed) => return Ok(RenewOutcome::Renewed),
+                Ok(_) => {}
+                Err(e) => missing = Err(e),
+            }
+        }
+        missing
+    }
+}
