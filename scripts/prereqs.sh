@@ -152,3 +152,15 @@ protoc_plan() {
     printf 'protobuf-compiler protoc, which etcd-client (lock-etcd) runs at build time\n'
   fi
 }
+
+# openssl-sys (sqlx's native-tls, which the bench's distributed-lock-postgres
+# peer turns on) finds OpenSSL through pkg-config at build time.
+openssl_plan() {
+  local pc=${PKG_CONFIG:-pkg-config}
+  if ! command -v "$pc" >/dev/null 2>&1; then
+    printf 'pkg-config pkg-config, which openssl-sys runs at build time (verrou-bench peers)\n'
+  fi
+  if ! "$pc" --exists openssl >/dev/null 2>&1; then
+    printf 'libssl-dev the OpenSSL headers and library openssl-sys links (verrou-bench peers)\n'
+  fi
+}

@@ -132,6 +132,23 @@ expect_protoc "protoc runs" 'echo "libprotoc 3.21.12"' ""
 expect_protoc "no protoc" "" "protobuf-compiler"
 expect_protoc "a protoc that does not run" 'exit 127' "protobuf-compiler"
 
+# OpenSSL for openssl-sys: pkg-config must run and know openssl.
+expect_openssl() { # name, pkg-config script body (empty: none), expected plan
+  local name=$1 body=$2 want=$3 dir="$tmp/pkgconfig-$RANDOM" got
+  mkdir -p "$dir"
+  if [ -n "$body" ]; then printf '#!/usr/bin/env bash\n%s\n' "$body" > "$dir/pkg-config"; chmod +x "$dir/pkg-config"; fi
+  got=$(PKG_CONFIG="$dir/pkg-config" openssl_plan | awk '{print $1}' | xargs)
+  if [ "$got" = "$want" ]; then
+    echo "ok   $name: ${got:-nothing to install}"
+  else
+    echo "FAIL $name: planned '${got}', expected '${want}'"
+    failures=$((failures + 1))
+  fi
+}
+expect_openssl "pkg-config knows openssl" 'exit 0' ""
+expect_openssl "no openssl headers" 'exit 1' "libssl-dev"
+expect_openssl "no pkg-config" "" "pkg-config libssl-dev"
+
 if [ "$failures" -gt 0 ]; then
   echo "prerequisite detection: $failures case(s) failed"
   exit 1

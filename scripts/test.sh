@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 # load (scripts/prereqs.sh; its detection is tested by scripts/test-prereqs.sh):
 # a real redis-server (+ redis-cli) for the backend tests, and the libclang C
 # library plus clang's resource headers for the redis-module bindings (bindgen)
-# of the TairString-compatible module; protoc for etcd-client (lock-etcd).
+# of the TairString-compatible module; protoc for etcd-client (lock-etcd);
+# pkg-config and libssl-dev for openssl-sys (a bench peer's sqlx TLS).
 # The etcd server needs no package: lock-testkit ships etcd 3.7 through the
 # etcd-bin-vendored-linux-amd64 crate (VERROU_ETCD_BIN overrides it).
 # shellcheck source=prereqs.sh
@@ -20,7 +21,7 @@ while read -r pkg why; do
   [ -n "$pkg" ] || continue
   echo "==> missing: $why"
   missing+=("$pkg")
-done < <(libclang_plan; protoc_plan)
+done < <(libclang_plan; protoc_plan; openssl_plan)
 # PostgreSQL and PgBouncer for the lock-postgres tests (found where the
 # harness looks: VERROU_PG_BIN or /usr/lib/postgresql/<N>/bin; pgbouncer).
 while read -r pkg why; do
