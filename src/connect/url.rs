@@ -52,6 +52,8 @@ pub(crate) enum Target {
     Redlock(RedlockTarget),
     #[cfg(feature = "postgres")]
     Postgres(super::postgres::PostgresTarget),
+    // Parsed without the feature too, so the error can name the feature.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     Etcd(super::etcd::EtcdTarget),
 }
 
