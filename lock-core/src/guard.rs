@@ -1,5 +1,5 @@
 //! The owned lock guard, its shareable lease view, and the loss signal (the
-//! state they share is [`crate::lease`]'s).
+//! state they share lives in `lease.rs`).
 
 use std::future::Future;
 use std::sync::Arc;

@@ -27,7 +27,7 @@
 //!   the time since the first request was sent minus the drift allowance
 //!   (`ttl × 0.01 + 2 ms`), on tokio's monotonic clock — is positive; the
 //!   lease carries `validity = ttl − drift` measured from that first send
-//!   ([`Lease::validity`]), which the manager combines with its own bound.
+//!   ([`Lease::validity`](lock_core::Lease::validity)), which the manager combines with its own bound.
 //!   On failure the nodes that granted are released before returning; nodes
 //!   that may have written (timed out, lost reply) and nodes still in flight
 //!   are released in the background, the latter when they answer (waiting

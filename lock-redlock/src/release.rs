@@ -25,7 +25,7 @@ pub struct ReleaseReport {
 impl Redlock {
     /// Release `key` for `token` on every node and wait for every answer
     /// (each bounded by the per-node timeout): how many released, and what
-    /// each node said. Same effect as [`LockBackend::release`], which
+    /// each node said. Same effect as [`LockBackend::release`](lock_core::LockBackend::release), which
     /// returns as soon as the outcome is decided.
     ///
     /// # Errors

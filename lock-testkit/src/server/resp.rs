@@ -1,5 +1,5 @@
 //! The RESP wire format: parsed replies ([`RespValue`]), command encoding,
-//! framing and parsing (the client is [`super::resp_client`]'s).
+//! framing and parsing (the client is in `resp_client.rs`).
 
 use std::fmt;
 

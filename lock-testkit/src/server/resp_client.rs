@@ -1,5 +1,5 @@
 //! A tiny async RESP client over one TCP connection, for administration
-//! and byte-exact tests (the wire format is [`super::resp`]'s).
+//! and byte-exact tests (the wire format is in `resp.rs`).
 
 use std::net::SocketAddr;
 use std::time::Duration;
