@@ -56,7 +56,7 @@ async fn main() -> verrou::Result<()> {
 }
 
 /// The example over the servers at `urls` (the test suite runs it against
-/// its own servers: tests/examples.rs).
+/// its own servers: tests/it/examples.rs).
 pub async fn run(urls: Vec<String>) -> verrou::Result<()> {
     let redlock = connect(&urls).await?;
     println!(

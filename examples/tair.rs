@@ -32,7 +32,7 @@ async fn main() -> verrou::Result<()> {
 }
 
 /// The example against the server at `url` (the test suite runs it against
-/// its own server with the module: tests/examples.rs).
+/// its own server with the module: tests/it/examples.rs).
 pub async fn run(url: String) -> verrou::Result<()> {
     println!("verrou Tair example against {url}");
     // Release notifications off: release is the native `CAD` printed below

@@ -75,9 +75,20 @@ cargo test --workspace --all-features
 
 # The same suites on Valkey 8.1 (the backend renews with its native SET IFEQ
 # there), through the harness's VERROU_REDIS_SERVER override.
+# The binaries of the workspace build above, run again: `cargo test -p
+# lock-redis-lua -p lock-redlock` would resolve the dependencies' features
+# for those two packages only and rebuild ten crates and relink every test
+# binary of both (about a minute of CPU).
 valkey=$(scripts/valkey.sh)
 echo "==> cargo test on Valkey ($valkey): redis-lua and redlock"
-VERROU_REDIS_SERVER="$valkey" cargo test -p lock-redis-lua -p lock-redlock --all-features
+valkey_tests=$(cargo test --workspace --all-features --no-run --message-format=json 2>/dev/null \
+  | grep '"executable":"/' \
+  | grep -E '"manifest_path":"[^"]*/(lock-redis-lua|lock-redlock)/Cargo.toml"' \
+  | sed -E 's/.*"manifest_path":"([^"]*)\/Cargo.toml".*"executable":"([^"]*)".*/\1 \2/')
+[ "$(printf '%s\n' "$valkey_tests" | grep -c .)" -ge 3 ] || { echo "no redis-lua / redlock test binaries found"; exit 1; }
+while read -r dir exe; do
+  (cd "$dir" && VERROU_REDIS_SERVER="$valkey" "$exe")
+done <<< "$valkey_tests"
 
 echo "==> benchmark smoke test (quick mode, no timing assertions)"
 cargo run --quiet -p verrou-bench -- --quick

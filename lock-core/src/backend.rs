@@ -379,8 +379,8 @@ impl Capabilities {
             release_notifications: false,
             fair_queue: false,
             distinguishes_missing: true,
-            max_ttl: crate::options::MAX_TTL,
-            min_ttl: crate::options::MIN_TTL,
+            max_ttl: crate::validate::MAX_TTL,
+            min_ttl: crate::validate::MIN_TTL,
             semaphores: false,
             multi_key_locks: false,
             rw_locks: false,
@@ -390,6 +390,7 @@ impl Capabilities {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)] // a wrapper forwards every method
 impl<B: LockBackend + ?Sized> LockBackend for std::sync::Arc<B> {
     async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
         (**self).try_acquire(key, token, ttl).await

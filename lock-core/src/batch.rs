@@ -38,8 +38,8 @@ impl RenewBatch {
         let answered: Vec<Option<Result<RenewOutcome>>> = items
             .iter()
             .map(|(key, _)| {
-                crate::options::validate_key(key)
-                    .and_then(|()| crate::options::validate_ttl(ttl))
+                crate::validate::validate_key(key)
+                    .and_then(|()| crate::validate::validate_ttl(ttl))
                     .err()
                     .map(Err)
             })

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::versioned::Versioned;
+use crate::value::Versioned;
 
 /// A boxed error from a backend's client library.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

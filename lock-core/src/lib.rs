@@ -15,11 +15,14 @@ pub mod guard;
 pub mod kinds;
 mod lane;
 pub mod layers;
+mod lease;
 pub mod manager;
 pub mod observe;
 pub mod options;
 mod renewer;
 pub mod token;
+mod validate;
+mod value;
 pub mod versioned;
 
 pub use backend::{
@@ -34,18 +37,18 @@ pub use kinds::multi::{MultiLockBackend, MultiLockGuard, MultiLockManager};
 pub use kinds::rw::{RwLockBackend, RwLockGuard, RwLockManager, RwMode};
 pub use kinds::semaphore::{Permit, PermitRequest, Semaphore, SemaphoreBackend, SemaphoreManager};
 pub use manager::LockManager;
-pub use options::{
-    Backoff, DEFAULT_CLAIM, Fairness, LockOptions, MAX_TIMEOUT, MAX_TTL, MIN_TTL, Renewal, UpdateOptions,
-};
+pub use options::{Backoff, DEFAULT_CLAIM, Fairness, LockOptions, MAX_TIMEOUT, MAX_TTL, MIN_TTL, Renewal};
 pub use token::{FencingToken, LockToken};
-pub use versioned::{CasOutcome, CreateOutcome, DeleteOutcome, Expiry, Versioned, VersionedStore, VersionedStoreExt};
+pub use versioned::{
+    CasOutcome, CreateOutcome, DeleteOutcome, Expiry, UpdateOptions, Versioned, VersionedStore, VersionedStoreExt,
+};
 
 /// For backend authors: the checks and conversions every backend applies
 /// the same way, and the planner of batched renewals. Application code does
 /// not need anything here.
 pub mod raw {
     pub use crate::batch::RenewBatch;
-    pub use crate::options::{clock_drift, ttl_millis, validate_key, validate_ttl};
+    pub use crate::validate::{clock_drift, ttl_millis, validate_key, validate_ttl};
 }
 
 /// Re-exported so backends and users name the same trait macro version.

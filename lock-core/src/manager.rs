@@ -10,8 +10,9 @@ use tracing::{Instrument, Span};
 use crate::backend::{LockBackend, ReleaseOutcome};
 use crate::engine::{AtOnce, Attempt, Call, Identity};
 use crate::error::{Error, Result};
-use crate::guard::{Grant, LeaseHandle, LeaseState, LockGuard};
+use crate::guard::{LeaseHandle, LockGuard};
 use crate::lane::Lanes;
+use crate::lease::{Grant, LeaseState};
 use crate::options::{LockOptions, Renewal};
 use crate::renewer::{Plan, Renewer};
 
@@ -214,20 +215,6 @@ impl LockManager {
                 waited: options.acquire_timeout,
             }),
         }
-    }
-
-    /// Renamed [`LockManager::lock_opts`].
-    ///
-    /// # Errors
-    ///
-    /// As [`LockManager::lock_opts`].
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`LockManager::lock`].
-    #[deprecated(since = "0.1.0", note = "renamed to `lock_opts` (the x / x_opts naming pair)")]
-    pub async fn lock_with(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
-        self.lock_opts(key, options).await
     }
 
     /// One attempt, no waiting: `Ok(None)` if another client holds the key.

@@ -23,7 +23,6 @@
 
 use std::cell::Cell;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -31,7 +30,7 @@ use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
 use crate::error::{Error, LossReason, Result};
-use crate::guard::{LeaseState, LockGuard};
+use crate::token::FencingToken;
 
 /// Name of the lock-wait histogram.
 pub const LOCK_WAIT_SECONDS: &str = "verrou_lock_wait_seconds";
@@ -57,18 +56,16 @@ tokio::task_local! {
     static ATTEMPTS: Attempts;
 }
 
+/// What a `lock` call's span records of a grant (the guard, which this
+/// module does not need to know).
+pub(crate) trait Fenced {
+    fn fencing_token(&self) -> Option<FencingToken>;
+}
+
 /// The 0-based acquire attempt the manager is making in the current task,
 /// when called from inside `lock` / `try_lock` (layers read it).
 pub fn current_attempt() -> Option<u32> {
     ATTEMPTS.try_with(|a| a.current.get()).ok()
-}
-
-/// Per-lease bookkeeping kept in the lease state.
-#[derive(Debug, Default)]
-pub(crate) struct LeaseObs {
-    /// Set when the guard is released or dropped: a deadline passing after
-    /// that is not a loss anyone needs to hear about.
-    ended: AtomicBool,
 }
 
 pub(crate) fn micros(d: Duration) -> u64 {
@@ -96,15 +93,16 @@ pub(crate) fn lock_started(span: &Span) -> Option<Instant> {
 
 /// Run the manager's acquire loop inside its span, then record how it went
 /// (`attempted`: attempts made before the loop).
-pub(crate) async fn acquiring<F>(
+pub(crate) async fn acquiring<F, G>(
     wait: bool,
     span: Span,
     started: Option<Instant>,
     attempted: u32,
     acquire: F,
-) -> Result<Option<LockGuard>>
+) -> Result<Option<G>>
 where
-    F: Future<Output = Result<Option<LockGuard>>>,
+    F: Future<Output = Result<Option<G>>>,
+    G: Fenced,
 {
     let counted = async {
         let result = acquire.await;
@@ -119,12 +117,12 @@ where
 }
 
 /// Record how a `lock` / `try_lock` call went in its span (and metrics).
-pub(crate) fn record_lock(
+pub(crate) fn record_lock<G: Fenced>(
     span: &Span,
     wait: bool,
     started: Option<Instant>,
     attempts: u32,
-    result: &Result<Option<LockGuard>>,
+    result: &Result<Option<G>>,
 ) {
     let waited = started.map_or(Duration::ZERO, |t| t.elapsed());
     let outcome = match result {
@@ -166,25 +164,6 @@ pub(crate) fn renewer_span(leases: usize) -> Span {
     tracing::debug_span!(parent: None, "verrou.renewer", leases)
 }
 
-/// A renewal sent at `sent_at` succeeded; called before the deadline moves.
-pub(crate) fn renewed(state: &LeaseState, sent_at: Instant, now: Instant) {
-    if !cfg!(feature = "metrics") && !tracing::enabled!(tracing::Level::TRACE) {
-        return; // nobody records the margin: no deadline read
-    }
-    let margin = state.deadline().saturating_duration_since(now);
-    tracing::trace!(
-        key = %state.key,
-        margin_us = micros(margin),
-        latency_us = micros(now.saturating_duration_since(sent_at)),
-        "lease renewed"
-    );
-    #[cfg(feature = "metrics")]
-    {
-        metrics::histogram!(RENEWAL_MARGIN_SECONDS).record(margin.as_secs_f64());
-        metrics::histogram!(RENEW_LATENCY_SECONDS).record(now.saturating_duration_since(sent_at).as_secs_f64());
-    }
-}
-
 /// The metric label of a loss reason.
 pub(crate) fn reason_label(reason: LossReason) -> &'static str {
     match reason {
@@ -192,43 +171,4 @@ pub(crate) fn reason_label(reason: LossReason) -> &'static str {
         LossReason::DeadlinePassed => "deadline_passed",
         LossReason::Released => "released",
     }
-}
-
-/// The lease was just marked lost (called once per lease).
-pub(crate) fn lost(state: &LeaseState, reason: LossReason) {
-    if reason == LossReason::Released {
-        // The lease ended on purpose (release or drop): not a loss.
-        ended(state);
-        return;
-    }
-    if state.observed.ended.load(Ordering::Acquire) {
-        return;
-    }
-    let now = Instant::now();
-    let noticed_late = now.saturating_duration_since(state.deadline());
-    tracing::error!(
-        key = %state.key,
-        backend = %state.backend.capabilities().name,
-        reason = reason_label(reason),
-        noticed_late_us = micros(noticed_late),
-        held_us = micros(now.saturating_duration_since(state.acquired_at)),
-        fencing_token = state.fencing_token.map(|t| t.0),
-        "lease lost: {reason}"
-    );
-    #[cfg(feature = "metrics")]
-    metrics::counter!(LOSSES_TOTAL, "reason" => reason_label(reason)).increment(1);
-}
-
-/// The guard was released or dropped.
-pub(crate) fn ended(state: &LeaseState) {
-    if state.observed.ended.swap(true, Ordering::AcqRel) {
-        return;
-    }
-    if !cfg!(feature = "metrics") && !tracing::enabled!(tracing::Level::TRACE) {
-        return; // nobody records the hold time: no clock read
-    }
-    let held = state.acquired_at.elapsed();
-    tracing::trace!(key = %state.key, held_us = micros(held), "lease ended");
-    #[cfg(feature = "metrics")]
-    metrics::histogram!(HOLD_SECONDS).record(held.as_secs_f64());
 }

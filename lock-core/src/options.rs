@@ -4,21 +4,11 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-/// Re-exported from its new home next to the versioned store.
-pub use crate::versioned::UpdateOptions;
-
-/// The longest TTL verrou accepts: one year. Every backend can represent it in
-/// milliseconds, and a longer lease is almost certainly a unit mistake.
-pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
-
-/// The longest `acquire_timeout` and `op_timeout` verrou accepts: one year.
-/// Longer waits are almost certainly a unit mistake (and `Duration::MAX`
-/// cannot be added to an instant).
-pub const MAX_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
-
-/// The shortest TTL verrou accepts. Below this the drift allowance eats the
-/// whole lease.
-pub const MIN_TTL: Duration = Duration::from_millis(10);
+pub use crate::validate::{MAX_TIMEOUT, MAX_TTL, MIN_TTL};
+// Backends still import the helpers from here; their home is
+// `crate::validate` (`lock_core::raw` for backend authors).
+#[doc(hidden)]
+pub use crate::validate::{clock_drift, ttl_millis, validate_key, validate_ttl};
 
 /// How a held lock's lease is kept alive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -300,46 +290,6 @@ impl LockOptions {
 /// machine.
 pub const MIN_CLAIM: Duration = Duration::from_millis(30);
 
-/// The clock-drift allowance of a lease: `ttl × factor + 2 ms` (the Redlock
-/// rule; `factor` clamped to [0, 1]).
-pub fn clock_drift(ttl: Duration, factor: f64) -> Duration {
-    ttl.mul_f64(factor.clamp(0.0, 1.0))
-        .saturating_add(Duration::from_millis(2))
-}
-
-/// Check a TTL against [`MIN_TTL`] and [`MAX_TTL`].
-pub fn validate_ttl(ttl: Duration) -> Result<()> {
-    if ttl < MIN_TTL {
-        return Err(Error::invalid(format!("ttl {ttl:?} is below the minimum {MIN_TTL:?}")));
-    }
-    if ttl > MAX_TTL {
-        return Err(Error::invalid(format!("ttl {ttl:?} is above the maximum {MAX_TTL:?}")));
-    }
-    Ok(())
-}
-
-/// Check a key: non-empty, at most 64 KiB.
-pub fn validate_key(key: &str) -> Result<()> {
-    if key.is_empty() {
-        return Err(Error::invalid("key must not be empty"));
-    }
-    if key.len() > 65_536 {
-        return Err(Error::invalid("key is longer than 64 KiB"));
-    }
-    Ok(())
-}
-
-/// A TTL in whole milliseconds, rounded up (a lease is never shorter than asked).
-pub fn ttl_millis(ttl: Duration) -> u64 {
-    let ms = ttl.as_millis();
-    let ms = if Duration::from_millis(ms as u64) < ttl {
-        ms + 1
-    } else {
-        ms
-    };
-    u64::try_from(ms).unwrap_or(u64::MAX).max(1)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -374,11 +324,5 @@ mod tests {
         let b = Backoff::default();
         assert_eq!(b.ceiling(1000), b.max);
         assert!(b.delay(3) <= b.ceiling(3));
-    }
-
-    #[test]
-    fn ttl_millis_rounds_up() {
-        assert_eq!(ttl_millis(Duration::from_micros(1500)), 2);
-        assert_eq!(ttl_millis(Duration::from_millis(7)), 7);
     }
 }

@@ -9,7 +9,7 @@
 //! deadline, stopped for good at the first definite "not owner".
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
@@ -19,7 +19,7 @@ use tracing::Instrument;
 
 use crate::backend::{LockBackend, RenewOutcome};
 use crate::error::LossReason;
-use crate::guard::LeaseState;
+use crate::lease::{LeaseState, UNSCHEDULED};
 use crate::token::LockToken;
 
 /// Renewals are due on a grid of this many slots per renew interval (and at
@@ -33,9 +33,6 @@ const MAX_BATCH: usize = 256;
 
 /// Smallest `Queue::sweep_at`.
 const MIN_SWEEP: usize = 64;
-
-/// `Slot::scheduled` of a lease that is not in the queue.
-const UNSCHEDULED: u64 = u64::MAX;
 
 fn grid_origin() -> Instant {
     static ORIGIN: OnceLock<std::time::Instant> = OnceLock::new();
@@ -67,23 +64,6 @@ fn position(at: Instant) -> u64 {
 
 fn instant_of(position: u64) -> Instant {
     crate::clock::later(grid_origin(), Duration::from_nanos(position))
-}
-
-/// A lease's place in its renewer's queue, kept in the lease so that the
-/// guard can take it out. Only read and written under the queue's lock.
-#[derive(Debug)]
-pub(crate) struct Slot {
-    scheduled: AtomicU64,
-    stopped: AtomicBool,
-}
-
-impl Default for Slot {
-    fn default() -> Self {
-        Slot {
-            scheduled: AtomicU64::new(UNSCHEDULED),
-            stopped: AtomicBool::new(false),
-        }
-    }
 }
 
 /// How one lease is renewed.

@@ -7,23 +7,7 @@ use async_trait::async_trait;
 
 use crate::error::{Error, Result};
 use crate::options::Backoff;
-
-/// A value with its version.
-///
-/// Versions of a key change on every write and are not reused for that key,
-/// not even after a delete or expiry (no ABA): a compare-and-set against a
-/// version read before a delete does not succeed on the recreated key. They are
-/// not guaranteed to be consecutive, or ordered across a delete. Backends
-/// whose server restarts versions after a delete (Tair) start new keys at a
-/// random 62-bit version, so a reuse is possible only with negligible
-/// probability; each backend documents its scheme.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Versioned {
-    /// The bytes stored.
-    pub value: Vec<u8>,
-    /// The version of those bytes.
-    pub version: u64,
-}
+pub use crate::value::Versioned;
 
 /// TTL policy of a versioned write.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -42,7 +26,7 @@ impl Expiry {
     /// Check the TTL of `After` against [`crate::MIN_TTL`] / [`crate::MAX_TTL`].
     pub fn validate(self) -> Result<()> {
         if let Expiry::After(ttl) = self {
-            crate::options::validate_ttl(ttl)?;
+            crate::validate::validate_ttl(ttl)?;
         }
         Ok(())
     }
@@ -176,6 +160,7 @@ pub trait VersionedStore: Send + Sync + 'static {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)] // a wrapper forwards every method
 impl<S: VersionedStore + ?Sized> VersionedStore for std::sync::Arc<S> {
     async fn get(&self, key: &str) -> Result<Option<Versioned>> {
         (**self).get(key).await
@@ -277,7 +262,7 @@ pub trait VersionedStoreExt: VersionedStore {
     where
         F: FnMut(Option<&[u8]>) -> Option<Vec<u8>> + Send,
     {
-        crate::options::validate_key(key)?;
+        crate::validate::validate_key(key)?;
         let current = self.get(key).await?;
         update_loop(self, key, current, opts, f).await
     }
@@ -324,7 +309,7 @@ where
     S: VersionedStore + ?Sized,
     F: FnMut(Option<&[u8]>) -> Option<Vec<u8>> + Send,
 {
-    crate::options::validate_key(key)?;
+    crate::validate::validate_key(key)?;
     opts.expiry.validate()?;
     if opts.max_attempts == 0 {
         return Err(Error::invalid("max_attempts must be at least 1"));

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
-    AcquireOutcome, Capabilities, Error, FairWaiter, LockBackend, LockToken, ReleaseOutcome, RenewOutcome, Result,
+    AcquireOutcome, Capabilities, Error, FairWaiter, InstantLockBackend, LockBackend, LockToken, ReleaseOutcome,
+    RenewOutcome, Result,
 };
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
@@ -263,6 +264,7 @@ impl Redlock {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)] // a wrapper forwards every method
 impl LockBackend for LazyNode {
     async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
         self.node()?.try_acquire(key, token, ttl).await
@@ -322,5 +324,10 @@ impl LockBackend for LazyNode {
             Some(node) => node.capabilities(),
             None => Capabilities::new(self.name()),
         }
+    }
+
+    /// Never forwarded: the quorum calls every node through its futures.
+    fn instant(&self) -> Option<&dyn InstantLockBackend> {
+        None
     }
 }

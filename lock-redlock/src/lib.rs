@@ -27,7 +27,7 @@
 //!   the time since the first request was sent minus the drift allowance
 //!   (`ttl × 0.01 + 2 ms`), on tokio's monotonic clock — is positive; the
 //!   lease carries `validity = ttl − drift` measured from that first send
-//!   ([`Lease::validity`]), which the manager combines with its own bound.
+//!   ([`Lease::validity`](lock_core::Lease::validity)), which the manager combines with its own bound.
 //!   On failure the nodes that granted are released before returning; nodes
 //!   that may have written (timed out, lost reply) and nodes still in flight
 //!   are released in the background, the latter when they answer (waiting
@@ -118,22 +118,23 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::StreamExt;
-use futures::future::BoxFuture;
-use futures::stream::FuturesUnordered;
-use lock_core::options::{validate_key, validate_ttl};
+use lock_core::raw::{validate_key, validate_ttl};
 use lock_core::{
-    AcquireOutcome, Capabilities, Error, Lease, LockBackend, LockToken, NodeReports, ReleaseOutcome, RenewOutcome,
-    Result,
+    AcquireOutcome, Capabilities, Error, FairWaiter, InstantLockBackend, LockBackend, LockToken, ReleaseOutcome,
+    RenewOutcome, Result,
 };
-use tokio::time::Instant;
 
+mod acquire;
 mod election;
+mod follow_up;
 mod holdings;
 mod inflight;
 mod lazy;
 mod multi;
+mod notify;
 mod options;
+mod release;
+mod renew;
 mod round;
 mod rw;
 mod semaphore;
@@ -145,9 +146,11 @@ pub use options::{
     RedlockOptions,
 };
 
+pub use release::ReleaseReport;
+
 use holdings::Holdings;
 use inflight::Inflight;
-use round::{NodeCall, Reply, Round, Vote, node_call};
+use round::Round;
 use splits::SplitVotes;
 
 /// The backend name used in errors and logs.
@@ -183,32 +186,6 @@ impl std::fmt::Debug for Redlock {
             .field("options", &self.inner.options)
             .finish()
     }
-}
-
-/// Per-node result of [`Redlock::release_report`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ReleaseReport {
-    /// Nodes that deleted the key for this token.
-    pub released: usize,
-    /// The quorum.
-    pub required: usize,
-    /// One line per node, in node order ("granted" means released there).
-    pub nodes: NodeReports,
-}
-
-/// What happens to node calls that outlive the call that started them.
-#[derive(Debug, Clone, Copy)]
-enum FollowUp {
-    /// The acquire failed or was dropped: delete whatever a node wrote.
-    Abandoned,
-    /// The acquire succeeded: keep late grants unless released meanwhile.
-    Granted,
-    /// A renewal reached the quorum: re-seed nodes that lost the key,
-    /// unless released meanwhile.
-    Renewed { ttl: Duration },
-    /// Nothing to do but let the calls finish (releases).
-    Drain,
 }
 
 impl Redlock {
@@ -287,39 +264,10 @@ impl Redlock {
     pub fn options(&self) -> &RedlockOptions {
         &self.inner.options
     }
-
-    /// Release `key` for `token` on every node and wait for every answer
-    /// (each bounded by the per-node timeout): how many released, and what
-    /// each node said. Same effect as [`LockBackend::release`], which
-    /// returns as soon as the outcome is decided.
-    ///
-    /// # Errors
-    ///
-    /// [`lock_core::Error::InvalidArgument`] for a bad key; otherwise the
-    /// per-node outcomes are in the report.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future drops the per-node calls not yet answered: those
-    /// nodes may or may not have released (owner-checked, so a repeat is
-    /// harmless; the TTL frees them at the latest).
-    pub async fn release_report(&self, key: &str, token: &LockToken) -> Result<ReleaseReport> {
-        validate_key(key)?;
-        let inner = &self.inner;
-        inner.mark_released(key, token);
-        inner.holdings.take(key, token);
-        let mut round = inner.release_round(key, token);
-        round.until_all_replied().await;
-        Ok(ReleaseReport {
-            released: round.yes(),
-            required: inner.quorum,
-            nodes: round.report(&inner.names),
-        })
-    }
 }
 
 impl Inner {
-    fn check(&self, key: &str, ttl: Duration) -> Result<()> {
+    pub(crate) fn check(&self, key: &str, ttl: Duration) -> Result<()> {
         validate_key(key)?;
         validate_ttl(ttl)?;
         if ttl > self.capabilities.max_ttl {
@@ -332,133 +280,22 @@ impl Inner {
         Ok(())
     }
 
-    /// Remember the release long enough for every renewal or acquire sent
-    /// before it to answer, and for a re-seed it triggers to complete.
-    fn mark_released(&self, key: &str, token: &LockToken) {
-        self.inflight
-            .mark_released(key, token, self.options.max_node_timeout.saturating_mul(2));
-    }
-
     /// `ttl − drift`: how long a grant stays usable from the first send.
-    fn validity(&self, ttl: Duration) -> Duration {
+    pub(crate) fn validity(&self, ttl: Duration) -> Duration {
         ttl.saturating_sub(self.options.drift(ttl))
     }
 
     /// Waiting for a node longer than the validity is pointless.
-    fn node_timeout(&self, ttl: Duration) -> Duration {
+    pub(crate) fn node_timeout(&self, ttl: Duration) -> Duration {
         self.options.node_timeout_for(ttl).min(self.validity(ttl))
     }
 
-    fn acquire_round(&self, key: &str, token: &LockToken, ttl: Duration) -> Round {
-        let timeout = self.node_timeout(ttl);
-        let calls = self.nodes.iter().enumerate().map(|(i, node)| {
-            let (node, key, token) = (node.clone(), key.to_owned(), *token);
-            node_call(
-                i,
-                timeout,
-                async move { node.try_acquire(&key, &token, ttl).await },
-                classify_acquire,
-            )
-        });
-        Round::start(self.quorum, calls.collect())
-    }
-
-    fn renew_round(&self, key: &str, token: &LockToken, ttl: Duration) -> Round {
-        let timeout = self.node_timeout(ttl);
-        let calls = self.nodes.iter().enumerate().map(|(i, node)| {
-            let (node, key, token) = (node.clone(), key.to_owned(), *token);
-            node_call(
-                i,
-                timeout,
-                async move { node.renew(&key, &token, ttl).await },
-                classify_renew,
-            )
-        });
-        Round::start(self.quorum, calls.collect())
-    }
-
-    fn release_round(&self, key: &str, token: &LockToken) -> Round {
-        let calls = (0..self.nodes.len()).map(|i| self.release_call(i, key, token, self.options.max_node_timeout));
-        Round::start(self.quorum, calls.collect())
-    }
-
-    /// A release round on the nodes that may hold the key (`holders`: they
-    /// granted, may have written, or were in flight; every node when
-    /// unknown). Nodes that refused never had this token: they count as
-    /// `Missing` without a call.
-    fn release_round_on(&self, key: &str, token: &LockToken, holders: Option<&[usize]>) -> Round {
-        let mut replies = Vec::with_capacity(self.nodes.len());
-        let mut calls = Vec::with_capacity(self.nodes.len());
-        for i in 0..self.nodes.len() {
-            if holders.is_some_and(|h| !h.contains(&i)) {
-                replies.push(Some(Vote::Missing.into()));
-            } else {
-                replies.push(None);
-                calls.push(self.release_call(i, key, token, self.options.max_node_timeout));
-            }
-        }
-        Round::start_with(self.quorum, replies, calls)
-    }
-
-    fn release_call(&self, i: usize, key: &str, token: &LockToken, timeout: Duration) -> NodeCall {
-        let node = self.nodes.get(i).cloned();
-        let (key, token) = (key.to_owned(), *token);
-        node_call(
-            i,
-            timeout,
-            async move {
-                match node {
-                    Some(node) => node.release(&key, &token).await,
-                    None => Err(Error::backend(NAME, "no such node")),
-                }
-            },
-            classify_release,
-        )
-    }
-
-    /// Release on one node; logs what went wrong (the TTL is the safety net).
-    async fn release_node(&self, i: usize, key: &str, token: &LockToken, timeout: Duration) -> Vote {
-        let (_, reply) = self.release_call(i, key, token, timeout).await;
-        if reply.vote.is_failure() {
-            tracing::debug!(
-                key,
-                node = self.name(i),
-                vote = ?reply.vote,
-                "redlock clean-up release failed; the TTL will free the key on that node"
-            );
-        }
-        reply.vote
-    }
-
-    /// Release on several nodes at once; true when every node answered.
-    async fn release_nodes(&self, nodes: &[usize], key: &str, token: &LockToken, timeout: Duration) -> bool {
-        let votes = futures::future::join_all(nodes.iter().map(|&i| self.release_node(i, key, token, timeout))).await;
-        votes.iter().all(|v| !v.is_failure())
-    }
-
-    /// Set the key again on a node that lost it (same token).
-    async fn reseed_node(&self, i: usize, key: &str, token: &LockToken, ttl: Duration) -> Vote {
-        let Some(node) = self.nodes.get(i).cloned() else {
-            return Vote::unexpected("node index");
-        };
-        let (key, token) = (key.to_owned(), *token);
-        let call = node_call(
-            i,
-            self.node_timeout(ttl),
-            async move { node.try_acquire(&key, &token, ttl).await },
-            classify_acquire,
-        );
-        let (_, reply) = call.await;
-        tracing::debug!(node = self.name(i), vote = ?reply.vote, "redlock re-seeded a node that lost the key");
-        reply.vote
-    }
-
-    fn name(&self, i: usize) -> &str {
+    pub(crate) fn name(&self, i: usize) -> &str {
         self.names.get(i).map_or("?", String::as_str)
     }
 
     /// Error for a round that did not reach the quorum because nodes failed.
-    fn unreachable(&self, round: &Round) -> Error {
+    pub(crate) fn unreachable(&self, round: &Round) -> Error {
         Error::QuorumUnreachable {
             granted: round.yes(),
             required: round.quorum(),
@@ -468,7 +305,7 @@ impl Inner {
 
     /// When enough holders' TTLs will have run out for a quorum to be
     /// possible again: the `k`-th smallest hint, `k = refusals − (N − M)`.
-    fn retry_hint(&self, round: &Round) -> Option<Duration> {
+    pub(crate) fn retry_hint(&self, round: &Round) -> Option<Duration> {
         let mut hints = round.held_hints()?;
         let must_expire = hints.len().checked_sub(self.nodes.len() - self.quorum)?;
         hints.sort_unstable();
@@ -476,338 +313,62 @@ impl Inner {
     }
 }
 
-/// Hand node calls that outlive their round (and answered nodes that need
-/// action) to a background task. No runtime: nothing to do, the TTLs clean up.
-fn spawn_follow_up(
-    inner: &Arc<Inner>,
-    key: &str,
-    token: LockToken,
-    answered: Vec<(usize, Vote)>,
-    pending: FuturesUnordered<NodeCall>,
-    kind: FollowUp,
-) {
-    if answered.is_empty() && pending.is_empty() {
-        return;
-    }
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    let inner = inner.clone();
-    let key = key.to_owned();
-    runtime.spawn(async move {
-        let mut work: FuturesUnordered<BoxFuture<'static, ()>> = FuturesUnordered::new();
-        for (i, vote) in answered {
-            work.push(Box::pin(settle(inner.clone(), key.clone(), token, i, vote, kind)));
-        }
-        for call in pending {
-            let (inner, key) = (inner.clone(), key.clone());
-            work.push(Box::pin(async move {
-                let (i, reply) = call.await;
-                settle(inner, key, token, i, reply.vote, kind).await;
-            }));
-        }
-        while work.next().await.is_some() {}
-    });
-}
-
-/// Act on one node's late answer.
-async fn settle(inner: Arc<Inner>, key: String, token: LockToken, i: usize, vote: Vote, kind: FollowUp) {
-    let timeout = inner.options.max_node_timeout;
-    match kind {
-        FollowUp::Abandoned => {
-            if vote.may_have_written() {
-                inner.release_node(i, &key, &token, timeout).await;
-            }
-        }
-        FollowUp::Granted => {
-            // Settled into the record: the release will delete there. Else
-            // the release came first and left this node to us; it is marked
-            // released before it takes the record, so the check below sees it.
-            let recorded = inner
-                .holdings
-                .settle_in_flight(&key, &token, i, vote.may_have_written());
-            if vote.may_have_written() && !recorded && inner.inflight.is_released(&key, &token) {
-                inner.release_node(i, &key, &token, timeout).await;
-            }
-        }
-        FollowUp::Renewed { ttl } => {
-            if vote != Vote::Missing || !inner.options.reseed_on_renew || inner.inflight.is_released(&key, &token) {
-                return;
-            }
-            // Checked after the write's reply: see the `inflight` module.
-            if inner.reseed_node(i, &key, &token, ttl).await.may_have_written() {
-                inner.holdings.add_node(&key, &token, i);
-                if inner.inflight.is_released(&key, &token) {
-                    inner.release_node(i, &key, &token, timeout).await;
-                }
-            }
-        }
-        FollowUp::Drain => {}
-    }
-}
-
-fn classify_acquire(result: Result<AcquireOutcome>) -> Reply {
-    match result {
-        Ok(AcquireOutcome::Acquired(_)) => Vote::Yes.into(),
-        Ok(AcquireOutcome::Held { retry_after }) => Reply {
-            vote: Vote::HeldByOther,
-            retry_after,
-        },
-        Ok(_) => Vote::unexpected("acquire").into(),
-        Err(e) => Vote::from_error(&e).into(),
-    }
-}
-
-fn classify_renew(result: Result<RenewOutcome>) -> Reply {
-    match result {
-        Ok(RenewOutcome::Renewed) => Vote::Yes.into(),
-        Ok(RenewOutcome::HeldByOther) => Vote::HeldByOther.into(),
-        Ok(RenewOutcome::Missing) => Vote::Missing.into(),
-        Ok(_) => Vote::unexpected("renew").into(),
-        Err(e) => Vote::from_error(&e).into(),
-    }
-}
-
-fn classify_release(result: Result<ReleaseOutcome>) -> Reply {
-    match result {
-        Ok(ReleaseOutcome::Released) => Vote::Yes.into(),
-        Ok(ReleaseOutcome::HeldByOther) => Vote::HeldByOther.into(),
-        Ok(ReleaseOutcome::Missing) => Vote::Missing.into(),
-        Ok(_) => Vote::unexpected("release").into(),
-        Err(e) => Vote::from_error(&e).into(),
-    }
-}
-
-/// An acquire round in progress. If the acquire future is dropped before
-/// the round is decided (cancelled, or timed out by the caller), whatever
-/// the nodes wrote is released in the background.
-struct Attempt {
-    inner: Arc<Inner>,
-    key: String,
-    token: LockToken,
-    round: Round,
-    armed: bool,
-}
-
-impl Attempt {
-    /// The round, decided: the attempt no longer cleans up on drop.
-    fn disarm(mut self) -> Round {
-        self.armed = false;
-        std::mem::replace(&mut self.round, Round::start(0, Vec::new()))
-    }
-}
-
-impl Drop for Attempt {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let written = self
-            .round
-            .answered(Vote::may_have_written)
-            .into_iter()
-            .map(|i| (i, Vote::Yes))
-            .collect();
-        let pending = self.round.take_pending();
-        spawn_follow_up(
-            &self.inner,
-            &self.key,
-            self.token,
-            written,
-            pending,
-            FollowUp::Abandoned,
-        );
-    }
-}
-
 #[async_trait]
+#[deny(clippy::missing_trait_methods)] // every method decided here, none defaulted
 impl LockBackend for Redlock {
     async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
-        let inner = &self.inner;
-        inner.check(key, ttl)?;
-        let validity = inner.validity(ttl);
-        let sent_at = Instant::now();
-        let mut attempt = Attempt {
-            inner: inner.clone(),
-            key: key.to_owned(),
-            token: *token,
-            round: inner.acquire_round(key, token, ttl),
-            armed: true,
-        };
-        let reached = attempt.round.until_decided().await;
-        let mut round = attempt.disarm();
-        let elapsed = sent_at.elapsed();
-        if reached && elapsed < validity {
-            // Nodes still in flight may grant too: their follow-up settles them.
-            let holders = round.answered(Vote::may_have_written);
-            inner
-                .holdings
-                .record(key, token, holders, round.unanswered(), sent_at + ttl);
-            spawn_follow_up(inner, key, *token, Vec::new(), round.take_pending(), FollowUp::Granted);
-            return Ok(AcquireOutcome::Acquired(Lease::new().with_validity(Some(validity))));
-        }
-
-        // Decide the answer before giving anything back, then give back what
-        // was (or may have been) written: answered nodes now, nodes still in
-        // flight when they answer.
-        if !reached {
-            round.until_classified().await;
-        }
-        let answer = if reached {
-            None
-        } else if round.blocked_by_failures() {
-            Some(Err(inner.unreachable(&round)))
-        } else {
-            // Split: some grants, and too few refusals for anyone to hold a
-            // quorum. See the `splits` module.
-            let split = round.yes() > 0 && round.count(|v| *v == Vote::HeldByOther) < inner.quorum;
-            inner.splits.refused(key, split);
-            Some(Ok(AcquireOutcome::Held {
-                retry_after: inner.retry_hint(&round),
-            }))
-        };
-        // Nodes that granted are released before returning; nodes that may
-        // have written (no reply in time, lost reply) could well be down, so
-        // waiting for them would double the time to fail: background.
-        let granted = round.answered(|v| *v == Vote::Yes);
-        let maybe: Vec<(usize, Vote)> = round
-            .answered(|v| v.may_have_written() && *v != Vote::Yes)
-            .into_iter()
-            .map(|i| (i, Vote::TimedOut))
-            .collect();
-        let clean = maybe.is_empty();
-        spawn_follow_up(inner, key, *token, maybe, round.take_pending(), FollowUp::Abandoned);
-        let clean = inner.release_nodes(&granted, key, token, inner.node_timeout(ttl)).await && clean;
-        match answer {
-            Some(answer) => answer,
-            None => Err(Error::Backend {
-                backend: NAME.to_owned(),
-                outcome_unknown: !clean,
-                message: format!(
-                    "a quorum of {} granted after {elapsed:?}, past the validity of {validity:?} \
-                     (ttl {ttl:?} minus drift); the grants were given back",
-                    inner.quorum
-                ),
-                source: None,
-            }),
-        }
+        self.acquire(key, token, ttl).await
     }
 
     async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
-        validate_key(key)?;
-        let inner = &self.inner;
-        inner.mark_released(key, token);
-        let (holders, in_flight) = inner.holdings.take(key, token).unzip();
-        let mut round = inner.release_round_on(key, token, holders.as_deref());
-        let mut released = round.until_decided().await;
-        // Nodes whose acquire is still answering are released by its
-        // follow-up; call them now only if the quorum needs them.
-        if !released && let Some(in_flight) = in_flight.filter(|n| !n.is_empty()) {
-            for i in in_flight {
-                round.add_call(i, inner.release_call(i, key, token, inner.options.max_node_timeout));
-            }
-            released = round.until_decided().await;
-        }
-        if !released {
-            round.until_classified().await;
-        }
-        let outcome = if released {
-            Ok(ReleaseOutcome::Released)
-        } else if round.blocked_by_failures() {
-            Err(inner.unreachable(&round))
-        } else if round.count(|v| *v == Vote::HeldByOther) > 0 {
-            Ok(ReleaseOutcome::HeldByOther)
-        } else {
-            Ok(ReleaseOutcome::Missing)
-        };
-        // The remaining deletes still go out; nobody waits for them.
-        spawn_follow_up(inner, key, *token, Vec::new(), round.take_pending(), FollowUp::Drain);
-        outcome
+        self.release_quorum(key, token).await
     }
 
     async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
-        let inner = &self.inner;
-        inner.check(key, ttl)?;
-        let validity = inner.validity(ttl);
-        let sent_at = Instant::now();
-        let mut round = inner.renew_round(key, token, ttl);
-        if round.until_decided().await {
-            let elapsed = sent_at.elapsed();
-            if elapsed >= validity {
-                return Err(Error::backend(
-                    NAME,
-                    format!(
-                        "a quorum of {} renewed after {elapsed:?}, past the validity of {validity:?} \
-                         (ttl {ttl:?} minus drift)",
-                        inner.quorum
-                    ),
-                ));
-            }
-            let missing = if inner.options.reseed_on_renew {
-                round.answered(|v| *v == Vote::Missing)
-            } else {
-                Vec::new()
-            };
-            inner.holdings.renewed(key, token, sent_at + ttl);
-            let missing = missing.into_iter().map(|i| (i, Vote::Missing)).collect();
-            spawn_follow_up(
-                inner,
-                key,
-                *token,
-                missing,
-                round.take_pending(),
-                FollowUp::Renewed { ttl },
-            );
-            return Ok(RenewOutcome::Renewed);
-        }
-        // Below the quorum: renewals still in flight change nothing that
-        // matters (they never create a key), so they are dropped once they
-        // cannot change the answer.
-        round.until_classified().await;
-        if round.blocked_by_failures() {
-            Err(inner.unreachable(&round))
-        } else if round.count(|v| *v == Vote::HeldByOther) > 0 {
-            Ok(RenewOutcome::HeldByOther)
-        } else {
-            Ok(RenewOutcome::Missing)
-        }
+        self.renew_quorum(key, token, ttl).await
+    }
+
+    /// One quorum renewal per lease, all at once.
+    async fn renew_many(&self, items: &[(&str, &LockToken)], ttl: Duration) -> Vec<Result<RenewOutcome>> {
+        futures::future::join_all(items.iter().map(|(key, token)| self.renew_quorum(key, token, ttl))).await
     }
 
     async fn wait_for_release(&self, key: &str, max_wait: Duration) {
-        let inner = &self.inner;
-        if inner.splits.recent(key) {
-            // Soon after a split vote, a release signal is most likely a
-            // contender giving its grants back: waking on it would retry in
-            // step with the others. Wait a random delay instead.
-            tokio::time::sleep(splits::jittered(max_wait)).await;
-            return;
-        }
-        let mut waits: FuturesUnordered<_> = inner
-            .notifying
-            .iter()
-            .filter_map(|&i| inner.nodes.get(i))
-            .map(|node| node.wait_for_release(key, max_wait))
-            .collect();
-        // A holder releases all its nodes (at least M) at once: wait for M
-        // signals, not the first, or the retry would race the holder's other
-        // deletes and miss their signals. The timeout guards against a node
-        // that overstays its own bound.
-        let needed = inner.quorum.min(waits.len());
-        let signals = async {
-            for _ in 0..needed {
-                if waits.next().await.is_none() {
-                    break;
-                }
-            }
-        };
-        if needed == 0 {
-            tokio::time::sleep(max_wait).await;
-        } else if tokio::time::timeout(max_wait, signals).await.is_ok() {
-            inner.splits.woken(key);
-        }
+        self.wait_for_quorum_release(key, max_wait).await;
+    }
+
+    /// No fair queue across independent nodes: refused.
+    async fn try_acquire_fair(
+        &self,
+        key: &str,
+        token: &LockToken,
+        ttl: Duration,
+        waiter: &FairWaiter,
+    ) -> Result<AcquireOutcome> {
+        let _ = (key, token, ttl, waiter);
+        Err(Error::Unsupported {
+            backend: NAME.to_owned(),
+            what: "fair (FIFO) locking".to_owned(),
+        })
+    }
+
+    async fn wait_fair(&self, key: &str, waiter: &FairWaiter, max_wait: Duration) {
+        let _ = waiter;
+        self.wait_for_quorum_release(key, max_wait).await;
+    }
+
+    /// Never queued (fair locking is refused).
+    async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
+        let _ = (key, waiter);
+        Ok(())
     }
 
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities.clone()
+    }
+
+    /// Every call is a round of node calls: never answered at once.
+    fn instant(&self) -> Option<&dyn InstantLockBackend> {
+        None
     }
 }

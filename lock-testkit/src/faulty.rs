@@ -7,7 +7,10 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::{AcquireOutcome, Capabilities, Error, LockBackend, LockToken, ReleaseOutcome, RenewOutcome, Result};
+use lock_core::{
+    AcquireOutcome, Capabilities, Error, FairWaiter, InstantLockBackend, LockBackend, LockToken, ReleaseOutcome,
+    RenewOutcome, Result,
+};
 
 /// The fault currently injected.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -35,7 +38,7 @@ struct Settings {
 /// How many calls of each kind reached the wrapper.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct CallCounts {
-    /// `try_acquire` calls.
+    /// `try_acquire` and `try_acquire_fair` calls.
     pub acquire: u64,
     /// `release` calls.
     pub release: u64,
@@ -96,6 +99,12 @@ impl FaultControl {
 }
 
 /// Wraps a backend and injects the faults set on its [`FaultControl`].
+///
+/// Every call that reaches the server takes the fault: acquire (plain and
+/// fair), release, renew, `renew_many` and leaving a fair queue. The waits
+/// (`wait_for_release`, `wait_fair`) are hints and pass through untouched.
+/// The wrapped backend's [`LockBackend::instant`] is never used, so every
+/// call goes through the wrapper.
 pub struct FaultyBackend {
     inner: Arc<dyn LockBackend>,
     control: FaultControl,
@@ -136,6 +145,7 @@ impl FaultyBackend {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)] // a wrapper forwards every method
 impl LockBackend for FaultyBackend {
     async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
         self.control.count(|c| c.acquire += 1);
@@ -176,9 +186,28 @@ impl LockBackend for FaultyBackend {
     async fn wait_for_release(&self, key: &str, max_wait: Duration) {
         self.inner.wait_for_release(key, max_wait).await;
     }
+    async fn try_acquire_fair(
+        &self,
+        key: &str,
+        token: &LockToken,
+        ttl: Duration,
+        waiter: &FairWaiter,
+    ) -> Result<AcquireOutcome> {
+        self.control.count(|c| c.acquire += 1);
+        self.run(self.inner.try_acquire_fair(key, token, ttl, waiter)).await
+    }
+    async fn wait_fair(&self, key: &str, waiter: &FairWaiter, max_wait: Duration) {
+        self.inner.wait_fair(key, waiter, max_wait).await;
+    }
+    async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
+        self.run(self.inner.leave_queue(key, waiter)).await
+    }
     fn capabilities(&self) -> Capabilities {
         let mut caps = self.inner.capabilities();
         caps.name = format!("faulty({})", caps.name);
         caps
+    }
+    fn instant(&self) -> Option<&dyn InstantLockBackend> {
+        None // every call goes through the faults
     }
 }

@@ -180,6 +180,7 @@ impl<S: VersionedStore> MetricsLayer<S> {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)] // a wrapper forwards every method
 impl<S: VersionedStore> VersionedStore for MetricsLayer<S> {
     async fn get(&self, key: &str) -> Result<Option<Versioned>> {
         measured(self.store(), "get", self.inner.get(key)).await

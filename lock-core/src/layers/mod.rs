@@ -124,11 +124,13 @@ pub(crate) const CANCELLED: &str = "cancelled";
 /// The [`crate::LockBackend`] impl of an observing layer (`TracingLayer`,
 /// `MetricsLayer`): the observed calls given, plus the ones it passes through
 /// untouched (waits, the fair queue) and its capabilities (the wrapped
-/// backend's, without the lock kinds it does not wrap). The whole impl is
+/// backend's, without the lock kinds it does not wrap); never the
+/// wrapped backend's `instant` (every call goes through the layer). The whole impl is
 /// generated so that `async_trait` sees every method.
 macro_rules! observing_lock_backend {
     ($layer:ident { $($observed:tt)* }) => {
         #[async_trait::async_trait]
+        #[deny(clippy::missing_trait_methods)] // a wrapper forwards every method
         impl<B: $crate::backend::LockBackend> $crate::backend::LockBackend for $layer<B> {
             $($observed)*
 
@@ -156,6 +158,11 @@ macro_rules! observing_lock_backend {
 
             fn capabilities(&self) -> $crate::backend::Capabilities {
                 self.inner.capabilities().without_kinds()
+            }
+
+            /// Never forwarded: every call goes through the layer.
+            fn instant(&self) -> Option<&dyn $crate::backend::InstantLockBackend> {
+                None
             }
         }
     };

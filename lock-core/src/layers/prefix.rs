@@ -4,10 +4,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::backend::{AcquireOutcome, Capabilities, FairWaiter, LockBackend, ReleaseOutcome, RenewOutcome};
+use crate::backend::{
+    AcquireOutcome, Capabilities, FairWaiter, InstantLockBackend, LockBackend, ReleaseOutcome, RenewOutcome,
+};
 use crate::error::Result;
-use crate::options::validate_key;
 use crate::token::LockToken;
+use crate::validate::validate_key;
 use crate::versioned::{CasOutcome, CreateOutcome, DeleteOutcome, Expiry, Versioned, VersionedStore};
 
 /// Wraps a backend and puts `prefix` in front of every key, so applications
@@ -61,6 +63,7 @@ impl<B> PrefixLayer<B> {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)] // a wrapper forwards every method
 impl<B: LockBackend> LockBackend for PrefixLayer<B> {
     async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
         self.inner.try_acquire(&self.server_key(key)?, token, ttl).await
@@ -129,9 +132,15 @@ impl<B: LockBackend> LockBackend for PrefixLayer<B> {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities().without_kinds()
     }
+
+    /// Never forwarded: every call goes through the layer (and its prefix).
+    fn instant(&self) -> Option<&dyn InstantLockBackend> {
+        None
+    }
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)] // a wrapper forwards every method
 impl<S: VersionedStore> VersionedStore for PrefixLayer<S> {
     async fn get(&self, key: &str) -> Result<Option<Versioned>> {
         self.inner.get(&self.server_key(key)?).await

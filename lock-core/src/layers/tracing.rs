@@ -176,6 +176,7 @@ impl<S: VersionedStore> TracingLayer<S> {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)] // a wrapper forwards every method
 impl<S: VersionedStore> VersionedStore for TracingLayer<S> {
     async fn get(&self, key: &str) -> Result<Option<Versioned>> {
         let span = key_span!("verrou.get", self.store(), key);

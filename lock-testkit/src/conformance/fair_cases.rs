@@ -38,6 +38,7 @@ impl Counted {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)] // a wrapper forwards every method
 impl LockBackend for Counted {
     async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
         self.inner.try_acquire(key, token, ttl).await
@@ -47,6 +48,9 @@ impl LockBackend for Counted {
     }
     async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
         self.inner.renew(key, token, ttl).await
+    }
+    async fn renew_many(&self, items: &[(&str, &LockToken)], ttl: Duration) -> Vec<Result<RenewOutcome>> {
+        self.inner.renew_many(items, ttl).await
     }
     async fn wait_for_release(&self, key: &str, max_wait: Duration) {
         self.inner.wait_for_release(key, max_wait).await;
@@ -71,6 +75,9 @@ impl LockBackend for Counted {
     }
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
+    }
+    fn instant(&self) -> Option<&dyn lock_core::InstantLockBackend> {
+        None // every call goes through the counter
     }
 }
 

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
-    AcquireOutcome, Capabilities, ElectionBackend, LeaderInfo, LeaseHandle, LockBackend, LockToken, LossReason,
-    MultiLockBackend, PermitRequest, ReleaseOutcome, RenewOutcome, Result, RwLockBackend, RwMode, SemaphoreBackend,
+    AcquireOutcome, Capabilities, ElectionBackend, FairWaiter, InstantLockBackend, LeaderInfo, LeaseHandle,
+    LockBackend, LockToken, LossReason, MultiLockBackend, PermitRequest, ReleaseOutcome, RenewOutcome, Result,
+    RwLockBackend, RwMode, SemaphoreBackend,
 };
 use tokio::time::Instant;
 
@@ -58,6 +59,7 @@ pub(crate) async fn assert_lost_by_deadline(lease: &LeaseHandle, sent: Instant, 
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)] // a wrapper forwards every method
 impl<B: LockBackend + ?Sized> LockBackend for Hanging<B> {
     async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
         self.inner.try_acquire(key, token, ttl).await
@@ -69,8 +71,33 @@ impl<B: LockBackend + ?Sized> LockBackend for Hanging<B> {
         self.gate().await;
         self.inner.renew(key, token, ttl).await
     }
+    async fn renew_many(&self, items: &[(&str, &LockToken)], ttl: Duration) -> Vec<Result<RenewOutcome>> {
+        self.gate().await;
+        self.inner.renew_many(items, ttl).await
+    }
+    async fn wait_for_release(&self, key: &str, max_wait: Duration) {
+        self.inner.wait_for_release(key, max_wait).await;
+    }
+    async fn try_acquire_fair(
+        &self,
+        key: &str,
+        token: &LockToken,
+        ttl: Duration,
+        waiter: &FairWaiter,
+    ) -> Result<AcquireOutcome> {
+        self.inner.try_acquire_fair(key, token, ttl, waiter).await
+    }
+    async fn wait_fair(&self, key: &str, waiter: &FairWaiter, max_wait: Duration) {
+        self.inner.wait_fair(key, waiter, max_wait).await;
+    }
+    async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
+        self.inner.leave_queue(key, waiter).await
+    }
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
+    }
+    fn instant(&self) -> Option<&dyn InstantLockBackend> {
+        None // renewals must reach the gate
     }
 }
 

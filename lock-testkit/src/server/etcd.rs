@@ -24,7 +24,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::error::{HarnessError, HarnessResult};
-use super::process::{pick_port, wait_until};
+use super::ports::pick_port;
+use super::process::wait_until;
 use super::spawn;
 
 /// Environment variable naming the etcd binary (a path, or a name on `PATH`).

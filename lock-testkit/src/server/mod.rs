@@ -55,12 +55,16 @@ mod pg_process;
 mod pg_standby;
 #[cfg(feature = "postgres")]
 mod pgbouncer;
+mod ports;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod process;
 mod proxy;
+mod redis_builder;
 mod resp;
+mod resp_client;
 mod spawn;
+mod text;
 mod topology;
 
 pub use error::{HarnessError, HarnessResult};
@@ -83,7 +87,9 @@ pub use pg_standby::PostgresPair;
 pub use pgbouncer::{PGBOUNCER_POOL_SIZE, PgBouncer};
 #[cfg(feature = "postgres")]
 pub use postgres::{PG_LOG_FILE, PG_START_TIMEOUT, PG_USER, PostgresServer, PostgresServerBuilder};
-pub use process::{DEFAULT_START_TIMEOUT, LOG_FILE, NODES_FILE, RedisServer, RedisServerBuilder};
+pub use process::{DEFAULT_START_TIMEOUT, LOG_FILE, NODES_FILE, RedisServer};
 pub use proxy::TcpProxy;
-pub use resp::{DEFAULT_TIMEOUT, RespClient, RespValue, encode_command, frame_len, parse_reply};
+pub use redis_builder::RedisServerBuilder;
+pub use resp::{RespValue, encode_command, frame_len, parse_reply};
+pub use resp_client::{DEFAULT_TIMEOUT, RespClient};
 pub use topology::{CONVERGE_TIMEOUT, Instances, RedisCluster, ReplicatedPair};

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::error::{HarnessError, HarnessResult};
 use super::process::RedisServer;
-use super::resp::RespClient;
+use super::resp_client::RespClient;
 
 /// A connection in `MONITOR` mode on one server.
 pub struct Monitor {

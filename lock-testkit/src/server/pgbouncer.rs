@@ -12,8 +12,8 @@ use tempfile::TempDir;
 
 use super::error::{HarnessError, HarnessResult};
 use super::pg_paths::{give_to, pgbouncer_binary, run_as};
+use super::ports::pick_port;
 use super::postgres::{PG_USER, PostgresServer, owned_command};
-use super::process::pick_port;
 use super::spawn;
 
 /// Server connections PgBouncer keeps per database and user: few, so that

@@ -17,7 +17,7 @@ use super::error::{HarnessError, HarnessResult};
 use super::pg_paths::{give_to, pg_bin_dir, run_as};
 use super::pg_process::{OWNER_FILE, children_of, copy_tree, is_alive, psql, sweep_orphans, template_data_dir};
 pub(crate) use super::pg_process::{owned_command, run_to_end};
-use super::process::pick_port;
+use super::ports::pick_port;
 use super::spawn;
 
 /// The database user the harness creates (superuser, trust authentication

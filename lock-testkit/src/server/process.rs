@@ -1,22 +1,24 @@
 //! One `redis-server` process: start, faults, restart, clean-up.
 
-use std::collections::{HashMap, HashSet};
-use std::ffi::OsString;
+use std::collections::HashMap;
 use std::fmt;
 use std::fs::{self, OpenOptions};
 use std::io::Write as _;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
 use super::error::{HarnessError, HarnessResult};
-use super::paths::{redis_server_binary, tair_module_path};
-use super::resp::{RespClient, RespValue};
+use super::ports::pick_port;
+use super::redis_builder::{Launch, RedisServerBuilder};
+use super::resp::RespValue;
+use super::resp_client::RespClient;
 use super::spawn;
+use super::text::{parse_info, read_from, tail, tail_of};
 
 /// How long a server gets to answer `PING` unless told otherwise
 /// ([`RedisServerBuilder::start_timeout`]).
@@ -33,241 +35,6 @@ const PORT_ATTEMPTS: usize = 8;
 /// How long a restart keeps retrying when its (fixed) port is taken.
 const RESTART_CLASH_WINDOW: Duration = Duration::from_secs(2);
 const POLL: Duration = Duration::from_millis(10);
-/// The cluster bus listens on the client port plus this.
-const CLUSTER_BUS_OFFSET: u16 = 10000;
-
-/// Configures and starts a [`RedisServer`].
-///
-/// The server listens on 127.0.0.1 only, on a free port, runs in a fresh
-/// temporary directory, and has persistence off (`--save '' --appendonly
-/// no`) unless [`persistence(true)`](Self::persistence). Arguments given with
-/// [`arg`](Self::arg) come last, so they override the harness defaults.
-///
-/// The builder is reusable: [`start`](Self::start) takes `&self`, and the
-/// topologies ([`ReplicatedPair`](super::ReplicatedPair),
-/// [`Instances`](super::Instances), [`RedisCluster`](super::RedisCluster))
-/// start every node from the same builder.
-#[derive(Clone, Debug)]
-pub struct RedisServerBuilder {
-    binary: Option<PathBuf>,
-    modules: Vec<(ModuleSource, Vec<OsString>)>,
-    args: Vec<OsString>,
-    persistence: bool,
-    start_timeout: Duration,
-    cluster: bool,
-    tls: Option<TlsFiles>,
-}
-
-/// PEM files of a TLS-only server ([`RedisServerBuilder::tls`]).
-#[derive(Clone, Debug)]
-struct TlsFiles {
-    cert: PathBuf,
-    key: PathBuf,
-    ca: PathBuf,
-}
-
-#[derive(Clone, Debug)]
-enum ModuleSource {
-    Path(PathBuf),
-    Tair,
-}
-
-impl Default for RedisServerBuilder {
-    fn default() -> Self {
-        RedisServerBuilder {
-            binary: None,
-            modules: Vec::new(),
-            args: Vec::new(),
-            persistence: false,
-            start_timeout: DEFAULT_START_TIMEOUT,
-            cluster: false,
-            tls: None,
-        }
-    }
-}
-
-impl RedisServerBuilder {
-    /// A builder with the defaults.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Runs this binary instead of [`redis_server_binary`](super::redis_server_binary)'s.
-    pub fn binary(mut self, path: impl Into<PathBuf>) -> Self {
-        self.binary = Some(path.into());
-        self
-    }
-
-    /// Loads a module (`--loadmodule path`).
-    pub fn module(self, path: impl Into<PathBuf>) -> Self {
-        self.module_with_args(path, std::iter::empty::<OsString>())
-    }
-
-    /// Loads a module with arguments (`--loadmodule path arg...`).
-    pub fn module_with_args<I, A>(mut self, path: impl Into<PathBuf>, args: I) -> Self
-    where
-        I: IntoIterator<Item = A>,
-        A: Into<OsString>,
-    {
-        self.modules.push((
-            ModuleSource::Path(path.into()),
-            args.into_iter().map(Into::into).collect(),
-        ));
-        self
-    }
-
-    /// Loads this workspace's Tair module, located by
-    /// [`tair_module_path`](super::tair_module_path) when the server starts
-    /// (so a missing module is a start error saying how to build it).
-    pub fn tair_module(mut self) -> Self {
-        self.modules.push((ModuleSource::Tair, Vec::new()));
-        self
-    }
-
-    /// Adds one command-line argument, e.g. `.arg("--maxmemory").arg("10mb")`.
-    pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
-        self.args.push(arg.into());
-        self
-    }
-
-    /// Adds several command-line arguments.
-    pub fn args<I, A>(mut self, args: I) -> Self
-    where
-        I: IntoIterator<Item = A>,
-        A: Into<OsString>,
-    {
-        self.args.extend(args.into_iter().map(Into::into));
-        self
-    }
-
-    /// Turns persistence on: an append-only file (`--appendonly yes`), so
-    /// that every acknowledged write survives [`RedisServer::kill`] and a
-    /// later [`RedisServer::restart_keeping_data`]. Off by default.
-    pub fn persistence(mut self, on: bool) -> Self {
-        self.persistence = on;
-        self
-    }
-
-    /// How long the server gets to answer `PING` (default 10 s).
-    pub fn start_timeout(mut self, timeout: Duration) -> Self {
-        self.start_timeout = timeout;
-        self
-    }
-
-    /// TLS only: the server listens with TLS on its port (`--tls-port`,
-    /// `--port 0`), presenting `cert` / `key` (PEM) and not asking clients
-    /// for certificates. Clients connect with `rediss://127.0.0.1:port`;
-    /// the harness's own plain-text helpers ([`RedisServer::cmd`], ...) do
-    /// not work on it, and readiness is a TCP connect, not `PING`.
-    pub fn tls(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>, ca: impl Into<PathBuf>) -> Self {
-        self.tls = Some(TlsFiles {
-            cert: cert.into(),
-            key: key.into(),
-            ca: ca.into(),
-        });
-        self
-    }
-
-    /// Cluster mode (`--cluster-enabled yes`); used by
-    /// [`RedisCluster`](super::RedisCluster).
-    pub(crate) fn cluster_mode(mut self) -> Self {
-        self.cluster = true;
-        self
-    }
-
-    /// Starts a server on a free port and waits until it answers `PING`.
-    /// A port taken in the meantime is retried with another port.
-    ///
-    /// # Errors
-    /// [`HarnessError::NotFound`] for a missing binary or module;
-    /// [`HarnessError::StartFailed`] / [`HarnessError::StartTimeout`], with
-    /// the server's log tail, when it does not come up.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future kills a process it has already spawned (the
-    /// server under construction kills it on drop) and removes its directory.
-    pub async fn start(&self) -> HarnessResult<RedisServer> {
-        let launch = self.resolve()?;
-        let mut last = None;
-        for _ in 0..PORT_ATTEMPTS {
-            let port = pick_port(self.cluster)?;
-            let dir = tempfile::Builder::new()
-                .prefix("verrou-redis-")
-                .tempdir()
-                .map_err(|e| HarnessError::io("creating a temporary directory", e))?;
-            let server = RedisServer {
-                port,
-                launch: launch.clone(),
-                state: Mutex::new(ProcState::default()),
-                lifecycle: tokio::sync::Mutex::new(()),
-                dir,
-            };
-            match server.launch().await {
-                Ok(()) => return Ok(server),
-                Err(Failure::PortClash(e)) => last = Some(e),
-                Err(Failure::Other(e)) => return Err(e),
-            }
-            // `server` is dropped here: process killed, directory removed.
-        }
-        Err(last.unwrap_or_else(|| HarnessError::Setup("no free port".into())))
-    }
-
-    fn resolve(&self) -> HarnessResult<Launch> {
-        let binary = match &self.binary {
-            Some(b) => b.clone(),
-            None => redis_server_binary()?,
-        };
-        let mut args: Vec<OsString> = Vec::new();
-        let mut push = |a: &[&str]| args.extend(a.iter().map(OsString::from));
-        push(&["--bind", "127.0.0.1", "--protected-mode", "no", "--daemonize", "no"]);
-        push(&["--logfile", "", "--dbfilename", "dump.rdb"]);
-        // Diskless sync waits 5 s by default for more replicas to come.
-        push(&["--repl-diskless-sync-delay", "0"]);
-        if self.persistence {
-            push(&["--save", "", "--appendonly", "yes"]);
-        } else {
-            push(&["--save", "", "--appendonly", "no"]);
-        }
-        if self.cluster {
-            push(&["--cluster-enabled", "yes", "--cluster-config-file", NODES_FILE]);
-            push(&["--cluster-node-timeout", "2000"]);
-        }
-        for (source, module_args) in &self.modules {
-            let path = match source {
-                ModuleSource::Tair => tair_module_path()?,
-                ModuleSource::Path(p) => {
-                    if !p.is_file() {
-                        return Err(HarnessError::NotFound {
-                            what: format!("module {}", p.display()),
-                            hint: "build the module, or pass the path of an existing file".into(),
-                        });
-                    }
-                    p.canonicalize().unwrap_or_else(|_| p.clone())
-                }
-            };
-            args.push("--loadmodule".into());
-            args.push(path.into_os_string());
-            args.extend(module_args.iter().cloned());
-        }
-        args.extend(self.args.iter().cloned());
-        Ok(Launch {
-            binary,
-            args,
-            start_timeout: self.start_timeout,
-            tls: self.tls.clone(),
-        })
-    }
-}
-
-#[derive(Clone, Debug)]
-struct Launch {
-    binary: PathBuf,
-    args: Vec<OsString>,
-    start_timeout: Duration,
-    tls: Option<TlsFiles>,
-}
-
 #[derive(Debug, Default)]
 struct ProcState {
     child: Option<Child>,
@@ -308,6 +75,33 @@ impl fmt::Debug for RedisServer {
 }
 
 impl RedisServer {
+    /// Start a server from a resolved launch on a fresh port (retried on a
+    /// port clash): [`RedisServerBuilder::start`].
+    pub(super) async fn start_from(launch: Launch, cluster: bool) -> HarnessResult<RedisServer> {
+        let mut last = None;
+        for _ in 0..PORT_ATTEMPTS {
+            let port = pick_port(cluster)?;
+            let dir = tempfile::Builder::new()
+                .prefix("verrou-redis-")
+                .tempdir()
+                .map_err(|e| HarnessError::io("creating a temporary directory", e))?;
+            let server = RedisServer {
+                port,
+                launch: launch.clone(),
+                state: Mutex::new(ProcState::default()),
+                lifecycle: tokio::sync::Mutex::new(()),
+                dir,
+            };
+            match server.launch().await {
+                Ok(()) => return Ok(server),
+                Err(Failure::PortClash(e)) => last = Some(e),
+                Err(Failure::Other(e)) => return Err(e),
+            }
+            // `server` is dropped here: process killed, directory removed.
+        }
+        Err(last.unwrap_or_else(|| HarnessError::Setup("no free port".into())))
+    }
+
     /// A builder, for modules, arguments, persistence...
     pub fn builder() -> RedisServerBuilder {
         RedisServerBuilder::new()
@@ -752,71 +546,6 @@ fn wait_proc_state(pid: u32, stopped: bool) {
     }
 }
 
-/// Parses `INFO` output into `field -> value`.
-pub(crate) fn parse_info(text: &str) -> HashMap<String, String> {
-    text.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
-}
-
-fn read_from(path: &Path, offset: u64) -> String {
-    let bytes = fs::read(path).unwrap_or_default();
-    let start = usize::try_from(offset).unwrap_or(0).min(bytes.len());
-    String::from_utf8_lossy(&bytes[start..]).into_owned()
-}
-
-fn tail(path: &Path, n: usize) -> String {
-    tail_of(&read_from(path, 0), n)
-}
-
-fn tail_of(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
-/// Ports handed out by this process, never handed out twice: a killed
-/// server's port stays its own for a later restart.
-fn used_ports() -> MutexGuard<'static, HashSet<u16>> {
-    static USED: OnceLock<Mutex<HashSet<u16>>> = OnceLock::new();
-    USED.get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-}
-
-/// A free port below Linux's default ephemeral range (32768-60999), so
-/// outgoing connections do not take it between a kill and a restart. A
-/// cluster node also needs `port + 10000` (its bus) free.
-pub(crate) fn pick_port(cluster: bool) -> HarnessResult<u16> {
-    let (lo, hi): (u16, u16) = if cluster { (12000, 22000) } else { (12000, 32000) };
-    let mut used = used_ports();
-    for _ in 0..500 {
-        let mut r = [0u8; 2];
-        getrandom::fill(&mut r).map_err(|e| HarnessError::Setup(format!("getrandom: {e}")))?;
-        let port = lo + u16::from_le_bytes(r) % (hi - lo);
-        let bus = port + CLUSTER_BUS_OFFSET;
-        if used.contains(&port) || (cluster && used.contains(&bus)) {
-            continue;
-        }
-        if bindable(port) && (!cluster || bindable(bus)) {
-            used.insert(port);
-            if cluster {
-                used.insert(bus);
-            }
-            return Ok(port);
-        }
-    }
-    Err(HarnessError::Setup(format!(
-        "no free port found in {lo}..{hi} on 127.0.0.1"
-    )))
-}
-
-fn bindable(port: u16) -> bool {
-    TcpListener::bind(("127.0.0.1", port)).is_ok()
-}
-
 /// Polls `check` every few milliseconds until it returns `Ok(true)` or
 /// `timeout` passes. Errors from `check` count as "not yet"; the last one is
 /// reported on timeout.
@@ -841,41 +570,5 @@ where
             return Err(HarnessError::Timeout { what, after: timeout });
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn info_parsing() {
-        let m = parse_info("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n\r\nx:a:b\r\n");
-        assert_eq!(m.get("role").map(String::as_str), Some("master"));
-        assert_eq!(m.get("x").map(String::as_str), Some("a:b"));
-        assert_eq!(m.len(), 3);
-    }
-
-    /// README: the tests never use the default Redis port (nor as a
-    /// cluster bus port).
-    #[test]
-    fn ports_are_never_the_default_redis_port() {
-        const DEFAULT_REDIS_PORT: u16 = 6_379;
-        for cluster in [false, true] {
-            for _ in 0..200 {
-                let port = pick_port(cluster).expect("a free port");
-                assert!((12000..32000).contains(&port), "{port}");
-                assert_ne!(port, DEFAULT_REDIS_PORT);
-                if cluster {
-                    assert_ne!(port + CLUSTER_BUS_OFFSET, DEFAULT_REDIS_PORT);
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn tails() {
-        assert_eq!(tail_of("a\nb\nc\n", 2), "b\nc");
-        assert_eq!(tail_of("a", 5), "a");
     }
 }

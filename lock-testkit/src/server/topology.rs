@@ -8,8 +8,10 @@ use futures::future::try_join_all;
 
 use super::error::{HarnessError, HarnessResult};
 use super::paths::redis_cli_binary;
-use super::process::{RedisServer, RedisServerBuilder, parse_info, wait_until};
+use super::process::{RedisServer, wait_until};
+use super::redis_builder::RedisServerBuilder;
 use super::resp::RespValue;
+use super::text::parse_info;
 
 /// How long replication or a cluster gets to converge after the processes
 /// are up.

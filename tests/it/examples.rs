@@ -7,15 +7,15 @@
 use lock_testkit::server::{Instances, RedisServer};
 
 #[allow(dead_code, missing_docs)] // its `main` is the binary's
-#[path = "../examples/redis_lua.rs"]
+#[path = "../../examples/redis_lua.rs"]
 mod redis_lua_example;
 
 #[allow(dead_code, missing_docs)]
-#[path = "../examples/tair.rs"]
+#[path = "../../examples/tair.rs"]
 mod tair_example;
 
 #[allow(dead_code, missing_docs)]
-#[path = "../examples/redlock.rs"]
+#[path = "../../examples/redlock.rs"]
 mod redlock_example;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,7 +2,7 @@
 //! real server.
 #![allow(clippy::expect_used, clippy::panic, missing_docs)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

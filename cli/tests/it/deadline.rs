@@ -3,7 +3,7 @@
 //! to stop on SIGTERM, while the server stops answering.
 #![allow(clippy::expect_used, clippy::panic, missing_docs)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -1,6 +1,7 @@
 //! Every layer keeps the backend contract: the conformance suite runs against
-//! the memory backend behind each of them (paused clock), plus what is
-//! particular to each layer.
+//! the memory backend behind each of them (paused clock), fair mode included,
+//! and behind the fault-injecting wrapper of lock-testkit (no fault set),
+//! plus what is particular to each layer.
 
 #![allow(clippy::expect_used)] // test helpers
 
@@ -45,6 +46,10 @@ mod tracing_layer {
         TracingLayer::new(MemoryBackend::new())
     }
     lock_testkit::lock_conformance!(paused, lock_suite(backend()));
+    mod fair {
+        use super::*;
+        lock_testkit::fair_conformance!(paused, lock_suite(backend()));
+    }
     mod versioned {
         use super::*;
         lock_testkit::versioned_conformance!(paused, versioned_suite(backend()));
@@ -59,10 +64,69 @@ mod metrics_layer {
         MetricsLayer::new(MemoryBackend::new())
     }
     lock_testkit::lock_conformance!(paused, lock_suite(backend()));
+    mod fair {
+        use super::*;
+        lock_testkit::fair_conformance!(paused, lock_suite(backend()));
+    }
     mod versioned {
         use super::*;
         lock_testkit::versioned_conformance!(paused, versioned_suite(backend()));
     }
+}
+
+/// lock-testkit's fault injector with no fault set: a wrapper like the
+/// layers, so the same contract, fair mode included.
+mod faulty {
+    use super::*;
+    use lock_testkit::FaultyBackend;
+    fn backend() -> std::sync::Arc<FaultyBackend> {
+        std::sync::Arc::new(FaultyBackend::new(std::sync::Arc::new(MemoryBackend::new())).0)
+    }
+    lock_testkit::lock_conformance!(paused, lock_suite(backend()));
+    mod fair {
+        use super::*;
+        lock_testkit::fair_conformance!(paused, lock_suite(backend()));
+    }
+}
+
+/// The fair cases above take the `Unsupported` branch for a backend that
+/// does not claim a fair queue: every wrapper of the memory backend claims
+/// one, so they run the real cases.
+#[test]
+fn every_wrapper_claims_the_fair_queue_it_forwards() {
+    assert!(MemoryBackend::new().capabilities().fair_queue);
+    let wrapped = [
+        PrefixLayer::new(MemoryBackend::new(), "tenant-a:").capabilities(),
+        TracingLayer::new(MemoryBackend::new()).capabilities(),
+        #[cfg(feature = "metrics")]
+        lock_core::layers::MetricsLayer::new(MemoryBackend::new()).capabilities(),
+        lock_testkit::FaultyBackend::new(std::sync::Arc::new(MemoryBackend::new()))
+            .0
+            .capabilities(),
+    ];
+    for caps in wrapped {
+        assert!(caps.fair_queue, "{caps:?}");
+    }
+}
+
+/// A fair lock through the fault injector takes its faults like any acquire.
+#[tokio::test(start_paused = true)]
+async fn fair_acquires_through_the_fault_injector_take_its_faults() {
+    use lock_core::{Fairness, LockOptions};
+    use lock_testkit::{Fault, FaultyBackend};
+    let (faulty, control) = FaultyBackend::new(std::sync::Arc::new(MemoryBackend::new()));
+    let fifo = LockOptions::default().fairness(Fairness::Fifo {
+        claim: lock_core::DEFAULT_CLAIM,
+    });
+    let locks = LockManager::with_options(faulty, fifo).expect("valid options");
+    let guard = locks.try_lock("k").await.expect("fair try_lock").expect("free");
+    assert_eq!(control.counts().acquire, 1, "the fair acquire went through the wrapper");
+    guard.release().await.expect("release");
+    control.set(Fault::Fail);
+    let err = locks.try_lock("k").await.expect_err("injected failure");
+    assert!(matches!(err, lock_core::Error::Backend { .. }), "{err}");
+    control.heal();
+    assert!(locks.try_lock("k").await.expect("healed").is_some());
 }
 
 #[tokio::test(start_paused = true)]

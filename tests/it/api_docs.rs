@@ -5,7 +5,7 @@
 
 #![allow(clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use support::{rust_files, workspace};
 
@@ -20,12 +20,21 @@ const LIBRARY_SOURCES: [&str; 8] = [
     "lock-testkit/src",
 ];
 
-/// The conformance case files (`lock-testkit/src/conformance/*_cases.rs`).
+/// The conformance case files (`lock-testkit/src/conformance/*_cases.rs`,
+/// and `*_cases/*.rs` where one is split by concern).
 fn is_case_file(path: &std::path::Path) -> bool {
-    path.parent().is_some_and(|dir| dir.ends_with("conformance"))
-        && path
-            .file_name()
-            .is_some_and(|name| name.to_string_lossy().ends_with("_cases.rs"))
+    let in_conformance = path.parent().is_some_and(|dir| dir.ends_with("conformance"));
+    let case_file = path
+        .file_name()
+        .is_some_and(|name| name.to_string_lossy().ends_with("_cases.rs"));
+    // A case file split by concern: `conformance/lock_cases/<concern>.rs`.
+    let in_case_dir = path.parent().is_some_and(|dir| {
+        dir.parent().is_some_and(|d| d.ends_with("conformance"))
+            && dir
+                .file_name()
+                .is_some_and(|name| name.to_string_lossy().ends_with("_cases"))
+    });
+    (in_conformance && case_file) || in_case_dir
 }
 
 const SECTION: &str = "# Cancel safety";

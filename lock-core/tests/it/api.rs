@@ -88,12 +88,7 @@ async fn opts_variants_take_per_call_options_and_validate_them() {
         .await
         .expect("with_lock_opts");
     assert_eq!(out, 7);
-    #[allow(deprecated)]
-    let renamed = locks
-        .lock_with("old-name", &quick)
-        .await
-        .expect("deprecated alias still works");
-    drop((held, renamed));
+    drop(held);
 }
 
 #[derive(Debug, PartialEq)]

@@ -7,7 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)] // tests
 
-mod common;
+use crate::common;
 
 use common::*;
 

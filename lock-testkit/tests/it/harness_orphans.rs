@@ -33,7 +33,7 @@ fn servers_die_with_a_killed_test_process() {
         .args([
             "--ignored",
             "--exact",
-            "orphan_helper",
+            "harness_orphans::orphan_helper",
             "--nocapture",
             "--test-threads=1",
         ])

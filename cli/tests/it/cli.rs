@@ -1,7 +1,7 @@
 //! The `verrou` command as a real subprocess against real servers.
 #![allow(clippy::expect_used, clippy::panic, missing_docs)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,0 +1,10 @@
+//! Integration tests of the verrou command.
+//!
+//! One test binary for the crate (each module was a binary of its own: one
+//! link instead of many); `cargo test --test it <module>::` runs one module.
+
+mod cli;
+mod cli_postgres;
+mod common;
+mod deadline;
+mod kinds;

@@ -1,0 +1,47 @@
+//! Waiting for a release: `M` signals from the nodes with release
+//! notifications, or a random delay just after a split vote.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+
+use crate::{Redlock, splits};
+
+impl Redlock {
+    /// [`LockBackend::wait_for_release`]: `M` release signals, or a random
+    /// delay just after a split vote.
+    pub(crate) async fn wait_for_quorum_release(&self, key: &str, max_wait: Duration) {
+        let inner = &self.inner;
+        if inner.splits.recent(key) {
+            // Soon after a split vote, a release signal is most likely a
+            // contender giving its grants back: waking on it would retry in
+            // step with the others. Wait a random delay instead.
+            tokio::time::sleep(splits::jittered(max_wait)).await;
+            return;
+        }
+        let mut waits: FuturesUnordered<_> = inner
+            .notifying
+            .iter()
+            .filter_map(|&i| inner.nodes.get(i))
+            .map(|node| node.wait_for_release(key, max_wait))
+            .collect();
+        // A holder releases all its nodes (at least M) at once: wait for M
+        // signals, not the first, or the retry would race the holder's other
+        // deletes and miss their signals. The timeout guards against a node
+        // that overstays its own bound.
+        let needed = inner.quorum.min(waits.len());
+        let signals = async {
+            for _ in 0..needed {
+                if waits.next().await.is_none() {
+                    break;
+                }
+            }
+        };
+        if needed == 0 {
+            tokio::time::sleep(max_wait).await;
+        } else if tokio::time::timeout(max_wait, signals).await.is_ok() {
+            inner.splits.woken(key);
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! Integration tests of the verrou facade.
+//!
+//! One test binary for the crate (each module was a binary of its own: one
+//! link instead of many); `cargo test --test it <module>::` runs one module.
+
+mod api_docs;
+mod connect;
+mod connect_etcd;
+mod connect_fuzz_corpus;
+mod connect_kinds;
+mod connect_outage;
+mod connect_postgres;
+mod connect_tls;
+mod examples;
+mod facade;
+mod facade_backends;
+mod readme_claims;
+mod support;
