@@ -71,7 +71,8 @@ use tempfile::TempDir;
 
 use super::error::{HarnessError, HarnessResult};
 use super::paths::{redis_server_binary, tair_module_path};
-use super::resp::{RespClient, RespValue};
+use super::resp::RespValue;
+use super::resp_client::RespClient;
 use super::spawn;
 
 /// Prefix of every namespace the harness creates (`verrou-<pid>-<n>-<role>`).
@@ -821,7 +822,7 @@ impl NetRedisServer {
     pub async fn info(&self, section: &str) -> HarnessResult<std::collections::HashMap<String, String>> {
         let reply = self.cmd(&["INFO", section]).await?.into_result("INFO")?;
         let text = reply.as_str().unwrap_or_default();
-        Ok(super::process::parse_info(text))
+        Ok(super::text::parse_info(text))
     }
 }
 
