@@ -949,10 +949,10 @@ impl LockBackend for TairBackend {
         caps.native_compare_and_delete = self.inner.wake.is_none();
         caps.release_notifications = self.inner.wake.is_some();
         caps.replica_ack = self.inner.ack.is_some();
-        caps.semaphores = self.inner.ack.is_none();
-        caps.multi_key_locks = self.inner.ack.is_none();
-        caps.rw_locks = self.inner.ack.is_none();
-        caps.leader_election = self.inner.ack.is_none();
+        caps.semaphores = true;
+        caps.multi_key_locks = true;
+        caps.rw_locks = true;
+        caps.leader_election = true;
         caps
     }
 }
