@@ -19,6 +19,10 @@ pub struct KindMeasured {
     pub max_permits: u32,
     /// Semaphore: holds of more than one permit.
     pub multi_permit_holds: usize,
+    /// Semaphore: holds of single-permit requests.
+    pub single_permit_holds: usize,
+    /// Semaphore: fewest holds of one client.
+    pub fewest_client_holds: usize,
     /// Read-write: reader/writer pairs inside both windows at once.
     pub reader_writer_overlaps: usize,
     /// Read-write: writer holds.
@@ -123,12 +127,19 @@ fn semaphore(holds: &[Hold], k: &mut KindMeasured) {
         let Role::Permits(n) = h.role else { continue };
         if n > 1 {
             k.multi_permit_holds += 1;
+        } else {
+            k.single_permit_holds += 1;
         }
         if h.valid_end() > h.start {
             events.push((h.start, i64::from(n)));
             events.push((h.valid_end(), -i64::from(n)));
         }
     }
+    let clients = holds.iter().map(|h| h.client).max().map_or(0, |c| c + 1);
+    k.fewest_client_holds = (0..clients)
+        .map(|c| holds.iter().filter(|h| h.client == c).count())
+        .min()
+        .unwrap_or(0);
     events.sort_unstable();
     let mut in_use: i64 = 0;
     for (_, d) in events {
@@ -326,7 +337,10 @@ pub fn cells(o: &KindOutcome) -> Cells {
         let _ = write!(late, "; {} excused", m.excused);
     }
     let liveness = match o.row.kind {
-        Kind::Semaphore => format!("{} 2-permit holds", k.multi_permit_holds),
+        Kind::Semaphore => format!(
+            "{} 2-permit holds, {} 1-permit; fewest per client {}",
+            k.multi_permit_holds, k.single_permit_holds, k.fewest_client_holds
+        ),
         Kind::ReadWrite => match k.writer_recovery_us {
             Some(r) => format!("writers back {} after the fault", ms(r)),
             None if k.writers_stuck => "**writers stuck**".to_owned(),

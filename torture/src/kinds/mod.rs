@@ -76,12 +76,16 @@ impl Kind {
     /// The clients of one row, by role.
     fn roles(self) -> Vec<Role> {
         match self {
-            // Client 0 (the stalled one) takes one permit; two clients ask
-            // for two permits each among single-permit churn.
+            // Two clients ask for two permits each among single-permit
+            // churn. Client 0, the stalled one, is one of them: larger
+            // requests leave reservations that refuse newcomers, so a
+            // single-permit client can wait through many of their holds
+            // (the row reports the fewest holds of one client), and the
+            // stall must land within the recovery bound.
             Kind::Semaphore => vec![
+                Role::Permits(2),
+                Role::Permits(2),
                 Role::Permits(1),
-                Role::Permits(2),
-                Role::Permits(2),
                 Role::Permits(1),
                 Role::Permits(1),
                 Role::Permits(1),
