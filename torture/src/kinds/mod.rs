@@ -175,12 +175,13 @@ pub fn rows(backend: Backend, topology: Topology, faults: &[Fault]) -> Vec<KindR
     out
 }
 
-/// The full run's kind rows: one line per backend.
+/// The full run's kind rows: one line per backend and topology.
 pub fn full() -> Vec<KindRow> {
     use Fault::*;
     let mut plan = rows(Backend::Memory, Topology::InProcess, &[None, Stall]);
     plan.extend(rows(Backend::Lua, Topology::Single, &[None, Pause, Stall]));
     plan.extend(rows(Backend::Tair, Topology::Single, &[None, Pause, Stall]));
+    plan.extend(rows(Backend::Postgres, Topology::Single, &[None, Pause, Stall]));
     plan.extend(rows(Backend::Lua, Topology::Pair, &[FailoverAck, Failover]));
     plan.extend(rows(Backend::Tair, Topology::Pair, &[FailoverAck]));
     plan
