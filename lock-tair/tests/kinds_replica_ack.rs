@@ -2,7 +2,8 @@
 //! backend: semaphore, read-write, multi-key and election grants WAIT like
 //! mutex acquires (the replica holds the grant when it returns), a grant
 //! too few replicas acknowledged is given back and fails, and a renewal
-//! counts only once confirmed (else an unknown-outcome error).
+//! counts only once confirmed (else an unknown-outcome error); and every
+//! kind's conformance suite passes under it.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
 
 mod common;
@@ -19,6 +20,8 @@ use lock_core::{
 };
 use lock_tair::{ReplicaAck, TairBackend};
 use lock_testkit::server::ReplicatedPair;
+use lock_testkit::{ElectionSuite, MultiSuite, RwSuite, SemaphoreSuite};
+use tokio::sync::OnceCell;
 
 const PREFIX: &str = "verrou:tair:";
 
@@ -178,4 +181,41 @@ async fn unacknowledged_grants_and_renewals_do_not_count() {
         Some(0)
     );
     pair.replica().resume().expect("SIGCONT the replica");
+}
+
+/// One primary and its replica for the suites.
+async fn shared_primary_url() -> String {
+    static PAIR: OnceCell<ReplicatedPair> = OnceCell::const_new();
+    PAIR.get_or_init(pair).await.primary().url()
+}
+
+/// A client of the shared primary whose grants and renewals WAIT.
+async fn suite_backend() -> TairBackend {
+    acked(&shared_primary_url().await, Duration::from_secs(2)).await
+}
+
+/// Every kind's suite with `ReplicaAck`: the grants and renewals WAIT, the
+/// kinds' behaviour is the same.
+mod suites {
+    use super::*;
+
+    mod semaphore {
+        use super::*;
+        lock_testkit::semaphore_conformance!(real, async { SemaphoreSuite::new(suite_backend) });
+    }
+
+    mod multi {
+        use super::*;
+        lock_testkit::multi_conformance!(real, async { MultiSuite::new(suite_backend) });
+    }
+
+    mod rw {
+        use super::*;
+        lock_testkit::rw_conformance!(real, async { RwSuite::new(suite_backend) });
+    }
+
+    mod election {
+        use super::*;
+        lock_testkit::election_conformance!(real, async { ElectionSuite::new(suite_backend) });
+    }
 }
