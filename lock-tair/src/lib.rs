@@ -88,7 +88,9 @@
 //! # Replica acknowledgement
 //!
 //! [`ReplicaAck`] adds `WAIT` after acquires, renewals (one `WAIT` per
-//! batch) and versioned writes, on a dedicated connection; see there. A
+//! batch) and versioned writes, and after every other lock kind's grants and
+//! renewals (semaphore, read-write, multi-key, election), on a dedicated
+//! connection; see there. A
 //! renewal counts only once confirmed: whatever [`OnShortfall`] says (it
 //! governs acquires and versioned writes), a shortfall makes it an
 //! outcome-unknown error, so the manager does not
