@@ -61,6 +61,11 @@ async fn primary_url() -> String {
     .url()
 }
 
+/// The acknowledged suites' TTL: the longest of the usual test TTLs, so
+/// that a `WAIT` on a loaded machine leaves most of the lease to the timing
+/// cases.
+const ACKED_TTL: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// A client of the primary whose grants and renewals WAIT for the replica.
 async fn acked() -> RedisLuaBackend {
     RedisLuaBackend::builder_url(primary_url().await)
@@ -161,21 +166,21 @@ mod under_replica_ack {
 
     mod semaphore {
         use super::*;
-        lock_testkit::semaphore_conformance!(real, async { SemaphoreSuite::new(acked) });
+        lock_testkit::semaphore_conformance!(real, async { SemaphoreSuite::new(acked).ttl(ACKED_TTL) });
     }
 
     mod multi {
         use super::*;
-        lock_testkit::multi_conformance!(real, async { MultiSuite::new(acked) });
+        lock_testkit::multi_conformance!(real, async { MultiSuite::new(acked).ttl(ACKED_TTL) });
     }
 
     mod rw {
         use super::*;
-        lock_testkit::rw_conformance!(real, async { RwSuite::new(acked) });
+        lock_testkit::rw_conformance!(real, async { RwSuite::new(acked).ttl(ACKED_TTL) });
     }
 
     mod election {
         use super::*;
-        lock_testkit::election_conformance!(real, async { ElectionSuite::new(acked) });
+        lock_testkit::election_conformance!(real, async { ElectionSuite::new(acked).ttl(ACKED_TTL) });
     }
 }

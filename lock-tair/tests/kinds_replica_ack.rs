@@ -10,9 +10,6 @@ mod common;
 
 use std::time::Duration;
 
-use lock_core::kinds::election_lua::ElectionKeys;
-use lock_core::kinds::rw_lua::RwKeys;
-use lock_core::kinds::semaphore_lua::SemaphoreKeys;
 use lock_core::{
     AcquireOutcome, ElectionBackend, ElectionManager, LockBackend, LockToken, MultiLockBackend, MultiLockManager,
     PermitRequest, ReleaseOutcome, RenewOutcome, Replication, RwLockBackend, RwLockManager, RwMode, SemaphoreBackend,
@@ -23,7 +20,10 @@ use lock_testkit::server::ReplicatedPair;
 use lock_testkit::{ElectionSuite, MultiSuite, RwSuite, SemaphoreSuite};
 use tokio::sync::OnceCell;
 
-const PREFIX: &str = "verrou:tair:";
+/// The kinds' keys of the name `acked` on Tair (`verrou:tair:<kind>:{name}`).
+const HOLDERS: &str = "verrou:tair:sem:{acked}";
+const WRITER: &str = "verrou:tair:rw:writer:{acked}";
+const LEADER: &str = "verrou:tair:leader:{acked}";
 
 async fn pair() -> ReplicatedPair {
     ReplicatedPair::start(common::tair())
@@ -59,18 +59,13 @@ async fn grants_of_every_kind_wait_for_the_replica() {
     let sems = SemaphoreManager::new(backend.clone()).expect("semaphores");
     let permit = sems.semaphore("acked", 2).unwrap().acquire(1).await.expect("permit");
     assert_eq!(permit.replication(), confirmed);
-    let holders = SemaphoreKeys::prefixed(PREFIX, "acked").unwrap().holders;
-    assert_eq!(
-        replica.cmd(&["ZCARD", holders.as_str()]).await.unwrap().as_int(),
-        Some(1)
-    );
+    assert_eq!(replica.cmd(&["ZCARD", HOLDERS]).await.unwrap().as_int(), Some(1));
     permit.release().await.expect("release");
 
     let rw = RwLockManager::new(backend.clone()).expect("rw");
     let writer = rw.write("acked").await.expect("write");
     assert_eq!(writer.replication(), confirmed);
-    let key = RwKeys::prefixed(PREFIX, "acked").unwrap().writer;
-    assert_eq!(replica.cmd(&["EXISTS", key.as_str()]).await.unwrap().as_int(), Some(1));
+    assert_eq!(replica.cmd(&["EXISTS", WRITER]).await.unwrap().as_int(), Some(1));
     writer.release().await.expect("release");
     let reader = rw.read("acked").await.expect("read");
     assert_eq!(reader.replication(), confirmed);
@@ -88,8 +83,7 @@ async fn grants_of_every_kind_wait_for_the_replica() {
     let election = ElectionManager::new(backend).expect("election");
     let leadership = election.campaign("acked", b"node-a").await.expect("campaign");
     assert_eq!(leadership.replication(), confirmed);
-    let lead = ElectionKeys::prefixed(PREFIX, "acked").unwrap().lead;
-    assert_eq!(replica.cmd(&["EXISTS", lead.as_str()]).await.unwrap().as_int(), Some(1));
+    assert_eq!(replica.cmd(&["EXISTS", LEADER]).await.unwrap().as_int(), Some(1));
     leadership.resign().await.expect("resign");
 }
 
@@ -183,6 +177,10 @@ async fn unacknowledged_grants_and_renewals_do_not_count() {
     pair.replica().resume().expect("SIGCONT the replica");
 }
 
+/// The suites' TTL: the longest of the usual test TTLs, so that a `WAIT`
+/// on a loaded machine leaves most of the lease to the timing cases.
+const SUITE_TTL: Duration = Duration::from_millis(500);
+
 /// One primary and its replica for the suites.
 async fn shared_primary_url() -> String {
     static PAIR: OnceCell<ReplicatedPair> = OnceCell::const_new();
@@ -201,21 +199,21 @@ mod suites {
 
     mod semaphore {
         use super::*;
-        lock_testkit::semaphore_conformance!(real, async { SemaphoreSuite::new(suite_backend) });
+        lock_testkit::semaphore_conformance!(real, async { SemaphoreSuite::new(suite_backend).ttl(SUITE_TTL) });
     }
 
     mod multi {
         use super::*;
-        lock_testkit::multi_conformance!(real, async { MultiSuite::new(suite_backend) });
+        lock_testkit::multi_conformance!(real, async { MultiSuite::new(suite_backend).ttl(SUITE_TTL) });
     }
 
     mod rw {
         use super::*;
-        lock_testkit::rw_conformance!(real, async { RwSuite::new(suite_backend) });
+        lock_testkit::rw_conformance!(real, async { RwSuite::new(suite_backend).ttl(SUITE_TTL) });
     }
 
     mod election {
         use super::*;
-        lock_testkit::election_conformance!(real, async { ElectionSuite::new(suite_backend) });
+        lock_testkit::election_conformance!(real, async { ElectionSuite::new(suite_backend).ttl(SUITE_TTL) });
     }
 }
