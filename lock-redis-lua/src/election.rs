@@ -2,7 +2,8 @@
 //! `lock_redis_family::kinds::election` (the leader's hash with its TTL, a term
 //! counter without one; both in the name's slot), run by [`crate::kinds`].
 //! `leader` is one `HMGET`.
-//! Refused under [`crate::ReplicaAck`] (grants are not followed by `WAIT`).
+//! With [`crate::ReplicaAck`], wins and renewals WAIT as the mutex's do
+//! (a renewal counts only once confirmed).
 //! With release notifications on, a win and a resignation are published on
 //! the leader key's release channel, so `observe` wakes at once (an expiry
 //! is seen at its next poll).

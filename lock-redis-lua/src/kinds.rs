@@ -1,7 +1,7 @@
 //! The lock kinds' scripts (`lock_redis_family::kinds::scripted`) on Redis/Valkey:
 //! one script call per operation, with `WAIT` after a semaphore,
 //! read-write or election grant or renewal under [`crate::ReplicaAck`]
-//! (multi-key locks are refused under it).
+//! (multi-key locks WAIT the same way, in `multi.rs`).
 
 use std::sync::OnceLock;
 

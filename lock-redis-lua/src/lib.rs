@@ -527,7 +527,7 @@ impl LockBackend for RedisLuaBackend {
         caps.release_notifications = self.inner.notifier.is_some();
         caps.fair_queue = self.inner.replica_ack.is_none();
         caps.semaphores = true;
-        caps.multi_key_locks = self.inner.replica_ack.is_none();
+        caps.multi_key_locks = true;
         caps.rw_locks = true;
         caps.leader_election = true;
         caps

@@ -2,8 +2,10 @@
 //! `lock_redis_family::kinds::multi`, one per operation, over the mutex's own
 //! keys. On a cluster all keys must share one slot (one script touches them
 //! all); otherwise the call fails with `InvalidArgument` before anything is
-//! sent. Grants are not followed by `WAIT`: with [`crate::ReplicaAck`] the
-//! backend says `multi_key_locks: false` and refuses. With release
+//! sent. With [`crate::ReplicaAck`], a grant WAITs like a mutex acquire (a
+//! shortfall under `OnShortfall::ReleaseAndFail` gives the keys back and
+//! fails the acquire) and a renewal WAITs too and counts only once
+//! confirmed. With release
 //! notifications on, the release announces each freed key that a mutex
 //! waiter marked, as the mutex's release does
 //! ([`crate::scripts::RELEASE_ALL_NOTIFY`]).
@@ -15,14 +17,15 @@ use async_trait::async_trait;
 use deadpool_redis::redis::Value;
 use lock_core::options::{ttl_millis, validate_key, validate_ttl};
 use lock_core::{
-    AcquireOutcome, Error, FencingToken, Lease, LockToken, MultiLockBackend, ReleaseOutcome, RenewOutcome, Result,
+    AcquireOutcome, Error, FencingToken, Lease, LockToken, MultiLockBackend, ReleaseOutcome, RenewOutcome, Replication,
+    Result,
 };
 use lock_redis_family::kinds::multi as multi_lua;
 
 use crate::error::{Access, BACKEND, unexpected_reply};
 use crate::keys::WakeKeys;
 use crate::scripts::LuaScript;
-use crate::{Call, RedisLuaBackend, keys};
+use crate::{Call, OnShortfall, RedisLuaBackend, keys};
 
 struct MultiScripts {
     acquire: LuaScript,
@@ -43,12 +46,6 @@ fn scripts() -> &'static MultiScripts {
 
 impl RedisLuaBackend {
     fn check_multi(&self, set: &[&str]) -> Result<()> {
-        if self.inner.replica_ack.is_some() {
-            return Err(Error::Unsupported {
-                backend: BACKEND.to_owned(),
-                what: "multi-key locks with replica acknowledgement".to_owned(),
-            });
-        }
         let Some(first) = set.first() else {
             return Err(Error::invalid("a multi-key lock needs at least one key"));
         };
@@ -81,12 +78,20 @@ impl MultiLockBackend for RedisLuaBackend {
             args: &[&hex, ms.format(ttl_millis(ttl)).as_bytes()],
         };
         let op = "multi-key acquire";
-        let value = self.inner.exec(op, set[0], Access::Write, call).await?;
+        // Under replica acknowledgement a grant WAITs like a mutex acquire.
+        let (value, replication) = match &self.inner.replica_ack {
+            Some(ack) => {
+                let granted = |v: &Value| matches!(v, Value::Array(items) if items.first() == Some(&Value::Int(1)));
+                self.inner.exec_acked(op, set[0], call, ack, granted, None).await?
+            }
+            None => (self.inner.exec(op, set[0], Access::Write, call).await?, None),
+        };
         match &value {
             Value::Array(items) => match items.as_slice() {
-                [Value::Int(1), Value::Int(fence)] => Ok(AcquireOutcome::Acquired(
-                    Lease::new().with_fencing_token(u64::try_from(*fence).ok().map(FencingToken)),
-                )),
+                [Value::Int(1), Value::Int(fence)] => {
+                    let fencing_token = u64::try_from(*fence).ok().map(FencingToken);
+                    self.multi_granted(set, token, fencing_token, replication).await
+                }
                 [Value::Int(0), Value::Int(pttl)] => Ok(AcquireOutcome::Held {
                     retry_after: u64::try_from(*pttl).ok().map(Duration::from_millis),
                 }),
@@ -138,11 +143,60 @@ impl MultiLockBackend for RedisLuaBackend {
             args: &[&hex, ms.format(ttl_millis(ttl)).as_bytes()],
         };
         let op = "multi-key renew";
-        match self.inner.exec(op, set[0], Access::Write, call).await? {
-            Value::Int(1) => Ok(RenewOutcome::Renewed),
-            Value::Int(2) => Ok(RenewOutcome::HeldByOther),
-            Value::Int(0) => Ok(RenewOutcome::Missing),
-            other => Err(unexpected_reply(op, set[0], &other)),
+        // Under replica acknowledgement a renewal counts once confirmed.
+        let (value, replication) = self
+            .inner
+            .exec_renewal(op, set[0], call, |v| *v == Value::Int(1))
+            .await?;
+        let outcome = match value {
+            Value::Int(1) => RenewOutcome::Renewed,
+            Value::Int(2) => RenewOutcome::HeldByOther,
+            Value::Int(0) => RenewOutcome::Missing,
+            other => return Err(unexpected_reply(op, set[0], &other)),
+        };
+        self.inner.counted_renewal(set[0], outcome, replication)
+    }
+}
+
+impl RedisLuaBackend {
+    /// A granted multi-key acquire: the lease, unless too few replicas
+    /// acknowledged it and the options say to give the keys back and fail
+    /// (as for the mutex).
+    async fn multi_granted(
+        &self,
+        set: &[&str],
+        token: &LockToken,
+        fencing_token: Option<FencingToken>,
+        replication: Option<Replication>,
+    ) -> Result<AcquireOutcome> {
+        if let (
+            Some(ack),
+            Some(Replication::Unconfirmed {
+                acknowledged,
+                requested,
+            }),
+        ) = (&self.inner.replica_ack, replication)
+            && ack.on_shortfall == OnShortfall::ReleaseAndFail
+        {
+            // Boxed: a shortfall is rare, and every acquire's future would carry a release's.
+            let released = Box::pin(self.release_all(set, token)).await;
+            let message = format!(
+                "took the keys {set:?} but only {acknowledged} of {requested} replicas acknowledged within {:?}; {}",
+                ack.timeout,
+                match &released {
+                    Ok(_) => "gave them back".to_owned(),
+                    Err(e) => format!("giving them back failed ({e})"),
+                }
+            );
+            return Err(match released {
+                Ok(_) => Error::backend(BACKEND, message),
+                Err(_) => Error::outcome_unknown(BACKEND, message),
+            });
         }
+        Ok(AcquireOutcome::Acquired(
+            Lease::new()
+                .with_fencing_token(fencing_token)
+                .with_replication(replication.unwrap_or_default()),
+        ))
     }
 }

@@ -2,8 +2,8 @@
 //! `lock_redis_family::kinds::rw` (readers' server-time deadlines in a sorted
 //! set, the writer and a waiting writer's intent as strings with TTLs; all
 //! keys in the name's slot), one per operation, run by [`crate::kinds`].
-//! Refused under [`crate::ReplicaAck`] (grants are not followed by `WAIT`
-//! here).
+//! With [`crate::ReplicaAck`], grants and renewals WAIT as the mutex's do
+//! (a renewal counts only once confirmed).
 
 use std::time::Duration;
 

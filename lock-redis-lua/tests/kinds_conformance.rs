@@ -2,12 +2,13 @@
 //! read-write, leader election) on real servers, all sharing one
 //! redis-server and one 3-master cluster: single server plain (and with
 //! fencing tokens or release notifications where they change the code path),
-//! and the cluster with fencing on (each kind's keys share a slot).
+//! and the cluster with fencing on (each kind's keys share a slot); and every
+//! suite again under replica acknowledgement, on a primary and its replica.
 #![allow(clippy::expect_used, clippy::panic, missing_docs)]
 
 use lock_core::{Error, LockToken, MultiLockBackend};
-use lock_redis_lua::RedisLuaBackend;
-use lock_testkit::server::{RedisCluster, RedisServer};
+use lock_redis_lua::{RedisLuaBackend, ReplicaAck};
+use lock_testkit::server::{RedisCluster, RedisServer, ReplicatedPair};
 use lock_testkit::{ElectionSuite, MultiSuite, RwSuite, SemaphoreSuite};
 use tokio::sync::OnceCell;
 
@@ -42,6 +43,33 @@ async fn single(full: bool) -> RedisLuaBackend {
     RedisLuaBackend::builder_url(server_url().await)
         .fencing(full)
         .release_notifications(full)
+        .build()
+        .await
+        .expect("connect")
+}
+
+/// One primary and its replica for the whole file.
+async fn primary_url() -> String {
+    static PAIR: OnceCell<ReplicatedPair> = OnceCell::const_new();
+    PAIR.get_or_init(|| async {
+        ReplicatedPair::start(RedisServer::builder())
+            .await
+            .expect("start a primary and a replica")
+    })
+    .await
+    .primary()
+    .url()
+}
+
+/// The acknowledged suites' TTL: the longest of the usual test TTLs, so
+/// that a `WAIT` on a loaded machine leaves most of the lease to the timing
+/// cases.
+const ACKED_TTL: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// A client of the primary whose grants and renewals WAIT for the replica.
+async fn acked() -> RedisLuaBackend {
+    RedisLuaBackend::builder_url(primary_url().await)
+        .replica_ack(ReplicaAck::new(1, std::time::Duration::from_secs(2)))
         .build()
         .await
         .expect("connect")
@@ -128,5 +156,31 @@ mod election {
     mod on_cluster {
         use super::*;
         lock_testkit::election_conformance!(real, async { ElectionSuite::new(cluster) });
+    }
+}
+
+/// Every kind's suite with `ReplicaAck`: the grants and renewals WAIT, the
+/// kinds' behaviour is the same.
+mod under_replica_ack {
+    use super::*;
+
+    mod semaphore {
+        use super::*;
+        lock_testkit::semaphore_conformance!(real, async { SemaphoreSuite::new(acked).ttl(ACKED_TTL) });
+    }
+
+    mod multi {
+        use super::*;
+        lock_testkit::multi_conformance!(real, async { MultiSuite::new(acked).ttl(ACKED_TTL) });
+    }
+
+    mod rw {
+        use super::*;
+        lock_testkit::rw_conformance!(real, async { RwSuite::new(acked).ttl(ACKED_TTL) });
+    }
+
+    mod election {
+        use super::*;
+        lock_testkit::election_conformance!(real, async { ElectionSuite::new(acked).ttl(ACKED_TTL) });
     }
 }

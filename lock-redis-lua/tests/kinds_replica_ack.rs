@@ -1,15 +1,16 @@
 //! The other lock kinds under replica acknowledgement: semaphore and
 //! read-write grants WAIT like mutex acquires (a replica holds the permit or
 //! the writer when the grant returns), and their renewals count once
-//! confirmed, and so do leader elections' wins and renewals; multi-key locks
-//! are refused with a typed error and their capability flag off.
+//! confirmed, and so do leader elections' wins and renewals and multi-key
+//! grants and renewals.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
 
 use std::time::Duration;
 
 use lock_core::{
-    AcquireOutcome, ElectionBackend, ElectionManager, Error, LockBackend, LockToken, MultiLockManager, PermitRequest,
-    RenewOutcome, Replication, RwLockBackend, RwLockManager, RwMode, SemaphoreBackend, SemaphoreManager,
+    AcquireOutcome, ElectionBackend, ElectionManager, LockBackend, LockToken, MultiLockBackend, MultiLockManager,
+    PermitRequest, ReleaseOutcome, RenewOutcome, Replication, RwLockBackend, RwLockManager, RwMode, SemaphoreBackend,
+    SemaphoreManager,
 };
 use lock_redis_family::kinds::rw::RwKeys;
 use lock_redis_family::kinds::semaphore::SemaphoreKeys;
@@ -85,16 +86,79 @@ async fn an_unacknowledged_permit_renewal_is_an_unknown_outcome() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn other_kinds_are_refused_with_a_typed_error() {
+async fn every_kind_is_offered_under_replica_ack() {
     let server = RedisServer::start().await.expect("start");
     let backend = acked(server.url()).await;
     let caps = backend.capabilities();
-    assert!(!caps.multi_key_locks);
-    assert!(matches!(
-        MultiLockManager::new(backend.clone()),
-        Err(Error::Unsupported { .. })
-    ));
+    assert!(caps.semaphores && caps.multi_key_locks && caps.rw_locks && caps.leader_election);
+    assert!(
+        MultiLockManager::new(backend.clone()).is_ok(),
+        "multi-key grants WAIT too"
+    );
     assert!(ElectionManager::new(backend).is_ok(), "elections WAIT too");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_key_grants_wait_for_the_replica() {
+    let pair = ReplicatedPair::start(RedisServer::builder())
+        .await
+        .expect("start a primary and a replica");
+    let backend = acked(pair.primary().url()).await;
+    let locks = MultiLockManager::new(backend).expect("manager");
+    let guard = locks.lock(&["{acct}:1", "{acct}:2"]).await.expect("lock");
+    assert_eq!(guard.replication(), Replication::Confirmed { replicas: 1 });
+    assert!(guard.fencing_token().is_some(), "a multi-key grant carries its token");
+    // WAIT returned, so the replica already holds both keys for the holder.
+    for key in ["{acct}:1", "{acct}:2"] {
+        let on_replica = pair.replica().cmd(&["EXISTS", key]).await.expect("EXISTS");
+        assert_eq!(on_replica.as_int(), Some(1), "{key} on the replica");
+    }
+    guard.release().await.expect("release");
+}
+
+/// As for the mutex: a multi-key grant too few replicas acknowledged is
+/// given back and fails (the default `ReleaseAndFail`), and a renewal the
+/// replica did not acknowledge is an unknown-outcome error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unacknowledged_multi_key_grants_and_renewals_do_not_count() {
+    let pair = ReplicatedPair::start(RedisServer::builder())
+        .await
+        .expect("start a primary and a replica");
+    let backend = RedisLuaBackend::builder_url(pair.primary().url())
+        .response_timeout(Duration::from_millis(500))
+        .replica_ack(ReplicaAck::new(1, Duration::from_millis(300)))
+        .build()
+        .await
+        .expect("connect");
+    let keys = ["{acct}:1", "{acct}:2"];
+    let token = LockToken::generate().expect("token");
+    let ttl = Duration::from_secs(5);
+    let granted = backend.try_acquire_all(&keys, &token, ttl).await.expect("acquire");
+    assert!(matches!(granted, AcquireOutcome::Acquired(_)), "{granted:?}");
+    assert_eq!(
+        backend.renew_all(&keys, &token, ttl).await.expect("confirmed renewal"),
+        RenewOutcome::Renewed
+    );
+
+    pair.replica().pause().expect("SIGSTOP the replica");
+    let err = backend
+        .renew_all(&keys, &token, ttl)
+        .await
+        .expect_err("a renewal the replica did not acknowledge");
+    assert!(err.is_outcome_unknown(), "{err}");
+    assert_eq!(
+        backend.release_all(&keys, &token).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    let other = LockToken::generate().expect("token");
+    let err = backend
+        .try_acquire_all(&keys, &other, ttl)
+        .await
+        .expect_err("a grant the replica did not acknowledge");
+    assert!(!err.is_outcome_unknown(), "given back: {err}");
+    let left = pair.primary().cmd(&["EXISTS", keys[0], keys[1]]).await.expect("EXISTS");
+    assert_eq!(left.as_int(), Some(0), "the keys were given back");
+    pair.replica().resume().expect("SIGCONT the replica");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

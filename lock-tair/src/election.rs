@@ -1,7 +1,7 @@
 //! [`ElectionBackend`] on Tair: the shared scripts of
 //! `lock_redis_family::kinds::election`, run by [`crate::kinds`]; `leader` is
-//! one `HMGET`. Refused under
-//! [`crate::ReplicaAck`] (grants are not followed by `WAIT` here).
+//! one `HMGET`. With [`crate::ReplicaAck`], wins and renewals WAIT as the
+//! mutex's do (a renewal counts only once confirmed).
 
 use std::time::Duration;
 

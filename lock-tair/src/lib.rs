@@ -92,7 +92,9 @@
 //! # Replica acknowledgement
 //!
 //! [`ReplicaAck`] adds `WAIT` after acquires, renewals (one `WAIT` per
-//! batch) and versioned writes, on a dedicated connection; see there. A
+//! batch) and versioned writes, and after every other lock kind's grants and
+//! renewals (semaphore, read-write, multi-key, election), on a dedicated
+//! connection; see there. A
 //! renewal counts only once confirmed: whatever [`OnShortfall`] says (it
 //! governs acquires and versioned writes), a shortfall makes it an
 //! outcome-unknown error, so the manager does not
@@ -933,10 +935,10 @@ impl LockBackend for TairBackend {
         caps.native_compare_and_delete = true;
         caps.release_notifications = self.inner.wake.is_some();
         caps.replica_ack = self.inner.ack.is_some();
-        caps.semaphores = self.inner.ack.is_none();
-        caps.multi_key_locks = self.inner.ack.is_none();
-        caps.rw_locks = self.inner.ack.is_none();
-        caps.leader_election = self.inner.ack.is_none();
+        caps.semaphores = true;
+        caps.multi_key_locks = true;
+        caps.rw_locks = true;
+        caps.leader_election = true;
         caps
     }
 }

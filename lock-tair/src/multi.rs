@@ -1,8 +1,11 @@
 //! [`MultiLockBackend`] on Tair: the shared scripts of
 //! `lock_redis_family::kinds::multi` over the mutex's own keys (plain strings,
 //! which `CAD`/`CAS` also accept). On a cluster all keys must share one slot
-//! (else `InvalidArgument` before anything is sent). Refused under
-//! [`crate::ReplicaAck`] (grants are not followed by `WAIT` here).
+//! (else `InvalidArgument` before anything is sent). Under
+//! [`crate::ReplicaAck`] a grant and a renewal run on a dedicated write
+//! connection and WAIT there, as the mutex's do: a grant too few replicas
+//! acknowledged is given back and fails under `OnShortfall::ReleaseAndFail`,
+//! a renewal counts only once confirmed.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -12,15 +15,16 @@ use fred::types::Value;
 use fred::util::redis_keyslot;
 use lock_core::options::{validate_key, validate_ttl};
 use lock_core::{
-    AcquireOutcome, Error, FencingToken, Lease, LockToken, MultiLockBackend, ReleaseOutcome, RenewOutcome, Result,
+    AcquireOutcome, Error, FencingToken, Lease, LockToken, MultiLockBackend, OnShortfall, ReleaseOutcome, RenewOutcome,
+    Replication, Result,
 };
 use lock_redis_family::kinds::multi as multi_lua;
 
 use crate::DEFAULT_FENCE_PREFIX;
-use crate::conn::{Access, NAME, unexpected_reply};
+use crate::conn::{Access, NAME, map_error, unexpected_reply};
 use crate::keys::fence_key;
 use crate::script::Script;
-use crate::{TairBackend, px, token_arg};
+use crate::{TairBackend, px, renewal_shortfall, token_arg};
 
 struct Scripts {
     acquire: Script,
@@ -39,12 +43,6 @@ fn scripts() -> &'static Scripts {
 
 impl TairBackend {
     fn check_multi(&self, set: &[&str]) -> Result<()> {
-        if self.inner.ack.is_some() {
-            return Err(Error::Unsupported {
-                backend: NAME.into(),
-                what: "multi-key locks with replica acknowledgement".to_owned(),
-            });
-        }
         let Some(first) = set.first() else {
             return Err(Error::invalid("a multi-key lock needs at least one key"));
         };
@@ -71,14 +69,22 @@ impl MultiLockBackend for TairBackend {
         let prefix = self.inner.fence_prefix.as_deref().unwrap_or(DEFAULT_FENCE_PREFIX);
         let fences: Vec<String> = set.iter().map(|k| fence_key(prefix, k)).collect();
         let keys: Vec<&str> = set.iter().copied().chain(fences.iter().map(String::as_str)).collect();
-        let reply = self
-            .run_script(what, &scripts().acquire, &keys, vec![token_arg(token), px(ttl).into()])
+        let granted = |v: &Value| matches!(v, Value::Array(items) if items.first() == Some(&Value::Integer(1)));
+        let (reply, replication) = self
+            .run_acked(
+                what,
+                &scripts().acquire,
+                &keys,
+                vec![token_arg(token), px(ttl).into()],
+                granted,
+            )
             .await?;
         match &reply {
             Value::Array(items) => match items.as_slice() {
-                [Value::Integer(1), Value::Integer(fence)] => Ok(AcquireOutcome::Acquired(
-                    Lease::new().with_fencing_token(u64::try_from(*fence).ok().map(FencingToken)),
-                )),
+                [Value::Integer(1), Value::Integer(fence)] => {
+                    let fencing_token = u64::try_from(*fence).ok().map(FencingToken);
+                    self.multi_granted(set, token, fencing_token, replication).await
+                }
                 [Value::Integer(0), Value::Integer(pttl)] => Ok(AcquireOutcome::Held {
                     retry_after: u64::try_from(*pttl).ok().map(Duration::from_millis),
                 }),
@@ -106,14 +112,99 @@ impl MultiLockBackend for TairBackend {
         self.check_multi(set)?;
         validate_ttl(ttl)?;
         let what = "EVAL (multi-key renew)";
-        match self
-            .run_script(what, &scripts().renew, set, vec![token_arg(token), px(ttl).into()])
-            .await?
-        {
-            Value::Integer(1) => Ok(RenewOutcome::Renewed),
+        let (reply, replication) = self
+            .run_acked(
+                what,
+                &scripts().renew,
+                set,
+                vec![token_arg(token), px(ttl).into()],
+                |v| *v == Value::Integer(1),
+            )
+            .await?;
+        match reply {
+            Value::Integer(1) => match (replication, &self.inner.ack) {
+                (Some(Replication::Unconfirmed { acknowledged, .. }), Some((_, ack))) => {
+                    renewal_shortfall(ack, acknowledged, set[0]).map(|()| RenewOutcome::Renewed)
+                }
+                _ => Ok(RenewOutcome::Renewed),
+            },
             Value::Integer(2) => Ok(RenewOutcome::HeldByOther),
             Value::Integer(0) => Ok(RenewOutcome::Missing),
             other => Err(unexpected_reply(what, set[0], Access::Script, &other)),
         }
+    }
+}
+
+impl TairBackend {
+    /// Runs a multi-key write script; under replica acknowledgement on a
+    /// dedicated write connection, followed there by `WAIT` when `wrote`
+    /// says it wrote.
+    async fn run_acked(
+        &self,
+        what: &str,
+        script: &Script,
+        keys: &[&str],
+        args: Vec<Value>,
+        wrote: impl Fn(&Value) -> bool + Send,
+    ) -> Result<(Value, Option<Replication>)> {
+        if self.inner.ack.is_none() {
+            return Ok((self.run_script(what, script, keys, args).await?, None));
+        }
+        let mut writer = self.writer();
+        let first = keys.first().copied().unwrap_or_default();
+        let reply = self
+            .run_script_on(writer.client, script, keys, args, false)
+            .await
+            .map_err(|e| map_error(what, first, Access::Script, e))?;
+        let Some(ack) = writer.ack.filter(|_| wrote(&reply)) else {
+            return Ok((reply, None));
+        };
+        let acknowledged = self.wait_for_replicas(&mut writer, first, ack).await;
+        let replication = if acknowledged >= ack.replicas {
+            Replication::Confirmed { replicas: acknowledged }
+        } else {
+            Replication::Unconfirmed {
+                acknowledged,
+                requested: ack.replicas,
+            }
+        };
+        Ok((reply, Some(replication)))
+    }
+
+    /// A granted multi-key acquire: the lease, unless too few replicas
+    /// acknowledged it and the options say to give the keys back and fail
+    /// (as for the mutex).
+    async fn multi_granted(
+        &self,
+        set: &[&str],
+        token: &LockToken,
+        fencing_token: Option<FencingToken>,
+        replication: Option<Replication>,
+    ) -> Result<AcquireOutcome> {
+        if let (
+            Some((_, ack)),
+            Some(Replication::Unconfirmed {
+                acknowledged,
+                requested,
+            }),
+        ) = (&self.inner.ack, replication)
+            && ack.on_shortfall == OnShortfall::ReleaseAndFail
+        {
+            let message = format!(
+                "only {acknowledged} of {requested} replicas acknowledged the multi-key acquire of {set:?} within {:?}",
+                ack.timeout
+            );
+            return match Box::pin(self.release_all(set, token)).await {
+                Ok(_) => Err(Error::backend(NAME, format!("{message}; gave the keys back"))),
+                Err(e) => {
+                    Err(Error::outcome_unknown(NAME, format!("{message}; giving them back failed")).with_source(e))
+                }
+            };
+        }
+        Ok(AcquireOutcome::Acquired(
+            Lease::new()
+                .with_fencing_token(fencing_token)
+                .with_replication(replication.unwrap_or_default()),
+        ))
     }
 }

@@ -1,7 +1,7 @@
 //! [`RwLockBackend`] on Tair: the shared scripts of
 //! `lock_redis_family::kinds::rw`, one per operation, run by [`crate::kinds`].
-//! Refused under [`crate::ReplicaAck`] (grants are not followed by `WAIT`
-//! here).
+//! With [`crate::ReplicaAck`], grants and renewals WAIT as the mutex's do
+//! (a renewal counts only once confirmed).
 
 use std::time::Duration;
 

@@ -5,10 +5,9 @@
 //! name's slot), one `EVALSHA` per operation (`EVAL` after `NOSCRIPT`), run
 //! by [`crate::kinds`].
 //!
-//! Not with [`crate::ReplicaAck`]: grants are not followed by `WAIT` here, so
-//! a backend built with it says `semaphores: false` and refuses with
-//! [`lock_core::Error::Unsupported`] rather than grant permits a failover
-//! could lose unnoticed.
+//! With [`crate::ReplicaAck`], a grant WAITs like a mutex acquire (a
+//! shortfall handled the same way) and a renewal WAITs too and counts only
+//! once confirmed.
 
 use std::time::Duration;
 

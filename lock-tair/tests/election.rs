@@ -30,15 +30,3 @@ mod cluster {
 
     lock_testkit::election_conformance!(real, suite());
 }
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replica_ack_refuses_leader_election_with_a_typed_error() {
-    use lock_core::{ElectionManager, Error};
-    let server = common::tair_server().await;
-    let backend = common::connect(
-        common::builder(&server.url())
-            .replica_ack(lock_tair::ReplicaAck::new(1, std::time::Duration::from_millis(100))),
-    )
-    .await;
-    assert!(matches!(ElectionManager::new(backend), Err(Error::Unsupported { .. })));
-}

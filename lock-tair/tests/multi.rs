@@ -1,6 +1,6 @@
 //! The multi-key lock conformance suite against real servers with the Tair
 //! module (the shared Lua scripts): one server and a 3-master cluster; keys
-//! in several slots refused; refusal with replica acknowledgement.
+//! in several slots refused (replica acknowledgement: `kinds_replica_ack.rs`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -8,8 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use lock_core::{Error, LockToken, MultiLockBackend, MultiLockManager};
-use lock_tair::ReplicaAck;
+use lock_core::{Error, LockToken, MultiLockBackend};
 use lock_testkit::MultiSuite;
 
 mod single {
@@ -48,13 +47,4 @@ async fn keys_in_several_cluster_slots_are_refused() {
         Err(Error::InvalidArgument(msg)) => assert!(msg.contains("hash tag"), "{msg}"),
         other => panic!("expected InvalidArgument, got {other:?}"),
     }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replica_ack_refuses_multi_key_locks_with_a_typed_error() {
-    let server = common::tair_server().await;
-    let backend =
-        common::connect(common::builder(&server.url()).replica_ack(ReplicaAck::new(1, Duration::from_millis(100))))
-            .await;
-    assert!(matches!(MultiLockManager::new(backend), Err(Error::Unsupported { .. })));
 }

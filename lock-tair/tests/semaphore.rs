@@ -1,7 +1,7 @@
 //! The semaphore conformance suite against real servers with the Tair
 //! module (the shared Lua scripts): one server (plain and with fencing
-//! tokens) and a 3-master cluster; a server paused past the TTL; and the
-//! refusal with replica acknowledgement.
+//! tokens) and a 3-master cluster; a server paused past the TTL (replica
+//! acknowledgement: `kinds_replica_ack.rs`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -9,8 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use lock_core::{Error, LockOptions, SemaphoreManager};
-use lock_tair::ReplicaAck;
+use lock_core::{LockOptions, SemaphoreManager};
 use lock_testkit::SemaphoreSuite;
 use lock_testkit::conformance::paused_server::semaphore_loss_by_the_local_deadline;
 
@@ -57,16 +56,4 @@ async fn paused_server_past_the_ttl_signals_loss_by_the_local_deadline() {
     let backend = common::connect(common::builder(&server.url())).await;
     let sems = SemaphoreManager::with_options(backend, LockOptions::with_ttl(ttl).acquire_timeout(ttl)).unwrap();
     semaphore_loss_by_the_local_deadline(&server, &sems, ttl).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replica_ack_refuses_semaphores_with_a_typed_error() {
-    let server = common::tair_server().await;
-    let backend =
-        common::connect(common::builder(&server.url()).replica_ack(ReplicaAck::new(1, Duration::from_millis(100))))
-            .await;
-    match SemaphoreManager::new(backend) {
-        Err(Error::Unsupported { what, .. }) => assert!(what.contains("semaphore"), "{what}"),
-        other => panic!("expected Unsupported, got {other:?}"),
-    }
 }

@@ -58,14 +58,21 @@ impl Stall {
             .is_ok()
     }
 
-    fn start(&self) -> bool {
+    /// Start a requested stall (false when none is requested).
+    pub(crate) fn start(&self) -> bool {
         self.state
             .compare_exchange(REQUESTED, RUNNING, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
     }
 
-    fn finish(&self) {
+    /// The stall is over.
+    pub(crate) fn finish(&self) {
         self.state.store(DONE, Ordering::SeqCst);
+    }
+
+    /// How long the stall lasts.
+    pub(crate) fn duration(&self) -> Duration {
+        self.duration
     }
 }
 

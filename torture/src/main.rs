@@ -18,6 +18,7 @@ mod chart;
 mod check;
 mod client;
 mod clock;
+mod kinds;
 mod linearize;
 mod netrows;
 mod plan;
@@ -49,7 +50,9 @@ usage: verrou-torture [--quick] [--seed N] [--out DIR] [--only TEXT] [--url URL 
   --out DIR      where SAFETY.md and the SVGs go (default: the repository root for the
                  full run, target/verrou-torture/ otherwise)
   --only TEXT    run only the rows whose backend or fault name contains TEXT (with --quick,
-                 also the rows kept out of CI, e.g. --quick --only etcd)
+                 also the rows kept out of CI, e.g. --quick --only etcd); the lock kinds' rows
+                 match on 'kinds/<kind> <backend> <fault>' (e.g. --only kinds/,
+                 --only kinds/read-write, --only 'kinds/election tair')
   --url URL      check your own deployment (client-side faults only: no fault, one
                  client's connections blackholed, one client's runtime stalled);
                  keys are prefixed verrou-torture:<seed>:
@@ -198,23 +201,32 @@ async fn main_async(args: Args) -> BoxResult<bool> {
         let cmd = "cargo run --release -p verrou-torture".to_owned();
         (plan::full(), Params::full(), repo_root(), cmd)
     };
+    // The lock kinds' rows (none against --url).
+    let mut kind_plan = match (&ext, args.quick) {
+        (Some(_), _) => Vec::new(),
+        (None, true) => kinds::quick(),
+        (None, false) => kinds::full(),
+    };
     if let Some(only) = &args.only {
         if args.quick && ext.is_none() {
             plan.extend(plan::quick_on_request());
         }
         plan.retain(|s| s.backend.label().contains(only.as_str()) || s.fault.slug().contains(only.as_str()));
-        if plan.is_empty() {
+        kind_plan.retain(|r| r.filter_text().contains(only.as_str()));
+        if plan.is_empty() && kind_plan.is_empty() {
             return Err(format!("--only {only}: no row matches").into());
         }
     }
-    if ext.is_none() && plan.iter().any(|s| s.backend == Backend::Tair) {
+    let needs_tair = plan.iter().any(|s| s.backend == Backend::Tair)
+        || kind_plan.iter().any(|r| r.scenario.backend == Backend::Tair);
+    if ext.is_none() && needs_tair {
         // From a clean clone the module is not built yet: build it.
         lock_testkit::server::build_tair_module_if_missing()?;
     }
     let out = args.out.clone().unwrap_or(default_out);
     println!(
         "verrou-torture: seed {seed} ({} rows, TTL {} ms, {:.1} s each); replay with --seed {seed}",
-        plan.len(),
+        plan.len() + kind_plan.len(),
         params.ttl.as_millis(),
         params.duration.as_secs_f64()
     );
@@ -236,6 +248,21 @@ async fn main_async(args: Args) -> BoxResult<bool> {
             }
             Err(e) => {
                 println!("{label}: SETUP FAILED: {e}");
+                all_ok = false;
+            }
+        }
+    }
+    let mut kind_outcomes = Vec::new();
+    for (idx, row) in kind_plan.iter().enumerate() {
+        let row_seed = seeds.u64(..);
+        match kinds::run_row(*row, idx, row_seed, &params).await {
+            Ok(o) => {
+                println!("{}", kinds::console_line(&o));
+                all_ok &= o.violations.is_empty();
+                kind_outcomes.push(o);
+            }
+            Err(e) => {
+                println!("{}: SETUP FAILED: {e}", row.label());
                 all_ok = false;
             }
         }
@@ -274,7 +301,10 @@ async fn main_async(args: Args) -> BoxResult<bool> {
             std::fs::write(out.join(file), chart::timeline(o, params.lock_clients, params.keys))?;
         }
     }
-    let md = report::markdown(&outcomes, &params, seed, &command, &svgs);
+    let mut md = report::markdown(&outcomes, &params, seed, &command, &svgs);
+    if !kind_outcomes.is_empty() {
+        md.push_str(&kinds::markdown(&kind_outcomes, &params));
+    }
     let path = out.join("SAFETY.md");
     std::fs::write(&path, md)?;
     println!("wrote {}", path.display());

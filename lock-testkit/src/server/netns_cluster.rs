@@ -7,8 +7,8 @@ use std::time::Duration;
 use super::error::{HarnessError, HarnessResult};
 use super::netns::{NET_REDIS_PORT, NetHost, NetRedisServer, NetRedisServerBuilder, Network};
 use super::process::wait_until;
-use super::text::parse_info;
 use super::resp::RespValue;
+use super::text::parse_info;
 use super::topology::CONVERGE_TIMEOUT;
 
 const SLOTS: u32 = 16384;

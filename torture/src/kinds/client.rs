@@ -1,0 +1,413 @@
+//! The kinds' clients: like the mutex rows' lock clients, each on its own
+//! OS thread and current-thread runtime with its own backend connections
+//! and its own kind manager, recording every hold on the run clock.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use lock_core::{
+    ElectionBackend, ElectionManager, Error, LeaseHandle, LockBackend, LockManager, LockOptions, MultiLockBackend,
+    MultiLockManager, RwLockBackend, RwLockManager, RwMode, SemaphoreBackend, SemaphoreManager,
+};
+use lock_memory::MemoryBackend;
+use lock_redis_lua::RedisLuaBackend;
+use lock_tair::TairBackend;
+use tokio::time::Instant;
+
+use super::SEMAPHORE_SIZE;
+use crate::backends::Spec;
+use crate::client::{Stall, error_kind};
+use crate::clock;
+use crate::probe;
+use crate::record::Log;
+
+/// What a client of a kind row does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Takes this many permits of the semaphore.
+    Permits(u32),
+    /// Read-locks.
+    Reader,
+    /// Write-locks.
+    Writer,
+    /// Locks two or three of the keys at once.
+    Set,
+    /// Locks one key with the plain mutex.
+    Mutex,
+    /// Campaigns for leadership.
+    Candidate,
+}
+
+impl Role {
+    fn label(self) -> &'static str {
+        match self {
+            Role::Permits(_) => "permits",
+            Role::Reader => "reader",
+            Role::Writer => "writer",
+            Role::Set => "key set",
+            Role::Mutex => "mutex",
+            Role::Candidate => "candidate",
+        }
+    }
+
+    /// Exclusive holds write to the protected resource with their token.
+    fn writes(self) -> bool {
+        matches!(self, Role::Writer | Role::Set | Role::Mutex | Role::Candidate)
+    }
+}
+
+/// One hold of a kind (a `with_*` body), on the run clock.
+#[derive(Debug, Clone)]
+pub struct Hold {
+    /// Client index.
+    pub client: usize,
+    /// What the client does.
+    pub role: Role,
+    /// The keys held (multi-key and mutex clients), by index.
+    pub keys: Vec<usize>,
+    /// When the client asked (the `with_*` call began).
+    pub asked: i64,
+    /// Body start (the grant was in).
+    pub start: i64,
+    /// Body end (returned, or dropped on a loss).
+    pub end: i64,
+    /// The lease's local deadline when the body ended.
+    pub deadline: i64,
+    /// The grant's fencing token (the term for a leader).
+    pub fence: Option<u64>,
+    /// Dropped on a loss signal.
+    pub cancelled: bool,
+    /// The client's runtime was stalled inside it.
+    pub stalled: bool,
+}
+
+impl Hold {
+    /// End of the part inside the validity window.
+    pub fn valid_end(&self) -> i64 {
+        self.end.min(self.deadline)
+    }
+}
+
+/// Every hold of a row.
+#[derive(Debug, Default)]
+pub struct Holds(Mutex<Vec<Hold>>);
+
+impl Holds {
+    fn lock(&self) -> MutexGuard<'_, Vec<Hold>> {
+        match self.0.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    fn push(&self, h: Hold) {
+        self.lock().push(h);
+    }
+
+    /// A copy of every hold.
+    pub fn snapshot(&self) -> Vec<Hold> {
+        self.lock().clone()
+    }
+}
+
+/// The kind backends of one client (one connection set behind them all).
+pub struct KindBackends {
+    lock: Arc<dyn LockBackend>,
+    semaphores: Arc<dyn SemaphoreBackend>,
+    rw: Arc<dyn RwLockBackend>,
+    multi: Arc<dyn MultiLockBackend>,
+    elections: Arc<dyn ElectionBackend>,
+}
+
+fn every_kind<B>(b: B) -> KindBackends
+where
+    B: SemaphoreBackend + RwLockBackend + MultiLockBackend + ElectionBackend + 'static,
+{
+    let b = Arc::new(b);
+    KindBackends {
+        lock: b.clone(),
+        semaphores: b.clone(),
+        rw: b.clone(),
+        multi: b.clone(),
+        elections: b,
+    }
+}
+
+/// Build the kind backends of `spec` as the mutex rows build theirs
+/// (fencing on, `timeout` on each reply, the row's replica acknowledgement).
+///
+/// # Errors
+/// The backend's connect errors; `Unsupported` for a backend without the
+/// kinds (Redlock).
+pub async fn build_kinds(spec: &Spec, timeout: Duration) -> lock_core::Result<KindBackends> {
+    Ok(match spec {
+        Spec::Memory(m) => every_kind::<MemoryBackend>(m.clone()),
+        Spec::Lua { url, ack } => {
+            let mut builder = RedisLuaBackend::builder_url(url.clone())
+                .fencing(true)
+                .connect_timeout(timeout)
+                .response_timeout(timeout);
+            if let Some(ack) = ack {
+                builder = builder.replica_ack(*ack);
+            }
+            every_kind(builder.build().await?)
+        }
+        Spec::Tair { url, ack } => {
+            let mut builder = TairBackend::builder(url.clone())
+                .fencing(true)
+                .connect_timeout(timeout)
+                .response_timeout(timeout);
+            if let Some(ack) = ack {
+                builder = builder.replica_ack(*ack);
+            }
+            every_kind(builder.build().await?)
+        }
+        Spec::Postgres { url } => every_kind(
+            lock_postgres::PostgresBackend::builder_url(url)?
+                .connect_timeout(timeout)
+                .response_timeout(timeout)
+                .build()
+                .await?,
+        ),
+        // Redlock has no kinds; a backend new to this module gets its arm
+        // here (then one line in `kinds::full`).
+        _ => {
+            return Err(Error::Unsupported {
+                backend: "this torture spec".into(),
+                what: "lock kinds".into(),
+            });
+        }
+    })
+}
+
+/// The managers a client uses.
+enum Managers {
+    Semaphore(lock_core::Semaphore),
+    Rw(RwLockManager),
+    Multi(MultiLockManager, LockManager),
+    Election(ElectionManager),
+}
+
+/// One client of a kind row.
+pub struct KindClient {
+    /// Index (client 0 is the stalled one).
+    pub id: usize,
+    /// What it does.
+    pub role: Role,
+    /// How to reach the backend.
+    pub spec: Spec,
+    /// The semaphore's, read-write lock's or election's name.
+    pub name: String,
+    /// The multi-key rows' keys.
+    pub keys: Arc<Vec<String>>,
+    /// Lock options (TTL, timeouts).
+    pub options: LockOptions,
+    /// Seed of this client's random choices.
+    pub seed: u64,
+    /// Stop starting holds after this (run clock, µs).
+    pub stop: Arc<AtomicI64>,
+    /// The stall this client performs, if it is the stalled one.
+    pub stall: Option<Arc<Stall>>,
+    /// Set while inside a hold.
+    pub in_body: Arc<AtomicBool>,
+    /// Writes, errors, fault windows, runtime lags.
+    pub log: Arc<Log>,
+    /// Where holds go.
+    pub holds: Arc<Holds>,
+}
+
+impl KindClient {
+    /// Connect, then hold and release in a loop until `stop`.
+    pub async fn run(self) {
+        let ttl = self.options.ttl;
+        let built = loop {
+            match build_kinds(&self.spec, ttl).await {
+                Ok(b) => break b,
+                Err(e) => {
+                    self.log.error(format!("connect: {}", error_kind(&e)));
+                    if clock::now() >= self.stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    tokio::time::sleep(ttl / 4).await;
+                }
+            }
+        };
+        let managers = match self.managers(built) {
+            Ok(m) => m,
+            Err(e) => {
+                self.log.error(format!("manager: {e}"));
+                return;
+            }
+        };
+        let _probe = probe::Running::start(self.id, self.log.clone());
+        let mut rng = fastrand::Rng::with_seed(self.seed);
+        while clock::now() < self.stop.load(Ordering::SeqCst) {
+            let (hold, gap) = self.timing(&mut rng);
+            let asked = clock::now();
+            let result = match &managers {
+                Managers::Semaphore(sem) => {
+                    let Role::Permits(n) = self.role else { return };
+                    sem.with_permits(n, |lease| self.body(Vec::new(), asked, lease, hold))
+                        .await
+                }
+                Managers::Rw(rw) => {
+                    let mode = if self.role == Role::Writer {
+                        RwMode::Write
+                    } else {
+                        RwMode::Read
+                    };
+                    rw.with_rw(&self.name, mode, |lease| self.body(vec![0], asked, lease, hold))
+                        .await
+                }
+                Managers::Multi(multi, _) if self.role == Role::Set => {
+                    // Two or three of the keys, any order.
+                    let mut picked: Vec<usize> = (0..self.keys.len()).collect();
+                    rng.shuffle(&mut picked);
+                    picked.truncate(rng.usize(2..=self.keys.len()));
+                    picked.sort_unstable();
+                    let names: Vec<&str> = picked.iter().map(|&k| self.keys[k].as_str()).collect();
+                    multi
+                        .with_locks(&names, |lease| self.body(picked.clone(), asked, lease, hold))
+                        .await
+                }
+                Managers::Multi(_, locks) => {
+                    let k = rng.usize(..self.keys.len());
+                    locks
+                        .with_lock(&self.keys[k], |lease| self.body(vec![k], asked, lease, hold))
+                        .await
+                }
+                Managers::Election(election) => {
+                    let identity = format!("candidate-{}", self.id);
+                    election
+                        .with_leadership(&self.name, identity.as_bytes(), |lease| {
+                            self.body(vec![0], asked, lease, hold)
+                        })
+                        .await
+                }
+            };
+            if let Err(e) = result {
+                self.log.error(format!("{}: {}", self.role.label(), error_kind(&e)));
+            }
+            tokio::time::sleep(gap).await;
+        }
+        match &managers {
+            Managers::Semaphore(_) | Managers::Rw(_) | Managers::Election(_) => {}
+            Managers::Multi(_, locks) => locks.shutdown(),
+        }
+    }
+
+    fn managers(&self, b: KindBackends) -> lock_core::Result<Managers> {
+        let o = self.options.clone();
+        Ok(match self.role {
+            Role::Permits(_) => {
+                Managers::Semaphore(SemaphoreManager::from_arc(b.semaphores, o)?.semaphore(&self.name, SEMAPHORE_SIZE)?)
+            }
+            Role::Reader | Role::Writer => Managers::Rw(RwLockManager::from_arc(b.rw, o)?),
+            Role::Set | Role::Mutex => Managers::Multi(
+                MultiLockManager::from_arc(b.multi, o.clone())?,
+                LockManager::from_arc(b.lock, o)?,
+            ),
+            Role::Candidate => Managers::Election(ElectionManager::from_arc(b.elections, o)?),
+        })
+    }
+
+    /// How long to hold, and the pause before the next attempt.
+    fn timing(&self, rng: &mut fastrand::Rng) -> (Duration, Duration) {
+        let ttl = self.options.ttl;
+        match self.role {
+            // Readers overlap one another with no gap: from the first grant
+            // on, some reader is nearly always inside.
+            Role::Reader => (ttl.mul_f64(0.5 + rng.f64()), Duration::ZERO),
+            // Writers come back after one to two TTLs: most of the time the
+            // lock is read-held, and each writer arrives among readers.
+            Role::Writer => (ttl.mul_f64(0.1 + rng.f64() * 0.4), ttl.mul_f64(1.0 + rng.f64())),
+            // Hold times from 0.1 to 2.5 TTL (many need the renewer).
+            _ => (ttl.mul_f64(0.1 + rng.f64() * 2.4), ttl.mul_f64(rng.f64() * 0.2)),
+        }
+    }
+
+    async fn body(&self, keys: Vec<usize>, asked: i64, lease: LeaseHandle, hold: Duration) {
+        let fence = lease.fencing_token().map(|f| f.0);
+        let mut open = Open {
+            holds: &self.holds,
+            hold: Hold {
+                client: self.id,
+                role: self.role,
+                keys,
+                asked,
+                start: clock::now(),
+                end: 0,
+                deadline: clock::at(lease.deadline()),
+                fence,
+                cancelled: true,
+                stalled: false,
+            },
+            lease,
+        };
+        let start = open.hold.start;
+        let _inside = InBody::enter(&self.in_body);
+        self.write_all(&open.hold.keys, start, fence);
+        let until = Instant::now() + hold;
+        loop {
+            if let Some(stall) = &self.stall
+                && stall.start()
+            {
+                // Stop the world, then write at once (see the mutex rows).
+                let from = clock::now();
+                std::thread::sleep(stall.duration());
+                self.log.window(from, clock::now());
+                stall.finish();
+                open.hold.stalled = true;
+                self.write_all(&open.hold.keys, start, fence);
+            }
+            let now = Instant::now();
+            if now >= until {
+                break;
+            }
+            tokio::time::sleep((until - now).min(self.options.ttl / 10)).await;
+        }
+        self.write_all(&open.hold.keys, start, fence);
+        open.hold.cancelled = false;
+    }
+
+    /// A write to the resource of each held key, with the hold's token.
+    fn write_all(&self, keys: &[usize], start: i64, fence: Option<u64>) {
+        if self.role.writes() {
+            for &k in keys {
+                self.log.write(self.id, k, start, fence);
+            }
+        }
+    }
+}
+
+/// Clears the in-body flag however the body ends.
+struct InBody<'a>(&'a AtomicBool);
+
+impl<'a> InBody<'a> {
+    fn enter(flag: &'a AtomicBool) -> Self {
+        flag.store(true, Ordering::SeqCst);
+        InBody(flag)
+    }
+}
+
+impl Drop for InBody<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Records the hold when its body ends or is dropped.
+struct Open<'a> {
+    holds: &'a Holds,
+    hold: Hold,
+    lease: LeaseHandle,
+}
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        self.hold.end = clock::now();
+        self.hold.deadline = clock::at(self.lease.deadline());
+        self.holds.push(self.hold.clone());
+    }
+}
