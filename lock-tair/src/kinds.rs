@@ -116,7 +116,7 @@ impl ScriptedKinds for TairBackend {
     ) -> Result<RenewOutcome> {
         match (outcome, replication, &self.inner.ack) {
             (RenewOutcome::Renewed, Some(Replication::Unconfirmed { acknowledged, .. }), Some((_, ack))) => {
-                crate::renewal_shortfall(ack, acknowledged, name).map(|()| outcome)
+                crate::replica_ack::renewal_shortfall(ack, acknowledged, name).map(|()| outcome)
             }
             _ => Ok(outcome),
         }

@@ -3,7 +3,7 @@
 //! [fred](https://docs.rs/fred), on one server or Redis Cluster.
 //!
 //! One [`TairBackend`] implements both [`LockBackend`] and
-//! [`VersionedStore`]. Every operation is one round trip, a native command
+//! [`VersionedStore`](lock_core::VersionedStore). Every operation is one round trip, a native command
 //! but for the release on a single server (a small script, see *Release
 //! notifications*):
 //!
@@ -61,14 +61,14 @@
 //! Tair's `CAS`, `EXSET` and `EXCAS` *remove* a key's TTL unless the command
 //! carries a TTL option, and `CAS … KEEPTTL` drops it as well. So renew always
 //! sends `PX ttl`, and every versioned write sends what the caller's
-//! [`Expiry`] asks: `Keep` → `KEEPTTL`, `Persist` → no option (the TTL is
+//! [`Expiry`](lock_core::Expiry) asks: `Keep` → `KEEPTTL`, `Persist` → no option (the TTL is
 //! removed, on purpose), `After(d)` → `PX ms`. A TTL is never dropped by
 //! accident.
 //!
 //! # ABA
 //!
 //! Tair restarts a key's version at 1 after a delete or expiry, so a version
-//! read before the delete could match the recreated key. [`VersionedStore::create`]
+//! read before the delete could match the recreated key. [`VersionedStore::create`](lock_core::VersionedStore::create)
 //! therefore creates every key at a random version drawn from the OS CSPRNG
 //! in `[2^32, 2^62)` (`EXSET … ABS v`), leaving 2^62 increments of headroom;
 //! a stale version matches a recreated key only if the two version ranges
@@ -130,6 +130,7 @@
 //! tair-module`); point `VERROU_TAIR_MODULE` at another TairString-compatible
 //! module to run the same suite against it.
 
+mod acquire;
 mod config;
 mod conn;
 mod election;
@@ -138,11 +139,14 @@ mod keys;
 mod kinds;
 mod multi;
 mod notify;
+mod renew;
+mod replica_ack;
 mod replies;
 mod rw;
 mod script;
 mod semaphore;
 mod unsettled;
+mod versioned;
 mod wake;
 
 use lock_core::RenewBatch;
@@ -151,14 +155,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fred::clients::Client;
-use fred::interfaces::{ClientLike, EventInterface};
+use fred::interfaces::ClientLike;
+use fred::types::Value;
 use fred::types::config::Options;
-use fred::types::{ClusterHash, CustomCommand, Value};
 use fred::util::redis_keyslot;
 use lock_core::options::{ttl_millis, validate_key, validate_ttl};
 use lock_core::{
-    AcquireOutcome, Capabilities, CasOutcome, CreateOutcome, DeleteOutcome, Error, Expiry, FairWaiter, FencingToken,
-    Lease, LockBackend, LockToken, ReleaseOutcome, RenewOutcome, Replication, Result, Versioned, VersionedStore,
+    AcquireOutcome, Capabilities, Error, FairWaiter, FencingToken, Lease, LockBackend, LockToken, ReleaseOutcome,
+    RenewOutcome, Result,
 };
 
 pub use config::{
@@ -169,60 +173,17 @@ pub use config::{
 /// pool for [`TairBuilder::client`] / [`TairBuilder::pool`].
 pub use fred;
 
+use acquire::FENCED_ACQUIRE;
 use config::Source;
-use conn::{Access, COMMANDS, Clients, NAME, OptionsClient, map_error, send, unexpected_reply};
+use conn::{Access, COMMANDS, Clients, NAME, map_error, send, unexpected_reply};
+use renew::{RENEW_MANY, RENEW_MANY_CHUNK};
+use replica_ack::renewal_shortfall;
 use replies::{FencedReply, TriState};
 use unsettled::{Pending, Unsettled};
 use wake::Notifications;
 
-/// Fenced acquire: refuse a held key (answering its PTTL as a retry hint),
-/// else set the lock and hand out the next fence, the Lua backend's rule:
-/// `max(counter + 1, server time in µs)`. The counter alone would restart at
-/// 1 when its key is lost (eviction, a restart without data, a failover that
-/// lost it); the server clock keeps the tokens above the lost ones. Every
-/// read (and the only command that can fail, `GET` on a counter of the
-/// wrong type) comes before the first write.
-const FENCED_ACQUIRE: &str = "\
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  return {0, redis.call('PTTL', KEYS[1])}
-end
-local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-local t = redis.call('TIME')
-local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-if fence <= last then fence = last + 1 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('SET', KEYS[2], string.format('%.0f', fence))
-return {1, fence}
-";
-
-/// Renew many locks: the single renew's `CAS key token token PX ttl` per key
-/// (ARGV[1] ttl ms, ARGV[i + 1] the token of KEYS[i]); one code per key:
-/// `CAS`'s 1 / 0 / -1, or -2 for a key of another type (`WRONGTYPE`, caught
-/// so that it fails that key alone). Any other error fails the call.
-const RENEW_MANY: &str = "\
-local out = {}
-for i, key in ipairs(KEYS) do
-  local ok, res = pcall(redis.call, 'CAS', key, ARGV[i + 1], ARGV[i + 1], 'PX', ARGV[1])
-  if ok then
-    out[i] = res
-  else
-    local msg = type(res) == 'table' and res.err or tostring(res)
-    if string.find(msg, 'WRONGTYPE', 1, true) then
-      out[i] = -2
-    else
-      return redis.error_reply(msg)
-    end
-  end
-end
-return out
-";
-
-/// Most keys in one renew-many script call: bounds how long one script
-/// holds the server (other clients wait behind it) and the command's size.
-const RENEW_MANY_CHUNK: usize = 128;
-
 /// The Tair backend: [`LockBackend`] on plain strings with `CAD`/`CAS`, and
-/// [`VersionedStore`] on exString keys. Cheap to clone; clones share the
+/// [`VersionedStore`](lock_core::VersionedStore) on exString keys. Cheap to clone; clones share the
 /// connections.
 ///
 /// ```no_run
@@ -290,28 +251,6 @@ impl std::fmt::Debug for TairBackend {
             .field("replica_ack", &self.inner.ack.as_ref().map(|(_, a)| a))
             .field("command_timeout", &self.inner.command_timeout)
             .finish()
-    }
-}
-
-/// What a write connection is: the shared one, or a dedicated WAIT one.
-struct Writer<'a> {
-    client: &'a OptionsClient,
-    ack: Option<&'a ReplicaAck>,
-    /// With `ack`: reconnects of `client` since before the write. A `WAIT`
-    /// on a connection that has run no command yet has no write offset and
-    /// confirms at once; fred's connection set-up (PING, CLIENT ID, INFO)
-    /// gives a new connection the primary's current offset on Redis 7.0, so
-    /// this is a defence for servers or clients that do otherwise
-    /// (`tests/wait_reconnect.rs` checks the end-to-end behaviour).
-    reconnects: Option<tokio::sync::broadcast::Receiver<fred::types::config::Server>>,
-}
-
-impl Writer<'_> {
-    /// True when the connection reconnected since the writer was taken.
-    fn reconnected(&mut self) -> bool {
-        self.reconnects
-            .as_mut()
-            .is_some_and(|rx| !matches!(rx.try_recv(), Err(tokio::sync::broadcast::error::TryRecvError::Empty)))
     }
 }
 
@@ -418,311 +357,6 @@ impl TairBackend {
     pub fn client(&self) -> &Client {
         self.inner.commands.next()
     }
-
-    fn writer(&self) -> Writer<'_> {
-        match &self.inner.ack {
-            Some((clients, ack)) => {
-                let client = clients.next();
-                Writer {
-                    client,
-                    ack: Some(ack),
-                    reconnects: Some(client.reconnect_rx()),
-                }
-            }
-            None => Writer {
-                client: self.inner.commands.next(),
-                ack: None,
-                reconnects: None,
-            },
-        }
-    }
-
-    /// `WAIT replicas timeout` on the writer's connection, routed to `key`'s
-    /// node. A failed WAIT, or one after the connection was replaced since
-    /// the write, counts as no acknowledgement.
-    async fn wait_for_replicas(&self, writer: &mut Writer<'_>, key: &str, ack: &ReplicaAck) -> u32 {
-        let acknowledged = self.wait_on(writer.client, key, ack).await;
-        if acknowledged > 0 && writer.reconnected() {
-            tracing::debug!(
-                key,
-                "the write connection reconnected between the write and WAIT; counted as no acknowledgement"
-            );
-            return 0;
-        }
-        acknowledged
-    }
-
-    async fn wait_on(&self, client: &Client, key: &str, ack: &ReplicaAck) -> u32 {
-        let slot = redis_keyslot(key.as_bytes());
-        let mut options = self.inner.options.clone();
-        options.timeout = Some(ack.timeout + self.inner.command_timeout);
-        let timeout_ms = i64::try_from(ack.timeout.as_millis()).unwrap_or(i64::MAX).max(1);
-        let command = CustomCommand::new_static("WAIT", ClusterHash::Custom(slot), false);
-        let args: Vec<Value> = vec![i64::from(ack.replicas).into(), timeout_ms.into()];
-        match client.with_options(&options).custom::<Value, _>(command, args).await {
-            Ok(reply) => replies::wait(&reply).unwrap_or_else(|| {
-                tracing::warn!(?reply, "unexpected WAIT reply; counted as no acknowledgement");
-                0
-            }),
-            Err(e) => {
-                tracing::debug!(key, error = %e, "WAIT failed; counted as no acknowledgement");
-                0
-            }
-        }
-    }
-
-    /// The holder's remaining TTL, when asked for with `retry_after_hint`.
-    async fn retry_after(&self, key: &str) -> Option<Duration> {
-        if !self.inner.retry_after_hint {
-            return None;
-        }
-        let reply = send(self.inner.commands.next(), &COMMANDS.pttl, vec![key.into()])
-            .await
-            .ok()?;
-        replies::pttl(&reply).map(Duration::from_millis)
-    }
-
-    async fn fenced_acquire(
-        &self,
-        writer: &Writer<'_>,
-        key: &str,
-        token: &str,
-        px: i64,
-        prefix: &str,
-    ) -> Result<FencedReply> {
-        let fence_key = keys::fence_key(prefix, key);
-        if self.inner.clustered && redis_keyslot(fence_key.as_bytes()) != redis_keyslot(key.as_bytes()) {
-            return Err(Error::invalid(format!(
-                "fencing on a cluster: key {key:?} contains '}}' but no hash tag, so its fence counter cannot share \
-                 its slot; give the key a hash tag such as {{name}}"
-            )));
-        }
-        let tail: Vec<Value> = vec![
-            2i64.into(),
-            key.into(),
-            fence_key.as_str().into(),
-            token.into(),
-            px.into(),
-        ];
-        let mut args: Vec<Value> = vec![self.inner.script_sha.as_str().into()];
-        args.extend(tail.iter().cloned());
-        let slot = ClusterHash::Custom(redis_keyslot(key.as_bytes()));
-        let evalsha = CustomCommand::new_static("EVALSHA", slot.clone(), false);
-        let reply = match send(writer.client, &evalsha, args).await {
-            Err(e) if conn::is_no_script(&e) => {
-                // Not run: the script cache is empty (new or flushed server).
-                let mut args: Vec<Value> = vec![FENCED_ACQUIRE.into()];
-                args.extend(tail);
-                send(writer.client, &CustomCommand::new_static("EVAL", slot, false), args).await
-            }
-            other => other,
-        }
-        .map_err(|e| map_error("EVAL (fenced acquire)", key, Access::Script, e))?;
-        replies::fenced_acquire(&reply)
-            .ok_or_else(|| unexpected_reply("EVAL (fenced acquire)", key, Access::Script, &reply))
-    }
-
-    /// One renew-many script call for the `items` at the indices `chunk`
-    /// (one hash slot): one result per index, in order. A failed call fails
-    /// each item as a single renew would have failed.
-    async fn renew_chunk(
-        &self,
-        client: &OptionsClient,
-        items: &[(&str, &LockToken)],
-        chunk: &[usize],
-        px: i64,
-    ) -> Vec<Result<RenewOutcome>> {
-        let keys: Vec<&str> = chunk.iter().map(|&i| items[i].0).collect();
-        let Some(&first) = keys.first() else {
-            return Vec::new();
-        };
-        // EVALSHA sha numkeys keys… ttl tokens…: the script body follows
-        // only on NOSCRIPT.
-        let mut tail: Vec<Value> = Vec::with_capacity(2 + 2 * keys.len());
-        tail.push(i64::try_from(keys.len()).unwrap_or(i64::MAX).into());
-        tail.extend(keys.iter().map(|&key| Value::from(key)));
-        tail.push(px.into());
-        tail.extend(chunk.iter().map(|&i| token_arg(items[i].1)));
-        let slot = ClusterHash::Custom(redis_keyslot(first.as_bytes()));
-        let mut args: Vec<Value> = Vec::with_capacity(1 + tail.len());
-        args.push(self.inner.renew_many_sha.as_str().into());
-        args.extend(tail.iter().cloned());
-        let evalsha = CustomCommand::new_static("EVALSHA", slot.clone(), false);
-        let reply = match send(client, &evalsha, args).await {
-            Err(e) if conn::is_no_script(&e) => {
-                // Not run: the script cache is empty (new or flushed server).
-                let mut args: Vec<Value> = Vec::with_capacity(1 + tail.len());
-                args.push(RENEW_MANY.into());
-                args.extend(tail);
-                send(client, &CustomCommand::new_static("EVAL", slot, false), args).await
-            }
-            other => other,
-        };
-        let what = "EVAL (renew many)";
-        match reply {
-            Ok(Value::Array(codes)) if codes.len() == keys.len() => codes
-                .iter()
-                .zip(&keys)
-                .map(|(code, key)| match code {
-                    Value::Integer(-2) => {
-                        tracing::warn!(
-                            key,
-                            "renew: the lock key holds a non-string value (WRONGTYPE); not ours, left untouched"
-                        );
-                        Ok(RenewOutcome::HeldByOther)
-                    }
-                    code => match replies::tri_state(code) {
-                        Some(TriState::Done) => Ok(RenewOutcome::Renewed),
-                        Some(TriState::Mismatch) => Ok(RenewOutcome::HeldByOther),
-                        Some(TriState::Missing) => Ok(RenewOutcome::Missing),
-                        None => Err(unexpected_reply(what, key, Access::Write, code)),
-                    },
-                })
-                .collect(),
-            Ok(other) => keys
-                .iter()
-                .map(|key| Err(unexpected_reply(what, key, Access::Write, &other)))
-                .collect(),
-            // The script may have renewed some keys before it failed.
-            Err(e) => keys
-                .iter()
-                .map(|key| Err(map_error(what, key, Access::Script, e.clone())))
-                .collect(),
-        }
-    }
-
-    /// How long an unanswered acquire with `ttl` may still matter: it may
-    /// stay queued until fred gives up on its connection, then hold the key
-    /// for `ttl`.
-    fn unsettled_for(&self, ttl: Duration) -> Duration {
-        let wait = self.inner.ack.as_ref().map_or(Duration::ZERO, |(_, a)| a.timeout);
-        ttl.saturating_add(self.inner.command_timeout.saturating_mul(2))
-            .saturating_add(wait)
-    }
-
-    /// After a batched renewal: one WAIT per server written to (one on a
-    /// single server), and the shortfall policy for the keys it renewed.
-    async fn confirm_renewals(
-        &self,
-        writer: &mut Writer<'_>,
-        ack: &ReplicaAck,
-        items: &[(&str, &LockToken)],
-        chunks: &[Vec<usize>],
-        outcomes: &mut [Vec<Result<RenewOutcome>>],
-    ) {
-        let renewed: Vec<usize> = outcomes
-            .iter()
-            .enumerate()
-            .filter(|(_, o)| o.iter().any(|r| matches!(r, Ok(RenewOutcome::Renewed))))
-            .map(|(c, _)| c)
-            .collect();
-        let key_of = |c: usize| {
-            chunks
-                .get(c)
-                .and_then(|chunk| chunk.first())
-                .map_or("", |&i| items[i].0)
-        };
-        // A chunk is one hash slot: on a cluster, WAIT on each chunk's node
-        // (chunks of one node are waited on more than once, concurrently).
-        let waits: Vec<usize> = if self.inner.clustered {
-            renewed.clone()
-        } else {
-            renewed.first().copied().into_iter().collect()
-        };
-        let client = writer.client;
-        let acks = futures::future::join_all(waits.iter().map(|&c| self.wait_on(client, key_of(c), ack))).await;
-        let replaced = writer.reconnected();
-        for &c in &renewed {
-            let acknowledged = if replaced {
-                0
-            } else if self.inner.clustered {
-                waits
-                    .iter()
-                    .position(|&w| w == c)
-                    .and_then(|p| acks.get(p).copied())
-                    .unwrap_or(0)
-            } else {
-                acks.first().copied().unwrap_or(0)
-            };
-            let (Some(chunk), Some(results)) = (chunks.get(c), outcomes.get_mut(c)) else {
-                continue;
-            };
-            for (&i, result) in chunk.iter().zip(results.iter_mut()) {
-                if matches!(result, Ok(RenewOutcome::Renewed))
-                    && let Err(e) = renewal_shortfall(ack, acknowledged, items[i].0)
-                {
-                    *result = Err(e);
-                }
-            }
-        }
-    }
-
-    /// After a granted acquire: WAIT, and apply the shortfall policy.
-    async fn confirm_acquire(&self, writer: &mut Writer<'_>, key: &str, token: &LockToken) -> Result<Replication> {
-        let Some(ack) = writer.ack else {
-            return Ok(Replication::NotChecked);
-        };
-        let acknowledged = self.wait_for_replicas(writer, key, ack).await;
-        if acknowledged >= ack.replicas {
-            return Ok(Replication::Confirmed { replicas: acknowledged });
-        }
-        match ack.on_shortfall {
-            OnShortfall::MarkUnconfirmed => Ok(Replication::Unconfirmed {
-                acknowledged,
-                requested: ack.replicas,
-            }),
-            _ => {
-                let message = format!(
-                    "only {acknowledged} of {} replicas acknowledged the acquire of {key:?} within {:?}",
-                    ack.replicas, ack.timeout
-                );
-                match self.release(key, token).await {
-                    Ok(_) => Err(Error::backend(NAME, format!("{message}; released it"))),
-                    Err(e) => {
-                        Err(Error::outcome_unknown(NAME, format!("{message}; releasing it failed")).with_source(e))
-                    }
-                }
-            }
-        }
-    }
-
-    /// After a successful versioned write: WAIT, and apply the shortfall policy.
-    async fn confirm_write(&self, writer: &mut Writer<'_>, what: &str, key: &str) -> Result<()> {
-        let Some(ack) = writer.ack else { return Ok(()) };
-        let acknowledged = self.wait_for_replicas(writer, key, ack).await;
-        if acknowledged >= ack.replicas {
-            return Ok(());
-        }
-        let message = format!(
-            "{what} on {key:?} is written on the primary, but only {acknowledged} of {} replicas acknowledged it \
-             within {:?}: a failover could lose it",
-            ack.replicas, ack.timeout
-        );
-        match ack.on_shortfall {
-            OnShortfall::MarkUnconfirmed => {
-                tracing::warn!("{message}");
-                Ok(())
-            }
-            _ => Err(Error::outcome_unknown(NAME, message)),
-        }
-    }
-}
-
-/// The TTL argument of a versioned write, exactly as the caller asked.
-fn push_expiry(args: &mut Vec<Value>, expiry: Expiry) -> Result<()> {
-    match expiry {
-        Expiry::Keep => args.push(Value::from_static_str("KEEPTTL")),
-        Expiry::Persist => {} // no option: Tair removes the TTL, as asked
-        Expiry::After(ttl) => {
-            validate_ttl(ttl)?;
-            args.push(Value::from_static_str("PX"));
-            args.push(px(ttl).into());
-        }
-        // A policy this version does not know must not fall back to "no
-        // option", which would silently remove the TTL.
-        other => return Err(Error::invalid(format!("unsupported expiry {other:?}"))),
-    }
-    Ok(())
 }
 
 /// A token as stored: its hex form, moved into the argument (no copy).
@@ -733,34 +367,6 @@ fn token_arg(token: &LockToken) -> Value {
 /// A TTL in whole milliseconds (rounded up) as a command argument.
 fn px(ttl: Duration) -> i64 {
     i64::try_from(ttl_millis(ttl)).unwrap_or(i64::MAX)
-}
-
-/// A renewal on the primary that `acknowledged` replicas have: an
-/// outcome-unknown error below the requested count, whatever the
-/// [`OnShortfall`] policy (the caller must not move its deadline: a failover
-/// could bring back the older expiry).
-fn renewal_shortfall(ack: &ReplicaAck, acknowledged: u32, key: &str) -> Result<()> {
-    if acknowledged >= ack.replicas {
-        return Ok(());
-    }
-    let message = format!(
-        "the renewal of {key:?} is on the primary, but only {acknowledged} of {} replicas acknowledged it within \
-         {:?}: a failover could bring back the older expiry",
-        ack.replicas, ack.timeout
-    );
-    // Whatever `on_shortfall` says: an unconfirmed renewal must not move the
-    // guard's deadline, or a failover brings back an expiry the holder no
-    // longer believes in (the Lua backend applies the same rule).
-    Err(Error::outcome_unknown(
-        NAME,
-        format!("{message}; not counted as renewed"),
-    ))
-}
-
-/// A version as a command argument: Tair parses versions as signed 64-bit.
-fn version_arg(version: u64) -> Result<i64> {
-    i64::try_from(version)
-        .map_err(|_| Error::invalid(format!("version {version} is above Tair's maximum {}", i64::MAX)))
 }
 
 #[async_trait]
@@ -940,85 +546,5 @@ impl LockBackend for TairBackend {
         caps.rw_locks = true;
         caps.leader_election = true;
         caps
-    }
-}
-
-#[async_trait]
-impl VersionedStore for TairBackend {
-    async fn get(&self, key: &str) -> Result<Option<Versioned>> {
-        validate_key(key)?;
-        let reply = send(self.inner.commands.next(), &COMMANDS.exget, vec![key.into()])
-            .await
-            .map_err(|e| map_error("EXGET", key, Access::Read, e))?;
-        replies::exget(&reply).ok_or_else(|| unexpected_reply("EXGET", key, Access::Read, &reply))
-    }
-
-    async fn create(&self, key: &str, value: &[u8], expiry: Expiry) -> Result<CreateOutcome> {
-        validate_key(key)?;
-        let mut args: Vec<Value> = vec![key.into(), value.into()];
-        push_expiry(&mut args, expiry)?;
-        let initial = keys::random_initial_version()?;
-        args.extend([
-            Value::from_static_str("NX"),
-            Value::from_static_str("ABS"),
-            version_arg(initial)?.into(),
-            Value::from_static_str("WITHVERSION"),
-        ]);
-        let mut writer = self.writer();
-        let reply = send(writer.client, &COMMANDS.exset, args)
-            .await
-            .map_err(|e| map_error("EXSET NX", key, Access::Write, e))?;
-        match replies::exset_nx(&reply) {
-            Some(Some(version)) => {
-                self.confirm_write(&mut writer, "EXSET NX", key).await?;
-                Ok(CreateOutcome::Created { version })
-            }
-            Some(None) => Ok(CreateOutcome::Exists),
-            None => Err(unexpected_reply("EXSET NX", key, Access::Write, &reply)),
-        }
-    }
-
-    async fn compare_and_set(&self, key: &str, expected: u64, value: &[u8], expiry: Expiry) -> Result<CasOutcome> {
-        validate_key(key)?;
-        let mut args: Vec<Value> = vec![key.into(), value.into(), version_arg(expected)?.into()];
-        push_expiry(&mut args, expiry)?;
-        let mut writer = self.writer();
-        let reply = send(writer.client, &COMMANDS.excas, args)
-            .await
-            .map_err(|e| map_error("EXCAS", key, Access::Write, e))?;
-        let outcome = replies::excas(&reply).ok_or_else(|| unexpected_reply("EXCAS", key, Access::Write, &reply))?;
-        if let CasOutcome::Written { .. } = outcome {
-            self.confirm_write(&mut writer, "EXCAS", key).await?;
-        }
-        Ok(outcome)
-    }
-
-    async fn delete(&self, key: &str, expected: u64) -> Result<DeleteOutcome> {
-        validate_key(key)?;
-        let args: Vec<Value> = vec![key.into(), version_arg(expected)?.into()];
-        let mut writer = self.writer();
-        let reply = send(writer.client, &COMMANDS.excad, args)
-            .await
-            .map_err(|e| map_error("EXCAD", key, Access::Write, e))?;
-        match replies::tri_state(&reply) {
-            Some(TriState::Done) => {
-                self.confirm_write(&mut writer, "EXCAD", key).await?;
-                Ok(DeleteOutcome::Deleted)
-            }
-            Some(TriState::Missing) => Ok(DeleteOutcome::Missing),
-            // EXCAD does not say what the version is now: one EXGET more, on
-            // this (rare) path only. If the key vanished meanwhile, it is missing.
-            Some(TriState::Mismatch) => Ok(match self.get(key).await? {
-                Some(now) => DeleteOutcome::Conflict {
-                    current_version: now.version,
-                },
-                None => DeleteOutcome::Missing,
-            }),
-            None => Err(unexpected_reply("EXCAD", key, Access::Write, &reply)),
-        }
-    }
-
-    fn store_name(&self) -> &str {
-        NAME
     }
 }

@@ -23,8 +23,9 @@ use lock_redis_family::kinds::multi as multi_lua;
 use crate::DEFAULT_FENCE_PREFIX;
 use crate::conn::{Access, NAME, map_error, unexpected_reply};
 use crate::keys::fence_key;
+use crate::replica_ack::renewal_shortfall;
 use crate::script::Script;
-use crate::{TairBackend, px, renewal_shortfall, token_arg};
+use crate::{TairBackend, px, token_arg};
 
 struct Scripts {
     acquire: Script,
