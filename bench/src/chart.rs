@@ -218,6 +218,7 @@ fn panels(r: &Results) -> Vec<Panel> {
                             Library::RedisRs => RAW_REDIS_RS,
                             Library::Fred => RAW_FRED_SCRIPTED,
                             Library::Postgres => crate::pg::RAW_TOKIO_PG,
+                            Library::Etcd => crate::etcd::RAW_ETCD,
                         };
                         l.rows
                             .iter()

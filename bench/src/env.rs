@@ -125,6 +125,7 @@ impl Environment {
                     "deadpool-postgres",
                     "sqlx",
                     "distributed-lock-postgres",
+                    "etcd-client",
                 ],
             ),
             load_before: load_average(),

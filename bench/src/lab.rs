@@ -34,6 +34,8 @@ pub enum Backend {
     Postgres,
     /// `lock-postgres` with release notifications (`LISTEN`/`NOTIFY`) on.
     PostgresNotify,
+    /// `lock-etcd` on one etcd member, defaults.
+    Etcd,
 }
 
 impl Backend {
@@ -48,6 +50,7 @@ impl Backend {
             Backend::Redlock => "verrou redlock ×5 (redis-lua)",
             Backend::Postgres => crate::pg::VERROU_PG,
             Backend::PostgresNotify => crate::pg::VERROU_PG_NOTIFY,
+            Backend::Etcd => crate::etcd::VERROU_ETCD,
         }
     }
 
@@ -70,6 +73,7 @@ impl Backend {
             Backend::Redlock => "redlock",
             Backend::Postgres => "pg",
             Backend::PostgresNotify => "pg-notify",
+            Backend::Etcd => "etcd",
         }
     }
 }
@@ -90,6 +94,8 @@ pub struct Lab {
     memory: MemoryBackend,
     /// The PostgreSQL server, started on first use.
     pub pg: crate::pg::PgLab,
+    /// The etcd member, started on first use.
+    pub etcd: crate::etcd::EtcdLab,
 }
 
 /// Redlock's instance count.
@@ -106,6 +112,7 @@ impl Lab {
             redlock: None,
             memory: MemoryBackend::new(),
             pg: crate::pg::PgLab::default(),
+            etcd: crate::etcd::EtcdLab::default(),
         })
     }
 
@@ -145,6 +152,7 @@ impl Lab {
             Backend::Redlock,
             Backend::Postgres,
             Backend::PostgresNotify,
+            Backend::Etcd,
         ]
     }
 
@@ -177,6 +185,7 @@ impl Lab {
             }
             Backend::Postgres => Ok(Arc::new(self.pg.backend(false).await?)),
             Backend::PostgresNotify => Ok(Arc::new(self.pg.backend(true).await?)),
+            Backend::Etcd => Ok(Arc::new(self.etcd.backend().await?)),
         }
     }
 
@@ -196,7 +205,7 @@ impl Lab {
                 Ok(Arc::new(Redlock::new(nodes)?))
             }
             Backend::Postgres => Ok(Arc::new(self.pg.backend(false).await?)),
-            Backend::RedisLuaQuiet | Backend::TairQuiet | Backend::PostgresNotify => {
+            Backend::RedisLuaQuiet | Backend::TairQuiet | Backend::PostgresNotify | Backend::Etcd => {
                 Err("the lock kinds run on the default Lua, Tair and postgres backends only".into())
             }
         }
@@ -217,7 +226,8 @@ impl Lab {
         match backend {
             // PostgreSQL's statistics are flushed about once a second: too
             // coarse for a window; its rows count client CPU only.
-            Backend::Memory | Backend::Postgres | Backend::PostgresNotify => Ok(Probe::none()),
+            // etcd's rows, likewise (its metrics are not read).
+            Backend::Memory | Backend::Postgres | Backend::PostgresNotify | Backend::Etcd => Ok(Probe::none()),
             Backend::RedisLua | Backend::RedisLuaQuiet | Backend::Tair | Backend::TairQuiet => {
                 Probe::connect(&[&self.main]).await
             }

@@ -11,6 +11,7 @@ mod chart;
 mod contend;
 mod drive;
 mod env;
+mod etcd;
 mod holds;
 mod lab;
 mod locks;

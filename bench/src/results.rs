@@ -106,6 +106,8 @@ pub enum Library {
     Fred,
     /// tokio-postgres (the postgres rows).
     Postgres,
+    /// etcd-client (the etcd rows).
+    Etcd,
 }
 
 impl Library {
@@ -115,6 +117,7 @@ impl Library {
             Library::RedisRs => "redis-rs",
             Library::Fred => "fred",
             Library::Postgres => "tokio-postgres",
+            Library::Etcd => "etcd-client",
         }
     }
 }

@@ -38,6 +38,11 @@ pub const REDLOCK_COMMANDS: f64 = 20.1;
 pub const MEMORY_RATIO: f64 = 5.0;
 /// Many held locks: client CPU ≤ this share of one core.
 pub const RENEW_CORE_SHARE: f64 = 0.02;
+/// etcd (issue 26): verrou's pairs/s against etcd's server-side Lock API.
+pub const ETCD_VS_LOCK_API: f64 = 1.0;
+/// etcd: a sequential pair's p50 against this many single-key read round
+/// trips of the same client.
+pub const ETCD_PAIR_VS_READS: f64 = 2.0;
 
 /// One checked target.
 #[derive(Debug, Clone)]
@@ -93,6 +98,7 @@ pub fn evaluate(r: &Results) -> Vec<Check> {
     memory(r, &mut out);
     renewals(r, &mut out);
     postgres(r, &mut out);
+    etcd(r, &mut out);
     out
 }
 
@@ -193,11 +199,12 @@ fn hot_key(r: &Results, out: &mut Vec<Check>) {
         out.push(missing("hot key: all targets".to_owned(), "scenario not run"));
         return;
     };
-    // The postgres rows have their own targets (`postgres` below).
+    // The postgres and etcd rows have their own targets (`postgres` and
+    // `etcd` below).
     for row in h
         .rows
         .iter()
-        .filter(|row| row.kind == Kind::Verrou && !crate::pg::is_pg(&row.label))
+        .filter(|row| row.kind == Kind::Verrou && !crate::pg::is_pg(&row.label) && !crate::etcd::is_etcd(&row.label))
     {
         let name = format!("{} ({})", row.label, row.shape.name());
         let p99 = row.r.waits.p99().as_secs_f64() * 1e3;
@@ -500,5 +507,87 @@ fn postgres(r: &Results, out: &mut Vec<Check>) {
                 row.r.max_share()
             ),
         ));
+    }
+}
+
+/// etcd (issue 26): the default backend against raw etcd-client
+/// transactions with the same operations and against etcd's server-side
+/// Lock API (throughput), its sequential pair p50 against two single-key
+/// reads of the same client, and its fair-mode hand-off against one read.
+/// Its renewals are checked with every backend's in [`renewals`].
+fn etcd(r: &Results, out: &mut Vec<Check>) {
+    use crate::etcd::{LOCK_API, RAW_ETCD, READ_ETCD, VERROU_ETCD};
+    let rows = r.uncontended.as_ref().map(|u| u.rows.as_slice()).unwrap_or(&[]);
+    for (peer, limit) in [(RAW_ETCD, VS_RAW), (LOCK_API, ETCD_VS_LOCK_API)] {
+        let target = format!("uncontended: {VERROU_ETCD} ≥ {limit}× {peer}");
+        out.push(match (row(rows, VERROU_ETCD), row(rows, peer)) {
+            (Some(a), Some(b)) => {
+                let ratio = a.m.rate() / b.m.rate().max(1e-9);
+                at_least(
+                    target,
+                    ratio,
+                    limit,
+                    format!("{ratio:.2}× ({:.0} vs {:.0} pairs/s)", a.m.rate(), b.m.rate()),
+                )
+            }
+            _ => missing(target, "row not measured"),
+        });
+    }
+    let read = r.latency.as_ref().and_then(|l| l.ping_p50(Library::Etcd));
+    let target =
+        format!("sequential (current-thread runtime): {VERROU_ETCD} pair p50 ≤ {ETCD_PAIR_VS_READS} × {READ_ETCD} p50");
+    let pair = r.latency.as_ref().and_then(|l| {
+        l.rows
+            .iter()
+            .find(|(_, row)| row.label == VERROU_ETCD)
+            .map(|(_, row)| row.m.latencies.p50())
+    });
+    out.push(match (pair, read) {
+        (Some(pair), Some(read)) => {
+            let ratio = us(pair) / us(read).max(1e-9);
+            at_most(
+                target,
+                ratio,
+                ETCD_PAIR_VS_READS,
+                format!("{ratio:.2}× ({:.0} vs {:.0} µs)", us(pair), us(read)),
+            )
+        }
+        _ => missing(target, "row not measured"),
+    });
+    let fair: Vec<&HotRow> = r
+        .hot_keys
+        .iter()
+        .flat_map(|h| &h.rows)
+        .filter(|row| row.kind == Kind::Verrou && row.fair && crate::etcd::is_etcd(&row.label))
+        .collect();
+    if fair.is_empty() {
+        out.push(missing(
+            format!("hot key: {VERROU_ETCD}, fair mode hand-off p50 ≤ {FAIR_HANDOFF_VS_PING} × read p50"),
+            "row not measured",
+        ));
+    }
+    for row in fair {
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        let target = format!(
+            "hot key: {} ({}) hand-off p50 ≤ {FAIR_HANDOFF_VS_PING} × {READ_ETCD} p50",
+            row.label,
+            row.shape.name()
+        );
+        out.push(match read {
+            Some(read) => {
+                let ratio = row.r.handoffs.p50().as_secs_f64() / read.as_secs_f64().max(1e-9);
+                at_most(
+                    target,
+                    ratio,
+                    FAIR_HANDOFF_VS_PING,
+                    format!(
+                        "{ratio:.1}× ({:.3} ms vs read {:.3} ms)",
+                        ms(row.r.handoffs.p50()),
+                        ms(read)
+                    ),
+                )
+            }
+            None => missing(target, "read not measured (scenario 2)"),
+        });
     }
 }

@@ -50,6 +50,7 @@ const FAIR: &[Backend] = &[
     Backend::Tair,
     Backend::Postgres,
     Backend::PostgresNotify,
+    Backend::Etcd,
 ];
 
 /// Scenario 3: contenders on one key, shared and independent instances.
@@ -142,6 +143,10 @@ pub async fn hot_keys(lab: &mut Lab, s: &Settings, problems: &mut Vec<String>) -
         out.rows.extend(keep(problems, "rslock hot key", row));
     }
     for row in postgres::hot_peers(lab, s, problems).await {
+        say_hot(&row);
+        out.rows.push(row);
+    }
+    for row in etcd::hot_peers(lab, s, problems).await {
         say_hot(&row);
         out.rows.push(row);
     }

@@ -2,6 +2,7 @@
 //! servers; a row that fails is recorded as a problem and the run goes on.
 //! One file per scenario; this module holds what they share.
 
+mod etcd;
 mod hot_keys;
 mod kinds;
 mod latency;

@@ -7,18 +7,28 @@ use super::*;
 pub async fn renewals(lab: &mut Lab, s: &Settings, problems: &mut Vec<String>) -> BoxResult<Renewals> {
     let mut out = Renewals::default();
     let idle = idle_cpu(s.renew_window.min(Duration::from_secs(1))).await?;
-    for backend in [Backend::Memory, Backend::RedisLua, Backend::Tair, Backend::Postgres] {
+    for backend in [
+        Backend::Memory,
+        Backend::RedisLua,
+        Backend::Tair,
+        Backend::Postgres,
+        Backend::Etcd,
+    ] {
         if !s.runs(backend.label()) {
             continue;
         }
         lab.flush().await?;
         let row = async {
-            let options = LockOptions::with_ttl(s.renew_ttl);
+            // etcd leases have a server minimum (whole seconds, about
+            // 2 s): the quick mode's TTL is raised to it there.
+            let locks = lab.lock_backend(backend).await?;
+            let ttl = s.renew_ttl.max(locks.capabilities().min_ttl);
+            let options = LockOptions::with_ttl(ttl);
             let renew_every = match options.renewal {
                 Renewal::Auto { interval } => interval,
-                _ => s.renew_ttl / 3,
+                _ => ttl / 3,
             };
-            let manager = verrou_manager(lab, backend, options).await?;
+            let manager = LockManager::from_arc(locks, options)?;
             let mut probe = lab.probe(backend).await?;
             let t0 = Instant::now();
             let guards = hold_many(&manager, backend.slug(), s.renew_locks).await?;
@@ -32,7 +42,7 @@ pub async fn renewals(lab: &mut Lab, s: &Settings, problems: &mut Vec<String>) -
             let row = RenewRow {
                 label: backend.label().to_owned(),
                 locks: s.renew_locks,
-                ttl: s.renew_ttl,
+                ttl,
                 renew_every,
                 acquire_time,
                 interval: after.since(&before),
