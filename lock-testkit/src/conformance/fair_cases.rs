@@ -119,12 +119,14 @@ pub async fn fair_waiters_are_served_in_order(s: &LockSuite) {
     }
     let key = s.key("fair-order");
     let claim = s.ttl * 10;
-    let holder = s.manager(fair(s.manual(), claim)).await;
+    // Renewed: queueing four waiters one after the other can take longer
+    // than one TTL on a loaded machine, and the case is about order.
+    let holder = s.manager(fair(s.options(), claim)).await;
     let g = holder.lock(&key).await.expect("first holder");
     let served = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for i in 0..4 {
-        let (m, counter) = counted(s, fair(s.manual().acquire_timeout(s.ttl * 40), claim)).await;
+        let (m, counter) = counted(s, fair(s.options().acquire_timeout(s.ttl * 40), claim)).await;
         let (key, served) = (key.clone(), served.clone());
         tasks.push(tokio::spawn(async move {
             let g = m.lock(&key).await.expect("queued waiter");
@@ -192,7 +194,8 @@ pub async fn cancelled_fair_waiter_leaves_the_queue(s: &LockSuite) {
     let key = s.key("fair-cancel");
     // Longer than the second waiter's whole wait: only leaving helps it.
     let claim = s.ttl * 30;
-    let holder = s.manager(fair(s.manual(), claim)).await;
+    // Renewed, as in `fair_waiters_are_served_in_order`.
+    let holder = s.manager(fair(s.options(), claim)).await;
     let g = holder.lock(&key).await.expect("holder");
     let (first, first_count) = counted(s, fair(s.manual().acquire_timeout(claim * 2), claim)).await;
     let k = key.clone();
