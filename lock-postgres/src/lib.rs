@@ -21,7 +21,7 @@
 //! count. Fencing tokens come from a sequence (`fence_seq`), so they only
 //! grow, across keys, deletes and restarts; each is drawn under a
 //! transaction advisory lock on its key, so a key's tokens grow in the order
-//! it is granted under contention too (`tests/fencing_order.rs`); versions of the store from
+//! it is granted under contention too (`tests/it/fencing_order.rs`); versions of the store from
 //! another (`version_seq`), so a key deleted and created again never
 //! repeats a version. Tokens are the 16 raw bytes of a [`LockToken`]
 //! (`bytea`).

@@ -59,7 +59,7 @@
 //! release script, finding the marker, takes the earliest live waiter out of
 //! the wake set and `PUBLISH`es its id, and only that waiter wakes (see
 //! [`RedisLuaBuilder::release_notifications`]; `a_release_wakes_one_waiter_not_the_herd`
-//! in `tests/hot_path.rs`). A lost message costs the timer, never
+//! in `tests/it/hot_path.rs`). A lost message costs the timer, never
 //! correctness.
 //!
 //! # Fair mode

@@ -21,7 +21,7 @@ pub(crate) struct Writer<'a> {
     /// confirms at once; fred's connection set-up (PING, CLIENT ID, INFO)
     /// gives a new connection the primary's current offset on Redis 7.0, so
     /// this is a defence for servers or clients that do otherwise
-    /// (`tests/wait_reconnect.rs` checks the end-to-end behaviour).
+    /// (`tests/it/wait_reconnect.rs` checks the end-to-end behaviour).
     reconnects: Option<tokio::sync::broadcast::Receiver<fred::types::config::Server>>,
 }
 

@@ -3,7 +3,7 @@
 //! `Capabilities::min_ttl`, as the other suites).
 #![allow(clippy::expect_used, missing_docs)]
 
-mod common;
+use crate::common;
 
 use lock_testkit::{ElectionSuite, RwSuite, SemaphoreSuite};
 

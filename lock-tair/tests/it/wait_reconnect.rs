@@ -18,7 +18,7 @@
 
 #![allow(clippy::expect_used, clippy::panic)] // test helpers
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! cluster, every member in the client's endpoint list.
 #![allow(clippy::expect_used, missing_docs)]
 
-mod common;
+use crate::common;
 
 use lock_testkit::{LockSuite, MultiSuite, VersionedSuite};
 

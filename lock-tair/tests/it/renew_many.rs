@@ -3,7 +3,7 @@
 //! single renews (the shared cases of `lock_testkit::renew_many_conformance!`).
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
 
-mod common;
+use crate::common;
 
 use lock_testkit::{RenewManySuite, RenewManyTarget};
 

@@ -10,7 +10,7 @@
 //! (liveness bounds only, generous).
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

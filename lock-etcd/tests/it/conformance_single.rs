@@ -4,7 +4,7 @@
 //! harness's fast Raft timers).
 #![allow(clippy::expect_used, missing_docs)]
 
-mod common;
+use crate::common;
 
 use lock_testkit::{LockSuite, MultiSuite, VersionedSuite};
 

@@ -4,7 +4,7 @@
 //! is rounded up on the server.
 #![allow(clippy::expect_used, clippy::unwrap_used, missing_docs)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

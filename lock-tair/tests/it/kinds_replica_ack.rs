@@ -6,7 +6,7 @@
 //! kind's conformance suite passes under it.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

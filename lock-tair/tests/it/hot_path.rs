@@ -5,7 +5,7 @@
 //! user without channel rights keeps working on timers.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

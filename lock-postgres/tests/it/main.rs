@@ -1,0 +1,15 @@
+//! Integration tests of lock-postgres on real servers.
+//!
+//! One test binary for the crate (each module was a binary of its own: one
+//! link instead of many); `cargo test --test it <module>::` runs one module.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
+
+mod conformance;
+mod faults;
+mod fencing_order;
+mod kinds_conformance;
+mod notifications;
+mod pgbouncer;
+mod replication;
+mod setup_errors;
