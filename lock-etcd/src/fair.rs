@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse};
-use lock_core::{AcquireOutcome, Error, FairWaiter, FencingToken, Lease, LockToken, Result};
+use lock_core::{AcquireOutcome, Error, FairWaiter, LockToken, Result};
 use tokio::time::Instant;
 
 use crate::Inner;
@@ -95,7 +95,7 @@ impl Inner {
         ttl: Duration,
         waiter: &FairWaiter,
     ) -> Result<AcquireOutcome> {
-        let secs = self.lease_secs(ttl)?;
+        self.lease_secs(ttl)?; // a TTL the server refuses fails before queueing
         let k = self.lock_key(key)?;
         let entry = self.entry_key(key, waiter);
         let sent_at = Instant::now();
@@ -143,39 +143,30 @@ impl Inner {
         if lock.is_some() || !is_head {
             return Ok(AcquireOutcome::Held { retry_after: None });
         }
-        let session = self.sessions.get_or_grant(&self.client, secs).await?;
-        let grant = Txn::new()
-            .when([
-                Compare::create_revision(k.clone(), CompareOp::Equal, 0),
-                Compare::create_revision(entry.clone(), CompareOp::Equal, mine.create_revision()),
-            ])
-            .and_then([
-                TxnOp::put(
-                    k,
-                    token.hex_bytes().to_vec(),
-                    Some(PutOptions::new().with_lease(session.lease)),
-                ),
-                TxnOp::delete(entry, None),
-            ]);
-        let mut kv = self.client.kv_client();
-        let (answer, kept) = futures::join!(kv.txn(grant), self.fresh(&session, sent_at, ttl));
-        let resp = answer.map_err(|e| write_failed("fair acquire", e))?;
-        if !resp.succeeded() {
+        // On the shared lease, granted again if it ended since its last use
+        // (what `leased_txn` does for every grant).
+        let leased = self
+            .leased_txn(ttl, sent_at, "fair acquire", |lease| {
+                Txn::new()
+                    .when([
+                        Compare::create_revision(k.clone(), CompareOp::Equal, 0),
+                        Compare::create_revision(entry.clone(), CompareOp::Equal, mine.create_revision()),
+                    ])
+                    .and_then([
+                        TxnOp::put(
+                            k.clone(),
+                            token.hex_bytes().to_vec(),
+                            Some(PutOptions::new().with_lease(lease)),
+                        ),
+                        TxnOp::delete(entry.clone(), None),
+                    ])
+            })
+            .await?;
+        if !leased.resp.succeeded() {
             return Ok(AcquireOutcome::Held { retry_after: None });
         }
         self.forget_waiter(waiter);
-        let revision = resp.header().ok_or_else(|| no_header("fair acquire"))?.revision();
-        if matches!(kept, Ok(crate::session::KeepAlive::Gone)) {
-            self.sessions.forget(secs, &session);
-            return Err(Error::backend(NAME, "the lease expired while the lock was granted"));
-        }
-        let validity = session.covered_until().saturating_duration_since(sent_at);
-        let fence = u64::try_from(revision).map_err(|_| no_header("fair acquire (negative revision)"))?;
-        Ok(AcquireOutcome::Acquired(
-            Lease::new()
-                .with_fencing_token(Some(FencingToken(fence)))
-                .with_validity(Some(validity)),
-        ))
+        leased.grant(self, Some(leased.revision("fair acquire")?), sent_at)
     }
 
     /// Until the entry before `waiter`'s is deleted, or (at the head) the

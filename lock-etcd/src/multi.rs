@@ -5,13 +5,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
-use lock_core::{
-    AcquireOutcome, Error, FencingToken, Lease, LockToken, MultiLockBackend, ReleaseOutcome, RenewOutcome, Result,
-};
+use lock_core::{AcquireOutcome, Error, LockToken, MultiLockBackend, ReleaseOutcome, RenewOutcome, Result};
 use tokio::time::Instant;
 
 use crate::EtcdBackend;
-use crate::error::{NAME, no_header, write_failed};
+use crate::error::write_failed;
 
 fn check(keys: &[&str]) -> Result<()> {
     if keys.is_empty() {
@@ -43,55 +41,42 @@ impl MultiLockBackend for EtcdBackend {
     async fn try_acquire_all(&self, keys: &[&str], token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
         check(keys)?;
         let inner = &self.inner;
-        let secs = inner.lease_secs(ttl)?;
+        inner.lease_secs(ttl)?; // a TTL the server refuses fails before any write
         let ks = keys.iter().map(|k| inner.lock_key(k)).collect::<Result<Vec<_>>>()?;
         let value = token.hex_bytes().to_vec();
         let sent_at = Instant::now();
-        let session = inner.sessions.get_or_grant(&inner.client, secs).await?;
         // First every key free; after a read showing some keys already ours
         // (a retried acquire), those compared by value instead.
         let mut ours = vec![false; ks.len()];
         for _ in 0..2 {
-            let compares: Vec<Compare> = ks
-                .iter()
-                .zip(&ours)
-                .map(|(k, mine)| {
-                    if *mine {
-                        Compare::value(k.clone(), CompareOp::Equal, value.clone())
-                    } else {
-                        Compare::create_revision(k.clone(), CompareOp::Equal, 0)
-                    }
+            // On the shared lease, granted again if it ended since its last
+            // use.
+            let leased = inner
+                .leased_txn(ttl, sent_at, "multi-key acquire", |lease| {
+                    let compares: Vec<Compare> = ks
+                        .iter()
+                        .zip(&ours)
+                        .map(|(k, mine)| {
+                            if *mine {
+                                Compare::value(k.clone(), CompareOp::Equal, value.clone())
+                            } else {
+                                Compare::create_revision(k.clone(), CompareOp::Equal, 0)
+                            }
+                        })
+                        .collect();
+                    let puts: Vec<TxnOp> = ks
+                        .iter()
+                        .map(|k| TxnOp::put(k.clone(), value.clone(), Some(PutOptions::new().with_lease(lease))))
+                        .collect();
+                    let gets: Vec<TxnOp> = ks.iter().map(|k| TxnOp::get(k.clone(), None)).collect();
+                    Txn::new().when(compares).and_then(puts).or_else(gets)
                 })
-                .collect();
-            let puts: Vec<TxnOp> = ks
-                .iter()
-                .map(|k| {
-                    TxnOp::put(
-                        k.clone(),
-                        value.clone(),
-                        Some(PutOptions::new().with_lease(session.lease)),
-                    )
-                })
-                .collect();
-            let gets: Vec<TxnOp> = ks.iter().map(|k| TxnOp::get(k.clone(), None)).collect();
-            let txn = Txn::new().when(compares).and_then(puts).or_else(gets);
-            let mut kv = inner.client.kv_client();
-            let (answer, kept) = futures::join!(kv.txn(txn), inner.fresh(&session, sent_at, ttl));
-            let resp = answer.map_err(|e| write_failed("multi-key acquire", e))?;
-            if resp.succeeded() {
-                if matches!(kept, Ok(crate::session::KeepAlive::Gone)) {
-                    inner.sessions.forget(secs, &session);
-                    return Err(Error::backend(NAME, "the lease expired while the locks were granted"));
-                }
-                let revision = resp.header().ok_or_else(|| no_header("multi-key acquire"))?.revision();
-                let validity = session.covered_until().saturating_duration_since(sent_at);
-                return Ok(AcquireOutcome::Acquired(
-                    Lease::new()
-                        .with_fencing_token(u64::try_from(revision).ok().map(FencingToken))
-                        .with_validity(Some(validity)),
-                ));
+                .await?;
+            if leased.resp.succeeded() {
+                return leased.grant(inner, Some(leased.revision("multi-key acquire")?), sent_at);
             }
-            let current = values(&resp);
+            let resp = &leased.resp;
+            let current = values(resp);
             if current.iter().flatten().any(|v| *v != value) {
                 return Ok(AcquireOutcome::Held { retry_after: None });
             }

@@ -8,7 +8,9 @@ use crate::common;
 
 use std::time::Duration;
 
-use lock_core::{LockBackend, LockManager, LockOptions, LockToken, RenewOutcome};
+use lock_core::{
+    AcquireOutcome, FairWaiter, LockBackend, LockManager, LockOptions, LockToken, MultiLockBackend, RenewOutcome,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewing_many_locks_sends_one_keepalive_per_round() {
@@ -76,6 +78,36 @@ async fn renewal_after_the_lease_ended_says_missing() {
     revoke_lease_of(&admin, "ended").await;
     let renewed = backend.renew("ended", &token, ttl).await.expect("an answer");
     assert_eq!(renewed, RenewOutcome::Missing);
+}
+
+/// After the shared lease ended (expired under load, or revoked), every
+/// kind of grant takes a new one: a fair acquire and a multi-key acquire
+/// once failed with "requested lease not found" here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grants_after_the_shared_lease_ended_take_a_new_lease() {
+    let etcd = common::single().await;
+    let backend = common::connect(etcd.endpoints()).await;
+    let admin = common::connect(etcd.endpoints()).await;
+    let ttl = backend.min_ttl();
+    let token = LockToken::generate().unwrap();
+    let grant = |got: AcquireOutcome| matches!(got, AcquireOutcome::Acquired(_));
+
+    let got = backend.try_acquire("ended-plain", &token, ttl).await.expect("acquire");
+    assert!(grant(got), "plain");
+    revoke_lease_of(&admin, "ended-plain").await;
+    let waiter = FairWaiter::new(LockToken::generate().unwrap(), ttl);
+    let got = backend.try_acquire_fair("ended-fair", &token, ttl, &waiter).await;
+    assert!(
+        got.as_ref().is_ok_and(|g| grant(g.clone())),
+        "fair acquire after the lease ended: {got:?}"
+    );
+
+    revoke_lease_of(&admin, "ended-fair").await;
+    let got = backend.try_acquire_all(&["ended-m1", "ended-m2"], &token, ttl).await;
+    assert!(
+        got.as_ref().is_ok_and(|g| grant(g.clone())),
+        "multi-key acquire after the lease ended: {got:?}"
+    );
 }
 
 /// Revoke the lease `key`'s lock is attached to, as another client would.
