@@ -130,13 +130,16 @@ async fn unacknowledged_multi_key_grants_and_renewals_do_not_count() {
         .build()
         .await
         .expect("connect");
+    // The confirmed steps get a wait a loaded machine meets (a fresh
+    // replica's first acknowledgement can take longer than 300 ms there).
+    let sure = acked(pair.primary().url()).await;
     let keys = ["{acct}:1", "{acct}:2"];
     let token = LockToken::generate().expect("token");
     let ttl = Duration::from_secs(5);
-    let granted = backend.try_acquire_all(&keys, &token, ttl).await.expect("acquire");
+    let granted = sure.try_acquire_all(&keys, &token, ttl).await.expect("acquire");
     assert!(matches!(granted, AcquireOutcome::Acquired(_)), "{granted:?}");
     assert_eq!(
-        backend.renew_all(&keys, &token, ttl).await.expect("confirmed renewal"),
+        sure.renew_all(&keys, &token, ttl).await.expect("confirmed renewal"),
         RenewOutcome::Renewed
     );
 

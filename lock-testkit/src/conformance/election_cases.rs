@@ -127,12 +127,14 @@ pub async fn expiry_hands_over(s: &ElectionSuite) {
     let name = s.key("dead");
     let raw = s.client().await;
     let token = LockToken::generate().expect("token");
+    // From before the grant: the server's TTL starts after this instant,
+    // however long the grant itself took (a WAIT under load).
+    let sent = Instant::now();
     let won = raw.try_lead(&name, &token, b"dead", s.ttl).await.expect("lead");
     let AcquireOutcome::Acquired(lease) = won else {
         panic!("the first campaign wins");
     };
     let m = s.manager(s.options()).await;
-    let sent = Instant::now();
     let l = m.campaign(&name, b"next").await.expect("the dead leader's lease ends");
     assert!(Instant::now() >= sent + s.ttl / 2, "took over long before the TTL");
     assert!(Some(l.term()) > lease.fencing_token.map(|t| t.0), "terms increase");

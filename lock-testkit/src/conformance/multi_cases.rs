@@ -101,11 +101,13 @@ pub async fn expiry_returns_dead_holders_keys(s: &MultiSuite) {
     let refs: Vec<&str> = k.iter().map(String::as_str).collect();
     let dead = s.client().await;
     let token = LockToken::generate().expect("token");
+    // From before the grant: the server's TTL starts after this instant,
+    // however long the grant itself took (a WAIT under load).
+    let sent = Instant::now();
     let r = dead.try_acquire_all(&refs, &token, s.ttl).await.expect("acquire");
     assert!(matches!(r, AcquireOutcome::Acquired(_)));
     let m = s.manager(s.options()).await;
     assert!(m.try_lock(&k).await.expect("try").is_none());
-    let sent = Instant::now();
     let g = m.lock(&k).await.expect("keys come back at expiry");
     assert!(Instant::now() >= sent + s.ttl / 2, "keys came back long before the TTL");
     g.release().await.expect("release");

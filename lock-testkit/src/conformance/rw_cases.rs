@@ -123,13 +123,15 @@ pub async fn expiry_returns_dead_holders_lock(s: &RwSuite) {
     let name = s.key("dead");
     let raw = s.client().await;
     let token = LockToken::generate().expect("token");
+    // From before the grant: the server's TTL starts after this instant,
+    // however long the grant itself took (a WAIT under load).
+    let sent = Instant::now();
     let r = raw
         .try_acquire_rw(&name, RwMode::Read, false, &token, s.ttl)
         .await
         .expect("acquire");
     assert!(matches!(r, AcquireOutcome::Acquired(_)));
     let m = s.manager(s.options()).await;
-    let sent = Instant::now();
     let w = m.write(&name).await.expect("the dead reader's lease ends");
     assert!(
         Instant::now() >= sent + s.ttl / 2,
