@@ -70,25 +70,15 @@ cargo check --quiet -p lock-testkit --no-default-features --tests
 echo "==> cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --quiet --workspace --all-features --no-deps
 
-echo "==> cargo test"
-cargo test --workspace --all-features
-
-# The same suites on Valkey 8.1 (the backend renews with its native SET IFEQ
-# there), through the harness's VERROU_REDIS_SERVER override.
-# The binaries of the workspace build above, run again: `cargo test -p
-# lock-redis-lua -p lock-redlock` would resolve the dependencies' features
-# for those two packages only and rebuild ten crates and relink every test
-# binary of both (about a minute of CPU).
+# The same suites on Valkey 8.1 too (the backend renews with its native SET
+# IFEQ there), through the harness's VERROU_REDIS_SERVER override: the
+# workspace build's redis-lua and redlock test binaries run once more, in the
+# same pool (`cargo test -p lock-redis-lua -p lock-redlock` would resolve the
+# dependencies' features for those two packages only and rebuild ten crates
+# and relink every test binary of both, about a minute of CPU).
 valkey=$(scripts/valkey.sh)
-echo "==> cargo test on Valkey ($valkey): redis-lua and redlock"
-valkey_tests=$(cargo test --workspace --all-features --no-run --message-format=json 2>/dev/null \
-  | grep '"executable":"/' \
-  | grep -E '"manifest_path":"[^"]*/(lock-redis-lua|lock-redlock)/Cargo.toml"' \
-  | sed -E 's/.*"manifest_path":"([^"]*)\/Cargo.toml".*"executable":"([^"]*)".*/\1 \2/')
-[ "$(printf '%s\n' "$valkey_tests" | grep -c .)" -ge 3 ] || { echo "no redis-lua / redlock test binaries found"; exit 1; }
-while read -r dir exe; do
-  (cd "$dir" && VERROU_REDIS_SERVER="$valkey" "$exe")
-done <<< "$valkey_tests"
+echo "==> cargo test: every test binary of the workspace, three at a time, and redis-lua's and redlock's again on Valkey ($valkey); then the doc tests"
+scripts/test-binaries.sh --valkey "$valkey"
 
 echo "==> benchmark smoke test (quick mode, no timing assertions)"
 cargo run --quiet -p verrou-bench -- --quick
