@@ -115,7 +115,7 @@ pub fn render(c: &Context<'_>) -> String {
         c.elapsed.as_secs_f64()
     );
     let _ = writeln!(out, "Command of this run:\n\n```sh\n{}\n```\n", c.command);
-    out.push_str("Full run (about four minutes; rewrites this file and the chart):\n\n");
+    out.push_str("Full run (about eight minutes; rewrites this file and the chart):\n\n");
     out.push_str("```sh\ncargo run --release -p verrou-bench\n```\n\n");
     out.push_str(
         "Quick smoke test (seconds, no timing assertions, writes under `target/verrou-bench/`):\n\n\
