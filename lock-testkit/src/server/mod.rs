@@ -45,6 +45,8 @@ mod etcd;
 mod monitor;
 mod netns;
 mod netns_cluster;
+mod netns_host;
+mod netns_redis;
 mod paths;
 mod peer_proxy;
 #[cfg(feature = "postgres")]
@@ -70,11 +72,10 @@ mod topology;
 pub use error::{HarnessError, HarnessResult};
 pub use etcd::{ETCD_BIN_ENV, ETCD_START_TIMEOUT, EtcdCluster, etcd_binary};
 pub use monitor::Monitor;
-pub use netns::{
-    NET_REDIS_PORT, NETNS_PREFIX, NetHost, NetRedisServer, NetRedisServerBuilder, Network, clean_stale_namespaces,
-    netem_available, netns_prerequisites,
-};
+pub use netns::{NET_REDIS_PORT, NETNS_PREFIX, Network, clean_stale_namespaces, netem_available, netns_prerequisites};
 pub use netns_cluster::NetCluster;
+pub use netns_host::NetHost;
+pub use netns_redis::{NetRedisServer, NetRedisServerBuilder};
 pub use paths::{
     REDIS_CLI_ENV, REDIS_SERVER_ENV, TAIR_MODULE_ENV, build_tair_module_if_missing, redis_cli_binary,
     redis_server_binary, tair_module_path,

@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::error::{HarnessError, HarnessResult};
-use super::netns::{NET_REDIS_PORT, NetHost, NetRedisServer, NetRedisServerBuilder, Network};
+use super::netns::{NET_REDIS_PORT, Network};
+use super::netns_host::NetHost;
+use super::netns_redis::{NetRedisServer, NetRedisServerBuilder};
 use super::process::wait_until;
 use super::resp::RespValue;
 use super::text::parse_info;
