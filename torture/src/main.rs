@@ -8,9 +8,10 @@
 //!
 //! ```text
 //! cargo run --release -p verrou-torture                 # full run: SAFETY.md + safety/*.svg at the repo root
-//! cargo run -p verrou-torture -- --quick                # CI: claimed-safe rows only, under a minute
+//! cargo run -p verrou-torture -- --quick                # CI: a sample of the rows, about two minutes
 //! cargo run --release -p verrou-torture -- --url redis://host:6379 [--backend lua|tair]
 //! cargo run -p verrou-torture -- --soak 60s                # leaks: RSS, fds, connections, keys, scripts
+//! cargo run --release -p verrou-torture -- --soak 30m --out .   # the long soak, into SAFETY.md's soak section
 //! ```
 
 mod backends;
@@ -60,7 +61,9 @@ usage: verrou-torture [--quick] [--seed N] [--out DIR] [--only TEXT] [--url URL 
   --every-row    also draw one timeline per row, under safety/rows/ (for digging into a row)
   --soak D       steady contention and periodic faults on every backend for D in all (e.g. 60s,
                  30m); samples RSS, open fds, the servers' clients, keys and script cache, and
-                 fails (exit 1) when one keeps growing; writes SOAK.md (default target/verrou-torture-soak/)
+                 fails (exit 1) when one keeps growing; writes SOAK.md (default target/verrou-torture-soak/),
+                 and with --out . the soak section of SAFETY.md (full runs keep it); with --only,
+                 the backends whose name contains TEXT
 
 Exit status: 0 when every claimed-safe row holds and the control row shows overlaps,
 1 when a claim is broken (overlap, stale write accepted, late loss signal,
@@ -168,7 +171,7 @@ async fn main_async(args: Args) -> BoxResult<bool> {
         let out = args
             .out
             .unwrap_or_else(|| repo_root().join("target/verrou-torture-soak"));
-        return soak::soak(total, &out).await;
+        return soak::soak(total, &out, args.only.as_deref()).await;
     }
     let seed = args.seed.unwrap_or_else(|| fastrand::u64(..));
     let ext = match &args.url {
@@ -306,6 +309,13 @@ async fn main_async(args: Args) -> BoxResult<bool> {
         md.push_str(&kinds::markdown(&kind_outcomes, &params));
     }
     let path = out.join("SAFETY.md");
+    // The last long soak's section stays (written by `--soak`, not by this run).
+    if let Some(section) = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|old| soak::soak_section(&old).map(str::to_owned))
+    {
+        md = format!("{}\n\n{section}\n", md.trim_end());
+    }
     std::fs::write(&path, md)?;
     println!("wrote {}", path.display());
     if !all_ok {
