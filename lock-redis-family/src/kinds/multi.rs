@@ -84,7 +84,7 @@ return 1
 
 /// KEYS the `n` keys of a multi-key lock, then for each its waiter marker,
 /// wake set, fair queue and queue deadlines (as the mutex's release with
-/// notifications); ARGV[1] token. As [`RELEASE_ALL`] (every `GET` before the
+/// notifications); `ARGV[1]` token. As [`RELEASE_ALL`] (every `GET` before the
 /// first write), and each freed key wakes its waiters as a mutex release
 /// does.
 pub const RELEASE_ALL_NOTIFY: &str = concatcp!(
