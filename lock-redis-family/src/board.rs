@@ -44,6 +44,14 @@ pub fn waiter_id(process: &[u8; 32], own: &[u8; 32]) -> WaiterId {
     id
 }
 
+/// A fair waiter's id in its queue: the process id of the backend's
+/// notifications (`None`, without them: zeros, nobody listens) followed by
+/// the waiter's own.
+#[must_use]
+pub fn queue_waiter_id(process: Option<&[u8; 32]>, waiter: &lock_core::FairWaiter) -> WaiterId {
+    waiter_id(process.unwrap_or(&[b'0'; 32]), &waiter.id.hex_bytes())
+}
+
 /// A fresh waiter id of `process`.
 #[must_use]
 pub fn fresh_waiter_id(process: &[u8; 32]) -> WaiterId {

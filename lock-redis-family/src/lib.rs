@@ -4,12 +4,22 @@
 //! ([`kinds::scripted::ScriptedKinds`]). `lock-redis-lua` (Redis, Valkey) and
 //! `lock-tair` (Tair, or Redis with a TairString-compatible module) run the
 //! same scripts, so their kinds and their waiters behave alike; [`board`]
-//! is the client side of their release notifications.
+//! is the client side of their release notifications, and
+//! [`kind_backends!`] writes a backend's kind traits over the driver.
 //!
 //! For backend authors; applications never import this crate. `lock-core`
 //! knows no Redis: its traits and managers are the same for PostgreSQL and
 //! etcd.
 
 pub mod board;
+pub mod keys;
 pub mod kinds;
+mod macros;
 pub mod wake;
+
+/// What [`kind_backends!`]'s expansion names, so that a backend needs no
+/// dependency of its own for it.
+#[doc(hidden)]
+pub mod __private {
+    pub use lock_core;
+}

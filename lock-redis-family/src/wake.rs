@@ -6,7 +6,10 @@
 //!
 //! For backend authors; applications never need this module.
 
+use std::time::Duration;
+
 use const_format::concatcp;
+use lock_core::token::FencingToken;
 
 /// How much longer than its wait a waiter's marker lives, ms: the round
 /// trips between the waiter and the server. [`FUNCTIONS`] uses the same.
@@ -145,6 +148,35 @@ if head == ARGV[3] then return {0, redis.call('PTTL', KEYS[1])} end
 return {0, -1}
 "
 );
+
+/// What [`ACQUIRE_FAIR`] answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FairReply {
+    /// `{1}` or `{1, fence}`: the lock is the waiter's, with its fencing
+    /// token when the call named a fence key.
+    Granted(Option<FencingToken>),
+    /// `{0, pttl}`: not yet; look again after the holder's remaining TTL
+    /// when there is one (`-1`, `-2`: none).
+    Held(Option<Duration>),
+}
+
+impl FairReply {
+    /// Reads [`ACQUIRE_FAIR`]'s reply from its first two elements as
+    /// integers (`None` where missing or not one): `fenced`, the call named
+    /// a fence key, so a grant must carry its token. `None`: a reply of
+    /// another shape.
+    #[must_use]
+    pub fn read(code: Option<i64>, second: Option<i64>, fenced: bool) -> Option<FairReply> {
+        match code? {
+            1 if fenced => Some(FairReply::Granted(Some(FencingToken(u64::try_from(second?).ok()?)))),
+            1 => Some(FairReply::Granted(None)),
+            0 => Some(FairReply::Held(
+                second.and_then(|ms| u64::try_from(ms).ok()).map(Duration::from_millis),
+            )),
+            _ => None,
+        }
+    }
+}
 
 /// KEYS as [`ACQUIRE_FAIR`] (no fence); `ARGV[1]` waiter id. Takes the
 /// waiter out of the queue; if the lock is free, wakes the (new) head, so

@@ -219,12 +219,6 @@ impl RedisLuaBuilder {
         self
     }
 
-    /// The old name of [`RedisLuaBuilder::ack_connections`].
-    #[deprecated(note = "renamed to ack_connections, the name both Redis-family builders use")]
-    pub fn dedicated_pool_size(self, size: usize) -> Self {
-        self.ack_connections(size)
-    }
-
     /// Trust these CA certificates (PEM) instead of the platform's roots for
     /// `rediss://` URLs (feature `tls`; URL sources only).
     #[cfg(feature = "tls")]

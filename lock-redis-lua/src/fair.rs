@@ -7,20 +7,21 @@ use std::time::Duration;
 
 use deadpool_redis::redis::Value;
 use lock_core::options::ttl_millis;
-use lock_core::{AcquireOutcome, Error, FairWaiter, FencingToken, LockToken, Result};
+use lock_core::{AcquireOutcome, Error, FairWaiter, LockToken, Result};
+use lock_redis_family::board;
+use lock_redis_family::wake::FairReply;
 
 use crate::error::{Access, BACKEND, unexpected_reply};
 use crate::keys::{self, Helper, WakeKeys};
-use crate::notify::{WaiterId, waiter_id};
-use crate::replies::{array, int_at, u64_at};
+use crate::notify::WaiterId;
+use crate::replies::{array, int_at};
 use crate::{Call, Inner};
 
 impl Inner {
     /// `waiter`'s id in the queue: this backend's process id (zeros without
     /// notifications: nobody listens) followed by the waiter's own.
     pub(crate) fn waiter_id(&self, waiter: &FairWaiter) -> WaiterId {
-        let process = self.notifier.as_ref().map_or([b'0'; 32], |n| *n.process());
-        waiter_id(&process, &waiter.id.hex_bytes())
+        board::queue_waiter_id(self.notifier.as_ref().map(|n| n.process()), waiter)
     }
 
     /// One fair attempt (see `LockBackend::try_acquire_fair`).
@@ -67,24 +68,11 @@ impl Inner {
         let value = self
             .exec_tracked("acquire", key, Access::Write, call, Some((token, ttl)))
             .await?;
-        let items = array(&value).ok_or_else(|| unexpected_reply("acquire", key, &value))?;
-        match int_at(items, 0) {
-            Some(1) => {
-                let fencing_token = match fence {
-                    Some(_) => Some(FencingToken(
-                        u64_at(items, 1).ok_or_else(|| unexpected_reply("acquire", key, &value))?,
-                    )),
-                    None => None,
-                };
-                self.granted(key, token, fencing_token, None).await
-            }
-            Some(0) => {
-                let retry_after = int_at(items, 1)
-                    .and_then(|ms| u64::try_from(ms).ok())
-                    .map(Duration::from_millis);
-                Ok(AcquireOutcome::Held { retry_after })
-            }
-            _ => Err(unexpected_reply("acquire", key, &value)),
+        let reply =
+            array(&value).and_then(|items| FairReply::read(int_at(items, 0), int_at(items, 1), fence.is_some()));
+        match reply.ok_or_else(|| unexpected_reply("acquire", key, &value))? {
+            FairReply::Granted(fencing_token) => self.granted(key, token, fencing_token, None).await,
+            FairReply::Held(retry_after) => Ok(AcquireOutcome::Held { retry_after }),
         }
     }
 

@@ -15,6 +15,7 @@
 
 use deadpool_redis::redis::cluster_routing::Slot;
 use lock_core::{Error, Result};
+use lock_redis_family::keys::hash_tag;
 
 /// Every helper key starts with this; user keys may not.
 pub(crate) const RESERVED_PREFIX: &str = "verrou:lua:";
@@ -53,14 +54,6 @@ impl Helper {
             Helper::Deleted => "deleted",
         }
     }
-}
-
-/// The hash tag of `key`, if it has a non-empty one.
-fn hash_tag(key: &str) -> Option<&str> {
-    let open = key.find('{')?;
-    let rest = &key[open + 1..];
-    let close = rest.find('}')?;
-    (close > 0).then(|| &rest[..close])
 }
 
 /// `key`'s helper key of kind `helper`, in the same cluster slot as `key`
@@ -146,15 +139,6 @@ pub(crate) fn slot(key: &str) -> Slot {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tags_follow_redis_rules() {
-        assert_eq!(hash_tag("{user:7}:lock"), Some("user:7"));
-        assert_eq!(hash_tag("a{b}c{d}"), Some("b"));
-        assert_eq!(hash_tag("plain"), None);
-        assert_eq!(hash_tag("x{}y"), None);
-        assert_eq!(hash_tag("x{y"), None);
-    }
 
     #[test]
     fn wake_keys_are_the_helper_names() {

@@ -116,21 +116,17 @@
 mod acquire;
 mod builder;
 mod connection;
-mod election;
 mod error;
 mod fair;
 mod in_flight;
 mod keys;
 mod kinds;
-mod multi;
 mod notify;
 mod release;
 mod renew;
 mod replica_ack;
 mod replies;
-mod rw;
 mod scripts;
-mod semaphore;
 mod versioned;
 
 use std::sync::Arc;

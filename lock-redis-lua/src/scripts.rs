@@ -202,35 +202,6 @@ return 1
 "
 );
 
-/// KEYS the `n` keys of a multi-key lock, then for each its waiter marker,
-/// wake set, fair queue and queue deadlines (as [`RELEASE_NOTIFY`]); ARGV[1]
-/// token. As `multi_lua::RELEASE_ALL` (every `GET` before the first write),
-/// and each freed key wakes its waiters as a mutex release does.
-pub(crate) const RELEASE_ALL_NOTIFY: &str = concatcp!(
-    wake_lua::FUNCTIONS,
-    r"
-local n = #KEYS / 5
-local cur, mine, other = {}, 0, 0
-for i = 1, n do
-  cur[i] = redis.call('GET', KEYS[i])
-  if cur[i] == ARGV[1] then
-    mine = mine + 1
-  elseif cur[i] then
-    other = other + 1
-  end
-end
-for i = 1, n do
-  if cur[i] == ARGV[1] then
-    local h = n + 4 * (i - 1)
-    release_and_wake(KEYS[i], KEYS[h + 1], KEYS[h + 2], KEYS[h + 3], KEYS[h + 4])
-  end
-end
-if mine == n then return 1 end
-if other > 0 then return 2 end
-return 0
-"
-);
-
 /// No keys, no effect: tells at build whether EVALSHA/EVAL are available
 /// (they may be renamed away), before acquires bypass scripts.
 const PROBE: &str = "return 1";
@@ -357,6 +328,7 @@ return {0, tonumber(n)}
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lock_redis_family::kinds::multi as multi_lua;
 
     #[test]
     fn the_release_script_publishes_on_the_notifier_channel() {
@@ -377,11 +349,11 @@ mod tests {
 
     #[test]
     fn the_multi_release_wakes_as_the_mutex_release_does() {
-        assert!(RELEASE_ALL_NOTIFY.contains("release_and_wake(KEYS[i], KEYS[h + 1]"));
+        assert!(multi_lua::RELEASE_ALL_NOTIFY.contains("release_and_wake(KEYS[i], KEYS[h + 1]"));
         // The mutex release inlines release_and_wake, so that its
         // uncontended run defines no functions: the same DEL, the same wake.
         assert!(
-            RELEASE_ALL_NOTIFY
+            multi_lua::RELEASE_ALL_NOTIFY
                 .contains("if redis.call('DEL', key, marker) == 2 then wake_after_release(marker, wakes, q, e)")
         );
         assert!(RELEASE_NOTIFY.contains("if redis.call('DEL', KEYS[1], KEYS[2]) == 2 then"));

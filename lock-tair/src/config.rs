@@ -115,7 +115,7 @@ impl TairBuilder {
     /// Use the application's own fred client (connected or not; it is
     /// connected if needed). Its reconnect policy is kept (set one: without it
     /// fred never reconnects); every command this backend sends overrides the
-    /// attempts (1) and timeout ([`TairBuilder::command_timeout`]).
+    /// attempts (1) and timeout ([`TairBuilder::response_timeout`]).
     pub fn client(client: Client) -> Self {
         TairBuilder::new(Source::Client(client))
     }
@@ -133,13 +133,6 @@ impl TairBuilder {
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout;
         self
-    }
-
-    /// The old name of [`TairBuilder::response_timeout`].
-    #[deprecated(note = "renamed to response_timeout, the name both Redis-family builders use")]
-    #[must_use]
-    pub fn command_timeout(self, timeout: Duration) -> Self {
-        self.response_timeout(timeout)
     }
 
     /// Trust these CA certificates (PEM) instead of the platform's roots for
@@ -250,7 +243,7 @@ impl TairBuilder {
 
     pub(crate) fn validate(&self) -> Result<()> {
         if self.command_timeout.is_zero() {
-            return Err(Error::invalid("command_timeout must be above zero"));
+            return Err(Error::invalid("response_timeout must be above zero"));
         }
         if self.connect_timeout.is_zero() {
             return Err(Error::invalid("connect_timeout must be above zero"));

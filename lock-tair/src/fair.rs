@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use fred::types::Value;
 use lock_core::options::ttl_millis;
-use lock_core::{AcquireOutcome, Error, FairWaiter, FencingToken, Lease, LockToken, Result};
-use lock_redis_family::wake as wake_lua;
+use lock_core::{AcquireOutcome, Error, FairWaiter, Lease, LockToken, Result};
+use lock_redis_family::board;
+use lock_redis_family::wake::{self as wake_lua, FairReply};
 
 use crate::conn::{Access, NAME, map_error, unexpected_reply};
 use crate::keys::fence_key;
@@ -39,11 +40,7 @@ impl TairBackend {
     /// `waiter`'s id in the queue: this backend's process id (zeros without
     /// notifications: nobody listens) followed by the waiter's own.
     pub(crate) fn fair_waiter_id(&self, waiter: &FairWaiter) -> WaiterId {
-        let process = self.inner.wake.as_ref().map_or([b'0'; 32], |w| *w.notifier.process());
-        let mut id = [0u8; 64];
-        id[..32].copy_from_slice(&process);
-        id[32..].copy_from_slice(&waiter.id.hex_bytes());
-        id
+        board::queue_waiter_id(self.inner.wake.as_ref().map(|w| w.notifier.process()), waiter)
     }
 
     /// Fair mode runs on one server without replica acknowledgement.
@@ -93,20 +90,11 @@ impl TairBackend {
         };
         let code = items.first().and_then(Value::as_i64);
         let second = items.get(1).and_then(Value::as_i64);
-        match code {
-            Some(1) => {
-                let fencing_token = match fence {
-                    Some(_) => Some(FencingToken(
-                        second.and_then(|f| u64::try_from(f).ok()).ok_or_else(bad)?,
-                    )),
-                    None => None,
-                };
+        match FairReply::read(code, second, fence.is_some()).ok_or_else(bad)? {
+            FairReply::Granted(fencing_token) => {
                 Ok(AcquireOutcome::Acquired(Lease::new().with_fencing_token(fencing_token)))
             }
-            Some(0) => Ok(AcquireOutcome::Held {
-                retry_after: second.and_then(|ms| u64::try_from(ms).ok()).map(Duration::from_millis),
-            }),
-            _ => Err(bad()),
+            FairReply::Held(retry_after) => Ok(AcquireOutcome::Held { retry_after }),
         }
     }
 

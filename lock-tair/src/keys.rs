@@ -2,6 +2,7 @@
 //! kinds' keys, and the random initial version of a versioned key.
 
 use lock_core::{Error, Result};
+use lock_redis_family::keys::hash_tag;
 
 /// Prefix of the semaphore's, read-write lock's and election's keys
 /// (`verrou:tair:sem:{name}`, `verrou:tair:leader:t:{a}x`; see
@@ -29,15 +30,6 @@ pub(crate) const MAX_INITIAL_VERSION: u64 = 1 << 62;
 pub(crate) fn random_initial_version() -> Result<u64> {
     let r = getrandom::u64().map_err(|e| Error::backend("os-rng", format!("cannot read the OS random source: {e}")))?;
     Ok(MIN_INITIAL_VERSION + r % (MAX_INITIAL_VERSION - MIN_INITIAL_VERSION))
-}
-
-/// The hash tag of `key` as Redis Cluster computes it: the bytes between the
-/// first `{` and the first `}` after it, if that is not empty.
-fn hash_tag(key: &str) -> Option<&str> {
-    let open = key.find('{')?;
-    let rest = &key[open + 1..];
-    let close = rest.find('}')?;
-    (close > 0).then(|| &rest[..close])
 }
 
 /// The key of `key`'s fence counter: `prefix` + `key` when `key` has a hash
@@ -93,15 +85,6 @@ mod tests {
         }
         assert_eq!(fence_key("f:", "k"), "f:{k}");
         assert_eq!(fence_key("f:", "{t}k"), "f:{t}k");
-    }
-
-    #[test]
-    fn hash_tags_follow_redis_rules() {
-        assert_eq!(hash_tag("{a}b"), Some("a"));
-        assert_eq!(hash_tag("x{a}b{c}"), Some("a"));
-        assert_eq!(hash_tag("{}a"), None);
-        assert_eq!(hash_tag("a{b"), None);
-        assert_eq!(hash_tag("a}b{"), None);
     }
 
     #[test]

@@ -1,22 +1,34 @@
-//! The lock kinds' scripts (`lock_redis_family::kinds::scripted`) on Tair:
-//! TairString has no per-member expiry, so the kinds run the same Lua
-//! scripts as the redis-lua backend, one `EVALSHA` per operation (`EVAL`
-//! after `NOSCRIPT`). Under [`crate::ReplicaAck`] a grant or a renewal
-//! (semaphore, read-write, election) runs on a dedicated write connection
-//! and is followed by `WAIT` there, as the mutex's acquire and renewal are:
-//! a grant too few replicas acknowledged is handled by
+//! The lock kinds on Tair: TairString has no per-member expiry, so
+//! `RwLockBackend`, `SemaphoreBackend`, `MultiLockBackend` and
+//! `ElectionBackend` run the same Lua scripts as the redis-lua backend
+//! (`lock_redis_family::kinds`, the traits written by
+//! [`lock_redis_family::kind_backends!`]), one `EVALSHA` per operation
+//! (`EVAL` after `NOSCRIPT`) over [`ScriptedKinds`]; `leader` is one
+//! `HMGET`. Multi-key locks use the mutex's own keys (plain strings, which
+//! `CAD`/`CAS` also accept); on a cluster all in one slot (else
+//! `InvalidArgument` before anything is sent).
+//!
+//! Under [`crate::ReplicaAck`] a grant or a renewal (semaphore, read-write,
+//! multi-key, election) runs on a dedicated write connection and is
+//! followed by `WAIT` there, as the mutex's acquire and renewal are: a
+//! grant too few replicas acknowledged is handled by
 //! [`crate::OnShortfall`], a renewal counts only once confirmed.
 
 use std::sync::OnceLock;
 
 use async_trait::async_trait;
-use fred::types::Value;
-use lock_core::{Error, RenewOutcome, ReplicaAck, Replication, Result};
+use fred::types::{ClusterHash, CustomCommand, Value};
+use fred::util::redis_keyslot;
+use lock_core::{Error, LeaderInfo, ReleaseOutcome, RenewOutcome, ReplicaAck, Replication, Result};
+use lock_redis_family::kinds::election::keys_on;
 use lock_redis_family::kinds::scripted::{KindCall, KindScript, ScriptedKinds};
 
-use crate::TairBackend;
-use crate::conn::{Access, NAME, map_error, unexpected_reply};
+use crate::conn::{Access, NAME, map_error, send, unexpected_reply};
+use crate::keys::fence_key;
 use crate::script::Script;
+use crate::{DEFAULT_FENCE_PREFIX, TairBackend};
+
+lock_redis_family::kind_backends!(TairBackend);
 
 /// [`KindScript::ALL`], prepared once.
 fn scripts() -> &'static [Script] {
@@ -45,22 +57,16 @@ impl ScriptedKinds for TairBackend {
         self.inner.ack.as_ref().map(|(_, ack)| ack)
     }
 
-    fn semaphore_waits_for_replicas(&self) -> bool {
-        true
-    }
-
     async fn run_kind_script(&self, call: KindCall<'_>) -> Result<(Value, Option<Replication>)> {
         let args: Vec<Value> = call.args.iter().map(|a| Value::Bytes(a.to_vec().into())).collect();
         let script = &scripts()[call.script.index()];
         // The replies that wrote a grant or a renewal, which WAIT confirms.
-        let wrote: Option<fn(&Value) -> bool> = match call.script {
-            KindScript::SemaphoreAcquire | KindScript::RwAcquire | KindScript::Lead => {
-                Some(|v| Self::reply_ints(v).is_some_and(|r| r.first() == Some(&1)))
-            }
-            KindScript::SemaphoreRenew | KindScript::RwRenew | KindScript::RenewLead => {
-                Some(|v| *v == Value::Integer(1))
-            }
-            _ => None,
+        let wrote: Option<fn(&Value) -> bool> = if call.script.is_grant() {
+            Some(|v| Self::reply_ints(v).is_some_and(|r| r.first() == Some(&1)))
+        } else if call.script.is_renewal() {
+            Some(|v| *v == Value::Integer(1))
+        } else {
+            None
         };
         let (Some(wrote), Some(_)) = (wrote, &self.inner.ack) else {
             let reply = self.run_script(&what(call.op), script, call.keys, args).await?;
@@ -119,6 +125,57 @@ impl ScriptedKinds for TairBackend {
                 crate::replica_ack::renewal_shortfall(ack, acknowledged, name).map(|()| outcome)
             }
             _ => Ok(outcome),
+        }
+    }
+
+    fn same_slot(&self, a: &str, b: &str) -> bool {
+        !self.inner.clustered || redis_keyslot(a.as_bytes()) == redis_keyslot(b.as_bytes())
+    }
+
+    /// Under the default prefix when the mutex's fencing is off: a
+    /// multi-key grant always carries its token.
+    fn fence_key(&self, key: &str) -> String {
+        fence_key(self.inner.fence_prefix.as_deref().unwrap_or(DEFAULT_FENCE_PREFIX), key)
+    }
+
+    fn multi_shortfall(
+        &self,
+        set: &[&str],
+        acknowledged: u32,
+        requested: u32,
+        ack: &ReplicaAck,
+        released: Result<ReleaseOutcome>,
+    ) -> Error {
+        let message = format!(
+            "only {acknowledged} of {requested} replicas acknowledged the multi-key acquire of {set:?} within {:?}",
+            ack.timeout
+        );
+        match released {
+            Ok(_) => Error::backend(NAME, format!("{message}; gave the keys back")),
+            Err(e) => Error::outcome_unknown(NAME, format!("{message}; giving them back failed")).with_source(e),
+        }
+    }
+
+    async fn read_leader(&self, name: &str) -> Result<Option<LeaderInfo>> {
+        let keys = keys_on(self, name)?;
+        let what = "HMGET (leader)";
+        let hmget = CustomCommand::new_static("HMGET", ClusterHash::FirstKey, false);
+        let args = vec![Value::from(keys.lead.as_str()), "id".into(), "term".into()];
+        let reply = send(self.inner.commands.next(), &hmget, args)
+            .await
+            .map_err(|e| map_error(what, name, Access::Read, e))?;
+        let bad = || unexpected_reply(what, name, Access::Read, &reply);
+        let Value::Array(items) = &reply else {
+            return Err(bad());
+        };
+        match items.as_slice() {
+            [Value::Null, _] => Ok(None),
+            [id, term] => {
+                let identity = id.as_bytes().map(<[u8]>::to_vec).ok_or_else(bad)?;
+                let term = term.as_u64().ok_or_else(bad)?;
+                Ok(Some(LeaderInfo::new(identity, term)))
+            }
+            _ => Err(bad()),
         }
     }
 }

@@ -1,17 +1,19 @@
 //! The lock kinds on a backend that runs Lua scripts (redis-lua, Tair): the
 //! backend implements [`ScriptedKinds`] ("run this script on these keys
 //! with these arguments"), and the kinds' logic — checks, keys, arguments,
-//! reading replies — is the `*_lua` modules' functions over it, so each
-//! backend's `RwLockBackend`, `ElectionBackend` and `SemaphoreBackend` are
-//! one call per method.
+//! reading replies — is the `*_lua` modules' functions over it, and
+//! [`crate::kind_backends!`] writes each backend's `RwLockBackend`,
+//! `SemaphoreBackend`, `MultiLockBackend` and `ElectionBackend` as one call
+//! per method.
 
 use std::fmt::Debug;
 
 use async_trait::async_trait;
 
-use super::{election, rw, semaphore};
+use super::{election, multi, rw, semaphore};
 use lock_core::backend::{ReleaseOutcome, RenewOutcome, ReplicaAck, Replication};
 use lock_core::error::{Error, Result};
+use lock_core::kinds::election::LeaderInfo;
 
 /// One of the kinds' shared scripts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -34,12 +36,20 @@ pub enum KindScript {
     SemaphoreRelease,
     /// [`semaphore::RENEW`].
     SemaphoreRenew,
+    /// [`multi::ACQUIRE_ALL`].
+    MultiAcquire,
+    /// [`multi::RELEASE_ALL`].
+    MultiRelease,
+    /// [`multi::RELEASE_ALL_NOTIFY`].
+    MultiReleaseNotify,
+    /// [`multi::RENEW_ALL`].
+    MultiRenew,
 }
 
 impl KindScript {
     /// Every script, in the order of [`KindScript::index`]: a backend
     /// prepares them once (SHA1s) and picks one by index.
-    pub const ALL: [KindScript; 9] = [
+    pub const ALL: [KindScript; 13] = [
         KindScript::RwAcquire,
         KindScript::RwRelease,
         KindScript::RwRenew,
@@ -49,6 +59,10 @@ impl KindScript {
         KindScript::SemaphoreAcquire,
         KindScript::SemaphoreRelease,
         KindScript::SemaphoreRenew,
+        KindScript::MultiAcquire,
+        KindScript::MultiRelease,
+        KindScript::MultiReleaseNotify,
+        KindScript::MultiRenew,
     ];
 
     /// The script's position in [`KindScript::ALL`].
@@ -68,7 +82,30 @@ impl KindScript {
             KindScript::SemaphoreAcquire => semaphore::ACQUIRE,
             KindScript::SemaphoreRelease => semaphore::RELEASE,
             KindScript::SemaphoreRenew => semaphore::RENEW,
+            KindScript::MultiAcquire => multi::ACQUIRE_ALL,
+            KindScript::MultiRelease => multi::RELEASE_ALL,
+            KindScript::MultiReleaseNotify => multi::RELEASE_ALL_NOTIFY,
+            KindScript::MultiRenew => multi::RENEW_ALL,
         }
+    }
+
+    /// Whether the script grants (a semaphore's permits, a read-write
+    /// lock, a leadership, a multi-key lock): under replica acknowledgement
+    /// it is followed by `WAIT` when its reply's first element is `1`.
+    pub fn is_grant(self) -> bool {
+        matches!(
+            self,
+            KindScript::SemaphoreAcquire | KindScript::RwAcquire | KindScript::Lead | KindScript::MultiAcquire
+        )
+    }
+
+    /// Whether the script renews: under replica acknowledgement it is
+    /// followed by `WAIT` when it answers `1`.
+    pub fn is_renewal(self) -> bool {
+        matches!(
+            self,
+            KindScript::SemaphoreRenew | KindScript::RwRenew | KindScript::RenewLead | KindScript::MultiRenew
+        )
     }
 }
 
@@ -108,9 +145,13 @@ pub trait ScriptedKinds: Send + Sync {
     /// The replica acknowledgement in force, if any.
     fn kinds_replica_ack(&self) -> Option<&ReplicaAck>;
 
-    /// Whether a semaphore grant or renewal is followed by `WAIT` under
-    /// replica acknowledgement; when not, semaphores are refused under it.
-    fn semaphore_waits_for_replicas(&self) -> bool;
+    /// Whether a kind's grant or renewal is followed by `WAIT` under
+    /// replica acknowledgement; when not, semaphores, read-write locks and
+    /// elections are refused under it. The default: it is (as
+    /// [`ScriptedKinds::run_kind_script`] says).
+    fn semaphore_waits_for_replicas(&self) -> bool {
+        true
+    }
 
     /// The channel on which a win or a resignation of the leader key
     /// `lead` is announced (`PUBLISH` from the script), if any.
@@ -150,6 +191,73 @@ pub trait ScriptedKinds: Send + Sync {
         let _ = (name, replication);
         Ok(outcome)
     }
+
+    /// Refuses a multi-key lock's `key` the backend keeps for itself (after
+    /// [`lock_core::options::validate_key`] accepted it); the default
+    /// refuses none.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a reserved key.
+    fn check_multi_key(&self, key: &str) -> Result<()> {
+        let _ = key;
+        Ok(())
+    }
+
+    /// Whether `a` and `b` can be in one script: always on a single server,
+    /// on a cluster when they hash to one slot.
+    fn same_slot(&self, a: &str, b: &str) -> bool;
+
+    /// The mutex's fence counter of `key`, which a multi-key grant writes
+    /// (whatever the mutex's fencing setting).
+    fn fence_key(&self, key: &str) -> String;
+
+    /// The waiter keys of `set`'s keys (marker, wake set, fair queue, queue
+    /// deadlines: four per key, in `set`'s order) when a multi-key release
+    /// wakes the waiters of each key it frees
+    /// ([`multi::RELEASE_ALL_NOTIFY`]); `None`, the default: it does not
+    /// ([`multi::RELEASE_ALL`]).
+    fn multi_release_waiters(&self, set: &[&str]) -> Option<Vec<String>> {
+        let _ = set;
+        None
+    }
+
+    /// The error of a multi-key grant of `set` that only `acknowledged` of
+    /// `requested` replicas acknowledged under `ack`, once the keys were
+    /// given back (`released`, the release's result).
+    fn multi_shortfall(
+        &self,
+        set: &[&str],
+        acknowledged: u32,
+        requested: u32,
+        ack: &ReplicaAck,
+        released: Result<ReleaseOutcome>,
+    ) -> Error {
+        let took = format!("took the keys {set:?}");
+        shortfall_error(
+            self.kinds_backend(),
+            &took,
+            "them",
+            acknowledged,
+            requested,
+            ack,
+            released,
+        )
+    }
+
+    /// The leader of the election `name`
+    /// ([`lock_core::kinds::election::ElectionBackend::leader`]), read by the
+    /// backend's own command.
+    ///
+    /// # Errors
+    /// As the trait method.
+    async fn read_leader(&self, name: &str) -> Result<Option<LeaderInfo>>;
+
+    /// [`lock_core::kinds::election::ElectionBackend::wait_for_leader_change`];
+    /// the default sleeps, as the trait's.
+    async fn wait_for_leader(&self, name: &str, seen: Option<&LeaderInfo>, max_wait: std::time::Duration) {
+        let _ = (name, seen);
+        tokio::time::sleep(max_wait).await;
+    }
 }
 
 /// `kind` (e.g. "read-write locks") is refused under replica
@@ -182,8 +290,70 @@ where
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = Result<ReleaseOutcome>>,
 {
+    acked_grant_with(
+        kinds,
+        outcome,
+        replication,
+        give_back,
+        |acknowledged, requested, ack, released| {
+            shortfall_error(
+                kinds.kinds_backend(),
+                &format!("{what} {name:?}"),
+                "it",
+                acknowledged,
+                requested,
+                ack,
+                released,
+            )
+        },
+    )
+    .await
+}
+
+/// The error of a grant (`took`: "took the keys [...]") that only
+/// `acknowledged` of `requested` replicas acknowledged within `ack`'s
+/// timeout, once `it` ("it", "them") was given back (`released`, the
+/// release's result): outcome unknown when the release failed.
+fn shortfall_error(
+    backend: &str,
+    took: &str,
+    it: &str,
+    acknowledged: u32,
+    requested: u32,
+    ack: &ReplicaAck,
+    released: Result<ReleaseOutcome>,
+) -> Error {
+    let message = format!(
+        "{took} but only {acknowledged} of {requested} replicas acknowledged within {:?}; {}",
+        ack.timeout,
+        match &released {
+            Ok(_) => format!("gave {it} back"),
+            Err(e) => format!("giving {it} back failed ({e})"),
+        }
+    );
+    match released {
+        Ok(_) => Error::backend(backend, message),
+        Err(_) => Error::outcome_unknown(backend, message),
+    }
+}
+
+/// [`acked_grant`] with the shortfall's error from `shortfall`
+/// (acknowledged, requested, the acknowledgement in force, the give-back's
+/// result).
+pub(crate) async fn acked_grant_with<K, F, Fut, S>(
+    kinds: &K,
+    outcome: lock_core::backend::AcquireOutcome,
+    replication: Option<Replication>,
+    give_back: F,
+    shortfall: S,
+) -> Result<lock_core::backend::AcquireOutcome>
+where
+    K: ScriptedKinds + ?Sized,
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<ReleaseOutcome>>,
+    S: FnOnce(u32, u32, &ReplicaAck, Result<ReleaseOutcome>) -> Error,
+{
     use lock_core::backend::{AcquireOutcome, OnShortfall};
-    let backend = kinds.kinds_backend();
     match (outcome, replication, kinds.kinds_replica_ack()) {
         (
             AcquireOutcome::Acquired(_),
@@ -193,19 +363,7 @@ where
             }),
             Some(ack),
         ) if ack.on_shortfall == OnShortfall::ReleaseAndFail => {
-            let released = give_back().await;
-            let message = format!(
-                "{what} {name:?} but only {acknowledged} of {requested} replicas acknowledged within {:?}; {}",
-                ack.timeout,
-                match &released {
-                    Ok(_) => "gave it back".to_owned(),
-                    Err(e) => format!("giving it back failed ({e})"),
-                }
-            );
-            Err(match released {
-                Ok(_) => Error::backend(backend, message),
-                Err(_) => Error::outcome_unknown(backend, message),
-            })
+            Err(shortfall(acknowledged, requested, ack, give_back().await))
         }
         (AcquireOutcome::Acquired(lease), replication, _) => Ok(AcquireOutcome::Acquired(
             lease.with_replication(replication.unwrap_or_default()),

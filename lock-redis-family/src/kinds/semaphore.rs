@@ -27,6 +27,7 @@
 use std::time::Duration;
 
 use super::scripted::{KindCall, KindScript, ScriptedKinds, acked_grant};
+use crate::keys::hash_tag;
 use lock_core::backend::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use lock_core::error::{Error, Result};
 use lock_core::kinds::semaphore::PermitRequest;
@@ -48,14 +49,6 @@ pub struct SemaphoreKeys {
 
 /// How long a token released while missing is refused by later acquires.
 pub use lock_core::kinds::semaphore::GONE_WINDOW_MS;
-
-/// The hash tag of `key` as Redis Cluster computes it, if non-empty.
-fn hash_tag(key: &str) -> Option<&str> {
-    let open = key.find('{')?;
-    let rest = &key[open + 1..];
-    let close = rest.find('}')?;
-    (close > 0).then(|| &rest[..close])
-}
 
 /// The key of `name`'s helper of kind `kind` (`sem`, `sem:info`, `rw:writer`,
 /// …), in `name`'s cluster slot, after `prefix` (which has no braces; the
