@@ -14,8 +14,8 @@ use lock_core::options::validate_key;
 use lock_core::{AcquireOutcome, ElectionBackend, LeaderInfo, LockToken, ReleaseOutcome, RenewOutcome, Result};
 use tokio::time::Instant;
 
-use crate::error::{failed, no_header, write_failed};
-use crate::lock::first_kv;
+use crate::error::{failed, no_header};
+use crate::lock::{first_kv, release_outcome};
 use crate::{EtcdBackend, Inner};
 
 /// Length of the token prefix of a leader's value.
@@ -94,27 +94,11 @@ impl ElectionBackend for EtcdBackend {
         let hex = token.hex_bytes();
         // "The value starts with the token": above the token itself (an
         // identity is never empty) and below the token's successor.
-        let txn = Txn::new()
-            .when([
-                Compare::value(k.clone(), CompareOp::Greater, hex.to_vec()),
-                Compare::value(k.clone(), CompareOp::Less, after_token(&hex)),
-            ])
-            .and_then([TxnOp::delete(k.clone(), None)])
-            .or_else([TxnOp::get(k, None)]);
-        let resp = self
-            .inner
-            .client
-            .kv_client()
-            .txn(txn)
-            .await
-            .map_err(|e| write_failed("resign", e))?;
-        if resp.succeeded() {
-            return Ok(ReleaseOutcome::Released);
-        }
-        Ok(match first_kv(&resp) {
-            None => ReleaseOutcome::Missing,
-            Some(_) => ReleaseOutcome::HeldByOther,
-        })
+        let when = vec![
+            Compare::value(k.clone(), CompareOp::Greater, hex.to_vec()),
+            Compare::value(k.clone(), CompareOp::Less, after_token(&hex)),
+        ];
+        Ok(release_outcome(self.inner.delete_if(k, when, "resign").await?))
     }
 
     async fn renew_lead(&self, name: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {

@@ -106,24 +106,32 @@ impl Inner {
 
     pub(crate) async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
         let k = self.lock_key(key)?;
-        let value = token.hex_bytes();
+        let when = Compare::value(k.clone(), CompareOp::Equal, token.hex_bytes().to_vec());
+        Ok(release_outcome(self.delete_if(k, vec![when], "release").await?))
+    }
+
+    /// Deletes `k` in one transaction when every compare of `when` holds;
+    /// otherwise reads it. `Ok(())` when deleted, else what is there now.
+    pub(crate) async fn delete_if(
+        &self,
+        k: Vec<u8>,
+        when: Vec<Compare>,
+        what: &str,
+    ) -> Result<std::result::Result<(), Option<KeyValue>>> {
         let txn = Txn::new()
-            .when([Compare::value(k.clone(), CompareOp::Equal, value.to_vec())])
+            .when(when)
             .and_then([TxnOp::delete(k.clone(), None)])
-            .or_else([TxnOp::get(k.clone(), None)]);
+            .or_else([TxnOp::get(k, None)]);
         let resp = self
             .client
             .kv_client()
             .txn(txn)
             .await
-            .map_err(|e| write_failed("release", e))?;
+            .map_err(|e| write_failed(what, e))?;
         if resp.succeeded() {
-            return Ok(ReleaseOutcome::Released);
+            return Ok(Ok(()));
         }
-        Ok(match first_kv(&resp) {
-            None => ReleaseOutcome::Missing,
-            Some(_) => ReleaseOutcome::HeldByOther,
-        })
+        Ok(Err(first_kv(&resp)))
     }
 
     pub(crate) async fn renew_many(&self, items: &[(&str, &LockToken)], ttl: Duration) -> Vec<Result<RenewOutcome>> {
@@ -308,6 +316,16 @@ impl Leased {
     /// The revision the transaction ran at.
     pub(crate) fn revision(&self, what: &str) -> Result<i64> {
         Ok(self.resp.header().ok_or_else(|| no_header(what))?.revision())
+    }
+}
+
+/// A release's outcome from [`Inner::delete_if`]: released, or the key
+/// missing or another's.
+pub(crate) fn release_outcome(deleted: std::result::Result<(), Option<KeyValue>>) -> ReleaseOutcome {
+    match deleted {
+        Ok(()) => ReleaseOutcome::Released,
+        Err(None) => ReleaseOutcome::Missing,
+        Err(Some(_)) => ReleaseOutcome::HeldByOther,
     }
 }
 

@@ -123,26 +123,14 @@ impl VersionedStore for EtcdBackend {
         validate_key(key)?;
         let k = self.inner.value_key(key)?;
         let expected = i64::try_from(expected).unwrap_or(i64::MAX);
-        let txn = Txn::new()
-            .when([
-                Compare::create_revision(k.clone(), CompareOp::Greater, 0),
-                Compare::mod_revision(k.clone(), CompareOp::Equal, expected),
-            ])
-            .and_then([TxnOp::delete(k.clone(), None)])
-            .or_else([TxnOp::get(k, None)]);
-        let resp = self
-            .inner
-            .client
-            .kv_client()
-            .txn(txn)
-            .await
-            .map_err(|e| write_failed("delete", e))?;
-        if resp.succeeded() {
-            return Ok(DeleteOutcome::Deleted);
-        }
-        Ok(match first_kv(&resp) {
-            None => DeleteOutcome::Missing,
-            Some(kv) => DeleteOutcome::Conflict {
+        let when = vec![
+            Compare::create_revision(k.clone(), CompareOp::Greater, 0),
+            Compare::mod_revision(k.clone(), CompareOp::Equal, expected),
+        ];
+        Ok(match self.inner.delete_if(k, when, "delete").await? {
+            Ok(()) => DeleteOutcome::Deleted,
+            Err(None) => DeleteOutcome::Missing,
+            Err(Some(kv)) => DeleteOutcome::Conflict {
                 current_version: kv.mod_revision().unsigned_abs(),
             },
         })
