@@ -223,16 +223,10 @@ pub const SECTION_END: &str = "<!-- soak: end -->";
 /// `safety` (a SAFETY.md) with its soak section replaced by `section`, or
 /// appended when it has none.
 pub fn with_soak_section(safety: &str, section: &str) -> String {
-    let block = format!("{SECTION_BEGIN}\n{}\n{SECTION_END}\n", section.trim_end());
-    match (safety.find(SECTION_BEGIN), safety.find(SECTION_END)) {
-        (Some(a), Some(b)) if b > a => {
-            format!(
-                "{}{block}{}",
-                &safety[..a],
-                safety[b + SECTION_END.len()..].trim_start_matches('\n')
-            )
-        }
-        _ => format!("{}\n\n{block}", safety.trim_end()),
+    let block = format!("{SECTION_BEGIN}\n{}\n{SECTION_END}", section.trim_end());
+    match soak_section(safety) {
+        Some(old) => safety.replacen(old, &block, 1),
+        None => format!("{}\n\n{block}\n", safety.trim_end()),
     }
 }
 
