@@ -76,6 +76,19 @@ impl Stall {
     }
 }
 
+/// Hold time and pause of a volume client (every client but client 0, the
+/// one the faults aim at, until the fault is over): mostly short sections
+/// of 2–30 ms, whatever the TTL, so that a row sees hundreds of
+/// hand-overs; one in twenty of 1–2.5 TTL, which need the renewer.
+pub fn volume_timing(rng: &mut fastrand::Rng, ttl: Duration) -> (Duration, Duration) {
+    let hold = if rng.f64() < 0.05 {
+        ttl.mul_f64(1.0 + rng.f64() * 1.5)
+    } else {
+        Duration::from_micros(rng.u64(2_000..30_000))
+    };
+    (hold, Duration::from_micros(rng.u64(0..5_000)))
+}
+
 /// What a lock client does.
 #[derive(Clone)]
 pub struct LockClient {
@@ -99,6 +112,10 @@ pub struct LockClient {
     /// Set while this client is inside a body (the driver starts most
     /// faults while client 0 holds a lock, so that they hit a holder).
     pub in_body: Arc<AtomicBool>,
+    /// Until then (run clock, µs) client 0 holds for 0.1–2.5 TTL, mostly
+    /// on the hot key, so that the fault meets a long hold; after, and
+    /// always for the others, [`volume_timing`].
+    pub long_until: i64,
     /// Where to record.
     pub log: Arc<Log>,
 }
@@ -198,14 +215,20 @@ impl LockClient {
             // After a failed try it goes for any key: a barging client can
             // keep it off the hot key for seconds on a loaded machine.
             let stall_pending = self.stall.as_ref().is_some_and(|s| s.is_requested());
-            let key = if (stall_pending && !missed) || rng.f64() < 0.66 {
-                0
+            let victim = self.id == 0 && (clock::now() < self.long_until || stall_pending);
+            let (key, hold, gap) = if victim {
+                let key = if (stall_pending && !missed) || rng.f64() < 0.66 {
+                    0
+                } else {
+                    rng.usize(..self.keys.len())
+                };
+                // Hold times from 0.1 to 2.5 TTL: many outlive the TTL and
+                // need the renewer.
+                (key, ttl.mul_f64(0.1 + rng.f64() * 2.4), ttl.mul_f64(rng.f64() * 0.2))
             } else {
-                rng.usize(..self.keys.len())
+                let (hold, gap) = volume_timing(&mut rng, ttl);
+                (rng.usize(..self.keys.len()), hold, gap)
             };
-            // Hold times from 0.1 to 2.5 TTL: many outlive the TTL and
-            // need the renewer.
-            let hold = ttl.mul_f64(0.1 + rng.f64() * 2.4);
             if self.control {
                 // No lease: the whole body counts as its window.
                 let deadline = Instant::now() + hold + ttl;
@@ -224,7 +247,7 @@ impl LockClient {
                     self.log.error(error_kind(&e));
                 }
             }
-            tokio::time::sleep(ttl.mul_f64(rng.f64() * 0.2)).await;
+            tokio::time::sleep(gap).await;
         }
         locks.shutdown();
     }

@@ -127,6 +127,11 @@ impl Log {
         lock(&self.bodies).push(b);
     }
 
+    /// How many bodies have been recorded so far.
+    pub fn bodies(&self) -> usize {
+        lock(&self.bodies).len()
+    }
+
     /// A write to the fenced resource: accepted only with a token at least
     /// the highest it has accepted for that key (no token: always accepted,
     /// the resource cannot tell).

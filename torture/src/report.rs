@@ -130,17 +130,24 @@ pub fn markdown(outcomes: &[Outcome], p: &Params, seed: u64, command: &str, svgs
     let _ = writeln!(
         md,
         "Each row: {} clients, each with its own `LockManager`, its own backend connections and its own OS thread \
-         and tokio runtime (as separate processes), contend on {} keys with a {} ms TTL (renewed every TTL/3) and \
-         critical sections (`with_lock` bodies) held 0.1–2.5 × TTL, two thirds of them on key 0 (the hot key the faults aim at: most faults start while client 0 holds a lock). Every body writes its fencing token to a \
+         and tokio runtime (as separate processes), contend on {} keys with a {} ms TTL (renewed every TTL/3). \
+         Client 0, the one the faults aim at, holds its critical sections (`with_lock` bodies) for 0.1–2.5 × TTL, \
+         two thirds of them on key 0, until the fault is over (most faults start while it holds a lock); the \
+         others, and client 0 after the fault, hold mostly for 2–30 ms, one section in twenty for 1–2.5 × TTL \
+         (renewed), on any key, so that a row sees hundreds of hand-overs. Every body writes its fencing token to a \
          simulated resource that accepts a write only with a token at least the highest it has seen, when it starts \
          and when it ends. Meanwhile {} more clients increment one counter with the versioned store's `update`. \
-         A row lasts {:.1} s (longer when the fault heals late: clients run on for 6 × TTL after it); the fault starts at {:.1} s. \
+         A row lasts {:.1} s (longer when the fault heals late: clients run on for 6 × TTL after it), then runs on \
+         until it has seen {} critical sections, for at most {:.0} s in all (etcd's rows, whose TTL is raised to \
+         1 s, last proportionally longer); the fault starts at {:.1} s. \
          Redlock has no versioned store (— in the linearizable column); the Lua and Tair backends run with fencing tokens on.\n",
         p.lock_clients,
         p.keys,
         p.ttl.as_millis(),
         p.counter_clients,
         p.duration.as_secs_f64(),
+        p.min_sections,
+        p.max_duration.as_secs_f64(),
         p.fault_at.as_secs_f64()
     );
     let _ = writeln!(md, "## Columns\n");
@@ -198,6 +205,20 @@ pub fn markdown(outcomes: &[Outcome], p: &Params, seed: u64, command: &str, svgs
             c.recovery,
             c.claim,
             c.result
+        );
+    }
+    if let Some(fewest) = outcomes
+        .iter()
+        .filter(|o| matches!(o.scenario.claim, Claim::Safe | Claim::Fenced))
+        .min_by_key(|o| o.measured.acquisitions)
+    {
+        let _ = writeln!(
+            md,
+            "\nFewest critical sections in a claimed-safe row: {} ({} · {} · {}).",
+            fewest.measured.acquisitions,
+            fewest.scenario.backend.label(),
+            fewest.scenario.topology.label(),
+            fewest.scenario.fault
         );
     }
     let unsafe_rows: Vec<&Outcome> = outcomes.iter().filter(|o| o.scenario.claim == Claim::Unsafe).collect();

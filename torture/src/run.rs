@@ -41,6 +41,12 @@ pub struct Params {
     pub slack: Duration,
     /// Bound on a client finishing after the scenario ends.
     pub hang_bound: Duration,
+    /// Critical sections a row runs on for (past `duration` and the
+    /// recovery time) until it has seen them, up to `max_duration`: the
+    /// row's statistical power.
+    pub min_sections: usize,
+    /// The longest a row runs on to reach `min_sections`.
+    pub max_duration: Duration,
 }
 
 impl Params {
@@ -52,9 +58,11 @@ impl Params {
             fault_at: Duration::from_millis(1500),
             lock_clients: 4,
             counter_clients: 2,
-            keys: 2,
+            keys: 4,
             slack: Duration::from_millis(100),
             hang_bound: Duration::from_secs(15),
+            min_sections: 500,
+            max_duration: Duration::from_secs(40),
         }
     }
 
@@ -64,6 +72,7 @@ impl Params {
             ttl: Duration::from_millis(200),
             duration: Duration::from_secs(3),
             fault_at: Duration::from_millis(800),
+            min_sections: 0,
             ..Params::full()
         }
     }
@@ -86,6 +95,7 @@ impl Params {
             fault_at: self.fault_at.mul_f64(scale),
             slack: self.slack.mul_f64(scale),
             hang_bound: self.hang_bound.mul_f64(scale),
+            max_duration: self.max_duration.mul_f64(scale),
             ..self.clone()
         }
     }
@@ -93,6 +103,23 @@ impl Params {
     /// Acquisitions must resume within this after a fault heals: 20 × TTL.
     pub fn recovery_bound(&self) -> Duration {
         self.ttl * 20
+    }
+
+    /// Keeps a row running (moves `stop` later) until `count()` reaches
+    /// `min_sections` or the row has run `max_duration` from `begin`.
+    pub(crate) async fn run_on_for_power(&self, begin: Instant, stop: &AtomicI64, count: impl Fn() -> usize) {
+        let until = begin + self.max_duration;
+        let ahead = i64::try_from(self.ttl.as_micros()).unwrap_or(i64::MAX);
+        loop {
+            let stop_at = stop.load(Ordering::SeqCst);
+            if count() >= self.min_sections || Instant::now() >= until {
+                return;
+            }
+            if clock::now().saturating_add(ahead) > stop_at {
+                stop.fetch_max(clock::now().saturating_add(ahead), Ordering::SeqCst);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     fn fault_len(&self) -> Duration {
@@ -678,6 +705,7 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
             stop: stop.clone(),
             stall: if i == 0 { stall.clone() } else { None },
             control: sc.backend == Backend::Control,
+            long_until: clock::at(begin + p.fault_at + p.ttl * 2 + p.ttl * 3),
             in_body: if i == 0 {
                 first_in_body.clone()
             } else {
@@ -753,6 +781,7 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
         let after = i64::try_from((p.ttl * 6).as_micros()).unwrap_or(i64::MAX);
         stop.fetch_max(healed.saturating_add(after), Ordering::SeqCst);
     }
+    p.run_on_for_power(begin, &stop, || log.bodies()).await;
     let stop_at = begin + Duration::from_micros(u64::try_from(stop.load(Ordering::SeqCst) - span_start).unwrap_or(0));
     tokio::time::sleep_until(stop_at).await;
     let mut hangs = 0;

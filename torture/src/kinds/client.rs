@@ -105,6 +105,11 @@ impl Holds {
         self.lock().push(h);
     }
 
+    /// How many holds have been recorded so far.
+    pub fn count(&self) -> usize {
+        self.lock().len()
+    }
+
     /// A copy of every hold.
     pub fn snapshot(&self) -> Vec<Hold> {
         self.lock().clone()
@@ -211,6 +216,9 @@ pub struct KindClient {
     pub stall: Option<Arc<Stall>>,
     /// Set while inside a hold.
     pub in_body: Arc<AtomicBool>,
+    /// Until then (run clock, µs) client 0 keeps long holds (see
+    /// `crate::client::LockClient::long_until`).
+    pub long_until: i64,
     /// Writes, errors, fault windows, runtime lags.
     pub log: Arc<Log>,
     /// Where holds go.
@@ -312,18 +320,28 @@ impl KindClient {
         })
     }
 
+    /// Whether this is client 0 while the fault is due or pending.
+    fn victim(&self) -> bool {
+        self.id == 0 && (clock::now() < self.long_until || self.stall.as_ref().is_some_and(|s| s.is_requested()))
+    }
+
     /// How long to hold, and the pause before the next attempt.
     fn timing(&self, rng: &mut fastrand::Rng) -> (Duration, Duration) {
         let ttl = self.options.ttl;
         match self.role {
-            // Readers overlap one another with no gap: from the first grant
-            // on, some reader is nearly always inside.
-            Role::Reader => (ttl.mul_f64(0.5 + rng.f64()), Duration::ZERO),
-            // Writers come back after one to two TTLs: most of the time the
-            // lock is read-held, and each writer arrives among readers.
-            Role::Writer => (ttl.mul_f64(0.1 + rng.f64() * 0.4), ttl.mul_f64(1.0 + rng.f64())),
-            // Hold times from 0.1 to 2.5 TTL (many need the renewer).
-            _ => (ttl.mul_f64(0.1 + rng.f64() * 2.4), ttl.mul_f64(rng.f64() * 0.2)),
+            // Readers overlap one another with no gap: some reader is
+            // nearly always inside. Short reads, with one in ten of 0.5–1.5
+            // TTL (renewed).
+            Role::Reader if rng.f64() < 0.1 => (ttl.mul_f64(0.5 + rng.f64()), Duration::ZERO),
+            Role::Reader => (Duration::from_micros(rng.u64(2_000..30_000)), Duration::ZERO),
+            // Client 0 (the writer the faults aim at) comes back after one
+            // to two TTLs: each time it arrives among readers.
+            Role::Writer if self.victim() => (ttl.mul_f64(0.1 + rng.f64() * 0.4), ttl.mul_f64(1.0 + rng.f64())),
+            // Client 0 of the other kinds: hold times from 0.1 to 2.5 TTL
+            // (many need the renewer).
+            _ if self.victim() => (ttl.mul_f64(0.1 + rng.f64() * 2.4), ttl.mul_f64(rng.f64() * 0.2)),
+            // The others: mostly short holds, so that a row sees hundreds.
+            _ => crate::client::volume_timing(rng, ttl),
         }
     }
 

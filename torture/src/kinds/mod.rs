@@ -258,6 +258,7 @@ pub async fn run_row(row: KindRow, idx: usize, seed: u64, p: &Params) -> BoxResu
             seed: seed ^ (0x9e37_79b9_7f4a_7c15_u64.wrapping_mul(i as u64 + 1)),
             stop: stop.clone(),
             stall: if i == 0 { stall.clone() } else { None },
+            long_until: clock::at(begin + p.fault_at + p.ttl * 2 + p.ttl * 3),
             in_body: if i == 0 {
                 first_in_body.clone()
             } else {
@@ -297,6 +298,7 @@ pub async fn run_row(row: KindRow, idx: usize, seed: u64, p: &Params) -> BoxResu
         let after = i64::try_from((p.ttl * 6).as_micros()).unwrap_or(i64::MAX);
         stop.fetch_max(healed.saturating_add(after), Ordering::SeqCst);
     }
+    p.run_on_for_power(begin, &stop, || holds.count()).await;
     let stop_at = begin + Duration::from_micros(u64::try_from(stop.load(Ordering::SeqCst) - span_start).unwrap_or(0));
     tokio::time::sleep_until(stop_at).await;
     let mut hangs = 0;
@@ -359,9 +361,15 @@ pub fn markdown(outcomes: &[KindOutcome], p: &Params) -> String {
     let _ = writeln!(
         md,
         "Each row: five or six clients of one kind, each with its own runtime, backend and manager, TTL {} ms, \
-         for {:.1} s plus recovery; the fault as in the table above. The checker checks the kind's own claim:\n",
+         for {:.1} s plus recovery, then on until the row has seen {} holds (at most {:.0} s in all); the fault as \
+         in the table above. Client 0 is the one the faults aim at: until the fault is over it holds for 0.1–2.5 × \
+         TTL (a writer: 0.1–0.5 × TTL, back after 1–2 TTL); the others, and client 0 after the fault, hold mostly \
+         for 2–30 ms, one hold in twenty for 1–2.5 × TTL (a reader: one in ten for 0.5–1.5 × TTL; renewed). The checker \
+         checks the kind's own claim:\n",
         p.ttl.as_millis(),
-        p.duration.as_secs_f64()
+        p.duration.as_secs_f64(),
+        p.min_sections,
+        p.max_duration.as_secs_f64()
     );
     let _ = writeln!(
         md,
@@ -403,6 +411,18 @@ pub fn markdown(outcomes: &[KindOutcome], p: &Params) -> String {
             c.recovery,
             c.claim,
             c.result
+        );
+    }
+    if let Some(fewest) = outcomes
+        .iter()
+        .filter(|o| matches!(o.row.scenario.claim, Claim::Safe | Claim::Fenced))
+        .min_by_key(|o| o.kind.holds)
+    {
+        let _ = writeln!(
+            md,
+            "\nFewest holds in a claimed-safe row: {} ({}).",
+            fewest.kind.holds,
+            fewest.row.label()
         );
     }
     md
