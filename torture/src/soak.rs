@@ -1,7 +1,7 @@
 //! `--soak DURATION`: steady contention plus periodic faults on every
 //! backend in turn, sampling what a leak would make grow — this process's
-//! resident memory and open file descriptors, the servers' connected
-//! clients, key count and script cache — and failing when one keeps growing.
+//! resident memory and open file descriptors, the servers' connections,
+//! keys (and leases) and script cache — and failing when one keeps growing.
 //!
 //! Growth is judged on the samples after a warm-up (the first quarter):
 //! the mean of the last third against the mean of the first third, beyond a
@@ -102,21 +102,73 @@ fn open_fds() -> f64 {
     std::fs::read_dir("/proc/self/fd").map_or(0.0, |d| d.count() as f64)
 }
 
-/// Connected clients, keys and cached scripts, summed over the servers.
-async fn server_counts(env: &Env) -> Option<(f64, f64, f64)> {
-    let servers = env.servers();
-    if servers.is_empty() {
-        return None;
+/// What the servers hold, summed over them: connections, keys, and cached
+/// scripts where the server has a script cache.
+struct ServerCounts {
+    connections: f64,
+    keys: f64,
+    scripts: Option<f64>,
+}
+
+/// The servers' counts: Redis-family servers from INFO and DBSIZE;
+/// PostgreSQL's client backends (`pg_stat_activity`, the sampling psql
+/// among them) and the rows of its lock, queue and value tables; etcd's
+/// open file descriptors per member (its client connections among them)
+/// and its keys plus leases. None when a server does not answer (paused).
+async fn server_counts(env: &Env) -> Option<ServerCounts> {
+    match env {
+        Env::Pg { server, .. } => {
+            let out = server
+                .psql(
+                    "SELECT (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend') \
+                     || ' ' || (SELECT count(*) FROM verrou.locks) + (SELECT count(*) FROM verrou.queue) \
+                     + (SELECT count(*) FROM verrou.kv)",
+                )
+                .await
+                .ok()?;
+            let mut figures = out.split_whitespace().map(|f| f.parse::<f64>().ok());
+            Some(ServerCounts {
+                connections: figures.next()??,
+                keys: figures.next()??,
+                scripts: None,
+            })
+        }
+        Env::Etcd(cluster) => {
+            let (mut fds, mut keys) = (0.0, 0.0);
+            for i in 0..cluster.len() {
+                let c = cluster.member_counts(i).await.ok()?;
+                fds += c.open_fds;
+                // Every member holds the same keyspace: one member's count.
+                if i == 0 {
+                    keys = (c.keys + c.leases) as f64;
+                }
+            }
+            Some(ServerCounts {
+                connections: fds,
+                keys,
+                scripts: None,
+            })
+        }
+        _ => {
+            let servers = env.servers();
+            if servers.is_empty() {
+                return None;
+            }
+            let (mut connections, mut keys, mut scripts) = (0.0, 0.0, 0.0);
+            for s in servers {
+                let info = s.info("clients").await.ok()?;
+                connections += info.get("connected_clients")?.parse::<f64>().ok()?;
+                let memory = s.info("memory").await.ok()?;
+                scripts += memory.get("number_of_cached_scripts")?.parse::<f64>().ok()?;
+                keys += s.cmd(&["DBSIZE"]).await.ok()?.as_int()? as f64;
+            }
+            Some(ServerCounts {
+                connections,
+                keys,
+                scripts: Some(scripts),
+            })
+        }
     }
-    let (mut clients, mut keys, mut scripts) = (0.0, 0.0, 0.0);
-    for s in servers {
-        let info = s.info("clients").await.ok()?;
-        clients += info.get("connected_clients")?.parse::<f64>().ok()?;
-        let memory = s.info("memory").await.ok()?;
-        scripts += memory.get("number_of_cached_scripts")?.parse::<f64>().ok()?;
-        keys += s.cmd(&["DBSIZE"]).await.ok()?.as_int()? as f64;
-    }
-    Some((clients, keys, scripts))
 }
 
 /// One backend's scenario: the topology and the periodic fault.
@@ -183,7 +235,13 @@ async fn soak_backend(backend: Backend, length: Duration, p: &Params) -> BoxResu
         _ => 4.0,
     };
     let mut fds = Series::new("client open fds", "", fd_tolerance);
-    let mut conns = Series::new("server connected_clients", "", 2.0);
+    let mut conns = match backend {
+        // Each member's descriptors move with its clients' reconnections
+        // after a leader change, as the client's do.
+        Backend::Etcd => Series::new("server open fds (3 members)", "", (CLIENTS * 3) as f64),
+        Backend::Postgres => Series::new("server client backends", "", 2.0),
+        _ => Series::new("server connected_clients", "", 2.0),
+    };
     let mut keys_n = Series::new("server keys", "", (KEYS * 2) as f64);
     let mut scripts = Series::new("server cached scripts", "", 2.0);
     let log = Log::default();
@@ -194,10 +252,12 @@ async fn soak_backend(backend: Backend, length: Duration, p: &Params) -> BoxResu
         let t = begin.elapsed().as_secs_f64();
         rss.points.push((t, rss_mib()));
         fds.points.push((t, open_fds()));
-        if let Some((c, k, s)) = server_counts(&env).await {
-            conns.points.push((t, c));
-            keys_n.points.push((t, k));
-            scripts.points.push((t, s));
+        if let Some(c) = server_counts(&env).await {
+            conns.points.push((t, c.connections));
+            keys_n.points.push((t, c.keys));
+            if let Some(n) = c.scripts {
+                scripts.points.push((t, n));
+            }
         }
         if sc.fault.injects() && Instant::now() >= next_fault {
             run::inject(&mut env, &sc, p, &log, None, 0).await?;
@@ -265,8 +325,10 @@ pub async fn soak(total: Duration, out: &Path, only: Option<&str>) -> BoxResult<
          a fault every fifth of that, at least 10 TTLs apart (server paused 3×TTL; one Redlock node paused; \
          etcd's leader paused, with etcd's 1 s TTL floor), sampled every {} ms after {WARM_UP_TTLS} TTLs of unsampled load. \
          A resource grows when the mean of the last third of the samples (after a quarter of warm-up) exceeds \
-         the first third's by more than its tolerance. The server columns are sampled on the Redis-family \
-         servers (INFO, DBSIZE); postgres and etcd rows sample the client.\n\n\
+         the first third's by more than its tolerance. The server rows: Redis-family servers' INFO \
+         (connected clients, cached scripts) and DBSIZE; PostgreSQL's client backends (`pg_stat_activity`, the \
+         sampling psql among them) and rows of its lock, queue and value tables; etcd's open file descriptors \
+         summed over the members (client connections among them) and its keys plus leases.\n\n\
          | backend | resource | after warm-up → last | growth | tolerance | slope / min | result |\n|---|---|---|---|---|---|---|\n",
         humantime::format_duration(total),
         share.as_secs_f64(),

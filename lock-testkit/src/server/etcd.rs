@@ -401,6 +401,52 @@ impl EtcdCluster {
         ids.iter().position(|id| id.as_deref() == Some(leader.as_str()))
     }
 
+    /// What member `i` reports about itself: its open file descriptors (the
+    /// `process_open_fds` metric: client connections among them), and the
+    /// keys and leases it holds (count-only range over every key; lease
+    /// list), for a soak to watch.
+    ///
+    /// # Errors
+    /// [`HarnessError::NotRunning`] when the member is paused or stopped;
+    /// the gateway's errors; [`HarnessError::Reply`] when an answer lacks
+    /// the figure.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn member_counts(&self, i: usize) -> HarnessResult<MemberCounts> {
+        let m = &self.members[i];
+        if m.lock().paused || !self.is_running(i) {
+            return Err(HarnessError::NotRunning { port: m.client_port });
+        }
+        let missing = |what: &str, text: &str| HarnessError::Reply {
+            command: format!("reading {what} from etcd member {i}"),
+            message: format!("not in {}", text.trim()),
+        };
+        let metrics = http(m.client_port, "GET", "/metrics", "").await?;
+        let open_fds = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("process_open_fds "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .ok_or_else(|| missing("process_open_fds", "the metrics"))?;
+        // Every key: from "\0" to "\0" (base64 "AA=="), counted only.
+        let range = http(
+            m.client_port,
+            "POST",
+            "/v3/kv/range",
+            r#"{"key":"AA==","range_end":"AA==","count_only":true}"#,
+        )
+        .await?;
+        // An empty keyspace leaves the zero count out of the answer.
+        let keys =
+            json_field(&range, "count").map_or(Ok(0), |c| c.parse::<u64>().map_err(|_| missing("count", &range)))?;
+        let leases = http(m.client_port, "POST", "/v3/lease/leases", "{}").await?;
+        Ok(MemberCounts {
+            open_fds,
+            keys,
+            leases: leases.matches("\"ID\"").count() as u64,
+        })
+    }
+
     /// SIGKILL member `i` (its data stays for [`EtcdCluster::restart`]).
     ///
     /// # Errors
@@ -515,6 +561,17 @@ fn kill_member(m: &Member) -> HarnessResult<()> {
         .wait()
         .map_err(|e| HarnessError::io(format!("reaping etcd member {} (pid {pid})", m.name), e))?;
     Ok(())
+}
+
+/// What one etcd member reports (see [`EtcdCluster::member_counts`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MemberCounts {
+    /// The member process's open file descriptors.
+    pub open_fds: f64,
+    /// Keys in its keyspace.
+    pub keys: u64,
+    /// Leases it knows.
+    pub leases: u64,
 }
 
 /// One HTTP/1.1 request to etcd's JSON gateway; the body of the answer.

@@ -70,7 +70,7 @@ mod text;
 mod topology;
 
 pub use error::{HarnessError, HarnessResult};
-pub use etcd::{ETCD_BIN_ENV, ETCD_START_TIMEOUT, EtcdCluster, etcd_binary};
+pub use etcd::{ETCD_BIN_ENV, ETCD_START_TIMEOUT, EtcdCluster, MemberCounts, etcd_binary};
 pub use monitor::Monitor;
 pub use netns::{NET_REDIS_PORT, NETNS_PREFIX, Network, clean_stale_namespaces, netem_available, netns_prerequisites};
 pub use netns_cluster::NetCluster;
