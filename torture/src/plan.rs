@@ -83,6 +83,11 @@ pub enum Fault {
     /// The same with `ReplicaAck` (WAIT 1) on acquires, renewals and
     /// versioned writes.
     ClusterSplitAck,
+    /// Redis Cluster failover: the master of the row's slot (every key of
+    /// the row shares one) SIGSTOPped until the others have promoted its
+    /// replica, then 3 × TTL more; resumed, it rejoins as a replica.
+    /// With `ReplicaAck` (WAIT 1).
+    ClusterMasterPausedAck,
     /// PostgreSQL: the primary SIGKILLed, its synchronous standby promoted,
     /// clients moved to it.
     SyncStandbyPromoted,
@@ -120,6 +125,7 @@ impl Fault {
             Fault::RedlockPartition(n) => format!("netns-redlock-client-and-{n}-nodes-partitioned"),
             Fault::ClusterSplit => "netns-cluster-split-brain".into(),
             Fault::ClusterSplitAck => "netns-cluster-split-brain-replica-ack".into(),
+            Fault::ClusterMasterPausedAck => "netns-cluster-master-paused-replica-ack".into(),
             Fault::SyncStandbyPromoted => "failover-sync-standby".into(),
             Fault::AsyncStandbyPromoted => "failover-async-standby".into(),
             Fault::LeaderKill => "leader-kill-restart".into(),
@@ -165,6 +171,10 @@ impl fmt::Display for Fault {
             Fault::ClusterSplitAck => write!(
                 f,
                 "a master and two clients in the minority until its replica is promoted; ReplicaAck(1) (netns)"
+            ),
+            Fault::ClusterMasterPausedAck => write!(
+                f,
+                "the keys' master paused until its replica is promoted, then resumed; ReplicaAck(1) (netns)"
             ),
             Fault::SyncStandbyPromoted => write!(f, "primary killed, synchronous standby promoted"),
             Fault::AsyncStandbyPromoted => write!(
@@ -364,7 +374,7 @@ pub fn quick() -> Vec<Scenario> {
         row(Backend::Postgres, Topology::Pair, SyncStandbyPromoted, Safe, ""),
     ]
     .into_iter()
-    .chain(crate::netrows::rows())
+    .chain(crate::netrows::quick_rows())
     .collect()
 }
 

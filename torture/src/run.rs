@@ -597,7 +597,11 @@ pub(crate) async fn inject(
             return Ok(());
         }
         (
-            Fault::ClientPartitioned | Fault::RedlockPartition(_) | Fault::ClusterSplit | Fault::ClusterSplitAck,
+            Fault::ClientPartitioned
+            | Fault::RedlockPartition(_)
+            | Fault::ClusterSplit
+            | Fault::ClusterSplitAck
+            | Fault::ClusterMasterPausedAck,
             Env::Net(n),
         ) => {
             return n.inject(sc, p, log).await;
@@ -675,9 +679,20 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
     let clients = p.lock_clients + p.counter_clients;
     let mut env = setup(&sc, clients, ext).await?;
     let prefix = format!("verrou-torture:{seed:016x}:{idx}");
+    // On a cluster every key of the row shares one slot (a hash tag), so
+    // that a fault on that slot's master meets every holder and the counter.
+    let prefix = if sc.topology == Topology::NetCluster {
+        format!("{{{prefix}}}")
+    } else {
+        prefix
+    };
     let keys = Arc::new((0..p.keys).map(|k| format!("{prefix}:lock{k}")).collect::<Vec<_>>());
     let counter = format!("{prefix}:counter");
-    let ack = matches!(sc.fault, Fault::FailoverAck | Fault::ClusterSplitAck).then(|| ReplicaAck::new(1, p.ttl / 2));
+    let ack = matches!(
+        sc.fault,
+        Fault::FailoverAck | Fault::ClusterSplitAck | Fault::ClusterMasterPausedAck
+    )
+    .then(|| ReplicaAck::new(1, p.ttl / 2));
     let options = LockOptions::with_ttl(p.ttl)
         .acquire_timeout(p.ttl * 6)
         .op_timeout(p.ttl / 2);
