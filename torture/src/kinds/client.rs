@@ -175,8 +175,16 @@ pub async fn build_kinds(spec: &Spec, timeout: Duration) -> lock_core::Result<Ki
                 .build()
                 .await?,
         ),
-        // Redlock has no kinds; a backend new to this module gets its arm
-        // here (then one line in `kinds::full`).
+        Spec::Etcd { endpoints } => every_kind(
+            lock_etcd::EtcdBackend::builder(endpoints.split(',').map(str::to_owned))
+                .connect_timeout(timeout)
+                .request_timeout(timeout)
+                .build()
+                .await?,
+        ),
+        // Redlock has no kinds (its kind traits answer Unsupported); a
+        // backend new to this module gets its arm here (then one line in
+        // `kinds::full`).
         _ => {
             return Err(Error::Unsupported {
                 backend: "this torture spec".into(),

@@ -184,6 +184,7 @@ pub fn full() -> Vec<KindRow> {
     plan.extend(rows(Backend::Postgres, Topology::Single, &[None, Pause, Stall]));
     plan.extend(rows(Backend::Lua, Topology::Pair, &[FailoverAck, Failover]));
     plan.extend(rows(Backend::Tair, Topology::Pair, &[FailoverAck]));
+    plan.extend(rows(Backend::Etcd, Topology::Three, &[None, LeaderPause, Stall]));
     plan
 }
 
@@ -225,6 +226,8 @@ pub struct KindOutcome {
 /// Setting up its servers or clients failed.
 pub async fn run_row(row: KindRow, idx: usize, seed: u64, p: &Params) -> BoxResult<KindOutcome> {
     let sc = row.scenario;
+    let scaled = p.for_backend(sc.backend);
+    let p = &scaled;
     let log = Arc::new(Log::default());
     let holds = Arc::new(Holds::default());
     let roles = row.kind.roles();
