@@ -17,6 +17,7 @@
 mod backends;
 mod chart;
 mod check;
+mod child;
 mod client;
 mod clock;
 mod kinds;
@@ -24,6 +25,7 @@ mod linearize;
 mod netrows;
 mod plan;
 mod probe;
+mod process;
 mod record;
 mod report;
 mod run;
@@ -121,6 +123,10 @@ fn repo_root() -> PathBuf {
 }
 
 fn main() -> ExitCode {
+    // A client process of a process row (hidden: the run starts these).
+    if std::env::args().nth(1).as_deref() == Some(child::FLAG) {
+        return child::main();
+    }
     let args = match parse_args(std::env::args().skip(1)) {
         Ok(a) => a,
         Err(e) => {
@@ -305,6 +311,7 @@ async fn main_async(args: Args) -> BoxResult<bool> {
         }
     }
     let mut md = report::markdown(&outcomes, &params, seed, &command, &svgs);
+    md.push_str(&process::markdown());
     if !kind_outcomes.is_empty() {
         md.push_str(&kinds::markdown(&kind_outcomes, &params));
     }
