@@ -1,7 +1,8 @@
 //! verrou-torture: independent clients contend on a few keys while faults
 //! are injected (server pause, kill and restart with or without data,
 //! network blackhole, a client's runtime stalled past its TTL, failover,
-//! Redlock node loss); a checker records every critical section on one
+//! Redlock node loss; with clients as OS processes: the holder killed with
+//! `kill -9` or stopped with SIGSTOP, see `process`); a checker records every critical section on one
 //! monotonic clock and checks exclusion, fencing, loss signals, liveness and
 //! the linearizability of concurrent versioned updates. Writes SAFETY.md and
 //! one SVG timeline per fault kind.
@@ -55,7 +56,8 @@ usage: verrou-torture [--quick] [--seed N] [--out DIR] [--only TEXT] [--url URL 
   --only TEXT    run only the rows whose backend or fault name contains TEXT (with --quick,
                  also the rows kept out of CI, e.g. --quick --only etcd); the lock kinds' rows
                  match on 'kinds/<kind> <backend> <fault>' (e.g. --only kinds/,
-                 --only kinds/read-write, --only 'kinds/election tair')
+                 --only kinds/read-write, --only 'kinds/election tair'); the client-process rows
+                 match on process-holder (--only process-holder-killed, --only process-holder-stopped)
   --url URL      check your own deployment (client-side faults only: no fault, one
                  client's connections blackholed, one client's runtime stalled);
                  keys are prefixed verrou-torture:<seed>:

@@ -531,7 +531,10 @@ pub async fn run_with(launcher: &Launcher, sc: Scenario, idx: usize, seed: u64, 
     let begin = Instant::now();
     let span_start = clock::at(begin);
     let planned_stop = begin + p.duration;
-    let mut stop = clock::at(planned_stop);
+    let mut stop = Stop {
+        at: clock::at(planned_stop),
+        ttl: us_i(p.ttl),
+    };
     let mut procs = Procs(Vec::with_capacity(clients));
     for i in 0..clients {
         let wire = WireBackend::from_spec(&env.spec(sc.backend, env.url(i), None))
@@ -557,7 +560,7 @@ pub async fn run_with(launcher: &Launcher, sc: Scenario, idx: usize, seed: u64, 
             parent,
             client: i,
             seed,
-            stop,
+            stop: stop.at,
             backend: wire,
             role,
         };
@@ -578,17 +581,14 @@ pub async fn run_with(launcher: &Launcher, sc: Scenario, idx: usize, seed: u64, 
             let give_up = withdraw_at + p.fault_len() * 2;
             let mut withdrawn = false;
             while log.healed_at().is_none() && Instant::now() < give_up {
-                if !shared.stopping.load(Ordering::SeqCst) && !withdrawn {
-                    if Instant::now() >= withdraw_at {
+                if !withdrawn {
+                    if !shared.stopping.load(Ordering::SeqCst) && Instant::now() >= withdraw_at {
                         procs.send_all(&Down::Withdraw);
                         withdrawn = true;
                     } else {
-                        stop = stop.max(clock::now().saturating_add(us_i(p.ttl)));
+                        stop.keep_ahead(&procs);
                     }
-                } else if !withdrawn {
-                    stop = stop.max(clock::now().saturating_add(us_i(p.ttl)));
                 }
-                procs.send_all(&Down::Stop { at: stop });
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
@@ -596,10 +596,9 @@ pub async fn run_with(launcher: &Launcher, sc: Scenario, idx: usize, seed: u64, 
     }
     // Run on for a while after the fault healed, so that recovery is seen.
     if let Some(healed) = log.healed_at() {
-        stop = stop.max(healed.saturating_add(us_i(p.ttl * 6)));
+        stop.at_least(healed.saturating_add(us_i(p.ttl * 6)), &procs);
     }
-    procs.send_all(&Down::Stop { at: stop });
-    let stop_at = begin + Duration::from_micros(u64::try_from(stop - span_start).unwrap_or(0));
+    let stop_at = begin + Duration::from_micros(u64::try_from(stop.at - span_start).unwrap_or(0));
     tokio::time::sleep_until(stop_at).await;
     let mut hangs = 0;
     let mut killed_ended = None;
@@ -682,6 +681,32 @@ fn ms(us: i64) -> String {
     format!("{:.0} ms", us as f64 / 1000.0)
 }
 
+/// The clients' stop time (run clock, µs), moved later while a fault is
+/// under way and sent to every child when it moves (a few lines per TTL:
+/// a stopped child's pipe never fills).
+struct Stop {
+    at: i64,
+    ttl: i64,
+}
+
+impl Stop {
+    /// Keep the stop at least a TTL ahead of now (moved two TTLs at a time).
+    fn keep_ahead(&mut self, procs: &Procs) {
+        let now = clock::now();
+        if self.at < now.saturating_add(self.ttl) {
+            self.at_least(now.saturating_add(self.ttl.saturating_mul(2)), procs);
+        }
+    }
+
+    /// Move the stop to `at` if that is later.
+    fn at_least(&mut self, at: i64, procs: &Procs) {
+        if at > self.at {
+            self.at = at;
+            procs.send_all(&Down::Stop { at });
+        }
+    }
+}
+
 /// What the kill hit.
 #[derive(Debug, Clone, Copy)]
 struct Killed {
@@ -694,7 +719,7 @@ struct Killed {
 /// renewed (its renewals stop mid-lease), else any holder of key 0, else
 /// any holder; gives up after 10 × TTL (the fault is then missing). The
 /// clients run on meanwhile.
-async fn kill_holder(procs: &Procs, shared: &Shared, p: &Params, stop: &mut i64) -> Option<Killed> {
+async fn kill_holder(procs: &Procs, shared: &Shared, p: &Params, stop: &mut Stop) -> Option<Killed> {
     let t0 = Instant::now();
     let (prefer_renewed, prefer_hot, give_up) = (t0 + p.ttl * 4, t0 + p.ttl * 8, t0 + p.ttl * 10);
     let lock_clients = p.lock_clients;
@@ -725,8 +750,7 @@ async fn kill_holder(procs: &Procs, shared: &Shared, p: &Params, stop: &mut i64)
         if now >= give_up {
             return None;
         }
-        *stop = (*stop).max(clock::now().saturating_add(us_i(p.ttl)));
-        procs.send_all(&Down::Stop { at: *stop });
+        stop.keep_ahead(procs);
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
