@@ -45,7 +45,7 @@ use crate::check;
 use crate::child::{ChildSpec, Down, FLAG, Role, Up, WireBackend};
 use crate::clock;
 use crate::plan::{Backend, Claim, Fault, Scenario, Topology};
-use crate::record::{Body, Log};
+use crate::record::{Body, Log, Snapshot};
 use crate::run::{self, Outcome, Params};
 
 /// Whether a fault is a process row's (run by [`run`], not the thread driver).
@@ -500,11 +500,20 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params) -> BoxResult<O
     run_with(&Launcher::this_binary()?, sc, idx, seed, p).await
 }
 
-/// Run one process row, starting the clients with `launcher`.
+/// Run one process row, starting the clients with `launcher`; its note
+/// goes to SAFETY.md's *Client processes* section.
 ///
 /// # Errors
 /// Setting up its servers or clients failed.
 pub async fn run_with(launcher: &Launcher, sc: Scenario, idx: usize, seed: u64, p: &Params) -> BoxResult<Outcome> {
+    let (outcome, note) = run_row(launcher, sc, idx, seed, p).await?;
+    let row = format!("{} · {} · {}", sc.backend.label(), sc.topology.label(), sc.fault);
+    lock(&NOTES).push(format!("{row}: {note}"));
+    Ok(outcome)
+}
+
+/// Run one process row: its outcome, and what the fault hit (the note).
+async fn run_row(launcher: &Launcher, sc: Scenario, idx: usize, seed: u64, p: &Params) -> BoxResult<(Outcome, String)> {
     let scaled = p.for_backend(sc.backend);
     let p = &scaled;
     let log = Arc::new(Log::default());
@@ -632,49 +641,66 @@ pub async fn run_with(launcher: &Launcher, sc: Scenario, idx: usize, seed: u64, 
     let snapshot = log.snapshot();
     let measured = check::measure(&snapshot, p.bounds(), true, final_value, hangs);
     let mut violations = run::judge(&sc, &measured);
-    let row = format!("{} · {} · {}", sc.backend.label(), sc.topology.label(), sc.fault);
-    match (sc.fault, note) {
+    let text = match (sc.fault, note) {
         (Fault::ProcessKilled, Some(k)) => {
             let (text, late) = kill_note(&k, killed_ended, &snapshot.bodies, p);
             violations.extend(late);
-            lock(&NOTES).push(format!("{row}: {text}"));
+            text
         }
-        (Fault::ProcessStopped, _) => {
-            let stopped = snapshot.bodies.iter().find(|b| b.stalled);
-            let text = match (stopped, snapshot.windows.first()) {
-                (Some(b), Some(w)) => {
-                    let writes: Vec<_> = snapshot
-                        .writes
-                        .iter()
-                        .filter(|x| x.client == b.client && x.body_start == b.start && x.at >= w.to)
-                        .collect();
-                    let rejected = writes.iter().filter(|x| !x.accepted).count();
-                    format!(
-                        "client {}'s process stopped {} into its section on key {} for {} (SIGSTOP to SIGCONT); \
-                         its lease's local deadline passed {} into the stop; after resuming it wrote {} time(s), \
-                         {rejected} rejected by the fenced resource",
-                        b.client,
-                        ms(w.from - b.start),
-                        b.key,
-                        ms(w.to - w.from),
-                        ms(b.deadline - w.from),
-                        writes.len()
-                    )
-                }
-                _ => "the stop was not injected (client 0 had no section)".to_owned(),
-            };
-            lock(&NOTES).push(format!("{row}: {text}"));
-        }
-        _ => lock(&NOTES).push(format!("{row}: no holder of the hot key to kill")),
-    }
-    Ok(Outcome {
+        (Fault::ProcessStopped, _) => stop_note(&snapshot),
+        _ => "no holder of the hot key to kill".to_owned(),
+    };
+    let outcome = Outcome {
         scenario: sc,
         seed,
         measured,
         violations,
         snapshot,
         span: (span_start, span_end),
-    })
+    };
+    Ok((outcome, text))
+}
+
+/// What the stop hit: where, how long, whether another client took the key
+/// meanwhile, and what became of the writes after it.
+fn stop_note(s: &Snapshot) -> String {
+    let (Some(b), Some(w)) = (s.bodies.iter().find(|b| b.stalled), s.windows.first()) else {
+        return "the stop was not injected (client 0 had no section)".to_owned();
+    };
+    let writes: Vec<_> = s
+        .writes
+        .iter()
+        .filter(|x| x.client == b.client && x.body_start == b.start && x.at >= w.to)
+        .collect();
+    let rejected = writes.iter().filter(|x| !x.accepted).count();
+    let taken = s
+        .bodies
+        .iter()
+        .filter(|x| x.key == b.key && x.client != b.client && x.start > b.start && x.start < w.to)
+        .map(|x| (x.start, x.client))
+        .min();
+    let taken = match taken {
+        Some((start, client)) => format!(
+            "client {client} took key {} {} into the stop",
+            b.key,
+            ms(start - w.from)
+        ),
+        None => format!(
+            "no other client took key {} meanwhile (nothing it wrote was stale)",
+            b.key
+        ),
+    };
+    format!(
+        "client {}'s process stopped {} into its section on key {} for {} (SIGSTOP to SIGCONT); its lease's local \
+         deadline passed {} into the stop; {taken}; after resuming it wrote {} time(s), {rejected} rejected by the \
+         fenced resource",
+        b.client,
+        ms(w.from - b.start),
+        b.key,
+        ms(w.to - w.from),
+        ms(b.deadline - w.from),
+        writes.len()
+    )
 }
 
 fn ms(us: i64) -> String {
@@ -853,10 +879,8 @@ mod tests {
     async fn killing_the_holder_process_keeps_exclusion_and_the_others_take_the_key() {
         clock::init();
         let sc = row(Backend::Lua, Topology::Single, Fault::ProcessKilled, Claim::Safe, "");
-        let o = run_with(&launcher(), sc, 0, 7, &Params::quick())
-            .await
-            .expect("row ran");
-        assert!(o.violations.is_empty(), "violations: {:?}", o.violations);
+        let (o, note) = run_row(&launcher(), sc, 0, 7, &Params::quick()).await.expect("row ran");
+        assert!(o.violations.is_empty(), "violations: {:?}; {note}", o.violations);
         assert_eq!(o.measured.overlaps, 0);
         assert_eq!(o.measured.hangs, 0);
         assert!(o.measured.acquisitions > 0);
@@ -865,8 +889,23 @@ mod tests {
         // started the section it belongs to.
         assert!(o.snapshot.writes.iter().all(|w| w.at >= w.body_start));
         assert!(o.snapshot.bodies.iter().any(|b| b.client != 0) && o.snapshot.updates.len() > 10);
-        let note = lock(&NOTES).last().cloned().unwrap_or_default();
         assert!(note.contains("killed client"), "{note}");
         assert!(note.contains("next taken by client"), "{note}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stopped_holder_process_is_resumed_and_fencing_holds() {
+        clock::init();
+        let sc = row(Backend::Lua, Topology::Single, Fault::ProcessStopped, Claim::Fenced, "");
+        let (o, note) = run_row(&launcher(), sc, 1, 11, &Params::quick())
+            .await
+            .expect("row ran");
+        assert!(o.violations.is_empty(), "violations: {:?}; {note}", o.violations);
+        assert_eq!((o.measured.stale_accepted, o.measured.hangs), (0, 0));
+        assert!(
+            o.snapshot.bodies.iter().any(|b| b.stalled),
+            "the stop was injected: {note}"
+        );
+        assert!(note.contains("(SIGSTOP to SIGCONT)"), "{note}");
     }
 }
