@@ -875,6 +875,29 @@ mod tests {
         }
     }
 
+    fn outcome(fault: Fault) -> Outcome {
+        Outcome {
+            scenario: row(Backend::Lua, Topology::Single, fault, Claim::Safe, ""),
+            seed: 0,
+            measured: check::Measured::default(),
+            violations: Vec::new(),
+            snapshot: Snapshot::default(),
+            span: (0, 0),
+        }
+    }
+
+    #[test]
+    fn safety_md_says_where_the_clients_run() {
+        let p = Params::quick();
+        let threads = crate::report::markdown(&[outcome(Fault::Pause)], &p, 1, "cmd", &[]);
+        assert!(threads.contains("all in the torture process, contend"), "{threads}");
+        assert!(!threads.contains("client process"), "{threads}");
+        let both = [outcome(Fault::Pause), outcome(Fault::ProcessKilled)];
+        let md = crate::report::markdown(&both, &p, 1, "cmd", &[]);
+        assert!(md.contains("each client is instead its own OS process"), "{md}");
+        assert!(md.contains("A client process killed inside its section"), "{md}");
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn killing_the_holder_process_keeps_exclusion_and_the_others_take_the_key() {
         clock::init();

@@ -156,11 +156,22 @@ pub fn markdown(outcomes: &[Outcome], p: &Params, seed: u64, command: &str, svgs
         p.fault_at.as_secs_f64()
     );
     let _ = writeln!(md, "## Columns\n");
+    let (killed_section, or_process, killed_recovery, and_stop, or_stopped) = if processes {
+        (
+            " A client process killed inside its section: the section counts, ending (for every check) at its \
+             lease's local deadline as last reported (a dead process writes nothing more).",
+            " (or, in a process row, whole process)",
+            " For a killed client process, from the kill (its lease expires on the server on its own: the other \
+             clients must take its key within 20 × TTL of its local deadline, see *Client processes*).",
+            " (and a process row's stop)",
+            " (or stopped)",
+        )
+    } else {
+        ("", "", "", "", "")
+    };
     let _ = writeln!(
         md,
-        "- **acquisitions**: critical sections that ran (cancelled: stopped by `with_lock` on a loss signal). \
-         A client process killed inside its section: the section counts, ending (for every check) at its lease's \
-         local deadline as last reported (a dead process writes nothing more).\n\
+        "- **acquisitions**: critical sections that ran (cancelled: stopped by `with_lock` on a loss signal).{killed_section}\n\
          - **overlaps**: pairs of critical sections of different holders of one key that overlap while *both* are \
          inside their validity windows (from the body's start to the guard's local deadline). The safety claim: 0.\n\
          - **stale writes accepted / rejected**: writes made after a newer holder of the key had started; the \
@@ -173,19 +184,17 @@ pub fn markdown(outcomes: &[Outcome], p: &Params, seed: u64, command: &str, svgs
          *excused*: sections that ended past deadline + slack by no more than their runtime's scheduling delay \
          after the deadline (the loss timer runs on that runtime, so it was as late). A section late on a \
          runtime that was not kept waiting (an idle machine, or a runtime blocked by its own code) is always \
-         counted. A holder whose whole runtime (or, in a process row, whole process) is stopped by the injected \
+         counted. A holder whose whole runtime{or_process} is stopped by the injected \
          stall cannot be told: those are counted apart (*stalled holder*).\n\
          - **linearizable**: the counter history checked against an atomic register incremented by `update` \
          (every acknowledged increment returns the value it wrote, which forces the order; outcome-unknown \
          increments may fill gaps), and the final value within [acknowledged, acknowledged + unknown].\n\
          - **recovery**: from the fault healing to the next critical section; the bound is 20 × TTL. Every client \
-         must finish within {} s of the row's end (no hang). For a killed client process, from the kill (its lease \
-         expires on the server on its own: the other clients must take its key within 20 × TTL of its local \
-         deadline, see *Client processes*). The stall (and a process row's stop) lands in the stalled client's next critical \
+         must finish within {} s of the row's end (no hang).{killed_recovery} The stall{and_stop} lands in the stalled client's next critical \
          section: while it has none the row runs on, up to 20 × TTL past its planned end; *fault not injected* \
          means it had none by then.\n\
          - **claim**: what the README says. *claimed safe*: every check above must pass. *claimed safe with \
-         fencing*: a stalled (or stopped) holder runs past its deadline (no library can interrupt a stopped process), so its \
+         fencing*: a stalled{or_stopped} holder runs past its deadline (no library can interrupt a stopped process), so its \
          section overlaps the next holder's; every stale write must be rejected. *documented unsafe*: measured, \
          not required.\n",
         p.slack.as_millis(),
