@@ -16,7 +16,8 @@
 //!   the key again (after the lease expires on the server) within 20 × TTL
 //!   of that deadline; nothing may hang.
 //! - [`Fault::ProcessStopped`]: client 0 stops its whole process (SIGSTOP,
-//!   raised inside its next section, on the hot key when it gets it) and
+//!   raised inside its section on the hot key: the parent asks while client
+//!   0 holds it, when that comes within 10 × TTL; else in its next one) and
 //!   this process resumes it (SIGCONT) 3 × TTL later; the resumed section
 //!   writes at once, before anything else runs, as a program resuming from
 //!   a pause would. Like the thread rows' stall: claimed safe with fencing.
@@ -483,7 +484,8 @@ pub fn markdown() -> String {
          within 4 × TTL): its renewals stop, its sockets close with it; its section ends at its lease's last \
          reported local deadline, and the other clients must take the key within 20 × TTL of that deadline. \
          *Stopped*: client 0 stops its own process (SIGSTOP: every thread, its renewer and loss timer too) inside \
-         its next section and the torture process resumes it (SIGCONT) 3 × TTL later; it then writes at once, as a \
+         its section on the hot key (asked while it holds it, when that comes within 10 × TTL; else in its next \
+         section) and the torture process resumes it (SIGCONT) 3 × TTL later; it then writes at once, as a \
          program resuming from a pause would. What each fault hit:\n\n",
     );
     for n in notes.iter() {
@@ -580,6 +582,15 @@ async fn run_row(launcher: &Launcher, sc: Scenario, idx: usize, seed: u64, p: &P
     match sc.fault {
         Fault::ProcessKilled => note = kill_holder(&procs, &shared, p, &mut stop).await,
         Fault::ProcessStopped => {
+            // Ask while client 0 holds the hot key (waiting at most 10 ×
+            // TTL), so that the stop most often lands in that section, where
+            // the other clients wait: the stale writes after it are then
+            // there to be rejected.
+            let hot_until = Instant::now() + p.ttl * 10;
+            while Instant::now() < hot_until && lock(&shared.open).get(&0).is_none_or(|o| o.key != 0) {
+                stop.keep_ahead(&procs);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
             if let Some(c0) = procs.0.first() {
                 c0.send(&Down::Stall);
             }
