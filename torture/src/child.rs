@@ -121,8 +121,9 @@ pub enum Role {
         acquire_timeout_us: u64,
         /// Per-operation timeout, µs.
         op_timeout_us: u64,
-        /// This client stops its own process inside its next section when
-        /// the parent asks ([`Down::Stall`]); the parent resumes it.
+        /// This client stops its own process inside its section when the
+        /// parent asks ([`Down::Stall`]; in its next one if none is open);
+        /// the parent resumes it.
         stall: bool,
     },
     /// A counter client ([`CounterClient`]).
@@ -198,6 +199,12 @@ pub enum Up {
     /// The child is about to stop itself (SIGSTOP) inside a section; the
     /// parent resumes it (SIGCONT) after the stall's length.
     Stopping,
+    /// The answer to [`Down::Withdraw`].
+    Withdrawn {
+        /// True: the request was withdrawn before it started; false: the
+        /// stall is running or done (or none was requested).
+        withdrawn: bool,
+    },
     /// The client's loop finished.
     Done,
 }
@@ -455,8 +462,9 @@ fn read_parent(
                 }
             }
             Ok(Down::Withdraw) => {
-                if let Some(s) = stall {
-                    s.withdraw();
+                let withdrawn = stall.is_some_and(Stall::withdraw);
+                if let Some(sink) = SINK.get() {
+                    sink.send(&Up::Withdrawn { withdrawn });
                 }
             }
             Ok(Down::Written { accepted }) => {

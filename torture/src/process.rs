@@ -15,12 +15,12 @@
 //!   and a dead process writes nothing more. The other clients must take
 //!   the key again (after the lease expires on the server) within 20 × TTL
 //!   of that deadline; nothing may hang.
-//! - [`Fault::ProcessStopped`]: client 0 stops its whole process (SIGSTOP,
-//!   raised inside its section on the hot key: the parent asks while client
-//!   0 holds it, when that comes within 10 × TTL; else in its next one) and
-//!   this process resumes it (SIGCONT) 3 × TTL later; the resumed section
-//!   writes at once, before anything else runs, as a program resuming from
-//!   a pause would. Like the thread rows' stall: claimed safe with fencing.
+//! - [`Fault::ProcessStopped`]: the process holding the hot key stops
+//!   itself (SIGSTOP, raised inside that section when this process asks it
+//!   to: see [`stop_holder`]) and this process resumes it (SIGCONT) 3 × TTL
+//!   later; the resumed section writes at once, before anything else runs,
+//!   as a program resuming from a pause would. Like the thread rows' stall:
+//!   claimed safe with fencing.
 //!
 //! Children never outlive this process: each is spawned from the thread
 //! that reads it (alive until the child is reaped) with `PR_SET_PDEATHSIG`
@@ -168,6 +168,8 @@ struct Shared {
     stop_len: Duration,
     /// A child announced its stop.
     stopping: AtomicBool,
+    /// The last answer to a withdrawal: (client, withdrawn).
+    withdrawn: Mutex<Option<(usize, bool)>>,
 }
 
 /// One client process.
@@ -401,6 +403,7 @@ fn read_child(
             Up::Lag(l) => log.lag(l),
             Up::Error { kind } => log.error(kind),
             Up::Stopping => resume_later(client, pid, shared, exited),
+            Up::Withdrawn { withdrawn } => *lock(&shared.withdrawn) = Some((client, withdrawn)),
             Up::Done => ended.finished = true,
         }
     }
@@ -483,9 +486,9 @@ pub fn markdown() -> String {
          the hot key is sent SIGKILL inside its section (one whose lease was renewed at least once, when one comes \
          within 4 × TTL): its renewals stop, its sockets close with it; its section ends at its lease's last \
          reported local deadline, and the other clients must take the key within 20 × TTL of that deadline. \
-         *Stopped*: client 0 stops its own process (SIGSTOP: every thread, its renewer and loss timer too) inside \
-         its section on the hot key (asked while it holds it, when that comes within 10 × TTL; else in its next \
-         section) and the torture process resumes it (SIGCONT) 3 × TTL later; it then writes at once, as a \
+         *Stopped*: the client holding the hot key stops its own process (SIGSTOP: every thread, its renewer and \
+         loss timer too) inside that section, asked by the torture process (if the section ends first, the next \
+         holder is asked), and the torture process resumes it (SIGCONT) 3 × TTL later; it then writes at once, as a \
          program resuming from a pause would. What each fault hit:\n\n",
     );
     for n in notes.iter() {
@@ -538,6 +541,7 @@ async fn run_row(launcher: &Launcher, sc: Scenario, idx: usize, seed: u64, p: &P
         open: Mutex::new(HashMap::new()),
         stop_len: p.fault_len(),
         stopping: AtomicBool::new(false),
+        withdrawn: Mutex::new(None),
     });
     let begin = Instant::now();
     let span_start = clock::at(begin);
@@ -556,7 +560,7 @@ async fn run_row(launcher: &Launcher, sc: Scenario, idx: usize, seed: u64, p: &P
                 ttl_us: us(p.ttl),
                 acquire_timeout_us: us(p.ttl * 6),
                 op_timeout_us: us(p.ttl / 2),
-                stall: i == 0 && sc.fault == Fault::ProcessStopped,
+                stall: sc.fault == Fault::ProcessStopped,
             };
             (role, seed ^ (0x9e37_79b9_7f4a_7c15_u64.wrapping_mul(i as u64 + 1)))
         } else {
@@ -582,32 +586,17 @@ async fn run_row(launcher: &Launcher, sc: Scenario, idx: usize, seed: u64, p: &P
     match sc.fault {
         Fault::ProcessKilled => note = kill_holder(&procs, &shared, p, &mut stop).await,
         Fault::ProcessStopped => {
-            // Ask while client 0 holds the hot key (waiting at most 10 ×
-            // TTL), so that the stop most often lands in that section, where
-            // the other clients wait: the stale writes after it are then
-            // there to be rejected.
-            let hot_until = Instant::now() + p.ttl * 10;
-            while Instant::now() < hot_until && lock(&shared.open).get(&0).is_none_or(|o| o.key != 0) {
-                stop.keep_ahead(&procs);
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            if let Some(c0) = procs.0.first() {
-                c0.send(&Down::Stall);
-            }
-            // The stall lands in client 0's next section; while it has none
-            // the row runs on, up to the recovery bound past its planned
-            // end; then the request is withdrawn (one in progress completes).
+            // The stop lands in the hot key's holder's section (asked while
+            // it holds the key; if that section ends first the request is
+            // withdrawn after 2 × TTL and the next holder asked), up to the
+            // recovery bound past the planned end; a stop in progress is
+            // waited for (it ends within its length).
             let withdraw_at = planned_stop + p.recovery_bound();
+            stop_holder(&procs, &shared, p, &mut stop, withdraw_at).await;
             let give_up = withdraw_at + p.fault_len() * 2;
-            let mut withdrawn = false;
             while log.healed_at().is_none() && Instant::now() < give_up {
-                if !withdrawn {
-                    if !shared.stopping.load(Ordering::SeqCst) && Instant::now() >= withdraw_at {
-                        procs.send_all(&Down::Withdraw);
-                        withdrawn = true;
-                    } else {
-                        stop.keep_ahead(&procs);
-                    }
+                if shared.stopping.load(Ordering::SeqCst) {
+                    stop.keep_ahead(&procs);
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
@@ -676,7 +665,7 @@ async fn run_row(launcher: &Launcher, sc: Scenario, idx: usize, seed: u64, p: &P
 /// meanwhile, and what became of the writes after it.
 fn stop_note(s: &Snapshot) -> String {
     let (Some(b), Some(w)) = (s.bodies.iter().find(|b| b.stalled), s.windows.first()) else {
-        return "the stop was not injected (client 0 had no section)".to_owned();
+        return "the stop was not injected (no holder of the hot key stopped)".to_owned();
     };
     let writes: Vec<_> = s
         .writes
@@ -789,6 +778,52 @@ async fn kill_holder(procs: &Procs, shared: &Shared, p: &Params, stop: &mut Stop
         }
         stop.keep_ahead(procs);
         tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Ask the hot key's holder to stop its process, until one does (or
+/// `until`): a holder that has not stopped within 2 × TTL (its section ended
+/// first) is withdrawn, and the next holder asked. The clients run on
+/// meanwhile.
+async fn stop_holder(procs: &Procs, shared: &Shared, p: &Params, stop: &mut Stop, until: Instant) {
+    let stopping = || shared.stopping.load(Ordering::SeqCst);
+    while !stopping() && Instant::now() < until {
+        let holder = lock(&shared.open)
+            .iter()
+            .find(|(c, o)| **c < p.lock_clients && o.key == 0)
+            .map(|(c, _)| *c);
+        let Some(proc) = holder.and_then(|c| procs.0.iter().find(|x| x.client == c)) else {
+            stop.keep_ahead(procs);
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            continue;
+        };
+        *lock(&shared.withdrawn) = None;
+        proc.send(&Down::Stall);
+        let asked = Instant::now();
+        while !stopping() && Instant::now() < asked + p.ttl * 2 {
+            stop.keep_ahead(procs);
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        if stopping() {
+            return;
+        }
+        proc.send(&Down::Withdraw);
+        let asked = Instant::now();
+        let answer = loop {
+            let answer = *lock(&shared.withdrawn);
+            match answer {
+                Some((c, withdrawn)) if c == proc.client => break Some(withdrawn),
+                _ if Instant::now() >= asked + p.ttl * 5 => break None,
+                _ => {}
+            }
+            stop.keep_ahead(procs);
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        };
+        if answer != Some(true) {
+            // Started after all (its stop is announced), or no answer (its
+            // process is gone or stuck): ask no one else.
+            return;
+        }
     }
 }
 
