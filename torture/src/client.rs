@@ -1,7 +1,8 @@
 //! Independent clients, each on its own OS thread with its own
 //! current-thread tokio runtime, its own `LockManager` and its own backend
 //! connections: a stall of one client's runtime (the GC-pause fault) stalls
-//! its renewer too, exactly as it would in a separate process.
+//! its renewer too, exactly as it would in a separate process. The process
+//! rows run the same loops in real separate processes (`crate::child`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering};
