@@ -1,7 +1,8 @@
 //! Independent clients, each on its own OS thread with its own
 //! current-thread tokio runtime, its own `LockManager` and its own backend
 //! connections: a stall of one client's runtime (the GC-pause fault) stalls
-//! its renewer too, exactly as it would in a separate process.
+//! its renewer too, exactly as it would in a separate process. The process
+//! rows run the same loops in real separate processes (`crate::child`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering};
@@ -23,6 +24,9 @@ use crate::record::{Body, Log, UpdateOp, UpdateOutcome};
 pub struct Stall {
     state: AtomicU8,
     duration: Duration,
+    /// How the world stops: the thread sleeps (the default), or a client
+    /// process stops itself (`crate::child`).
+    pause: fn(Duration),
 }
 
 const IDLE: u8 = 0;
@@ -33,9 +37,16 @@ const DONE: u8 = 3;
 impl Stall {
     /// A stall of `duration`, not yet requested.
     pub fn new(duration: Duration) -> Arc<Self> {
+        Stall::with_pause(duration, std::thread::sleep)
+    }
+
+    /// A stall of `duration` performed by `pause` (a client process stops
+    /// itself and its parent resumes it; see `crate::child`).
+    pub fn with_pause(duration: Duration, pause: fn(Duration)) -> Arc<Self> {
         Arc::new(Stall {
             state: AtomicU8::new(IDLE),
             duration,
+            pause,
         })
     }
 
@@ -276,6 +287,9 @@ impl LockClient {
         };
         let start = open.body.start;
         let _inside = InBody::enter(&self.in_body);
+        // In a client process: the run's process follows this lease's
+        // deadline (a killed holder's section ends there).
+        let _watch = crate::child::DeadlineWatch::start(self.id, key, start, open.lease.as_ref());
         self.log.write(self.id, key, start, fence);
         let until = Instant::now() + hold;
         loop {
@@ -286,7 +300,7 @@ impl LockClient {
                 // runtime are frozen too. Then write at once, with no await
                 // in between, as a program resuming from a GC pause would.
                 let from = clock::now();
-                std::thread::sleep(stall.duration);
+                (stall.pause)(stall.duration);
                 self.log.window(from, clock::now());
                 stall.finish();
                 open.body.stalled = true;

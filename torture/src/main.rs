@@ -1,7 +1,8 @@
 //! verrou-torture: independent clients contend on a few keys while faults
 //! are injected (server pause, kill and restart with or without data,
 //! network blackhole, a client's runtime stalled past its TTL, failover,
-//! Redlock node loss); a checker records every critical section on one
+//! Redlock node loss; with clients as OS processes: the holder killed with
+//! `kill -9` or stopped with SIGSTOP, see `process`); a checker records every critical section on one
 //! monotonic clock and checks exclusion, fencing, loss signals, liveness and
 //! the linearizability of concurrent versioned updates. Writes SAFETY.md and
 //! one SVG timeline per fault kind.
@@ -17,6 +18,7 @@
 mod backends;
 mod chart;
 mod check;
+mod child;
 mod client;
 mod clock;
 mod kinds;
@@ -24,6 +26,7 @@ mod linearize;
 mod netrows;
 mod plan;
 mod probe;
+mod process;
 mod record;
 mod report;
 mod run;
@@ -53,7 +56,8 @@ usage: verrou-torture [--quick] [--seed N] [--out DIR] [--only TEXT] [--url URL 
   --only TEXT    run only the rows whose backend or fault name contains TEXT (with --quick,
                  also the rows kept out of CI, e.g. --quick --only etcd); the lock kinds' rows
                  match on 'kinds/<kind> <backend> <fault>' (e.g. --only kinds/,
-                 --only kinds/read-write, --only 'kinds/election tair')
+                 --only kinds/read-write, --only 'kinds/election tair'); the client-process rows
+                 match on process-holder (--only process-holder-killed, --only process-holder-stopped)
   --url URL      check your own deployment (client-side faults only: no fault, one
                  client's connections blackholed, one client's runtime stalled);
                  keys are prefixed verrou-torture:<seed>:
@@ -121,6 +125,10 @@ fn repo_root() -> PathBuf {
 }
 
 fn main() -> ExitCode {
+    // A client process of a process row (hidden: the run starts these).
+    if std::env::args().nth(1).as_deref() == Some(child::FLAG) {
+        return child::main();
+    }
     let args = match parse_args(std::env::args().skip(1)) {
         Ok(a) => a,
         Err(e) => {
@@ -305,6 +313,7 @@ async fn main_async(args: Args) -> BoxResult<bool> {
         }
     }
     let mut md = report::markdown(&outcomes, &params, seed, &command, &svgs);
+    md.push_str(&process::markdown());
     if !kind_outcomes.is_empty() {
         md.push_str(&kinds::markdown(&kind_outcomes, &params));
     }

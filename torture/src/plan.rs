@@ -102,6 +102,12 @@ pub enum Fault {
     /// Client 0's only etcd member (member 0: the leader or a follower)
     /// partitioned away from the other two for 3 × TTL.
     Partition,
+    /// Client processes: the process holding the hot key SIGKILLed inside
+    /// its critical section (`crate::process`).
+    ProcessKilled,
+    /// Client processes: client 0's whole process stopped (SIGSTOP) inside
+    /// its critical section for 3 × TTL, then resumed (SIGCONT).
+    ProcessStopped,
 }
 
 impl Fault {
@@ -131,6 +137,8 @@ impl Fault {
             Fault::LeaderKill => "leader-kill-restart".into(),
             Fault::LeaderPause => "leader-pause".into(),
             Fault::Partition => "member-partitioned".into(),
+            Fault::ProcessKilled => "process-holder-killed".into(),
+            Fault::ProcessStopped => "process-holder-stopped".into(),
         }
     }
 
@@ -184,6 +192,14 @@ impl fmt::Display for Fault {
             Fault::LeaderKill => write!(f, "leader killed, restarted with its data a TTL later"),
             Fault::LeaderPause => write!(f, "leader paused 3×TTL"),
             Fault::Partition => write!(f, "client 0's member partitioned from the other two 3×TTL"),
+            Fault::ProcessKilled => write!(
+                f,
+                "client processes: the hot key's holder killed (kill -9) inside its critical section"
+            ),
+            Fault::ProcessStopped => write!(
+                f,
+                "client processes: the holder's whole process stopped (SIGSTOP) 3×TTL, then SIGCONT"
+            ),
         }
     }
 }
@@ -352,6 +368,7 @@ pub fn full() -> Vec<Scenario> {
             "Redlock issues no fencing token: a stalled holder's writes reach the resource",
         ),
     ]);
+    plan.extend(crate::process::rows());
     plan
 }
 
@@ -375,6 +392,7 @@ pub fn quick() -> Vec<Scenario> {
     ]
     .into_iter()
     .chain(crate::netrows::quick_rows())
+    .chain(crate::process::quick_rows())
     .collect()
 }
 
@@ -419,7 +437,9 @@ fn etcd_rows() -> Vec<Scenario> {
 /// Rows the quick run adds only when `--only` asks for them (`--quick
 /// --only etcd`): each etcd fault once (TTL 1 s, longer rows: not in CI).
 pub fn quick_on_request() -> Vec<Scenario> {
-    etcd_rows()
+    let mut plan = etcd_rows();
+    plan.extend(crate::process::quick_on_request());
+    plan
 }
 
 /// Client-side faults against the user's deployment.

@@ -2,10 +2,12 @@
 //! [`crate::clock`].
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde::{Deserialize, Serialize};
 
 /// One critical section (a `with_lock` body, or an unlocked one in control mode).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Body {
     /// Client index.
     pub client: usize,
@@ -50,7 +52,7 @@ pub struct Write {
 }
 
 /// Outcome of one `update` call of the versioned store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum UpdateOutcome {
     /// Acknowledged: the increment wrote this value.
     Ok(u64),
@@ -61,7 +63,7 @@ pub enum UpdateOutcome {
 }
 
 /// One `update` (increment) of the shared counter.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct UpdateOp {
     /// Invocation time.
     pub inv: i64,
@@ -72,7 +74,7 @@ pub struct UpdateOp {
 }
 
 /// A fault window, as injected.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Window {
     /// Start.
     pub from: i64,
@@ -83,7 +85,7 @@ pub struct Window {
 /// A late wake-up of a client runtime's probe: the runtime did not run
 /// between `due` and `woke`, for `queued` of it because the scheduler kept
 /// its thread off the CPU.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct Lag {
     /// Client index (whose runtime).
     pub client: usize,
@@ -102,9 +104,28 @@ impl Lag {
     }
 }
 
+/// Where a client process sends its records: to the run's process, which
+/// keeps the one log and the one fenced resource (see `crate::child`).
+pub trait Forward: Send + Sync + std::fmt::Debug {
+    /// A finished or cancelled body.
+    fn body(&self, b: &Body);
+    /// A write to the fenced resource, decided by the run's process: whether it was accepted.
+    fn write(&self, client: usize, key: usize, body_start: i64, fence: Option<u64>) -> bool;
+    /// An `update`.
+    fn update(&self, op: &UpdateOp);
+    /// A fault window.
+    fn window(&self, from: i64, to: i64);
+    /// A late probe wake-up.
+    fn lag(&self, l: &Lag);
+    /// An error, by kind.
+    fn error(&self, kind: &str);
+}
+
 /// Everything recorded in one scenario.
 #[derive(Debug, Default)]
 pub struct Log {
+    /// In a client process: where every record goes instead (nothing is kept here).
+    forward: Option<Arc<dyn Forward>>,
     bodies: Mutex<Vec<Body>>,
     writes: Mutex<Vec<Write>>,
     updates: Mutex<Vec<UpdateOp>>,
@@ -122,8 +143,19 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Log {
+    /// A log that forwards every record to `to` (a client process's log).
+    pub fn forwarding(to: Arc<dyn Forward>) -> Self {
+        Log {
+            forward: Some(to),
+            ..Log::default()
+        }
+    }
+
     /// Record a finished or cancelled body.
     pub fn body(&self, b: Body) {
+        if let Some(f) = &self.forward {
+            return f.body(&b);
+        }
         lock(&self.bodies).push(b);
     }
 
@@ -136,6 +168,9 @@ impl Log {
     /// the highest it has accepted for that key (no token: always accepted,
     /// the resource cannot tell).
     pub fn write(&self, client: usize, key: usize, body_start: i64, fence: Option<u64>) -> bool {
+        if let Some(f) = &self.forward {
+            return f.write(client, key, body_start, fence);
+        }
         let mut highest = lock(&self.fences);
         let accepted = match fence {
             None => true,
@@ -164,11 +199,17 @@ impl Log {
 
     /// Record an `update`.
     pub fn update(&self, op: UpdateOp) {
+        if let Some(f) = &self.forward {
+            return f.update(&op);
+        }
         lock(&self.updates).push(op);
     }
 
     /// Record a fault window.
     pub fn window(&self, from: i64, to: i64) {
+        if let Some(f) = &self.forward {
+            return f.window(from, to);
+        }
         lock(&self.windows).push(Window { from, to });
     }
 
@@ -179,11 +220,17 @@ impl Log {
 
     /// Record a late wake-up of a runtime probe.
     pub fn lag(&self, l: Lag) {
+        if let Some(f) = &self.forward {
+            return f.lag(&l);
+        }
         lock(&self.lags).push(l);
     }
 
     /// Count an error by kind.
     pub fn error(&self, kind: impl Into<String>) {
+        if let Some(f) = &self.forward {
+            return f.error(&kind.into());
+        }
         *lock(&self.errors).entry(kind.into()).or_insert(0) += 1;
     }
 

@@ -122,11 +122,11 @@ impl Params {
         }
     }
 
-    fn fault_len(&self) -> Duration {
+    pub(crate) fn fault_len(&self) -> Duration {
         self.ttl * 3
     }
 
-    fn bounds(&self) -> Bounds {
+    pub(crate) fn bounds(&self) -> Bounds {
         let us = |d: Duration| i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
         Bounds {
             slack_us: us(self.slack),
@@ -413,7 +413,7 @@ impl Env {
         }
     }
 
-    fn direct_url(&self) -> String {
+    pub(crate) fn direct_url(&self) -> String {
         match self {
             Env::Memory(_) | Env::Five(_) => String::new(),
             Env::Net(_) => crate::netrows::NetEnv::direct_url(),
@@ -645,7 +645,7 @@ async fn wait_for_link(replica: &RedisServer) -> BoxResult<()> {
     }
 }
 
-async fn read_counter(spec: &Spec, key: &str, ttl: Duration, log: &Log) -> Option<u64> {
+pub(crate) async fn read_counter(spec: &Spec, key: &str, ttl: Duration, log: &Log) -> Option<u64> {
     let give_up = Instant::now() + Duration::from_secs(5);
     let mut last = String::new();
     while Instant::now() < give_up {
@@ -673,6 +673,9 @@ async fn read_counter(spec: &Spec, key: &str, ttl: Duration, log: &Log) -> Optio
 /// # Errors
 /// Setting up its servers or clients failed.
 pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&External>) -> BoxResult<Outcome> {
+    if crate::process::handles(sc.fault) {
+        return crate::process::run(sc, idx, seed, p).await;
+    }
     let scaled = p.for_backend(sc.backend);
     let p = &scaled;
     let log = Arc::new(Log::default());
