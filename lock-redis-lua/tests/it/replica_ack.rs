@@ -18,7 +18,7 @@ async fn pair() -> ReplicatedPair {
 }
 
 async fn acked(url: String, ack: ReplicaAck) -> RedisLuaBackend {
-    RedisLuaBackend::builder_url(url)
+    RedisLuaBackend::builder(url)
         .response_timeout(Duration::from_millis(500))
         .fencing(true)
         .replica_ack(ack)

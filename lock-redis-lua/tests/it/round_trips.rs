@@ -83,13 +83,13 @@ async fn lock_ops_are_one_command_each(server: &RedisServer, backend: &RedisLuaB
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_lock_operation_is_one_command() {
     let server = RedisServer::start().await.expect("start");
-    let plain = RedisLuaBackend::builder_url(server.url())
+    let plain = RedisLuaBackend::builder(server.url())
         .release_notifications(false)
         .build()
         .await
         .unwrap();
     lock_ops_are_one_command_each(&server, &plain, "set").await;
-    let fenced = RedisLuaBackend::builder_url(server.url())
+    let fenced = RedisLuaBackend::builder(server.url())
         .fencing(true)
         .release_notifications(false)
         .build()
@@ -108,7 +108,7 @@ async fn without_a_server_version_the_acquire_is_the_script() {
         .start()
         .await
         .expect("start");
-    let backend = RedisLuaBackend::builder_url(server.url())
+    let backend = RedisLuaBackend::builder(server.url())
         .release_notifications(false)
         .build()
         .await
@@ -129,7 +129,7 @@ async fn without_a_server_version_the_acquire_is_the_script() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn update_retries_without_re_reading() {
     let server = RedisServer::start().await.expect("start");
-    let store = RedisLuaBackend::builder_url(server.url())
+    let store = RedisLuaBackend::builder(server.url())
         .release_notifications(false)
         .build()
         .await
