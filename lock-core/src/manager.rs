@@ -365,7 +365,31 @@ impl LockManager {
         Fut: Future<Output = std::result::Result<T, E>>,
         E: From<Error>,
     {
-        self.with_lock(key, body).await?
+        self.try_with_lock_opts(key, &self.inner.options, body).await
+    }
+
+    /// [`LockManager::try_with_lock`] with per-call options (validated).
+    ///
+    /// # Errors
+    ///
+    /// As [`LockManager::try_with_lock`], plus [`Error::InvalidArgument`]
+    /// (converted with `E::from`) for invalid `options`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`LockManager::with_lock`].
+    pub async fn try_with_lock_opts<F, Fut, T, E>(
+        &self,
+        key: &str,
+        options: &LockOptions,
+        body: F,
+    ) -> std::result::Result<T, E>
+    where
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: Future<Output = std::result::Result<T, E>>,
+        E: From<Error>,
+    {
+        self.with_lock_opts(key, options, body).await?
     }
 
     /// `lock` (`wait`) or `try_lock`, in its span: the fast path first,
@@ -412,10 +436,15 @@ impl LockManager {
     }
 
     /// A lock kind's `try_lock`, with its own attempt.
-    pub(crate) async fn try_lock_kind(&self, key: &str, attempt: Option<&dyn Attempt>) -> Result<Option<LockGuard>> {
+    pub(crate) async fn try_lock_kind(
+        &self,
+        key: &str,
+        options: &LockOptions,
+        attempt: Option<&dyn Attempt>,
+    ) -> Result<Option<LockGuard>> {
         let call = Call {
             key,
-            options: self.options(),
+            options,
             wait: false,
             attempt,
             identity: Identity::PerAttempt,
