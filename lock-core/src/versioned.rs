@@ -155,8 +155,10 @@ pub trait VersionedStore: Send + Sync + 'static {
     /// Delete the key only if it is at version `expected`.
     async fn delete(&self, key: &str, expected: u64) -> Result<DeleteOutcome>;
 
-    /// Short backend name, for errors.
-    fn store_name(&self) -> &str;
+    /// Short backend name, used in errors and logs: the same name as the
+    /// backend's [`Capabilities::name`](crate::Capabilities::name) when it
+    /// implements [`LockBackend`](crate::LockBackend) too.
+    fn name(&self) -> &str;
 }
 
 #[async_trait]
@@ -174,8 +176,8 @@ impl<S: VersionedStore + ?Sized> VersionedStore for std::sync::Arc<S> {
     async fn delete(&self, key: &str, expected: u64) -> Result<DeleteOutcome> {
         (**self).delete(key, expected).await
     }
-    fn store_name(&self) -> &str {
-        (**self).store_name()
+    fn name(&self) -> &str {
+        (**self).name()
     }
 }
 

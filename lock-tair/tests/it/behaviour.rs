@@ -78,7 +78,7 @@ impl VersionedStore for CountingStore {
     async fn delete(&self, key: &str, expected: u64) -> Result<DeleteOutcome> {
         self.inner.delete(key, expected).await
     }
-    fn store_name(&self) -> &str {
+    fn name(&self) -> &str {
         "counting-tair"
     }
 }
