@@ -21,7 +21,7 @@ use crate::renewer::{Plan, Renewer};
 /// ```
 /// # async fn demo(backend: impl lock_core::LockBackend) -> lock_core::Result<()> {
 /// use lock_core::LockManager;
-/// let locks = LockManager::new(backend);
+/// let locks = LockManager::new(backend)?;
 /// let guard = locks.lock("orders:42").await?;   // waits up to the acquire timeout
 /// // ... critical section; the lease is renewed in the background ...
 /// guard.release().await?;
@@ -99,19 +99,34 @@ impl std::fmt::Debug for LockManager {
 }
 
 impl LockManager {
-    /// A manager with the default [`LockOptions`].
-    pub fn new(backend: impl LockBackend) -> Self {
-        LockManager {
-            inner: Arc::new(Inner::new(Arc::new(backend), LockOptions::default())),
-        }
+    /// A manager with the default [`LockOptions`]. Every manager
+    /// (this one and each lock kind's) has the same three constructors,
+    /// `new`, `with_options` and `from_arc`, each checking the options
+    /// against the backend and returning a `Result`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the default TTL (30 s) is outside the
+    /// backend's [`Capabilities::min_ttl`](crate::Capabilities::min_ttl) ..=
+    /// [`Capabilities::max_ttl`](crate::Capabilities::max_ttl) (e.g. an etcd
+    /// server whose minimum lease TTL is longer).
+    pub fn new(backend: impl LockBackend) -> Result<Self> {
+        Self::with_options(backend, LockOptions::default())
     }
 
-    /// A manager with custom options (validated).
+    /// A manager with custom options.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for invalid options, or a TTL outside the
+    /// backend's bounds (as [`LockManager::new`]).
     pub fn with_options(backend: impl LockBackend, options: LockOptions) -> Result<Self> {
         Self::from_arc(Arc::new(backend), options)
     }
 
-    /// A manager over a shared backend (validated options).
+    /// A manager over a shared backend (the same `Arc` can back every lock
+    /// kind's manager).
+    ///
+    /// # Errors
+    /// As [`LockManager::with_options`].
     pub fn from_arc(backend: Arc<dyn LockBackend>, options: LockOptions) -> Result<Self> {
         options.validate()?;
         let max_ttl = backend.capabilities().max_ttl;

@@ -11,7 +11,7 @@
 //! use lock_redlock::Redlock;
 //!
 //! let nodes: Vec<Arc<dyn LockBackend>> = (0..3).map(|_| Arc::new(MemoryBackend::new()) as _).collect();
-//! let locks = LockManager::new(Redlock::new(nodes)?);
+//! let locks = LockManager::new(Redlock::new(nodes)?)?;
 //! let guard = locks.lock("invoice:42").await?;
 //! guard.release().await?;
 //! # Ok(()) }

@@ -186,7 +186,7 @@ use wake::Notifications;
 /// # async fn demo() -> lock_core::Result<()> {
 /// use lock_core::{LockManager, VersionedStoreExt};
 /// let backend = lock_tair::TairBackend::connect("redis://127.0.0.1:6379").await?;
-/// let locks = LockManager::new(backend.clone());
+/// let locks = LockManager::new(backend.clone())?;
 /// let guard = locks.lock("invoice:42").await?;
 /// guard.release().await?;
 /// let v = backend.update("counter", |old| {

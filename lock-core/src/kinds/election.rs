@@ -153,7 +153,8 @@ impl ElectionManager {
     /// A manager with the default [`LockOptions`].
     ///
     /// # Errors
-    /// [`Error::Unsupported`] when [`Capabilities::leader_election`] is false.
+    /// [`Error::Unsupported`] when [`Capabilities::leader_election`] is false;
+    /// [`Error::InvalidArgument`] as [`LockManager::new`].
     pub fn new(backend: impl ElectionBackend) -> Result<Self> {
         Self::with_options(backend, LockOptions::default())
     }

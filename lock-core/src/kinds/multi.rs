@@ -159,7 +159,8 @@ impl MultiLockManager {
     /// A manager with the default [`LockOptions`].
     ///
     /// # Errors
-    /// [`Error::Unsupported`] when [`Capabilities::multi_key_locks`] is false.
+    /// [`Error::Unsupported`] when [`Capabilities::multi_key_locks`] is false;
+    /// [`Error::InvalidArgument`] as [`LockManager::new`].
     pub fn new(backend: impl MultiLockBackend) -> Result<Self> {
         Self::with_options(backend, LockOptions::default())
     }

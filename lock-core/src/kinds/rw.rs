@@ -149,7 +149,8 @@ impl RwLockManager {
     /// A manager with the default [`LockOptions`].
     ///
     /// # Errors
-    /// [`Error::Unsupported`] when [`Capabilities::rw_locks`] is false.
+    /// [`Error::Unsupported`] when [`Capabilities::rw_locks`] is false;
+    /// [`Error::InvalidArgument`] as [`LockManager::new`].
     pub fn new(backend: impl RwLockBackend) -> Result<Self> {
         Self::with_options(backend, LockOptions::default())
     }

@@ -236,7 +236,7 @@ impl SemaphoreManager {
     ///
     /// # Errors
     /// [`Error::Unsupported`] when the backend's [`Capabilities::semaphores`]
-    /// is false.
+    /// is false; [`Error::InvalidArgument`] as [`LockManager::new`].
     pub fn new(backend: impl SemaphoreBackend) -> Result<Self> {
         Self::with_options(backend, LockOptions::default())
     }

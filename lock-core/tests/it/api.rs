@@ -67,7 +67,7 @@ async fn update_takes_default_options_and_its_closure_can_decline() {
 #[tokio::test(start_paused = true)]
 async fn opts_variants_take_per_call_options_and_validate_them() {
     let backend = MemoryBackend::new();
-    let locks = LockManager::new(backend);
+    let locks = LockManager::new(backend).expect("manager");
     let quick = LockOptions::with_ttl(Duration::from_secs(5)).acquire_timeout(Duration::from_millis(50));
     let held = locks.lock_opts("k", &quick).await.expect("lock_opts");
     let started = tokio::time::Instant::now();
@@ -105,7 +105,7 @@ impl From<Error> for AppError {
 
 #[tokio::test(start_paused = true)]
 async fn try_with_lock_returns_body_and_lock_errors_as_one_type() {
-    let locks = LockManager::new(MemoryBackend::new());
+    let locks = LockManager::new(MemoryBackend::new()).expect("manager");
     let ok: Result<u32, AppError> = locks.try_with_lock("k", |_| async { Ok(1) }).await;
     assert_eq!(ok, Ok(1));
     let body: Result<u32, AppError> = locks.try_with_lock("k", |_| async { Err(AppError::Body) }).await;
@@ -120,7 +120,7 @@ async fn try_with_lock_returns_body_and_lock_errors_as_one_type() {
 
 #[tokio::test(start_paused = true)]
 async fn try_with_lock_opts_takes_per_call_options() {
-    let locks = LockManager::new(MemoryBackend::new());
+    let locks = LockManager::new(MemoryBackend::new()).expect("manager");
     let quick = LockOptions::with_ttl(Duration::from_secs(5)).acquire_timeout(Duration::from_millis(50));
     let held = locks.lock("k").await.expect("lock");
     let started = tokio::time::Instant::now();
