@@ -141,10 +141,7 @@ mod semaphore;
 mod splits;
 
 pub use lazy::{LAZY_RETRY_MAX, LAZY_RETRY_MIN, LazyNode};
-pub use options::{
-    DEFAULT_DRIFT_FACTOR, DEFAULT_MAX_NODE_TIMEOUT, DEFAULT_MIN_NODE_TIMEOUT, DEFAULT_NODE_TIMEOUT_FACTOR,
-    RedlockOptions,
-};
+pub use options::{DEFAULT_MAX_NODE_TIMEOUT, DEFAULT_MIN_NODE_TIMEOUT, DEFAULT_NODE_TIMEOUT_FACTOR, RedlockOptions};
 
 pub use release::ReleaseReport;
 

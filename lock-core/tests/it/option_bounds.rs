@@ -74,3 +74,63 @@ fn new_checks_the_default_ttl_against_the_backend_like_with_options() {
     let fits = LockOptions::with_ttl(Duration::from_secs(10));
     assert!(LockManager::with_options(ShortTtls(MemoryBackend::new()), fits).is_ok());
 }
+
+/// A memory backend whose grants carry a validity bound (as Redlock's do).
+struct Hinting(MemoryBackend, Duration);
+
+#[async_trait::async_trait]
+impl LockBackend for Hinting {
+    async fn try_acquire(
+        &self,
+        key: &str,
+        token: &lock_core::LockToken,
+        ttl: Duration,
+    ) -> lock_core::Result<lock_core::AcquireOutcome> {
+        Ok(match self.0.try_acquire(key, token, ttl).await? {
+            lock_core::AcquireOutcome::Acquired(lease) => {
+                lock_core::AcquireOutcome::Acquired(lease.with_validity(Some(self.1)))
+            }
+            other => other,
+        })
+    }
+    async fn release(&self, key: &str, token: &lock_core::LockToken) -> lock_core::Result<lock_core::ReleaseOutcome> {
+        self.0.release(key, token).await
+    }
+    async fn renew(
+        &self,
+        key: &str,
+        token: &lock_core::LockToken,
+        ttl: Duration,
+    ) -> lock_core::Result<lock_core::RenewOutcome> {
+        self.0.renew(key, token, ttl).await
+    }
+    fn capabilities(&self) -> lock_core::Capabilities {
+        self.0.capabilities()
+    }
+}
+
+/// One drift allowance, applied by the manager and by a backend that
+/// applies it too: the guard keeps the earlier deadline, so the larger
+/// allowance wins.
+#[tokio::test(start_paused = true)]
+async fn the_guard_keeps_the_earlier_of_the_backend_and_manager_deadlines() {
+    let ttl = Duration::from_secs(10);
+    let options = LockOptions::with_ttl(ttl).renewal(lock_core::Renewal::Manual);
+    // The backend's allowance is larger (1 s): its bound wins.
+    let locks = LockManager::with_options(
+        Hinting(MemoryBackend::new(), ttl - Duration::from_secs(1)),
+        options.clone(),
+    )
+    .expect("manager");
+    let guard = locks.lock("k").await.expect("lock");
+    assert_eq!(guard.deadline() - guard.acquired_at(), ttl - Duration::from_secs(1));
+    // The manager's is larger (0.45 × 10 s + 2 ms): its own bound wins.
+    let wide = options.drift_factor(0.45);
+    let locks = LockManager::with_options(
+        Hinting(MemoryBackend::new(), ttl - Duration::from_secs(1)),
+        wide.clone(),
+    )
+    .expect("manager");
+    let guard = locks.lock("k").await.expect("lock");
+    assert_eq!(guard.deadline() - guard.acquired_at(), ttl - wide.drift(ttl));
+}
