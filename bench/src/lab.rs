@@ -163,7 +163,7 @@ impl Lab {
             Backend::Memory => Ok(Arc::new(self.memory.clone())),
             Backend::RedisLua => Ok(Arc::new(RedisLuaBackend::connect(&self.url()).await?)),
             Backend::RedisLuaQuiet => Ok(Arc::new(
-                RedisLuaBackend::builder_url(self.url())
+                RedisLuaBackend::builder(self.url())
                     .release_notifications(false)
                     .build()
                     .await?,

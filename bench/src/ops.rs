@@ -116,7 +116,7 @@ fn parse_counter(bytes: Option<&[u8]>) -> u64 {
         .unwrap_or(0)
 }
 
-/// verrou's `VersionedStoreExt::update_from` on any store: each task starts
+/// verrou's `VersionedStoreExt::update_from_opts` on any store: each task starts
 /// its next increment from the value its previous one wrote (no read when
 /// nobody else wrote meanwhile; the conflict reply corrects it otherwise).
 pub struct StoreUpdate {
@@ -153,21 +153,22 @@ impl Incrementer for StoreUpdate {
         let written = match start {
             Some(start) => {
                 self.store
-                    .update_from(key, Some(start), &self.options, |old| {
+                    .update_from_opts(key, Some(start), &self.options, |old| {
                         attempts += 1;
-                        (parse_counter(old) + 1).to_string().into_bytes()
+                        Some((parse_counter(old) + 1).to_string().into_bytes())
                     })
                     .await?
             }
-            None => self
-                .store
-                .update_opts(key, &self.options, |old| {
-                    attempts += 1;
-                    Some((parse_counter(old) + 1).to_string().into_bytes())
-                })
-                .await?
-                .ok_or("the increment never declines")?,
-        };
+            None => {
+                self.store
+                    .update_opts(key, &self.options, |old| {
+                        attempts += 1;
+                        Some((parse_counter(old) + 1).to_string().into_bytes())
+                    })
+                    .await?
+            }
+        }
+        .ok_or("the increment never declines")?;
         self.last().insert((task, key.to_owned()), written);
         Ok(attempts)
     }

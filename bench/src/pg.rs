@@ -73,7 +73,7 @@ impl PgLab {
     /// A new backend with its own pool (the schema is created on first use).
     pub async fn backend(&mut self, notifications: bool) -> BoxResult<PostgresBackend> {
         let url = self.url().await?;
-        Ok(PostgresBackend::builder_url(&url)?
+        Ok(PostgresBackend::builder(&url)?
             .release_notifications(notifications)
             .build()
             .await?)

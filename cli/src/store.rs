@@ -81,8 +81,9 @@ pub async fn set(backend: &Backend, args: SetArgs, json: bool) -> Result<u8, Fai
     let store = store(backend)?;
     let current = store.get(&args.key).await?;
     let written = store
-        .update_from(&args.key, current, &options, |_| value.clone())
-        .await?;
+        .update_from_opts(&args.key, current, &options, |_| Some(value.clone()))
+        .await?
+        .ok_or_else(|| Failure::new(SOFTWARE, "the write was declined"))?;
     if json {
         print_json(&json!({"key": args.key, "version": written.version}));
     } else {

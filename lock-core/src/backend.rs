@@ -325,7 +325,9 @@ pub enum RenewOutcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Capabilities {
-    /// Short backend name, used in errors and logs.
+    /// Short backend name, used in errors and logs; the same as
+    /// [`VersionedStore::name`](crate::VersionedStore::name) for a backend
+    /// that implements both.
     pub name: String,
     /// Acquire returns strictly increasing [`FencingToken`]s per key.
     pub fencing_tokens: bool,

@@ -21,7 +21,7 @@ use crate::renewer::{Plan, Renewer};
 /// ```
 /// # async fn demo(backend: impl lock_core::LockBackend) -> lock_core::Result<()> {
 /// use lock_core::LockManager;
-/// let locks = LockManager::new(backend);
+/// let locks = LockManager::new(backend)?;
 /// let guard = locks.lock("orders:42").await?;   // waits up to the acquire timeout
 /// // ... critical section; the lease is renewed in the background ...
 /// guard.release().await?;
@@ -99,19 +99,34 @@ impl std::fmt::Debug for LockManager {
 }
 
 impl LockManager {
-    /// A manager with the default [`LockOptions`].
-    pub fn new(backend: impl LockBackend) -> Self {
-        LockManager {
-            inner: Arc::new(Inner::new(Arc::new(backend), LockOptions::default())),
-        }
+    /// A manager with the default [`LockOptions`]. Every manager
+    /// (this one and each lock kind's) has the same three constructors,
+    /// `new`, `with_options` and `from_arc`, each checking the options
+    /// against the backend and returning a `Result`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the default TTL (30 s) is outside the
+    /// backend's [`Capabilities::min_ttl`](crate::Capabilities::min_ttl) ..=
+    /// [`Capabilities::max_ttl`](crate::Capabilities::max_ttl) (e.g. an etcd
+    /// server whose minimum lease TTL is longer).
+    pub fn new(backend: impl LockBackend) -> Result<Self> {
+        Self::with_options(backend, LockOptions::default())
     }
 
-    /// A manager with custom options (validated).
+    /// A manager with custom options.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for invalid options, or a TTL outside the
+    /// backend's bounds (as [`LockManager::new`]).
     pub fn with_options(backend: impl LockBackend, options: LockOptions) -> Result<Self> {
         Self::from_arc(Arc::new(backend), options)
     }
 
-    /// A manager over a shared backend (validated options).
+    /// A manager over a shared backend (the same `Arc` can back every lock
+    /// kind's manager).
+    ///
+    /// # Errors
+    /// As [`LockManager::with_options`].
     pub fn from_arc(backend: Arc<dyn LockBackend>, options: LockOptions) -> Result<Self> {
         options.validate()?;
         let max_ttl = backend.capabilities().max_ttl;
@@ -365,7 +380,31 @@ impl LockManager {
         Fut: Future<Output = std::result::Result<T, E>>,
         E: From<Error>,
     {
-        self.with_lock(key, body).await?
+        self.try_with_lock_opts(key, &self.inner.options, body).await
+    }
+
+    /// [`LockManager::try_with_lock`] with per-call options (validated).
+    ///
+    /// # Errors
+    ///
+    /// As [`LockManager::try_with_lock`], plus [`Error::InvalidArgument`]
+    /// (converted with `E::from`) for invalid `options`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`LockManager::with_lock`].
+    pub async fn try_with_lock_opts<F, Fut, T, E>(
+        &self,
+        key: &str,
+        options: &LockOptions,
+        body: F,
+    ) -> std::result::Result<T, E>
+    where
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: Future<Output = std::result::Result<T, E>>,
+        E: From<Error>,
+    {
+        self.with_lock_opts(key, options, body).await?
     }
 
     /// `lock` (`wait`) or `try_lock`, in its span: the fast path first,
@@ -412,10 +451,15 @@ impl LockManager {
     }
 
     /// A lock kind's `try_lock`, with its own attempt.
-    pub(crate) async fn try_lock_kind(&self, key: &str, attempt: Option<&dyn Attempt>) -> Result<Option<LockGuard>> {
+    pub(crate) async fn try_lock_kind(
+        &self,
+        key: &str,
+        options: &LockOptions,
+        attempt: Option<&dyn Attempt>,
+    ) -> Result<Option<LockGuard>> {
         let call = Call {
             key,
-            options: self.options(),
+            options,
             wait: false,
             attempt,
             identity: Identity::PerAttempt,

@@ -129,6 +129,12 @@ pub enum Fairness {
 /// at most about this long.
 pub const DEFAULT_CLAIM: Duration = Duration::from_millis(1000);
 
+/// Default clock-drift factor (Redlock, node-redlock, rslock): the allowance
+/// is `ttl × 0.01 + 2 ms` ([`crate::raw::clock_drift`]). The one default of
+/// the one drift allowance: [`LockOptions::drift_factor`] and Redlock's own
+/// `RedlockOptions::drift_factor` start from it.
+pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+
 /// Settings of a [`crate::LockManager`].
 ///
 /// | setting | default | peers |
@@ -150,7 +156,11 @@ pub struct LockOptions {
     pub acquire_timeout: Duration,
     /// Delay between acquire attempts on a held key.
     pub backoff: Backoff,
-    /// Clock-drift allowance as a fraction of the TTL; 2 ms are added.
+    /// Clock-drift allowance as a fraction of the TTL; 2 ms are added
+    /// ([`crate::raw::clock_drift`]; default [`DEFAULT_DRIFT_FACTOR`]). The
+    /// guard's deadline is `sent_at + ttl − drift`. A backend that applies
+    /// the same allowance itself (Redlock, to its quorum's validity) reports
+    /// its bound with the grant, and the guard keeps the earlier deadline.
     pub drift_factor: f64,
     /// Upper bound on a single backend call made by the renewer.
     pub op_timeout: Duration,
@@ -172,7 +182,7 @@ impl LockOptions {
             renewal: Renewal::Auto { interval: ttl / 3 },
             acquire_timeout: Duration::from_secs(10),
             backoff: Backoff::default(),
-            drift_factor: 0.01,
+            drift_factor: DEFAULT_DRIFT_FACTOR,
             op_timeout: Duration::from_secs(2),
             fairness: Fairness::Barging,
         }

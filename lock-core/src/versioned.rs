@@ -155,8 +155,10 @@ pub trait VersionedStore: Send + Sync + 'static {
     /// Delete the key only if it is at version `expected`.
     async fn delete(&self, key: &str, expected: u64) -> Result<DeleteOutcome>;
 
-    /// Short backend name, for errors.
-    fn store_name(&self) -> &str;
+    /// Short backend name, used in errors and logs: the same name as the
+    /// backend's [`Capabilities::name`](crate::Capabilities::name) when it
+    /// implements [`LockBackend`](crate::LockBackend) too.
+    fn name(&self) -> &str;
 }
 
 #[async_trait]
@@ -174,8 +176,8 @@ impl<S: VersionedStore + ?Sized> VersionedStore for std::sync::Arc<S> {
     async fn delete(&self, key: &str, expected: u64) -> Result<DeleteOutcome> {
         (**self).delete(key, expected).await
     }
-    fn store_name(&self) -> &str {
-        (**self).store_name()
+    fn name(&self) -> &str {
+        (**self).name()
     }
 }
 
@@ -267,12 +269,49 @@ pub trait VersionedStoreExt: VersionedStore {
         update_loop(self, key, current, opts, f).await
     }
 
-    /// [`VersionedStoreExt::update_opts`] starting from a value the caller
+    /// [`VersionedStoreExt::update`] starting from a value the caller
     /// already holds (e.g. the result of its previous update) instead of
-    /// reading first, with a closure that always writes: when nobody else
-    /// wrote meanwhile, the update costs exactly one compare-and-set; when
-    /// someone did, the conflict reply carries the fresh value. `None` means
-    /// "believed absent".
+    /// reading first: when nobody else wrote meanwhile, the update costs
+    /// exactly one write (a compare-and-set, or a create from `None`); when
+    /// someone did, the conflict reply carries the fresh value and `f` runs
+    /// again on it. `current: None` means "believed absent". The closure and
+    /// the result are [`VersionedStoreExt::update`]'s; only the start
+    /// differs. [`VersionedStoreExt::update_from_opts`] takes per-call
+    /// options.
+    ///
+    /// # Errors
+    ///
+    /// As [`VersionedStoreExt::update`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`VersionedStoreExt::update`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # async fn demo(store: impl lock_core::VersionedStore) -> lock_core::Result<()> {
+    /// use lock_core::VersionedStoreExt;
+    /// let incr = |old: Option<&[u8]>| {
+    ///     let n: u64 = old.and_then(|b| std::str::from_utf8(b).ok()?.parse().ok()).unwrap_or(0);
+    ///     Some((n + 1).to_string().into_bytes())
+    /// };
+    /// let mut last = store.update("hits", incr).await?;
+    /// for _ in 0..3 {
+    ///     // No read: start from what the previous update wrote.
+    ///     last = store.update_from("hits", last, incr).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    async fn update_from<F>(&self, key: &str, current: Option<Versioned>, f: F) -> Result<Option<Versioned>>
+    where
+        F: FnMut(Option<&[u8]>) -> Option<Vec<u8>> + Send,
+    {
+        self.update_from_opts(key, current, &UpdateOptions::default(), f).await
+    }
+
+    /// [`VersionedStoreExt::update_from`] with per-call options, as
+    /// [`VersionedStoreExt::update_opts`].
     ///
     /// # Errors
     ///
@@ -281,19 +320,17 @@ pub trait VersionedStoreExt: VersionedStore {
     /// # Cancel safety
     ///
     /// As [`VersionedStoreExt::update`].
-    async fn update_from<F>(
+    async fn update_from_opts<F>(
         &self,
         key: &str,
         current: Option<Versioned>,
         opts: &UpdateOptions,
-        mut f: F,
-    ) -> Result<Versioned>
+        f: F,
+    ) -> Result<Option<Versioned>>
     where
-        F: FnMut(Option<&[u8]>) -> Vec<u8> + Send,
+        F: FnMut(Option<&[u8]>) -> Option<Vec<u8>> + Send,
     {
-        update_loop(self, key, current, opts, move |v| Some(f(v)))
-            .await?
-            .ok_or_else(|| Error::invalid("update closure declined to write"))
+        update_loop(self, key, current, opts, f).await
     }
 }
 

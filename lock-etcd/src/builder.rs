@@ -19,7 +19,7 @@ pub struct EtcdBuilder {
     #[cfg(feature = "tls")]
     tls: Option<etcd_client::TlsOptions>,
     namespace: String,
-    request_timeout: Duration,
+    response_timeout: Duration,
     connect_timeout: Duration,
 }
 
@@ -29,13 +29,19 @@ impl std::fmt::Debug for EtcdBuilder {
             .field("endpoints", &self.endpoints)
             .field("user", &self.user.as_ref().map(|(u, _)| u))
             .field("namespace", &self.namespace)
-            .field("request_timeout", &self.request_timeout)
+            .field("response_timeout", &self.response_timeout)
             .finish_non_exhaustive()
     }
 }
 
 /// The namespace keys live under by default.
 pub const DEFAULT_NAMESPACE: &str = "verrou/";
+
+/// Default time to connect to a member.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Default time to wait for the reply to one request.
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl EtcdBuilder {
     /// Members to connect to: `host:port`, `http://host:port` or
@@ -51,8 +57,8 @@ impl EtcdBuilder {
             #[cfg(feature = "tls")]
             tls: None,
             namespace: DEFAULT_NAMESPACE.to_owned(),
-            request_timeout: Duration::from_secs(5),
-            connect_timeout: Duration::from_secs(5),
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
         }
     }
 
@@ -76,13 +82,15 @@ impl EtcdBuilder {
         self
     }
 
-    /// How long one request may take (default 5 s).
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
+    /// Time to wait for the reply to one request (default
+    /// [`DEFAULT_RESPONSE_TIMEOUT`]); the same name as on the other
+    /// backends' builders.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
         self
     }
 
-    /// How long connecting may take (default 5 s).
+    /// Time to connect (default [`DEFAULT_CONNECT_TIMEOUT`]).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -102,11 +110,11 @@ impl EtcdBuilder {
         if self.endpoints.is_empty() {
             return Err(Error::invalid("an etcd backend needs at least one endpoint"));
         }
-        if self.request_timeout.is_zero() || self.connect_timeout.is_zero() {
+        if self.response_timeout.is_zero() || self.connect_timeout.is_zero() {
             return Err(Error::invalid("etcd timeouts must be above zero"));
         }
         let mut opts = ConnectOptions::new()
-            .with_timeout(self.request_timeout)
+            .with_timeout(self.response_timeout)
             .with_connect_timeout(self.connect_timeout)
             .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5));
         if let Some((user, password)) = &self.user {

@@ -73,7 +73,7 @@ use lock_core::{
     AcquireOutcome, Capabilities, Error, FairWaiter, LockBackend, LockToken, ReleaseOutcome, RenewOutcome, Result,
 };
 
-pub use builder::{DEFAULT_NAMESPACE, EtcdBuilder};
+pub use builder::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_NAMESPACE, DEFAULT_RESPONSE_TIMEOUT, EtcdBuilder};
 #[cfg(feature = "tls")]
 pub use etcd_client::{Certificate, Identity, TlsOptions};
 pub use semaphore::GONE_WINDOW;

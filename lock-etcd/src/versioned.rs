@@ -136,7 +136,7 @@ impl VersionedStore for EtcdBackend {
         })
     }
 
-    fn store_name(&self) -> &str {
+    fn name(&self) -> &str {
         crate::error::NAME
     }
 }

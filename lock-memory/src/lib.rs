@@ -498,7 +498,7 @@ impl VersionedStore for MemoryBackend {
         }
     }
 
-    fn store_name(&self) -> &str {
+    fn name(&self) -> &str {
         "memory"
     }
 }

@@ -30,7 +30,7 @@ enum Source {
 /// ```no_run
 /// # async fn demo() -> lock_core::Result<()> {
 /// use lock_postgres::PostgresBackend;
-/// let backend = PostgresBackend::builder_url("postgres://app@db.internal/app")?
+/// let backend = PostgresBackend::builder("postgres://app@db.internal/app")?
 ///     .schema("app_locks")
 ///     .build()
 ///     .await?;

@@ -163,7 +163,7 @@ impl PostgresBackend {
     ///
     /// # Errors
     /// As [`PostgresBuilder::url`].
-    pub fn builder_url(url: &str) -> Result<PostgresBuilder> {
+    pub fn builder(url: &str) -> Result<PostgresBuilder> {
         PostgresBuilder::url(url)
     }
 

@@ -115,7 +115,7 @@ impl VersionedStore for PostgresBackend {
         }
     }
 
-    fn store_name(&self) -> &str {
+    fn name(&self) -> &str {
         BACKEND
     }
 }

@@ -16,12 +16,16 @@ use crate::error::{connect_error, redact_url};
 use crate::notify::Notifier;
 use crate::{Inner, RedisLuaBackend};
 
-/// Default time to open a connection (TCP, TLS, AUTH/HELLO).
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-/// Default time to wait for one reply.
-pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
-/// Default size of the pool of dedicated write + WAIT connections.
-pub const DEFAULT_DEDICATED_POOL_SIZE: usize = 16;
+/// Default time to open a connection (TCP, TLS, AUTH/HELLO): 2 s, as on the
+/// Tair and PostgreSQL backends.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default time to wait for one reply: 2 s, the lock manager's default
+/// `op_timeout` (which bounds every call the manager makes anyway), as on the
+/// Tair and PostgreSQL backends.
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default maximum number of connections dedicated to write + WAIT pairs
+/// (opened on demand; see [`RedisLuaBuilder::ack_connections`]).
+pub const DEFAULT_ACK_CONNECTIONS: usize = 16;
 
 pub use lock_core::{OnShortfall, ReplicaAck};
 
@@ -61,7 +65,7 @@ impl Source {
 /// use std::time::Duration;
 /// use lock_redis_lua::{RedisLuaBackend, ReplicaAck};
 ///
-/// let backend = RedisLuaBackend::builder_url("redis://app:secret@127.0.0.1:6379/0")
+/// let backend = RedisLuaBackend::builder("redis://app:secret@127.0.0.1:6379/0")
 ///     .response_timeout(Duration::from_millis(500))
 ///     .fencing(true)
 ///     .replica_ack(ReplicaAck::new(1, Duration::from_millis(100)))
@@ -78,7 +82,7 @@ pub struct RedisLuaBuilder {
     replica_ack: Option<ReplicaAck>,
     /// `None`: on for standalone URL sources, off for the others.
     release_notifications: Option<bool>,
-    dedicated_pool_size: usize,
+    ack_connections: usize,
     /// PEM CA certificates for TLS; `None`: the platform's roots.
     #[cfg(feature = "tls")]
     tls_root_certs: Option<Vec<u8>>,
@@ -93,7 +97,7 @@ impl std::fmt::Debug for RedisLuaBuilder {
             .field("fencing", &self.fencing)
             .field("replica_ack", &self.replica_ack)
             .field("release_notifications", &self.release_notifications)
-            .field("ack_connections", &self.dedicated_pool_size)
+            .field("ack_connections", &self.ack_connections)
             .finish()
     }
 }
@@ -107,7 +111,7 @@ impl RedisLuaBuilder {
             fencing: false,
             replica_ack: None,
             release_notifications: None,
-            dedicated_pool_size: DEFAULT_DEDICATED_POOL_SIZE,
+            ack_connections: DEFAULT_ACK_CONNECTIONS,
             #[cfg(feature = "tls")]
             tls_root_certs: None,
         }
@@ -148,6 +152,7 @@ impl RedisLuaBuilder {
     /// The application's multiplexed connection, used as is: it cannot be
     /// replaced after an unrecoverable error (use a URL or a pool for that),
     /// and replica acknowledgement is refused (WAIT would stall it).
+    /// The same name as on the Tair builder.
     pub fn connection(conn: MultiplexedConnection) -> Self {
         Self::new(Source::Connection(conn))
     }
@@ -213,9 +218,10 @@ impl RedisLuaBuilder {
 
     /// Maximum number of connections dedicated to write + WAIT pairs, built
     /// from a URL when [`RedisLuaBuilder::replica_ack`] is set (default
-    /// [`DEFAULT_DEDICATED_POOL_SIZE`]). The same name as on the Tair builder.
+    /// [`DEFAULT_ACK_CONNECTIONS`]), opened on demand. The same name as on the
+    /// Tair builder.
     pub fn ack_connections(mut self, n: usize) -> Self {
-        self.dedicated_pool_size = n;
+        self.ack_connections = n;
         self
     }
 
@@ -231,7 +237,7 @@ impl RedisLuaBuilder {
         if self.connect_timeout.is_zero() || self.response_timeout.is_zero() {
             return Err(Error::invalid("connect and response timeouts must be above zero"));
         }
-        if self.dedicated_pool_size == 0 {
+        if self.ack_connections == 0 {
             return Err(Error::invalid("ack_connections must be at least 1"));
         }
         if let Some(ack) = &self.replica_ack {
@@ -303,7 +309,7 @@ impl RedisLuaBuilder {
                             deadpool_redis::Manager::new_with_config(client.get_connection_info().clone(), config)
                                 .map_err(|e| bad_url(&url, &e))?;
                         let pool = deadpool_redis::Pool::builder(manager)
-                            .max_size(self.dedicated_pool_size)
+                            .max_size(self.ack_connections)
                             .runtime(Runtime::Tokio1)
                             .wait_timeout(Some(ct + rt + ack.timeout))
                             .create_timeout(Some(ct))
@@ -351,7 +357,7 @@ impl RedisLuaBuilder {
                         let manager = cluster::Manager::new(urls.iter().map(String::as_str).collect(), false)
                             .map_err(|e| bad_url(&redact_all(&urls), &e))?;
                         let pool = cluster::Pool::builder(manager)
-                            .max_size(self.dedicated_pool_size)
+                            .max_size(self.ack_connections)
                             .runtime(Runtime::Tokio1)
                             .wait_timeout(Some(ct + rt + ack.timeout))
                             .create_timeout(Some(ct * 2 + rt))

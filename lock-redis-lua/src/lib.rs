@@ -40,8 +40,8 @@
 //! dropped or refused) or two timeouts in a row. Dedicated pooled
 //! connections serve write + WAIT pairs only (see [`ReplicaAck`]): WAIT
 //! blocks the server-side connection, so it must not sit in front of the
-//! shared traffic. Timeouts: connect ([`DEFAULT_CONNECT_TIMEOUT`]) and
-//! response ([`DEFAULT_RESPONSE_TIMEOUT`]), plus an overall bound of
+//! shared traffic. Timeouts: connect ([`DEFAULT_CONNECT_TIMEOUT`], 2 s) and
+//! response ([`DEFAULT_RESPONSE_TIMEOUT`], 2 s), plus an overall bound of
 //! `connect + 2 × response` per operation. A write that times out or loses
 //! its connection fails with `Error::Backend { outcome_unknown: true }`.
 //! An acquire without a reply keeps its connection open until its clean-up
@@ -141,7 +141,7 @@ use lock_core::{
 };
 
 pub use builder::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEDICATED_POOL_SIZE, DEFAULT_RESPONSE_TIMEOUT, OnShortfall, RedisLuaBuilder,
+    DEFAULT_ACK_CONNECTIONS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, OnShortfall, RedisLuaBuilder,
     ReplicaAck,
 };
 /// The deadpool-redis crate this backend is built on (pools, `redis`).
@@ -199,7 +199,7 @@ impl RedisLuaBackend {
     }
 
     /// A builder for a standalone server at `url` (see [`RedisLuaBuilder::url`]).
-    pub fn builder_url(url: impl Into<String>) -> RedisLuaBuilder {
+    pub fn builder(url: impl Into<String>) -> RedisLuaBuilder {
         RedisLuaBuilder::url(url)
     }
 

@@ -128,7 +128,7 @@ impl VersionedStore for RedisLuaBackend {
         }
     }
 
-    fn store_name(&self) -> &str {
+    fn name(&self) -> &str {
         BACKEND
     }
 }

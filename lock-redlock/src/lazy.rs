@@ -47,7 +47,7 @@ pub const LAZY_RETRY_MAX: Duration = Duration::from_secs(5);
 /// let nodes = (0..3)
 ///     .map(|i| LazyNode::spawn(format!("node{i}"), || async { Ok(MemoryBackend::new()) }))
 ///     .collect::<lock_core::Result<Vec<_>>>()?;
-/// let locks = LockManager::new(Redlock::connect(nodes, RedlockOptions::default()).await?);
+/// let locks = LockManager::new(Redlock::connect(nodes, RedlockOptions::default()).await?)?;
 /// locks.lock("job").await?.release().await?;
 /// # Ok(()) }
 /// ```

@@ -11,7 +11,7 @@
 //! use lock_redlock::Redlock;
 //!
 //! let nodes: Vec<Arc<dyn LockBackend>> = (0..3).map(|_| Arc::new(MemoryBackend::new()) as _).collect();
-//! let locks = LockManager::new(Redlock::new(nodes)?);
+//! let locks = LockManager::new(Redlock::new(nodes)?)?;
 //! let guard = locks.lock("invoice:42").await?;
 //! guard.release().await?;
 //! # Ok(()) }
@@ -141,10 +141,7 @@ mod semaphore;
 mod splits;
 
 pub use lazy::{LAZY_RETRY_MAX, LAZY_RETRY_MIN, LazyNode};
-pub use options::{
-    DEFAULT_DRIFT_FACTOR, DEFAULT_MAX_NODE_TIMEOUT, DEFAULT_MIN_NODE_TIMEOUT, DEFAULT_NODE_TIMEOUT_FACTOR,
-    RedlockOptions,
-};
+pub use options::{DEFAULT_MAX_NODE_TIMEOUT, DEFAULT_MIN_NODE_TIMEOUT, DEFAULT_NODE_TIMEOUT_FACTOR, RedlockOptions};
 
 pub use release::ReleaseReport;
 

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use lock_core::options::DEFAULT_DRIFT_FACTOR;
 use lock_core::{Error, Result};
 
 /// Default per-node timeout as a fraction of the TTL (redsync's 0.05).
@@ -12,9 +13,6 @@ pub const DEFAULT_MIN_NODE_TIMEOUT: Duration = Duration::from_millis(10);
 /// Default ceiling of the per-node timeout: with long TTLs a dead node must
 /// not hold a renewal or a release for seconds.
 pub const DEFAULT_MAX_NODE_TIMEOUT: Duration = Duration::from_secs(1);
-/// Default clock-drift factor (Redlock, node-redlock, rslock): the allowance
-/// is `ttl × 0.01 + 2 ms`.
-pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
 
 /// Settings of a [`crate::Redlock`].
 ///
@@ -38,7 +36,14 @@ pub struct RedlockOptions {
     /// Upper bound of the per-node timeout; also the timeout of each node's
     /// release, which has no TTL to scale from.
     pub max_node_timeout: Duration,
-    /// Clock-drift allowance as a fraction of the TTL; 2 ms are added.
+    /// Clock-drift allowance as a fraction of the TTL; 2 ms are added: the
+    /// same allowance as [`lock_core::LockOptions::drift_factor`], with the
+    /// same default ([`lock_core::options::DEFAULT_DRIFT_FACTOR`]) and formula
+    /// ([`lock_core::raw::clock_drift`]), applied by Redlock to its quorum:
+    /// a grant or renewal reached after `ttl − drift` is refused, and a
+    /// grant reports `ttl − drift` as its validity. Under a
+    /// [`lock_core::LockManager`] the guard keeps the earlier of that and
+    /// its own deadline, so the larger of the two allowances applies.
     pub drift_factor: f64,
     /// After a renewal that reached the quorum, set the key again (same
     /// token, `SET NX` through the node's `try_acquire`) on nodes that
@@ -113,7 +118,7 @@ impl RedlockOptions {
 
     /// The drift allowance for a TTL: `ttl × drift_factor + 2 ms`.
     pub fn drift(&self, ttl: Duration) -> Duration {
-        lock_core::options::clock_drift(ttl, self.drift_factor)
+        lock_core::raw::clock_drift(ttl, self.drift_factor)
     }
 
     /// Check every setting for `nodes` nodes; returns the quorum in force.

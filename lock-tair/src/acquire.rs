@@ -90,7 +90,7 @@ impl TairBackend {
     /// for `ttl`.
     pub(crate) fn unsettled_for(&self, ttl: Duration) -> Duration {
         let wait = self.inner.ack.as_ref().map_or(Duration::ZERO, |(_, a)| a.timeout);
-        ttl.saturating_add(self.inner.command_timeout.saturating_mul(2))
+        ttl.saturating_add(self.inner.response_timeout.saturating_mul(2))
             .saturating_add(wait)
     }
 }

@@ -8,17 +8,20 @@ use lock_core::{Error, Result};
 
 use crate::TairBackend;
 
-/// Default per-command timeout: the same 2 s as the lock manager's
-/// `op_timeout`, so a direct caller of the traits never waits longer.
-pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Default timeout of a TCP connect (plus TLS and `HELLO`/`AUTH`).
+/// Default time to open a connection (TCP, TLS, `HELLO`/`AUTH`): 2 s, as on
+/// the Lua and PostgreSQL backends.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Default time to wait for one reply (every command's timeout): 2 s, the
+/// lock manager's default `op_timeout`, so a direct caller of the traits
+/// never waits longer; as on the Lua and PostgreSQL backends.
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Default prefix of fence counter keys (see [`TairBuilder::fencing`]).
 pub const DEFAULT_FENCE_PREFIX: &str = "verrou:fence:";
 
-/// Default number of connections dedicated to write + `WAIT`.
+/// Default number of connections dedicated to write + `WAIT` (opened at
+/// build; see [`TairBuilder::ack_connections`]).
 pub const DEFAULT_ACK_CONNECTIONS: usize = 2;
 
 pub use lock_core::{OnShortfall, ReplicaAck};
@@ -50,7 +53,7 @@ pub(crate) enum Source {
 /// ```
 pub struct TairBuilder {
     pub(crate) source: Source,
-    pub(crate) command_timeout: Duration,
+    pub(crate) response_timeout: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) reconnect: ReconnectPolicy,
     pub(crate) fence_prefix: Option<String>,
@@ -73,7 +76,7 @@ impl std::fmt::Debug for TairBuilder {
         };
         f.debug_struct("TairBuilder")
             .field("source", &source)
-            .field("command_timeout", &self.command_timeout)
+            .field("response_timeout", &self.response_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("fence_prefix", &self.fence_prefix)
             .field("replica_ack", &self.replica_ack)
@@ -89,7 +92,7 @@ impl TairBuilder {
     fn new(source: Source) -> Self {
         TairBuilder {
             source,
-            command_timeout: DEFAULT_COMMAND_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             // Retry forever, 50 ms doubling to 2 s: a restarted server is
             // found again without the caller doing anything.
@@ -112,26 +115,28 @@ impl TairBuilder {
         TairBuilder::new(Source::Url(url.into()))
     }
 
-    /// Use the application's own fred client (connected or not; it is
-    /// connected if needed). Its reconnect policy is kept (set one: without it
-    /// fred never reconnects); every command this backend sends overrides the
-    /// attempts (1) and timeout ([`TairBuilder::response_timeout`]).
-    pub fn client(client: Client) -> Self {
+    /// Use the application's own fred client, one connection (per node, on a
+    /// cluster), connected or not (it is connected if needed). Its reconnect
+    /// policy is kept (set one: without it fred never reconnects); every
+    /// command this backend sends overrides the attempts (1) and timeout
+    /// ([`TairBuilder::response_timeout`]). The same name as on the Lua
+    /// backend's builder.
+    pub fn connection(client: Client) -> Self {
         TairBuilder::new(Source::Client(client))
     }
 
-    /// Use the application's own fred pool (see [`TairBuilder::client`]).
+    /// Use the application's own fred pool (see [`TairBuilder::connection`]).
     /// Commands go to its clients in turn.
     pub fn pool(pool: Pool) -> Self {
         TairBuilder::new(Source::Pool(pool))
     }
 
     /// Time to wait for each reply: the timeout of every command (default
-    /// 2 s). A write that times out is reported with `outcome_unknown: true`.
+    /// [`DEFAULT_RESPONSE_TIMEOUT`]). A write that times out is reported with `outcome_unknown: true`.
     /// The same name as on the Lua backend's builder.
     #[must_use]
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.command_timeout = timeout;
+        self.response_timeout = timeout;
         self
     }
 
@@ -144,7 +149,9 @@ impl TairBuilder {
         self
     }
 
-    /// Timeout of connecting (default 2 s; URL sources only).
+    /// Time to open a connection: TCP connect, TLS, `HELLO`/`AUTH` (default
+    /// [`DEFAULT_CONNECT_TIMEOUT`]; URL sources only). The same name as on
+    /// the Lua backend's builder.
     #[must_use]
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
@@ -211,7 +218,8 @@ impl TairBuilder {
         self
     }
 
-    /// Connections dedicated to write + `WAIT` (default 2), when
+    /// Connections dedicated to write + `WAIT` (default
+    /// [`DEFAULT_ACK_CONNECTIONS`], opened at build), when
     /// [`TairBuilder::replica_ack`] is set. Writes waiting on one connection
     /// queue behind each other's `WAIT`; more connections, less queueing.
     #[must_use]
@@ -242,7 +250,7 @@ impl TairBuilder {
     }
 
     pub(crate) fn validate(&self) -> Result<()> {
-        if self.command_timeout.is_zero() {
+        if self.response_timeout.is_zero() {
             return Err(Error::invalid("response_timeout must be above zero"));
         }
         if self.connect_timeout.is_zero() {

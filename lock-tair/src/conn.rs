@@ -113,7 +113,7 @@ pub(crate) fn build_client(url: &str, settings: &TairBuilder, longest_wait: Dura
     let connect_timeout = settings.connect_timeout;
     // A connection whose oldest request waits this long is closed and
     // re-opened (a stopped server, a silently dropped route).
-    let unresponsive = settings.command_timeout * 2 + longest_wait;
+    let unresponsive = settings.response_timeout * 2 + longest_wait;
     builder
         .with_connection_config(|c: &mut ConnectionConfig| {
             c.connection_timeout = connect_timeout;
@@ -129,7 +129,7 @@ pub(crate) fn build_client(url: &str, settings: &TairBuilder, longest_wait: Dura
             };
         })
         .with_performance_config(|p: &mut PerformanceConfig| {
-            p.default_command_timeout = settings.command_timeout;
+            p.default_command_timeout = settings.response_timeout;
         })
         .set_policy(settings.reconnect.clone());
     builder

@@ -162,11 +162,11 @@ use lock_core::{
 };
 
 pub use config::{
-    DEFAULT_ACK_CONNECTIONS, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FENCE_PREFIX, OnShortfall,
+    DEFAULT_ACK_CONNECTIONS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FENCE_PREFIX, DEFAULT_RESPONSE_TIMEOUT, OnShortfall,
     ReplicaAck, TairBuilder,
 };
 /// The fred version this crate is built with, to build your own client or
-/// pool for [`TairBuilder::client`] / [`TairBuilder::pool`].
+/// pool for [`TairBuilder::connection`] / [`TairBuilder::pool`].
 pub use fred;
 
 use acquire::FENCED_ACQUIRE;
@@ -186,7 +186,7 @@ use wake::Notifications;
 /// # async fn demo() -> lock_core::Result<()> {
 /// use lock_core::{LockManager, VersionedStoreExt};
 /// let backend = lock_tair::TairBackend::connect("redis://127.0.0.1:6379").await?;
-/// let locks = LockManager::new(backend.clone());
+/// let locks = LockManager::new(backend.clone())?;
 /// let guard = locks.lock("invoice:42").await?;
 /// guard.release().await?;
 /// let v = backend.update("counter", |old| {
@@ -206,7 +206,7 @@ struct Inner {
     /// Dedicated connections for write + WAIT, when replica acks are on.
     ack: Option<(Clients, ReplicaAck)>,
     options: Options,
-    command_timeout: Duration,
+    response_timeout: Duration,
     fence_prefix: Option<String>,
     script_sha: String,
     /// SHA1 of [`RENEW_MANY`], for `EVALSHA`.
@@ -245,7 +245,7 @@ impl std::fmt::Debug for TairBackend {
             .field("connections", &self.inner.commands.all().len())
             .field("fencing", &self.inner.fence_prefix.is_some())
             .field("replica_ack", &self.inner.ack.as_ref().map(|(_, a)| a))
-            .field("command_timeout", &self.inner.command_timeout)
+            .field("response_timeout", &self.inner.response_timeout)
             .finish()
     }
 }
@@ -273,7 +273,7 @@ impl TairBackend {
         settings.validate()?;
         let longest_wait = settings.replica_ack.map_or(Duration::ZERO, |a| a.timeout);
         let mut owned = Vec::new();
-        let options = conn::command_options(settings.command_timeout);
+        let options = conn::command_options(settings.response_timeout);
         let (commands, template) = match &settings.source {
             Source::Url(url) => {
                 let client = conn::build_client(url, &settings, Duration::ZERO)?;
@@ -316,7 +316,7 @@ impl TairBackend {
         }
         .map(|client| {
             let checker = commands.first().clone();
-            Notifications::new(notify::Notifier::new(client, checker, settings.command_timeout))
+            Notifications::new(notify::Notifier::new(client, checker, settings.response_timeout))
         });
         // Whatever fails from here on, the clients built so far are closed
         // by `Inner`'s drop.
@@ -325,7 +325,7 @@ impl TairBackend {
             commands,
             ack,
             options,
-            command_timeout: settings.command_timeout,
+            response_timeout: settings.response_timeout,
             fence_prefix: settings.fence_prefix.clone(),
             script_sha: fred::util::sha1_hash(FENCED_ACQUIRE),
             renew_many_sha: fred::util::sha1_hash(RENEW_MANY),

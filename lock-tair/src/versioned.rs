@@ -109,7 +109,7 @@ impl VersionedStore for TairBackend {
         }
     }
 
-    fn store_name(&self) -> &str {
+    fn name(&self) -> &str {
         NAME
     }
 }

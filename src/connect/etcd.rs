@@ -1,7 +1,7 @@
 //! `etcd://[user:password@]host[:port][,host[:port]…][?params]` and
 //! `etcds://…` (TLS): the etcd backend ([`crate::etcd`]), features `etcd`
 //! and `etcd-tls`. The port defaults to 2379; parameters: `connect_timeout`,
-//! `request_timeout` (durations), `namespace` (key prefix, default
+//! `response_timeout` (durations), `namespace` (key prefix, default
 //! `verrou/`) and `tls_ca` (a PEM file of trusted CA certificates, `etcds://`
 //! only; the platform's roots otherwise). The user name and password are
 //! etcd's own (`etcdctl user add`), percent-encoded in the URL.
@@ -17,7 +17,7 @@ use super::url::{Features, Target, duration, host_port, require};
 pub const ETCD_DEFAULT_PORT: u16 = 2379;
 
 /// The query parameters of `etcd://` and `etcds://`.
-pub const ETCD_PARAMS: &str = "connect_timeout, request_timeout, namespace, tls_ca";
+pub const ETCD_PARAMS: &str = "connect_timeout, response_timeout, namespace, tls_ca";
 
 /// A parsed `etcd://` or `etcds://` URL.
 #[derive(Clone)]
@@ -28,7 +28,7 @@ pub(crate) struct EtcdTarget {
     /// Decoded user name and password; the password is never printed.
     pub user: Option<(String, String)>,
     pub connect_timeout: Option<Duration>,
-    pub request_timeout: Option<Duration>,
+    pub response_timeout: Option<Duration>,
     pub namespace: Option<String>,
     pub tls_ca: Option<PathBuf>,
 }
@@ -96,14 +96,14 @@ pub(crate) fn parse_etcd(
         hosts,
         user,
         connect_timeout: None,
-        request_timeout: None,
+        response_timeout: None,
         namespace: None,
         tls_ca: None,
     };
     for (name, value) in params {
         match name.as_str() {
             "connect_timeout" => target.connect_timeout = Some(duration(name, value)?),
-            "request_timeout" => target.request_timeout = Some(duration(name, value)?),
+            "response_timeout" => target.response_timeout = Some(duration(name, value)?),
             "namespace" => target.namespace = Some(value.clone()),
             "tls_ca" if tls => target.tls_ca = Some(PathBuf::from(value)),
             "tls_ca" => return Err(Error::invalid("tls_ca is for TLS URLs: use etcds:// (or drop tls_ca)")),
@@ -152,8 +152,8 @@ pub(crate) async fn build_etcd(target: EtcdTarget) -> Result<super::Backend> {
     if let Some(t) = target.connect_timeout {
         b = b.connect_timeout(t);
     }
-    if let Some(t) = target.request_timeout {
-        b = b.request_timeout(t);
+    if let Some(t) = target.response_timeout {
+        b = b.response_timeout(t);
     }
     if let Some(ns) = &target.namespace {
         b = b.namespace(ns.clone());

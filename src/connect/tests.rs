@@ -214,7 +214,7 @@ fn a_disabled_feature_is_named() {
 #[test]
 fn etcd_urls_parse() {
     match parse(
-        "etcd://u:p%40ss@h1,h2:2380,[::1]?namespace=app/&request_timeout=2s",
+        "etcd://u:p%40ss@h1,h2:2380,[::1]?namespace=app/&response_timeout=2s",
         &ALL,
     ) {
         Ok(Target::Etcd(t)) => {
@@ -229,7 +229,7 @@ fn etcd_urls_parse() {
     }
     assert!(matches!(parse("etcds://h?tls_ca=/ca.pem", &ALL), Ok(Target::Etcd(t)) if t.tls));
     assert!(invalid("etcd://h?tls_ca=/ca.pem").contains("etcds://"));
-    assert!(invalid("etcd://h?fencing=true").contains("request_timeout"));
+    assert!(invalid("etcd://h?fencing=true").contains("response_timeout"));
     assert!(invalid("etcd://").contains("no host"));
     assert!(invalid("etcd://h/db").contains("no path"));
     assert!(invalid("etcd://:secret@h").contains("USER:PASSWORD"));

@@ -12,7 +12,7 @@ use verrou::{CreateOutcome, Expiry, LockOptions};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_url_connects_locks_and_stores() {
     let etcd = EtcdCluster::three().await.expect("start etcd");
-    let url = format!("{}?namespace=facade/&request_timeout=3s", etcd.url());
+    let url = format!("{}?namespace=facade/&response_timeout=3s", etcd.url());
     let backend = verrou::connect(&url).await.expect("connect");
     assert_eq!(backend.locks().capabilities().name, "etcd");
     assert!(backend.locks().capabilities().fencing_tokens);
@@ -41,7 +41,7 @@ async fn etcd_url_connects_locks_and_stores() {
 #[tokio::test]
 async fn etcd_url_with_a_dead_endpoint_fails_with_a_backend_error() {
     let etcd = EtcdCluster::single().await.expect("start etcd");
-    let url = format!("{}?connect_timeout=500ms&request_timeout=500ms", etcd.url());
+    let url = format!("{}?connect_timeout=500ms&response_timeout=500ms", etcd.url());
     drop(etcd);
     let err = verrou::connect(&url).await.expect_err("nothing listens");
     assert!(err.is_backend(), "{err:?}");

@@ -72,7 +72,7 @@ pub async fn build(spec: &Spec, timeout: Duration) -> lock_core::Result<Built> {
             }
         }
         Spec::Lua { url, ack } => {
-            let mut builder = RedisLuaBackend::builder_url(url.clone())
+            let mut builder = RedisLuaBackend::builder(url.clone())
                 .fencing(true)
                 .connect_timeout(timeout)
                 .response_timeout(timeout);
@@ -100,7 +100,7 @@ pub async fn build(spec: &Spec, timeout: Duration) -> lock_core::Result<Built> {
             }
         }
         Spec::Postgres { url } => {
-            let b = lock_postgres::PostgresBackend::builder_url(url)?
+            let b = lock_postgres::PostgresBackend::builder(url)?
                 .connect_timeout(timeout)
                 .response_timeout(timeout)
                 .build()
@@ -114,7 +114,7 @@ pub async fn build(spec: &Spec, timeout: Duration) -> lock_core::Result<Built> {
         Spec::Etcd { endpoints } => {
             let b = lock_etcd::EtcdBackend::builder(endpoints.split(',').map(str::to_owned))
                 .connect_timeout(timeout)
-                .request_timeout(timeout)
+                .response_timeout(timeout)
                 .build()
                 .await?;
             let b = Arc::new(b);
@@ -129,7 +129,7 @@ pub async fn build(spec: &Spec, timeout: Duration) -> lock_core::Result<Built> {
             for url in urls {
                 let url = url.clone();
                 nodes.push(LazyNode::spawn(url.clone(), move || {
-                    RedisLuaBackend::builder_url(url.clone())
+                    RedisLuaBackend::builder(url.clone())
                         .connect_timeout(timeout)
                         .response_timeout(timeout)
                         .build()

@@ -153,7 +153,8 @@ impl ElectionManager {
     /// A manager with the default [`LockOptions`].
     ///
     /// # Errors
-    /// [`Error::Unsupported`] when [`Capabilities::leader_election`] is false.
+    /// [`Error::Unsupported`] when [`Capabilities::leader_election`] is false;
+    /// [`Error::InvalidArgument`] as [`LockManager::new`].
     pub fn new(backend: impl ElectionBackend) -> Result<Self> {
         Self::with_options(backend, LockOptions::default())
     }
@@ -228,13 +229,29 @@ impl ElectionManager {
     /// # Cancel safety
     /// As [`ElectionManager::campaign`].
     pub async fn try_campaign(&self, name: &str, identity: &[u8]) -> Result<Option<Leadership>> {
+        self.try_campaign_opts(name, identity, self.locks.options()).await
+    }
+
+    /// [`ElectionManager::try_campaign`] with per-call options.
+    ///
+    /// # Errors
+    /// As [`ElectionManager::try_campaign`].
+    ///
+    /// # Cancel safety
+    /// As [`ElectionManager::campaign`].
+    pub async fn try_campaign_opts(
+        &self,
+        name: &str,
+        identity: &[u8],
+        options: &LockOptions,
+    ) -> Result<Option<Leadership>> {
         validate_key(name)?;
         validate_identity(identity)?;
         let attempt = LeadAttempt {
             backend: &*self.backend,
             identity,
         };
-        let guard = self.locks.try_lock_kind(name, Some(&attempt)).await?;
+        let guard = self.locks.try_lock_kind(name, options, Some(&attempt)).await?;
         guard.map(|guard| lead(guard, &*self.backend)).transpose()
     }
 
@@ -263,7 +280,29 @@ impl ElectionManager {
         F: FnOnce(LeaseHandle) -> Fut,
         Fut: Future<Output = T>,
     {
-        let leadership = self.campaign(name, identity).await?;
+        self.with_leadership_opts(name, identity, self.locks.options(), body)
+            .await
+    }
+
+    /// [`ElectionManager::with_leadership`] with per-call options.
+    ///
+    /// # Errors
+    /// As [`ElectionManager::with_leadership`].
+    ///
+    /// # Cancel safety
+    /// As [`ElectionManager::with_leadership`].
+    pub async fn with_leadership_opts<F, Fut, T>(
+        &self,
+        name: &str,
+        identity: &[u8],
+        options: &LockOptions,
+        body: F,
+    ) -> Result<T>
+    where
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let leadership = self.campaign_opts(name, identity, options).await?;
         leadership.run_while_held(name, body).await
     }
 

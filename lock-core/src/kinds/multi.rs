@@ -159,7 +159,8 @@ impl MultiLockManager {
     /// A manager with the default [`LockOptions`].
     ///
     /// # Errors
-    /// [`Error::Unsupported`] when [`Capabilities::multi_key_locks`] is false.
+    /// [`Error::Unsupported`] when [`Capabilities::multi_key_locks`] is false;
+    /// [`Error::InvalidArgument`] as [`LockManager::new`].
     pub fn new(backend: impl MultiLockBackend) -> Result<Self> {
         Self::with_options(backend, LockOptions::default())
     }
@@ -226,8 +227,23 @@ impl MultiLockManager {
     /// # Cancel safety
     /// As [`MultiLockManager::lock`].
     pub async fn try_lock<S: AsRef<str>>(&self, keys: &[S]) -> Result<Option<MultiLockGuard>> {
+        self.try_lock_opts(keys, self.locks.options()).await
+    }
+
+    /// [`MultiLockManager::try_lock`] with per-call options.
+    ///
+    /// # Errors
+    /// As [`MultiLockManager::try_lock`].
+    ///
+    /// # Cancel safety
+    /// As [`MultiLockManager::lock`].
+    pub async fn try_lock_opts<S: AsRef<str>>(
+        &self,
+        keys: &[S],
+        options: &LockOptions,
+    ) -> Result<Option<MultiLockGuard>> {
         let keys = key_set(keys)?;
-        let guard = self.locks.try_lock(&encode(&keys)).await?;
+        let guard = self.locks.try_lock_opts(&encode(&keys), options).await?;
         Ok(guard.map(|guard| KindGuard::new(guard, KeySet(keys))))
     }
 
@@ -245,7 +261,23 @@ impl MultiLockManager {
         F: FnOnce(LeaseHandle) -> Fut,
         Fut: Future<Output = T>,
     {
-        let guard = self.lock(keys).await?;
+        self.with_locks_opts(keys, self.locks.options(), body).await
+    }
+
+    /// [`MultiLockManager::with_locks`] with per-call options.
+    ///
+    /// # Errors
+    /// As [`MultiLockManager::with_locks`].
+    ///
+    /// # Cancel safety
+    /// As [`MultiLockManager::with_locks`].
+    pub async fn with_locks_opts<S, F, Fut, T>(&self, keys: &[S], options: &LockOptions, body: F) -> Result<T>
+    where
+        S: AsRef<str>,
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.lock_opts(keys, options).await?;
         let what = guard.keys().join(",");
         guard.run_while_held(&what, body).await
     }

@@ -149,7 +149,8 @@ impl RwLockManager {
     /// A manager with the default [`LockOptions`].
     ///
     /// # Errors
-    /// [`Error::Unsupported`] when [`Capabilities::rw_locks`] is false.
+    /// [`Error::Unsupported`] when [`Capabilities::rw_locks`] is false;
+    /// [`Error::InvalidArgument`] as [`LockManager::new`].
     pub fn new(backend: impl RwLockBackend) -> Result<Self> {
         Self::with_options(backend, LockOptions::default())
     }
@@ -180,70 +181,27 @@ impl RwLockManager {
         self.locks.options()
     }
 
-    /// Take `name` for reading, waiting up to the acquire timeout.
+    /// Take `name` in `mode`, waiting up to the acquire timeout
+    /// ([`RwLockManager::read`] and [`RwLockManager::write`] are its two
+    /// modes; [`RwLockManager::lock_opts`] takes per-call options).
     ///
     /// # Errors
     /// [`Error::Timeout`], [`Error::InvalidArgument`], or the last backend error.
     ///
     /// # Cancel safety
     /// Dropping the future releases whatever it may have taken (in the background).
-    pub async fn read(&self, name: &str) -> Result<RwLockGuard> {
-        self.acquire(name, RwMode::Read, self.locks.options()).await
+    pub async fn lock(&self, name: &str, mode: RwMode) -> Result<RwLockGuard> {
+        self.lock_opts(name, mode, self.locks.options()).await
     }
 
-    /// Take `name` for writing, waiting up to the acquire timeout.
+    /// [`RwLockManager::lock`] with per-call options.
     ///
     /// # Errors
-    /// As [`RwLockManager::read`].
+    /// As [`RwLockManager::lock`].
     ///
     /// # Cancel safety
-    /// As [`RwLockManager::read`].
-    pub async fn write(&self, name: &str) -> Result<RwLockGuard> {
-        self.acquire(name, RwMode::Write, self.locks.options()).await
-    }
-
-    /// Take `name` in `mode` with per-call options.
-    ///
-    /// # Errors
-    /// As [`RwLockManager::read`].
-    ///
-    /// # Cancel safety
-    /// As [`RwLockManager::read`].
+    /// As [`RwLockManager::lock`].
     pub async fn lock_opts(&self, name: &str, mode: RwMode, options: &LockOptions) -> Result<RwLockGuard> {
-        self.acquire(name, mode, options).await
-    }
-
-    /// One attempt in `mode`, no waiting: `Ok(None)` when refused.
-    ///
-    /// # Errors
-    /// As [`RwLockManager::read`], without the timeout.
-    ///
-    /// # Cancel safety
-    /// As [`RwLockManager::read`].
-    pub async fn try_lock(&self, name: &str, mode: RwMode) -> Result<Option<RwLockGuard>> {
-        validate_key(name)?;
-        let guard = self.locks.try_lock(&encode(mode, false, name)).await?;
-        Ok(guard.map(|guard| KindGuard::new(guard, mode)))
-    }
-
-    /// Run `body` holding `name` in `mode`; on loss the body is dropped and
-    /// [`Error::Lost`] returned.
-    ///
-    /// # Errors
-    /// As [`RwLockManager::read`], plus [`Error::Lost`].
-    ///
-    /// # Cancel safety
-    /// Dropping the future drops the guard, which releases in the background.
-    pub async fn with_rw<F, Fut, T>(&self, name: &str, mode: RwMode, body: F) -> Result<T>
-    where
-        F: FnOnce(LeaseHandle) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        let guard = self.acquire(name, mode, self.locks.options()).await?;
-        guard.run_while_held(name, body).await
-    }
-
-    async fn acquire(&self, name: &str, mode: RwMode, options: &LockOptions) -> Result<RwLockGuard> {
         validate_key(name)?;
         // A waiting writer keeps one token for its whole wait, so its intent
         // survives its own retries (each refreshes it) and is dropped by the
@@ -258,6 +216,84 @@ impl RwLockManager {
             .lock_kind(&encode(mode, true, name), options, None, identity)
             .await?;
         Ok(KindGuard::new(guard, mode))
+    }
+
+    /// Take `name` for reading: [`RwLockManager::lock`] in [`RwMode::Read`].
+    ///
+    /// # Errors
+    /// As [`RwLockManager::lock`].
+    ///
+    /// # Cancel safety
+    /// As [`RwLockManager::lock`].
+    pub async fn read(&self, name: &str) -> Result<RwLockGuard> {
+        self.lock(name, RwMode::Read).await
+    }
+
+    /// Take `name` for writing: [`RwLockManager::lock`] in [`RwMode::Write`].
+    ///
+    /// # Errors
+    /// As [`RwLockManager::lock`].
+    ///
+    /// # Cancel safety
+    /// As [`RwLockManager::lock`].
+    pub async fn write(&self, name: &str) -> Result<RwLockGuard> {
+        self.lock(name, RwMode::Write).await
+    }
+
+    /// One attempt in `mode`, no waiting: `Ok(None)` when refused.
+    ///
+    /// # Errors
+    /// As [`RwLockManager::lock`], without the timeout.
+    ///
+    /// # Cancel safety
+    /// As [`RwLockManager::lock`].
+    pub async fn try_lock(&self, name: &str, mode: RwMode) -> Result<Option<RwLockGuard>> {
+        self.try_lock_opts(name, mode, self.locks.options()).await
+    }
+
+    /// [`RwLockManager::try_lock`] with per-call options.
+    ///
+    /// # Errors
+    /// As [`RwLockManager::try_lock`].
+    ///
+    /// # Cancel safety
+    /// As [`RwLockManager::lock`].
+    pub async fn try_lock_opts(&self, name: &str, mode: RwMode, options: &LockOptions) -> Result<Option<RwLockGuard>> {
+        validate_key(name)?;
+        let guard = self.locks.try_lock_opts(&encode(mode, false, name), options).await?;
+        Ok(guard.map(|guard| KindGuard::new(guard, mode)))
+    }
+
+    /// Run `body` holding `name` in `mode`; on loss the body is dropped and
+    /// [`Error::Lost`] returned.
+    ///
+    /// # Errors
+    /// As [`RwLockManager::lock`], plus [`Error::Lost`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the guard, which releases in the background.
+    pub async fn with_rw<F, Fut, T>(&self, name: &str, mode: RwMode, body: F) -> Result<T>
+    where
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        self.with_rw_opts(name, mode, self.locks.options(), body).await
+    }
+
+    /// [`RwLockManager::with_rw`] with per-call options.
+    ///
+    /// # Errors
+    /// As [`RwLockManager::with_rw`].
+    ///
+    /// # Cancel safety
+    /// As [`RwLockManager::with_rw`].
+    pub async fn with_rw_opts<F, Fut, T>(&self, name: &str, mode: RwMode, options: &LockOptions, body: F) -> Result<T>
+    where
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.lock_opts(name, mode, options).await?;
+        guard.run_while_held(name, body).await
     }
 }
 

@@ -236,7 +236,7 @@ impl SemaphoreManager {
     ///
     /// # Errors
     /// [`Error::Unsupported`] when the backend's [`Capabilities::semaphores`]
-    /// is false.
+    /// is false; [`Error::InvalidArgument`] as [`LockManager::new`].
     pub fn new(backend: impl SemaphoreBackend) -> Result<Self> {
         Self::with_options(backend, LockOptions::default())
     }
@@ -365,11 +365,22 @@ impl Semaphore {
     /// # Cancel safety
     /// As [`Semaphore::acquire`].
     pub async fn try_acquire(&self, permits: u32) -> Result<Option<Permit>> {
+        self.try_acquire_opts(permits, self.locks.options()).await
+    }
+
+    /// [`Semaphore::try_acquire`] with per-call options.
+    ///
+    /// # Errors
+    /// As [`Semaphore::try_acquire`].
+    ///
+    /// # Cancel safety
+    /// As [`Semaphore::acquire`].
+    pub async fn try_acquire_opts(&self, permits: u32, options: &LockOptions) -> Result<Option<Permit>> {
         let attempt = PermitAttempt {
             backend: &*self.backend,
             request: self.request(permits)?,
         };
-        let guard = self.locks.try_lock_kind(&self.name, Some(&attempt)).await?;
+        let guard = self.locks.try_lock_kind(&self.name, options, Some(&attempt)).await?;
         Ok(guard.map(|guard| KindGuard::new(guard, Permits(permits))))
     }
 
@@ -388,7 +399,22 @@ impl Semaphore {
         F: FnOnce(LeaseHandle) -> Fut,
         Fut: Future<Output = T>,
     {
-        let permit = self.acquire(permits).await?;
+        self.with_permits_opts(permits, self.locks.options(), body).await
+    }
+
+    /// [`Semaphore::with_permits`] with per-call options.
+    ///
+    /// # Errors
+    /// As [`Semaphore::with_permits`].
+    ///
+    /// # Cancel safety
+    /// As [`Semaphore::with_permits`].
+    pub async fn with_permits_opts<F, Fut, T>(&self, permits: u32, options: &LockOptions, body: F) -> Result<T>
+    where
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let permit = self.acquire_opts(permits, options).await?;
         permit.run_while_held(&self.name, body).await
     }
 

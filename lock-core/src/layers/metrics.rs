@@ -175,7 +175,7 @@ observing_lock_backend!(MetricsLayer {
 
 impl<S: VersionedStore> MetricsLayer<S> {
     fn store(&self) -> &str {
-        self.name.get_or_init(|| self.inner.store_name().to_owned())
+        self.name.get_or_init(|| self.inner.name().to_owned())
     }
 }
 
@@ -203,7 +203,7 @@ impl<S: VersionedStore> VersionedStore for MetricsLayer<S> {
         measured(self.store(), "delete", self.inner.delete(key, expected)).await
     }
 
-    fn store_name(&self) -> &str {
-        self.inner.store_name()
+    fn name(&self) -> &str {
+        self.inner.name()
     }
 }

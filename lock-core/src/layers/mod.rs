@@ -7,7 +7,7 @@
 //! # fn demo(backend: impl lock_core::LockBackend) -> lock_core::Result<()> {
 //! use lock_core::LockManager;
 //! use lock_core::layers::{PrefixLayer, TracingLayer};
-//! let locks = LockManager::new(TracingLayer::new(PrefixLayer::new(backend, "billing:")));
+//! let locks = LockManager::new(TracingLayer::new(PrefixLayer::new(backend, "billing:")))?;
 //! # Ok(()) }
 //! ```
 //!

@@ -160,7 +160,7 @@ impl<S: VersionedStore> VersionedStore for PrefixLayer<S> {
         self.inner.delete(&self.server_key(key)?, expected).await
     }
 
-    fn store_name(&self) -> &str {
-        self.inner.store_name()
+    fn name(&self) -> &str {
+        self.inner.name()
     }
 }

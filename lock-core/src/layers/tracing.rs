@@ -171,7 +171,7 @@ observing_lock_backend!(TracingLayer {
 
 impl<S: VersionedStore> TracingLayer<S> {
     fn store(&self) -> &str {
-        self.name.get_or_init(|| self.inner.store_name().to_owned())
+        self.name.get_or_init(|| self.inner.name().to_owned())
     }
 }
 
@@ -210,7 +210,7 @@ impl<S: VersionedStore> VersionedStore for TracingLayer<S> {
         traced(span, self.inner.delete(key, expected)).await
     }
 
-    fn store_name(&self) -> &str {
-        self.inner.store_name()
+    fn name(&self) -> &str {
+        self.inner.name()
     }
 }

@@ -67,7 +67,7 @@ async fn update_takes_default_options_and_its_closure_can_decline() {
 #[tokio::test(start_paused = true)]
 async fn opts_variants_take_per_call_options_and_validate_them() {
     let backend = MemoryBackend::new();
-    let locks = LockManager::new(backend);
+    let locks = LockManager::new(backend).expect("manager");
     let quick = LockOptions::with_ttl(Duration::from_secs(5)).acquire_timeout(Duration::from_millis(50));
     let held = locks.lock_opts("k", &quick).await.expect("lock_opts");
     let started = tokio::time::Instant::now();
@@ -105,7 +105,7 @@ impl From<Error> for AppError {
 
 #[tokio::test(start_paused = true)]
 async fn try_with_lock_returns_body_and_lock_errors_as_one_type() {
-    let locks = LockManager::new(MemoryBackend::new());
+    let locks = LockManager::new(MemoryBackend::new()).expect("manager");
     let ok: Result<u32, AppError> = locks.try_with_lock("k", |_| async { Ok(1) }).await;
     assert_eq!(ok, Ok(1));
     let body: Result<u32, AppError> = locks.try_with_lock("k", |_| async { Err(AppError::Body) }).await;
@@ -116,6 +116,101 @@ async fn try_with_lock_returns_body_and_lock_errors_as_one_type() {
     );
     let lock: Result<u32, AppError> = locks.try_with_lock("", |_| async { Ok(1) }).await;
     assert!(matches!(lock, Err(AppError::Lock(_))));
+}
+
+#[tokio::test(start_paused = true)]
+async fn try_with_lock_opts_takes_per_call_options() {
+    let locks = LockManager::new(MemoryBackend::new()).expect("manager");
+    let quick = LockOptions::with_ttl(Duration::from_secs(5)).acquire_timeout(Duration::from_millis(50));
+    let held = locks.lock("k").await.expect("lock");
+    let started = tokio::time::Instant::now();
+    let waited: Result<u32, AppError> = locks.try_with_lock_opts("k", &quick, |_| async { Ok(1) }).await;
+    assert!(matches!(waited, Err(AppError::Lock(_))), "{waited:?}");
+    assert_eq!(started.elapsed(), Duration::from_millis(50), "per-call acquire timeout");
+    drop(held);
+    let bad = LockOptions::with_ttl(Duration::ZERO);
+    let refused: Result<u32, AppError> = locks.try_with_lock_opts("x", &bad, |_| async { Ok(1) }).await;
+    assert!(matches!(refused, Err(AppError::Lock(_))), "{refused:?}");
+    let ok: Result<u32, AppError> = locks.try_with_lock_opts("x", &quick, |_| async { Ok(2) }).await;
+    assert_eq!(ok, Ok(2));
+}
+
+/// Every kind's `x_opts` twin uses its per-call options: invalid ones are
+/// refused, and a waiting twin gives up at the per-call acquire timeout.
+#[tokio::test(start_paused = true)]
+async fn every_kind_opts_twin_takes_per_call_options() {
+    use lock_core::{ElectionManager, MultiLockManager, RwLockManager, RwMode, SemaphoreManager};
+
+    let backend = MemoryBackend::new();
+    let bad = LockOptions::with_ttl(Duration::ZERO);
+    let quick = LockOptions::with_ttl(Duration::from_secs(5)).acquire_timeout(Duration::from_millis(50));
+    let invalid = |r: lock_core::Result<()>| matches!(r, Err(Error::InvalidArgument(_)));
+    let timed_out = |r: lock_core::Result<()>| matches!(r, Err(Error::Timeout { .. }));
+
+    let rw = RwLockManager::new(backend.clone()).expect("rw");
+    let w = rw.lock("r", RwMode::Write).await.expect("lock");
+    assert_eq!(w.mode(), RwMode::Write);
+    assert!(
+        rw.try_lock_opts("r", RwMode::Read, &quick)
+            .await
+            .expect("try")
+            .is_none()
+    );
+    assert!(invalid(rw.try_lock_opts("r", RwMode::Read, &bad).await.map(drop)));
+    assert!(invalid(rw.with_rw_opts("r", RwMode::Read, &bad, |_| async {}).await));
+    let started = tokio::time::Instant::now();
+    assert!(timed_out(
+        rw.with_rw_opts("r", RwMode::Read, &quick, |_| async {}).await
+    ));
+    assert_eq!(started.elapsed(), Duration::from_millis(50));
+    w.release().await.expect("release");
+    assert_eq!(
+        rw.with_rw_opts("r", RwMode::Read, &quick, |_| async { 3 })
+            .await
+            .expect("read"),
+        3
+    );
+
+    let multi = MultiLockManager::new(backend.clone()).expect("multi");
+    let held = multi.lock(&["a", "b"]).await.expect("lock");
+    assert!(multi.try_lock_opts(&["b", "c"], &quick).await.expect("try").is_none());
+    assert!(invalid(multi.try_lock_opts(&["c"], &bad).await.map(drop)));
+    assert!(invalid(multi.with_locks_opts(&["c"], &bad, |_| async {}).await));
+    let started = tokio::time::Instant::now();
+    assert!(timed_out(multi.with_locks_opts(&["b"], &quick, |_| async {}).await));
+    assert_eq!(started.elapsed(), Duration::from_millis(50));
+    drop(held);
+
+    let semaphores = SemaphoreManager::new(backend.clone()).expect("semaphores");
+    let sem = semaphores.semaphore("s", 1).expect("semaphore");
+    let permit = sem.acquire(1).await.expect("acquire");
+    assert!(sem.try_acquire_opts(1, &quick).await.expect("try").is_none());
+    assert!(invalid(sem.try_acquire_opts(1, &bad).await.map(drop)));
+    assert!(invalid(sem.with_permits_opts(1, &bad, |_| async {}).await));
+    let started = tokio::time::Instant::now();
+    assert!(timed_out(sem.with_permits_opts(1, &quick, |_| async {}).await));
+    assert_eq!(started.elapsed(), Duration::from_millis(50));
+    drop(permit);
+
+    let election = ElectionManager::new(backend).expect("election");
+    let lead = election.campaign("e", b"a").await.expect("campaign");
+    assert!(
+        election
+            .try_campaign_opts("e", b"b", &quick)
+            .await
+            .expect("try")
+            .is_none()
+    );
+    assert!(invalid(election.try_campaign_opts("e", b"b", &bad).await.map(drop)));
+    assert!(invalid(
+        election.with_leadership_opts("e", b"b", &bad, |_| async {}).await
+    ));
+    let started = tokio::time::Instant::now();
+    assert!(timed_out(
+        election.with_leadership_opts("e", b"b", &quick, |_| async {}).await
+    ));
+    assert_eq!(started.elapsed(), Duration::from_millis(50));
+    drop(lead);
 }
 
 #[test]

@@ -69,7 +69,7 @@ async fn a_wrapper_that_does_not_forward_instant_sees_every_call() {
 #[tokio::test(start_paused = true)]
 async fn the_fast_path_waits_its_turn_and_reports_busy() {
     let memory = MemoryBackend::new();
-    let locks = LockManager::new(memory.clone());
+    let locks = LockManager::new(memory.clone()).expect("manager");
     let first = locks.lock("k").await.expect("lock");
     assert!(locks.try_lock("k").await.expect("try_lock").is_none(), "busy at once");
     let waiter = tokio::spawn({

@@ -132,8 +132,8 @@ async fn fair_acquires_through_the_fault_injector_take_its_faults() {
 #[tokio::test(start_paused = true)]
 async fn prefixes_keep_tenants_apart_on_one_server() {
     let server = MemoryBackend::new();
-    let a = LockManager::new(PrefixLayer::new(server.clone(), "a:"));
-    let b = LockManager::new(PrefixLayer::new(server.clone(), "b:"));
+    let a = LockManager::new(PrefixLayer::new(server.clone(), "a:")).expect("manager");
+    let b = LockManager::new(PrefixLayer::new(server.clone(), "b:")).expect("manager");
     let held_by_a = a.lock("orders:1").await.expect("a locks");
     let held_by_b = b.try_lock("orders:1").await.expect("b tries");
     assert!(held_by_b.is_some(), "same key, other tenant: no contention");

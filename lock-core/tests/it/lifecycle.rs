@@ -170,7 +170,7 @@ fn dropping_a_guard_outside_a_runtime_does_not_panic() {
         .expect("runtime");
     let memory = MemoryBackend::new();
     let guard = runtime.block_on(async {
-        let locks = LockManager::new(memory.clone());
+        let locks = LockManager::new(memory.clone()).expect("manager");
         locks.lock("k").await.expect("lock")
     });
     drop(runtime);

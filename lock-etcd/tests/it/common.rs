@@ -29,7 +29,7 @@ pub async fn three() -> &'static EtcdCluster {
 /// A client of `endpoints` (one per call: each test has its own runtime).
 pub async fn connect(endpoints: Vec<String>) -> EtcdBackend {
     EtcdBackend::builder(endpoints)
-        .request_timeout(Duration::from_secs(3))
+        .response_timeout(Duration::from_secs(3))
         .build()
         .await
         .expect("connect to etcd")

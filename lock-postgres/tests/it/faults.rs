@@ -15,7 +15,7 @@ const TTL: Duration = Duration::from_millis(500);
 const SLACK: Duration = Duration::from_secs(5);
 
 async fn backend(url: &str) -> PostgresBackend {
-    PostgresBackend::builder_url(url)
+    PostgresBackend::builder(url)
         .expect("url")
         .response_timeout(Duration::from_millis(400))
         .build()

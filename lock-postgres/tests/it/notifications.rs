@@ -23,7 +23,7 @@ async fn servers() -> &'static (PostgresServer, PgBouncer) {
 }
 
 async fn notified_direct() -> PostgresBackend {
-    PostgresBackend::builder_url(&servers().await.0.url())
+    PostgresBackend::builder(&servers().await.0.url())
         .expect("url")
         .release_notifications(true)
         .build()
@@ -34,7 +34,7 @@ async fn notified_direct() -> PostgresBackend {
 /// The pool through PgBouncer, the listener direct.
 async fn notified_bounced() -> PostgresBackend {
     let (server, bouncer) = servers().await;
-    PostgresBackend::builder_url(&bouncer.url())
+    PostgresBackend::builder(&bouncer.url())
         .expect("url")
         .listen_url(server.url())
         .build()

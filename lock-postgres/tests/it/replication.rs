@@ -140,7 +140,7 @@ async fn asynchronous_and_standby_servers_are_told_apart_and_a_standby_refuses_w
     // The schema reaches the standby by replication (asynchronously).
     let mut standby = None;
     for _ in 0..100 {
-        match PostgresBackend::builder_url(&pair.standby().url())
+        match PostgresBackend::builder(&pair.standby().url())
             .expect("url")
             .create_schema(false)
             .build()

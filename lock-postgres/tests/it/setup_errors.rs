@@ -17,7 +17,7 @@ async fn setup_errors_are_typed() {
     let ttl = Duration::from_secs(1);
 
     // Schema missing and creation off: refused at build.
-    let err = PostgresBackend::builder_url(&url)
+    let err = PostgresBackend::builder(&url)
         .expect("url")
         .create_schema(false)
         .build()
@@ -43,14 +43,14 @@ async fn setup_errors_are_typed() {
         .await
         .expect("role");
     let stranger = format!("postgres://stranger@127.0.0.1:{}/postgres", server.port());
-    let err = match PostgresBackend::builder_url(&stranger).expect("url").build().await {
+    let err = match PostgresBackend::builder(&stranger).expect("url").build().await {
         Err(e) => e,
         Ok(b) => b.try_acquire("k", &token, ttl).await.expect_err("no privilege"),
     };
     assert!(matches!(refusal(&err), Some(Refusal::MissingPrivilege { .. })), "{err}");
 
     // Bad names and keys are invalid arguments, sent nowhere.
-    let err = PostgresBackend::builder_url(&url)
+    let err = PostgresBackend::builder(&url)
         .expect("url")
         .schema("Robert'); DROP")
         .build()
@@ -61,7 +61,7 @@ async fn setup_errors_are_typed() {
         assert!(matches!(err, Error::InvalidArgument(_)), "{key:?}: {err}");
     }
     assert!(matches!(
-        PostgresBackend::builder_url("postgres://h/db?sslmode=nonsense"),
+        PostgresBackend::builder("postgres://h/db?sslmode=nonsense"),
         Err(Error::InvalidArgument(_))
     ));
 }

@@ -44,7 +44,7 @@ fn token() -> LockToken {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_subscribes_leak_no_connections_and_waiters_still_acquire() {
     let server = server_without_channel_rights().await;
-    let backend = RedisLuaBackend::builder_url(user_url(&server))
+    let backend = RedisLuaBackend::builder(user_url(&server))
         .release_notifications(true)
         .build()
         .await
@@ -93,7 +93,7 @@ async fn refused_subscribes_leak_no_connections_and_waiters_still_acquire() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_whose_publish_is_refused_is_still_released() {
     let server = server_without_channel_rights().await;
-    let backend = RedisLuaBackend::builder_url(user_url(&server))
+    let backend = RedisLuaBackend::builder(user_url(&server))
         .release_notifications(true)
         .build()
         .await

@@ -31,7 +31,7 @@ fn assert_runtime(flavor: RuntimeFlavor) {
 }
 
 async fn backend(url: String, full: bool) -> RedisLuaBackend {
-    RedisLuaBackend::builder_url(url)
+    RedisLuaBackend::builder(url)
         .fencing(full)
         .release_notifications(full)
         .build()
@@ -101,7 +101,7 @@ mod replica_ack {
     }
 
     async fn acked(url: String) -> RedisLuaBackend {
-        RedisLuaBackend::builder_url(url)
+        RedisLuaBackend::builder(url)
             .fencing(true)
             // WAIT normally answers in well under a millisecond here; the
             // timeout only bounds a stall.

@@ -19,7 +19,7 @@ const TTL: Duration = Duration::from_millis(500);
 const NO_HANG: Duration = Duration::from_secs(3);
 
 async fn backend(url: String) -> RedisLuaBackend {
-    RedisLuaBackend::builder_url(url)
+    RedisLuaBackend::builder(url)
         .connect_timeout(Duration::from_millis(150))
         .response_timeout(Duration::from_millis(150))
         .build()
@@ -197,7 +197,7 @@ async fn cut_connections_reconnect_and_the_lease_is_renewed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_flush_between_calls_reloads_the_scripts() {
     let server = RedisServer::start().await.expect("start");
-    let backend = RedisLuaBackend::builder_url(server.url())
+    let backend = RedisLuaBackend::builder(server.url())
         .fencing(true)
         .build()
         .await

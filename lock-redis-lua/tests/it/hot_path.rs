@@ -40,7 +40,7 @@ async fn uncontended_pair_is_set_nx_and_a_release_script_without_publish() {
         server_version(&server).await >= (7, 0),
         "this test needs Redis 7.0 or later"
     );
-    let backend = RedisLuaBackend::builder_url(server.url())
+    let backend = RedisLuaBackend::builder(server.url())
         .release_notifications(true)
         .build()
         .await
@@ -85,7 +85,7 @@ async fn uncontended_pair_is_set_nx_and_a_release_script_without_publish() {
         backend.try_acquire("hot", &holder, TTL * 10).await.unwrap(),
         AcquireOutcome::Acquired(_)
     ));
-    let other = RedisLuaBackend::builder_url(server.url())
+    let other = RedisLuaBackend::builder(server.url())
         .release_notifications(true)
         .build()
         .await
@@ -156,7 +156,7 @@ async fn a_release_wakes_one_waiter_not_the_herd() {
     use lock_core::{Backoff, LockManager, LockOptions};
     let server = RedisServer::start().await.expect("start");
     let connect = || async {
-        RedisLuaBackend::builder_url(server.url())
+        RedisLuaBackend::builder(server.url())
             .release_notifications(true)
             .build()
             .await
@@ -235,7 +235,7 @@ async fn a_multi_key_release_wakes_a_mutex_waiter_of_its_keys() {
         holder_backend.try_acquire_all(&keys, &holder, timer * 2).await.unwrap(),
         AcquireOutcome::Acquired(_)
     ));
-    let waiter_backend = RedisLuaBackend::builder_url(server.url())
+    let waiter_backend = RedisLuaBackend::builder(server.url())
         .release_notifications(true)
         .build()
         .await

@@ -40,7 +40,7 @@ async fn seed_urls() -> Vec<String> {
 /// A client of the single server; `full` turns fencing and release
 /// notifications on.
 async fn single(full: bool) -> RedisLuaBackend {
-    RedisLuaBackend::builder_url(server_url().await)
+    RedisLuaBackend::builder(server_url().await)
         .fencing(full)
         .release_notifications(full)
         .build()
@@ -68,7 +68,7 @@ const ACKED_TTL: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// A client of the primary whose grants and renewals WAIT for the replica.
 async fn acked() -> RedisLuaBackend {
-    RedisLuaBackend::builder_url(primary_url().await)
+    RedisLuaBackend::builder(primary_url().await)
         .replica_ack(ReplicaAck::new(1, std::time::Duration::from_secs(2)))
         .build()
         .await

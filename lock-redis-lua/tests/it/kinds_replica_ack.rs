@@ -18,7 +18,7 @@ use lock_redis_lua::{RedisLuaBackend, ReplicaAck};
 use lock_testkit::server::{RedisServer, ReplicatedPair};
 
 async fn acked(url: String) -> RedisLuaBackend {
-    RedisLuaBackend::builder_url(url)
+    RedisLuaBackend::builder(url)
         .response_timeout(Duration::from_millis(500))
         .replica_ack(ReplicaAck::new(1, Duration::from_secs(2)))
         .build()
@@ -124,7 +124,7 @@ async fn unacknowledged_multi_key_grants_and_renewals_do_not_count() {
     let pair = ReplicatedPair::start(RedisServer::builder())
         .await
         .expect("start a primary and a replica");
-    let backend = RedisLuaBackend::builder_url(pair.primary().url())
+    let backend = RedisLuaBackend::builder(pair.primary().url())
         .response_timeout(Duration::from_millis(500))
         .replica_ack(ReplicaAck::new(1, Duration::from_millis(300)))
         .build()

@@ -35,12 +35,12 @@ async fn measure() {
     let server = RedisServer::start().await.unwrap();
     let url = server.url();
     let plain = RedisLuaBackend::connect(&url).await.unwrap();
-    let notified = RedisLuaBackend::builder_url(url.clone())
+    let notified = RedisLuaBackend::builder(url.clone())
         .release_notifications(true)
         .build()
         .await
         .unwrap();
-    let fenced = RedisLuaBackend::builder_url(url.clone())
+    let fenced = RedisLuaBackend::builder(url.clone())
         .fencing(true)
         .build()
         .await
@@ -115,7 +115,7 @@ async fn measure() {
     for hold_ms in [5u64, 30, 120] {
         for label in ["timers", "pub/sub"] {
             let build = || async {
-                let builder = RedisLuaBackend::builder_url(url.clone()).release_notifications(label == "pub/sub");
+                let builder = RedisLuaBackend::builder(url.clone()).release_notifications(label == "pub/sub");
                 builder.build().await.unwrap()
             };
             let (holder, waiter) = (build().await, build().await);

@@ -26,7 +26,7 @@ async fn partitioned_client_loses_its_lease_by_the_deadline_and_recovers_after_h
     let (locked_tx, locked_rx) = tokio::sync::oneshot::channel();
     let (healed_tx, healed_rx) = tokio::sync::oneshot::channel::<()>();
     let client = client_host.handle().expect("client runtime").spawn(async move {
-        let backend = RedisLuaBackend::builder_url(url)
+        let backend = RedisLuaBackend::builder(url)
             .connect_timeout(Duration::from_millis(150))
             .response_timeout(Duration::from_millis(150))
             .build()

@@ -34,7 +34,7 @@ async fn fence(backend: &RedisLuaBackend, key: &str, token: &LockToken, ttl: Dur
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_tokens_follow_max_of_last_plus_one_and_server_micros() {
     let server = RedisServer::start().await.expect("start");
-    let backend = RedisLuaBackend::builder_url(server.url())
+    let backend = RedisLuaBackend::builder(server.url())
         .fencing(true)
         .build()
         .await
@@ -85,7 +85,7 @@ async fn fencing_tokens_follow_max_of_last_plus_one_and_server_micros() {
 async fn a_release_the_waiter_never_hears_of_costs_latency_not_correctness() {
     let server = RedisServer::start().await.expect("start");
     let connect = || async {
-        RedisLuaBackend::builder_url(server.url())
+        RedisLuaBackend::builder(server.url())
             .release_notifications(true)
             .build()
             .await

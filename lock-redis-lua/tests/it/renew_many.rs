@@ -22,7 +22,7 @@ fn suite() -> RenewManySuite {
         |target| async move {
             let builder = match target {
                 RenewManyTarget::Server { url, response_timeout } => {
-                    let builder = RedisLuaBackend::builder_url(url);
+                    let builder = RedisLuaBackend::builder(url);
                     match response_timeout {
                         Some(timeout) => builder.response_timeout(timeout),
                         None => builder,

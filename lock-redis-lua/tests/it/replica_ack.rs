@@ -18,7 +18,7 @@ async fn pair() -> ReplicatedPair {
 }
 
 async fn acked(url: String, ack: ReplicaAck) -> RedisLuaBackend {
-    RedisLuaBackend::builder_url(url)
+    RedisLuaBackend::builder(url)
         .response_timeout(Duration::from_millis(500))
         .fencing(true)
         .replica_ack(ack)
@@ -52,7 +52,7 @@ async fn live_replica_acknowledges() {
     assert_eq!(on_replica.as_str(), Some(mine.to_hex().as_str()));
 
     // Through the manager: the guard reports the confirmation.
-    let locks = LockManager::new(backend.clone());
+    let locks = LockManager::new(backend.clone()).expect("manager");
     let guard = locks.lock("acked-guard").await.expect("lock");
     assert_eq!(guard.replication(), Replication::Confirmed { replicas: 1 });
     guard.release().await.expect("release");

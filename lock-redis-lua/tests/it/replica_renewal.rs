@@ -20,7 +20,7 @@ async fn an_unacknowledged_renewal_does_not_move_the_deadline() {
     let pair = ReplicatedPair::start(RedisServer::builder())
         .await
         .expect("start a primary and a replica");
-    let backend = RedisLuaBackend::builder_url(pair.primary().url())
+    let backend = RedisLuaBackend::builder(pair.primary().url())
         .response_timeout(Duration::from_millis(500))
         .replica_ack(ReplicaAck::new(1, Duration::from_millis(200)))
         .build()

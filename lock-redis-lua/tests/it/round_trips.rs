@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use lock_core::{
     AcquireOutcome, CasOutcome, CreateOutcome, Expiry, LockBackend, LockToken, ReleaseOutcome, RenewOutcome,
-    UpdateOptions, VersionedStore, VersionedStoreExt,
+    VersionedStore, VersionedStoreExt,
 };
 use lock_redis_lua::RedisLuaBackend;
 use lock_testkit::server::{Monitor, RedisServer, RespValue};
@@ -83,13 +83,13 @@ async fn lock_ops_are_one_command_each(server: &RedisServer, backend: &RedisLuaB
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_lock_operation_is_one_command() {
     let server = RedisServer::start().await.expect("start");
-    let plain = RedisLuaBackend::builder_url(server.url())
+    let plain = RedisLuaBackend::builder(server.url())
         .release_notifications(false)
         .build()
         .await
         .unwrap();
     lock_ops_are_one_command_each(&server, &plain, "set").await;
-    let fenced = RedisLuaBackend::builder_url(server.url())
+    let fenced = RedisLuaBackend::builder(server.url())
         .fencing(true)
         .release_notifications(false)
         .build()
@@ -108,7 +108,7 @@ async fn without_a_server_version_the_acquire_is_the_script() {
         .start()
         .await
         .expect("start");
-    let backend = RedisLuaBackend::builder_url(server.url())
+    let backend = RedisLuaBackend::builder(server.url())
         .release_notifications(false)
         .build()
         .await
@@ -129,7 +129,7 @@ async fn without_a_server_version_the_acquire_is_the_script() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn update_retries_without_re_reading() {
     let server = RedisServer::start().await.expect("start");
-    let store = RedisLuaBackend::builder_url(server.url())
+    let store = RedisLuaBackend::builder(server.url())
         .release_notifications(false)
         .build()
         .await
@@ -144,18 +144,21 @@ async fn update_retries_without_re_reading() {
     ));
     let incr = |old: Option<&[u8]>| {
         let n: u64 = old.and_then(|b| std::str::from_utf8(b).ok()?.parse().ok()).unwrap_or(0);
-        (n + 1).to_string().into_bytes()
+        Some((n + 1).to_string().into_bytes())
     };
-    let opts = UpdateOptions::default();
     let mut monitor = Monitor::start(&server).await.expect("MONITOR");
-    let done = store.update_from("n", Some(stale), &opts, incr).await.unwrap();
-    assert_eq!(done.value, b"3", "the conflict brought the current value");
+    let done = store.update_from("n", Some(stale), incr).await.unwrap();
+    assert_eq!(
+        done.expect("written").value,
+        b"3",
+        "the conflict brought the current value"
+    );
     assert_eq!(
         sent(&mut monitor, &server).await,
         ["evalsha", "evalsha"],
         "a conflicting write, then the write: no read in between"
     );
-    let done = store.update("n", |old| Some(incr(old))).await.unwrap();
+    let done = store.update("n", incr).await.unwrap();
     assert_eq!(done.expect("written").value, b"4");
     assert_eq!(
         sent(&mut monitor, &server).await,

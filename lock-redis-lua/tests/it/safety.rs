@@ -20,7 +20,7 @@ async fn server() -> RedisServer {
 }
 
 async fn backend(url: String, fencing: bool) -> RedisLuaBackend {
-    RedisLuaBackend::builder_url(url)
+    RedisLuaBackend::builder(url)
         .fencing(fencing)
         .build()
         .await
@@ -50,7 +50,7 @@ async fn value_of(server: &RedisServer, key: &str) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_never_deletes_a_user_lock_named_like_its_waiter_marker() {
     let server = server().await;
-    let a = RedisLuaBackend::builder_url(server.url())
+    let a = RedisLuaBackend::builder(server.url())
         .release_notifications(true)
         .build()
         .await
@@ -165,7 +165,7 @@ async fn calls(server: &RedisServer, command: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clean_up_release_runs_after_the_acquire_it_cleans_up() {
     let server = server().await;
-    let backend = RedisLuaBackend::builder_url(server.url())
+    let backend = RedisLuaBackend::builder(server.url())
         .response_timeout(Duration::from_millis(100))
         .connect_timeout(Duration::from_millis(200))
         .build()

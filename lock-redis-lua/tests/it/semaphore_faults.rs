@@ -21,7 +21,7 @@ use tokio::time::Instant;
 const TTL: Duration = Duration::from_millis(500);
 
 async fn backend(url: String) -> RedisLuaBackend {
-    RedisLuaBackend::builder_url(url)
+    RedisLuaBackend::builder(url)
         .connect_timeout(Duration::from_millis(150))
         .response_timeout(Duration::from_millis(150))
         .build()

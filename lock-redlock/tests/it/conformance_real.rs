@@ -44,7 +44,7 @@ mod lua_five_nodes {
     async fn client(urls: Vec<String>) -> Redlock {
         let mut nodes: Vec<Arc<dyn LockBackend>> = Vec::new();
         for url in urls {
-            let node = RedisLuaBackend::builder_url(url).build().await.expect("connect");
+            let node = RedisLuaBackend::builder(url).build().await.expect("connect");
             nodes.push(Arc::new(node));
         }
         Redlock::with_options(nodes, options()).expect("valid redlock")
@@ -95,7 +95,7 @@ mod mixed_three_nodes {
 
     async fn client(lua: String, tair: String, memory: MemoryBackend) -> Redlock {
         let nodes: Vec<Arc<dyn LockBackend>> = vec![
-            Arc::new(RedisLuaBackend::builder_url(lua).build().await.expect("connect")),
+            Arc::new(RedisLuaBackend::builder(lua).build().await.expect("connect")),
             Arc::new(TairBackend::builder(tair).build().await.expect("connect")),
             Arc::new(memory),
         ];

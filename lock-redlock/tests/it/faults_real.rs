@@ -34,7 +34,7 @@ async fn servers(n: usize) -> Instances {
 async fn client(servers: &Instances) -> Redlock {
     let mut nodes: Vec<(String, Arc<dyn LockBackend>)> = Vec::new();
     for url in servers.urls() {
-        let node = RedisLuaBackend::builder_url(url.clone())
+        let node = RedisLuaBackend::builder(url.clone())
             .connect_timeout(NODE_CLIENT_TIMEOUT)
             .response_timeout(NODE_CLIENT_TIMEOUT)
             .release_notifications(true)

@@ -148,7 +148,7 @@ async fn real_nodes_start_with_one_paused_and_use_it_after_it_resumes() {
         .map(|url| {
             let name = url.clone();
             LazyNode::spawn(name, move || {
-                RedisLuaBackend::builder_url(url.clone())
+                RedisLuaBackend::builder(url.clone())
                     .connect_timeout(Duration::from_millis(300))
                     .build()
             })

@@ -78,7 +78,7 @@ impl VersionedStore for CountingStore {
     async fn delete(&self, key: &str, expected: u64) -> Result<DeleteOutcome> {
         self.inner.delete(key, expected).await
     }
-    fn store_name(&self) -> &str {
+    fn name(&self) -> &str {
         "counting-tair"
     }
 }
@@ -633,7 +633,7 @@ async fn application_client_and_pool() {
     // Not connected yet: the backend connects it.
     let client = builder.build().unwrap();
     let b = common::connect(
-        lock_tair::TairBuilder::client(client.clone()).replica_ack(ReplicaAck::new(1, Duration::from_secs(3))),
+        lock_tair::TairBuilder::connection(client.clone()).replica_ack(ReplicaAck::new(1, Duration::from_secs(3))),
     )
     .await;
     assert!(client.is_connected());

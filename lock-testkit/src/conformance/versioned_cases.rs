@@ -322,34 +322,47 @@ pub async fn invalid_arguments_are_rejected(s: &VersionedSuite) {
     );
 }
 
-/// `update_from` with a stale or wrong starting point still ends exact: the
-/// conflict (or the failed create) brings the current value.
+/// `update_from` (and its `_opts` twin) with a stale or wrong starting
+/// point still ends exact: the conflict (or the failed create) brings the
+/// current value; a closure that declines writes nothing.
 pub async fn update_from_corrects_a_stale_start(s: &VersionedSuite) {
     let store = s.client().await;
     let key = s.key("update-from");
     let opts = UpdateOptions::default();
     let incr = |old: Option<&[u8]>| {
         let n: u64 = old.and_then(|b| std::str::from_utf8(b).ok()?.parse().ok()).unwrap_or(0);
-        (n + 1).to_string().into_bytes()
+        Some((n + 1).to_string().into_bytes())
     };
-    let first = store.update_from(&key, None, &opts, incr).await.expect("create");
+    let first = store
+        .update_from_opts(&key, None, &opts, incr)
+        .await
+        .expect("create")
+        .expect("written");
     assert_eq!(first.value, b"1");
     let second = store
-        .update_from(&key, Some(first.clone()), &opts, incr)
+        .update_from(&key, Some(first.clone()), incr)
         .await
-        .expect("from a fresh start");
+        .expect("from a fresh start")
+        .expect("written");
     assert_eq!(second.value, b"2");
     // Stale start: the version `first` is gone.
     let third = store
-        .update_from(&key, Some(first), &opts, incr)
+        .update_from(&key, Some(first), incr)
         .await
-        .expect("from a stale start");
+        .expect("from a stale start")
+        .expect("written");
     assert_eq!(third.value, b"3");
     // "Believed absent" while it exists.
     let fourth = store
-        .update_from(&key, None, &opts, incr)
+        .update_from(&key, None, incr)
         .await
-        .expect("from a wrong None");
+        .expect("from a wrong None")
+        .expect("written");
     assert_eq!(fourth.value, b"4");
+    assert_eq!(store.get(&key).await.expect("get").expect("present").value, b"4");
+    assert_eq!(
+        store.update_from(&key, Some(fourth), |_| None).await.expect("declined"),
+        None
+    );
     assert_eq!(store.get(&key).await.expect("get").expect("present").value, b"4");
 }

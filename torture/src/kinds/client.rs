@@ -149,7 +149,7 @@ pub async fn build_kinds(spec: &Spec, timeout: Duration) -> lock_core::Result<Ki
     Ok(match spec {
         Spec::Memory(m) => every_kind::<MemoryBackend>(m.clone()),
         Spec::Lua { url, ack } => {
-            let mut builder = RedisLuaBackend::builder_url(url.clone())
+            let mut builder = RedisLuaBackend::builder(url.clone())
                 .fencing(true)
                 .connect_timeout(timeout)
                 .response_timeout(timeout);
@@ -169,7 +169,7 @@ pub async fn build_kinds(spec: &Spec, timeout: Duration) -> lock_core::Result<Ki
             every_kind(builder.build().await?)
         }
         Spec::Postgres { url } => every_kind(
-            lock_postgres::PostgresBackend::builder_url(url)?
+            lock_postgres::PostgresBackend::builder(url)?
                 .connect_timeout(timeout)
                 .response_timeout(timeout)
                 .build()
