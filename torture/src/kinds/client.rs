@@ -178,7 +178,7 @@ pub async fn build_kinds(spec: &Spec, timeout: Duration) -> lock_core::Result<Ki
         Spec::Etcd { endpoints } => every_kind(
             lock_etcd::EtcdBackend::builder(endpoints.split(',').map(str::to_owned))
                 .connect_timeout(timeout)
-                .request_timeout(timeout)
+                .response_timeout(timeout)
                 .build()
                 .await?,
         ),
