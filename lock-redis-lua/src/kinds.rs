@@ -26,6 +26,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use deadpool_redis::redis::{self, Value};
 use lock_core::{Error, LeaderInfo, LockToken, RenewOutcome, ReplicaAck, Replication, Result};
+use lock_redis_family::board::Subscriber;
 use lock_redis_family::kinds::election::keys_on;
 use lock_redis_family::kinds::scripted::{KindCall, KindScript, ScriptedKinds};
 
