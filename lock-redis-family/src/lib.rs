@@ -15,6 +15,7 @@ pub mod board;
 pub mod keys;
 pub mod kinds;
 mod macros;
+pub mod shortfall;
 pub mod wake;
 
 /// What [`kind_backends!`]'s expansion names, so that a backend needs no
