@@ -12,6 +12,7 @@
 //! etcd.
 
 pub mod board;
+pub mod fence;
 pub mod keys;
 pub mod kinds;
 mod macros;
