@@ -19,6 +19,7 @@ mod lease;
 pub mod manager;
 pub mod observe;
 pub mod options;
+mod redact;
 mod renewer;
 pub mod token;
 mod validate;
@@ -48,6 +49,7 @@ pub use versioned::{
 /// not need anything here.
 pub mod raw {
     pub use crate::batch::RenewBatch;
+    pub use crate::redact::redact_url;
     pub use crate::validate::{clock_drift, ttl_millis, validate_key, validate_ttl};
 }
 

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tracing::{Instrument, Span};
 
 use crate::backend::{LockBackend, ReleaseOutcome};
-use crate::engine::{AtOnce, Attempt, Call, Identity};
+use crate::engine::{AtOnce, Attempt, Call, Engine, Identity};
 use crate::error::{Error, Result};
 use crate::guard::{LeaseHandle, LockGuard};
 use crate::lane::Lanes;
@@ -412,7 +412,9 @@ impl LockManager {
     pub(crate) async fn acquire_observed(&self, call: &Call<'_>) -> Result<Option<LockGuard>> {
         let span = crate::observe::lock_span(call.key, call.wait);
         let started = crate::observe::lock_started(&span);
-        let attempted = match self.acquire_at_once(call) {
+        let engine = Engine::new(&self.inner.backend, &self.inner.lanes, &self.inner.options);
+        let finish = |grant| self.guard(grant, call.options);
+        let attempted = match engine.acquire_at_once(call, finish) {
             AtOnce::Done(result) => {
                 crate::observe::record_lock(&span, call.wait, started, 1, &result);
                 return result;
@@ -423,7 +425,7 @@ impl LockManager {
         // Boxed: the call that waits (or talks to a server) pays one
         // allocation, and the uncontended in-process call moves no large
         // future around.
-        let acquire = self.acquire(call);
+        let acquire = engine.acquire(call, finish);
         Box::pin(crate::observe::acquiring(call.wait, span, started, attempted, acquire)).await
     }
 
@@ -446,7 +448,7 @@ impl LockManager {
         };
         match self.acquire_observed(&call).await? {
             Some(guard) => Ok(guard),
-            None => Err(self.timed_out(&call)),
+            None => Err(call.timed_out()),
         }
     }
 
@@ -466,10 +468,6 @@ impl LockManager {
             spread: true,
         };
         self.acquire_observed(&call).await
-    }
-
-    pub(crate) fn lanes(&self) -> &Lanes {
-        &self.inner.lanes
     }
 
     pub(crate) fn guard(&self, grant: Grant, options: &LockOptions) -> Result<LockGuard> {

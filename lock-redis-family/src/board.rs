@@ -5,6 +5,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -112,35 +113,180 @@ impl WaiterBoard {
     }
 }
 
-/// The wait both backends run once their waiter is on a board: within
-/// `max_wait`, `subscribe` (true when it just subscribed), then `mark`
-/// (registers the waiter on the server once subscribed, so no release
-/// after it goes unheard; false when the lock is already free), then
-/// `woken`. Without `mark` (the waiter registered itself before: a fair
-/// waiter), a wait that had to subscribe first returns at once: a wake may
-/// have gone by unheard. A failed subscription leaves the timer.
-pub async fn wait_subscribed<E: std::fmt::Display>(
-    woken: Arc<Notify>,
-    max_wait: Duration,
-    subscribe: impl Future<Output = Result<bool, E>>,
-    mark: Option<impl Future<Output = bool>>,
-) {
-    let _ = tokio::time::timeout(max_wait, async {
-        match subscribe.await {
-            Ok(newly) => {
-                let worth_waiting = match mark {
-                    Some(mark) => mark.await,
-                    None => !newly,
-                };
-                if !worth_waiting {
-                    return;
-                }
-            }
-            Err(e) => tracing::debug!(error = %e, "release notifications unavailable; waiting on the timer"),
+/// Where a backend keeps its waiters: a [`WaiterBoard`] per channel it
+/// listens on (one, or one per election's leader key too).
+pub trait Boards {
+    /// Puts waiter `id` on `channel`'s board ([`WaiterBoard::join`]).
+    fn join(&self, channel: &str, id: WaiterId) -> Option<Arc<Notify>>;
+
+    /// Takes waiter `id` off `channel`'s board ([`WaiterBoard::leave`]).
+    fn leave(&self, channel: &str, id: &WaiterId);
+}
+
+/// The client-agnostic half of a backend's release notifications: the
+/// backend's process id (its channel, the first half of its waiters' ids),
+/// whether the server refused `SUBSCRIBE`, and the wait itself. The
+/// backend keeps the connection and the boards.
+#[derive(Debug)]
+pub struct Listener {
+    process: [u8; 32],
+    /// Set when the server refused `SUBSCRIBE` for lack of rights
+    /// (`NOPERM`): waits then use their timers only, without trying again.
+    refused: AtomicBool,
+}
+
+impl Default for Listener {
+    fn default() -> Self {
+        Listener {
+            process: process_id(),
+            refused: AtomicBool::new(false),
         }
-        woken.notified().await;
-    })
-    .await;
+    }
+}
+
+impl Listener {
+    /// This backend's id, the first half of its waiters' ids.
+    #[must_use]
+    pub fn process(&self) -> &[u8; 32] {
+        &self.process
+    }
+
+    /// This backend's channel ([`channel`]).
+    #[must_use]
+    pub fn channel(&self) -> String {
+        channel(&self.process)
+    }
+
+    /// A fresh waiter id of this backend.
+    #[must_use]
+    pub fn fresh_waiter_id(&self) -> WaiterId {
+        fresh_waiter_id(&self.process)
+    }
+
+    /// Whether the server refused `SUBSCRIBE`.
+    #[must_use]
+    pub fn is_refused(&self) -> bool {
+        self.refused.load(Ordering::Relaxed)
+    }
+
+    /// Turns the notifications off for good (the server refused
+    /// `SUBSCRIBE`: `why`), with one warning.
+    pub fn refuse(&self, backend: &str, why: &dyn std::fmt::Display) {
+        if !self.refused.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                backend,
+                error = %why,
+                "the server refuses SUBSCRIBE to this ACL user (no channel rights, e.g. Redis 7's \
+                 acl-pubsub-default resetchannels): release notifications are off for this backend; waiters use \
+                 their timers"
+            );
+        }
+    }
+
+    /// Waits until waiter `id` on `channel` (a board of `boards`) is woken
+    /// or `max_wait` passes: `subscribe` (true when it just subscribed),
+    /// then `mark` (registers the waiter on the server once subscribed, so
+    /// no release after it goes unheard; false when the lock is already
+    /// free: no point waiting), then the wake. Without `mark` (the waiter
+    /// registered itself before: a fair waiter), a wait that had to
+    /// subscribe first returns at once: a wake may have gone by unheard.
+    /// Refused, or with a failed subscription, the wait is the timer. The
+    /// waiter leaves its board when the wait ends or is cancelled.
+    pub async fn wait<E: std::fmt::Display>(
+        &self,
+        boards: &impl Boards,
+        channel: &str,
+        id: WaiterId,
+        max_wait: Duration,
+        subscribe: impl Future<Output = Result<bool, E>>,
+        mark: Option<impl Future<Output = bool>>,
+    ) {
+        if self.is_refused() {
+            tokio::time::sleep(max_wait).await;
+            return;
+        }
+        let Some(woken) = boards.join(channel, id) else {
+            // Woken before it got here.
+            return;
+        };
+        let _waiting = Waiting { boards, channel, id };
+        let _ = tokio::time::timeout(max_wait, async {
+            match subscribe.await {
+                Ok(newly) => {
+                    let worth_waiting = match mark {
+                        Some(mark) => mark.await,
+                        None => !newly,
+                    };
+                    if !worth_waiting {
+                        return;
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "release notifications unavailable; waiting on the timer"),
+            }
+            woken.notified().await;
+        })
+        .await;
+    }
+}
+
+/// A backend's release notifications as its waiters use them: its boards,
+/// its [`Listener`], and how it subscribes to a channel; the waits are
+/// written here once.
+pub trait Subscriber: Boards + Send + Sync + Sized {
+    /// What a failed subscription says.
+    type Error: std::fmt::Display + Send;
+
+    /// The backend's id and whether the server refused `SUBSCRIBE`.
+    fn listener(&self) -> &Listener;
+
+    /// Subscribes to `channel` if needed (connecting first): true when it
+    /// just did.
+    fn subscribe(self: &Arc<Self>, channel: &str) -> impl Future<Output = Result<bool, Self::Error>> + Send;
+
+    /// This backend's id, the first half of its waiters' ids.
+    fn process(&self) -> &[u8; 32] {
+        self.listener().process()
+    }
+
+    /// Waits on this backend's own channel until waiter `id` is woken or
+    /// `max_wait` passes ([`Listener::wait`]).
+    fn wait(
+        self: &Arc<Self>,
+        id: WaiterId,
+        max_wait: Duration,
+        mark: Option<impl Future<Output = bool> + Send>,
+    ) -> impl Future<Output = ()> + Send {
+        self.wait_on(self.listener().channel(), id, max_wait, mark)
+    }
+
+    /// As [`Subscriber::wait`], on `channel`: a `1` published there wakes
+    /// every waiter of this process on it (an election's observers).
+    fn wait_on(
+        self: &Arc<Self>,
+        channel: String,
+        id: WaiterId,
+        max_wait: Duration,
+        mark: Option<impl Future<Output = bool> + Send>,
+    ) -> impl Future<Output = ()> + Send {
+        async move {
+            self.listener()
+                .wait(&**self, &channel, id, max_wait, self.subscribe(&channel), mark)
+                .await;
+        }
+    }
+}
+
+/// Takes a waiter off its board when its wait ends (or is cancelled).
+struct Waiting<'a, B: Boards> {
+    boards: &'a B,
+    channel: &'a str,
+    id: WaiterId,
+}
+
+impl<B: Boards> Drop for Waiting<'_, B> {
+    fn drop(&mut self) {
+        self.boards.leave(self.channel, &self.id);
+    }
 }
 
 #[cfg(test)]

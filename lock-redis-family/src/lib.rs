@@ -12,9 +12,11 @@
 //! etcd.
 
 pub mod board;
+pub mod fence;
 pub mod keys;
 pub mod kinds;
 mod macros;
+pub mod shortfall;
 pub mod wake;
 
 /// What [`kind_backends!`]'s expansion names, so that a backend needs no

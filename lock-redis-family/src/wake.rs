@@ -103,7 +103,7 @@ return 1
 /// deadlines, `KEYS[5]` (optional) fence; `ARGV[1]` token, `ARGV[2]` ttl ms,
 /// `ARGV[3]` waiter id, `ARGV[4]` claim ms. Takes the lock when it is free and
 /// the waiter heads the queue of live waiters (or it is empty): `{1}`, or
-/// `{1, fence}` with `KEYS[5]` (as the plain fenced acquire: `max(last + 1, server µs)`); else queues the
+/// `{1, fence}` with `KEYS[5]` ([`crate::fence::GRANT_FENCE`]); else queues the
 /// waiter once (ticket after the last), keeps its entry `claim` ms, and
 /// answers `{0, pttl}` to the head (when to look again if nobody releases)
 /// or `{0, -1}` to the others. The marker makes releases wake the head.
@@ -125,11 +125,10 @@ if not cur and (not head or head == ARGV[3]) then
   redis.call('ZREM', KEYS[3], ARGV[3])
   redis.call('ZREM', KEYS[4], ARGV[3])
   if not KEYS[5] then return {1} end
-  local t = redis.call('TIME')
-  local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  if fence <= last then fence = last + 1 end
-  redis.call('SET', KEYS[5], string.format('%.0f', fence))
-  return {1, fence}
+  local fence_key = KEYS[5]
+",
+    crate::fence::GRANT_FENCE,
+    r"
 end
 if not redis.call('ZSCORE', KEYS[3], ARGV[3]) then
   local tail = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')

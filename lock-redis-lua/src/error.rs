@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use deadpool_redis::redis::{ErrorKind, RedisError};
 use lock_core::Error;
+/// URL redaction lives in lock-core (the facade's `connect` uses it too).
+pub(crate) use lock_core::raw::redact_url;
 
 /// The backend's name in errors, logs and capabilities.
 pub(crate) const BACKEND: &str = "redis-lua";
@@ -159,25 +161,6 @@ pub(crate) fn unexpected_reply(op: &str, key: &str, reply: &impl std::fmt::Debug
     Error::backend(BACKEND, format!("{op} on {key:?}: unexpected reply {reply:?}"))
 }
 
-/// `url` with any user name, password and query string replaced by `***`.
-pub(crate) fn redact_url(url: &str) -> String {
-    let (scheme, rest) = match url.find("://") {
-        Some(i) => (&url[..i + 3], &url[i + 3..]),
-        None => ("", url),
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    let host = match authority.rfind('@') {
-        Some(at) => format!("***@{}", &authority[at + 1..]),
-        None => authority.to_owned(),
-    };
-    let tail = match tail.find(['?', '#']) {
-        Some(q) => format!("{}?***", &tail[..q]),
-        None => tail.to_owned(),
-    };
-    format!("{scheme}{host}{tail}")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,18 +204,5 @@ mod tests {
             let e = command_error(server_error(line), "renew", "k", Access::Write);
             assert!(!is_wrong_type(&e), "{line:?} gave {e:?}");
         }
-    }
-
-    #[test]
-    fn urls_are_redacted() {
-        assert_eq!(redact_url("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
-        assert_eq!(redact_url("redis://u:secret@h:1/0"), "redis://***@h:1/0");
-        assert_eq!(redact_url("rediss://:p%40ss@h"), "rediss://***@h");
-        assert_eq!(redact_url("redis://u:a@b@h/2"), "redis://***@h/2");
-        assert_eq!(
-            redact_url("redis+unix:///tmp/r.sock?pass=secret"),
-            "redis+unix:///tmp/r.sock?***"
-        );
-        assert_eq!(redact_url("not a url secret@x"), "***@x");
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use deadpool_redis::redis::Value;
 use lock_core::options::ttl_millis;
 use lock_core::{AcquireOutcome, Error, FairWaiter, LockToken, Result};
-use lock_redis_family::board;
+use lock_redis_family::board::{self, Subscriber};
 use lock_redis_family::wake::FairReply;
 
 use crate::error::{Access, BACKEND, unexpected_reply};

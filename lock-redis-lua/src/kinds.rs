@@ -25,7 +25,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_redis::redis::{self, Value};
-use lock_core::{Error, LeaderInfo, LockToken, RenewOutcome, ReplicaAck, Replication, Result};
+use lock_core::{Error, LeaderInfo, LockToken, ReplicaAck, Replication, Result};
+use lock_redis_family::board::Subscriber;
 use lock_redis_family::kinds::election::keys_on;
 use lock_redis_family::kinds::scripted::{KindCall, KindScript, ScriptedKinds};
 
@@ -111,17 +112,6 @@ impl ScriptedKinds for RedisLuaBackend {
 
     fn unexpected_reply(&self, op: &str, name: &str, reply: &Value) -> Error {
         unexpected_reply(op, name, reply)
-    }
-
-    /// With replica acknowledgement a renewal counts only once WAIT
-    /// confirms it, as for the mutex.
-    fn counted_renewal(
-        &self,
-        name: &str,
-        outcome: RenewOutcome,
-        replication: Option<Replication>,
-    ) -> Result<RenewOutcome> {
-        self.inner.counted_renewal(name, outcome, replication)
     }
 
     fn check_multi_key(&self, key: &str) -> Result<()> {

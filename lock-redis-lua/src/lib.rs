@@ -139,6 +139,7 @@ use lock_core::options::{validate_key, validate_ttl};
 use lock_core::{
     AcquireOutcome, Capabilities, Error, FairWaiter, LockBackend, LockToken, ReleaseOutcome, RenewOutcome, Result,
 };
+use lock_redis_family::board::Subscriber;
 
 pub use builder::{
     DEFAULT_ACK_CONNECTIONS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, OnShortfall, RedisLuaBuilder,

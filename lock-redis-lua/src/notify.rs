@@ -10,15 +10,16 @@
 //! backoff or a third of the fair claim), never correctness.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use deadpool_redis::redis::{self, aio::PubSubSink};
 use futures::StreamExt;
-use lock_redis_family::board::{self, WaiterBoard};
-use tokio::sync::oneshot;
+use lock_redis_family::board::{Boards, Listener, Subscriber, WaiterBoard};
+use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
+
+use crate::error::BACKEND;
 
 pub(crate) use lock_redis_family::board::{WaiterId, waiter_id};
 /// A channel nobody waited on for this long is unsubscribed.
@@ -66,16 +67,13 @@ struct State {
 /// Subscriptions of one backend.
 pub(crate) struct Notifier {
     client: redis::Client,
-    /// This backend's id: its channel, and the first half of its waiters' ids.
-    process: [u8; 32],
+    /// This backend's id and whether the server refused SUBSCRIBE.
+    listener: Listener,
     timeout: Duration,
     state: Mutex<State>,
     /// Serialises SUBSCRIBE / UNSUBSCRIBE with the bookkeeping, so an
     /// unsubscribe of an idle channel cannot overtake a new subscribe.
     subscriptions: tokio::sync::Mutex<()>,
-    /// Set when the server refused SUBSCRIBE for lack of rights (NOPERM):
-    /// waits then use their timers only, without trying again.
-    refused: AtomicBool,
 }
 
 impl std::fmt::Debug for Notifier {
@@ -83,7 +81,7 @@ impl std::fmt::Debug for Notifier {
         let s = self.state();
         f.debug_struct("Notifier")
             .field("connected", &s.live.is_some())
-            .field("refused", &self.refused.load(Ordering::Relaxed))
+            .field("refused", &self.listener.is_refused())
             .field("channels", &s.channels.len())
             .finish()
     }
@@ -93,11 +91,10 @@ impl Notifier {
     pub(crate) fn new(client: redis::Client, timeout: Duration) -> Arc<Self> {
         Arc::new(Notifier {
             client,
-            process: board::process_id(),
+            listener: Listener::default(),
             timeout,
             state: Mutex::new(State::default()),
             subscriptions: tokio::sync::Mutex::new(()),
-            refused: AtomicBool::new(false),
         })
     }
 
@@ -109,62 +106,8 @@ impl Notifier {
         }
     }
 
-    /// This backend's id, the first half of its waiters' ids.
-    pub(crate) fn process(&self) -> &[u8; 32] {
-        &self.process
-    }
-
-    /// Waits until the waiter `id` (see [`waiter_id`]) is woken or
-    /// `max_wait` passes. `mark`, when given, runs once subscribed (so no
-    /// release after it goes unheard): it registers the waiter on the
-    /// server, and says false when the lock is already free. Without it
-    /// (the waiter registered itself before), a wait that had to subscribe
-    /// first returns at once: a wake may have gone by unheard.
-    pub(crate) async fn wait(
-        self: &Arc<Self>,
-        id: WaiterId,
-        max_wait: Duration,
-        mark: Option<impl Future<Output = bool>>,
-    ) {
-        self.wait_on(board::channel(&self.process), id, max_wait, mark).await;
-    }
-
-    /// As [`Notifier::wait`], on `channel`: a `1` published there wakes
-    /// every waiter of this process on it (an election's observers).
-    pub(crate) async fn wait_on(
-        self: &Arc<Self>,
-        channel: String,
-        id: WaiterId,
-        max_wait: Duration,
-        mark: Option<impl Future<Output = bool>>,
-    ) {
-        if self.refused.load(Ordering::Relaxed) {
-            tokio::time::sleep(max_wait).await;
-            return;
-        }
-        let woken = {
-            let mut s = self.state();
-            let entry = s.channels.entry(channel.clone()).or_insert_with(|| Entry {
-                board: WaiterBoard::default(),
-                subscribed: false,
-                idle_since: Instant::now(),
-            });
-            match entry.board.join(id) {
-                Some(woken) => woken,
-                // Woken before it got here.
-                None => return,
-            }
-        };
-        let _waiting = Waiting {
-            notifier: self,
-            channel: &channel,
-            id,
-        };
-        board::wait_subscribed(woken, max_wait, self.subscribe(&channel), mark).await;
-    }
-
     /// Subscribes to `channel` if needed: true when it just did.
-    async fn subscribe(self: &Arc<Self>, channel: &str) -> redis::RedisResult<bool> {
+    async fn subscribe_channel(self: &Arc<Self>, channel: &str) -> redis::RedisResult<bool> {
         if self.state().channels.get(channel).is_some_and(|e| e.subscribed) {
             return Ok(false);
         }
@@ -186,13 +129,8 @@ impl Notifier {
             }
             Ok(Err(e)) => {
                 forget_connection(&mut s, generation);
-                if e.code() == Some("NOPERM") && !self.refused.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(
-                        error = %e,
-                        "the server refuses SUBSCRIBE to this ACL user (no channel rights, e.g. Redis 7's \
-                         acl-pubsub-default resetchannels): release notifications are off for this backend; waiters \
-                         use their timers"
-                    );
+                if e.code() == Some("NOPERM") {
+                    self.listener.refuse(BACKEND, &e);
                 }
                 Err(e)
             }
@@ -235,11 +173,36 @@ impl Notifier {
         tokio::spawn(read(Arc::downgrade(self), generation, sink.clone(), stream, stopped));
         Ok((generation, sink))
     }
+}
 
-    fn leave(&self, channel: &str, id: WaiterId) {
+/// A waiter's channel is this backend's own or an election's leader key's.
+impl Subscriber for Notifier {
+    type Error = redis::RedisError;
+
+    fn listener(&self) -> &Listener {
+        &self.listener
+    }
+
+    fn subscribe(self: &Arc<Self>, channel: &str) -> impl Future<Output = redis::RedisResult<bool>> + Send {
+        self.subscribe_channel(channel)
+    }
+}
+
+impl Boards for Notifier {
+    fn join(&self, channel: &str, id: WaiterId) -> Option<Arc<Notify>> {
+        let mut s = self.state();
+        let entry = s.channels.entry(channel.to_owned()).or_insert_with(|| Entry {
+            board: WaiterBoard::default(),
+            subscribed: false,
+            idle_since: Instant::now(),
+        });
+        entry.board.join(id)
+    }
+
+    fn leave(&self, channel: &str, id: &WaiterId) {
         let mut s = self.state();
         if let Some(e) = s.channels.get_mut(channel) {
-            e.board.leave(&id);
+            e.board.leave(id);
             if e.board.is_empty() {
                 if e.subscribed {
                     // Lingers; the reader unsubscribes it when idle.
@@ -261,19 +224,6 @@ fn forget_connection(s: &mut State, generation: u64) {
         for e in s.channels.values_mut() {
             e.subscribed = false;
         }
-    }
-}
-
-/// Takes a waiter off its channel when its wait ends (or is cancelled).
-struct Waiting<'a> {
-    notifier: &'a Notifier,
-    channel: &'a str,
-    id: WaiterId,
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.notifier.leave(self.channel, self.id);
     }
 }
 

@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use deadpool_redis::redis::{Cmd, Value};
 use lock_core::options::{ttl_millis, validate_ttl};
 use lock_core::{Error, LockToken, RenewBatch, RenewOutcome, Replication, Result};
+use lock_redis_family::shortfall;
 
 use crate::error::{Access, BACKEND, is_wrong_type, same_error, unexpected_reply};
 use crate::keys;
@@ -95,42 +96,14 @@ impl Inner {
     }
 
     /// `outcome`, unless it is a renewal too few replicas acknowledged
-    /// ([`Self::renewal_shortfall`]'s error).
+    /// (the rule of [`lock_redis_family::shortfall::counted_renewal`]).
     pub(crate) fn counted_renewal(
         &self,
         key: &str,
         outcome: RenewOutcome,
         replication: Option<Replication>,
     ) -> Result<RenewOutcome> {
-        match (outcome, self.renewal_shortfall(key, replication)) {
-            (RenewOutcome::Renewed, Some(e)) => Err(e),
-            _ => Ok(outcome),
-        }
-    }
-
-    /// A renewal that too few replicas acknowledged: an error (outcome
-    /// unknown: it is on the primary only), so the guard's deadline stays
-    /// where the last confirmed grant or renewal put it. Whatever
-    /// [`OnShortfall`] says: a failover would bring back the older expiry.
-    pub(crate) fn renewal_shortfall(&self, key: &str, replication: Option<Replication>) -> Option<Error> {
-        let (
-            Some(ack),
-            Some(Replication::Unconfirmed {
-                acknowledged,
-                requested,
-            }),
-        ) = (&self.replica_ack, replication)
-        else {
-            return None;
-        };
-        Some(Error::outcome_unknown(
-            BACKEND,
-            format!(
-                "renewed {key:?} on the primary, but only {acknowledged} of {requested} replicas acknowledged within \
-                 {:?}: not counted as renewed (a failover would bring back the older expiry)",
-                ack.timeout
-            ),
-        ))
+        shortfall::counted_renewal(BACKEND, key, outcome, replication, self.replica_ack.as_ref())
     }
 
     /// Renews `items` with one renew-many script call per chunk of at most

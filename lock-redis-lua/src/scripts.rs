@@ -20,6 +20,7 @@
 
 use const_format::concatcp;
 use deadpool_redis::redis::{self, Cmd};
+use lock_redis_family::fence::GRANT_FENCE;
 use lock_redis_family::wake as wake_lua;
 
 /// A script and its SHA1, computed once.
@@ -120,28 +121,24 @@ return {0, redis.call('PTTL', KEYS[1])}
 ";
 
 /// KEYS[1] lock, KEYS[2] fence (same slot, no TTL); ARGV as [`ACQUIRE`].
-/// Both keys are read before anything is written. `{1, fence}` acquired;
-/// `{0, pttl}` held. The fence is
-/// `max(last + 1, server time in µs)`: it increases per grant, and keeps
-/// increasing even if the fence key was lost (eviction, failover).
-const ACQUIRE_FENCED: &str = r"
+/// Both keys are read before anything is written. `{1, fence}` acquired
+/// (the fence: [`GRANT_FENCE`]'s rule, increasing per grant even if the
+/// fence key was lost); `{1, last}` already ours (the TTL refreshed);
+/// `{0, pttl}` held.
+const ACQUIRE_FENCED: &str = concatcp!(
+    r"
 local cur = redis.call('GET', KEYS[1])
-local last = redis.call('GET', KEYS[2])
-if not cur then
-  last = tonumber(last or '0') or 0
-  local t = redis.call('TIME')
-  local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  if fence <= last then fence = last + 1 end
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  redis.call('SET', KEYS[2], string.format('%.0f', fence))
-  return {1, fence}
-end
+local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 if cur == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, tonumber(last or '0') or 0}
+  return {1, last}
 end
-return {0, redis.call('PTTL', KEYS[1])}
-";
+if cur then return {0, redis.call('PTTL', KEYS[1])} end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local fence_key = KEYS[2]
+",
+    GRANT_FENCE
+);
 
 /// KEYS[1] lock; ARGV[1] token.
 /// 1 released, 0 missing, 2 held by another token.

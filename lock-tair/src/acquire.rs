@@ -4,9 +4,11 @@
 
 use std::time::Duration;
 
+use const_format::concatcp;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use fred::util::redis_keyslot;
 use lock_core::{Error, Result};
+use lock_redis_family::fence::GRANT_FENCE;
 
 use crate::conn::{self, Access, COMMANDS, map_error, send, unexpected_reply};
 use crate::replica_ack::Writer;
@@ -14,24 +16,21 @@ use crate::replies::{self, FencedReply};
 use crate::{TairBackend, keys};
 
 /// Fenced acquire: refuse a held key (answering its PTTL as a retry hint),
-/// else set the lock and hand out the next fence, the Lua backend's rule:
-/// `max(counter + 1, server time in µs)`. The counter alone would restart at
-/// 1 when its key is lost (eviction, a restart without data, a failover that
-/// lost it); the server clock keeps the tokens above the lost ones. Every
-/// read (and the only command that can fail, `GET` on a counter of the
-/// wrong type) comes before the first write.
-pub(crate) const FENCED_ACQUIRE: &str = "\
+/// else set the lock and hand out the next fence ([`GRANT_FENCE`], the
+/// rule of every Redis-family grant). Every read (and the only command
+/// that can fail, `GET` on a counter of the wrong type) comes before the
+/// first write.
+pub(crate) const FENCED_ACQUIRE: &str = concatcp!(
+    r"
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return {0, redis.call('PTTL', KEYS[1])}
 end
 local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-local t = redis.call('TIME')
-local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-if fence <= last then fence = last + 1 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('SET', KEYS[2], string.format('%.0f', fence))
-return {1, fence}
-";
+local fence_key = KEYS[2]
+",
+    GRANT_FENCE
+);
 
 impl TairBackend {
     /// The holder's remaining TTL, when asked for with `retry_after_hint`.

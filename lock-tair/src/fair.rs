@@ -12,7 +12,7 @@ use std::time::Duration;
 use fred::types::Value;
 use lock_core::options::ttl_millis;
 use lock_core::{AcquireOutcome, Error, FairWaiter, Lease, LockToken, Result};
-use lock_redis_family::board;
+use lock_redis_family::board::{self, Subscriber};
 use lock_redis_family::wake::{self as wake_lua, FairReply};
 
 use crate::conn::{Access, NAME, map_error, unexpected_reply};

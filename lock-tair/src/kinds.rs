@@ -19,7 +19,7 @@ use std::sync::OnceLock;
 use async_trait::async_trait;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use fred::util::redis_keyslot;
-use lock_core::{Error, LeaderInfo, ReleaseOutcome, RenewOutcome, ReplicaAck, Replication, Result};
+use lock_core::{Error, LeaderInfo, ReleaseOutcome, ReplicaAck, Replication, Result};
 use lock_redis_family::kinds::election::keys_on;
 use lock_redis_family::kinds::scripted::{KindCall, KindScript, ScriptedKinds};
 
@@ -110,22 +110,6 @@ impl ScriptedKinds for TairBackend {
 
     fn unexpected_reply(&self, op: &str, name: &str, reply: &Value) -> Error {
         unexpected_reply(&what(op), name, Access::Script, reply)
-    }
-
-    /// Under replica acknowledgement a renewal counts only once confirmed,
-    /// as the mutex's: a shortfall is an outcome-unknown error.
-    fn counted_renewal(
-        &self,
-        name: &str,
-        outcome: RenewOutcome,
-        replication: Option<Replication>,
-    ) -> Result<RenewOutcome> {
-        match (outcome, replication, &self.inner.ack) {
-            (RenewOutcome::Renewed, Some(Replication::Unconfirmed { acknowledged, .. }), Some((_, ack))) => {
-                crate::replica_ack::renewal_shortfall(ack, acknowledged, name).map(|()| outcome)
-            }
-            _ => Ok(outcome),
-        }
     }
 
     fn same_slot(&self, a: &str, b: &str) -> bool {

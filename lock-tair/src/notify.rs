@@ -17,10 +17,10 @@ use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
 use fred::types::{Message, Value};
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
-use lock_redis_family::board::{self, WaiterBoard};
+use lock_redis_family::board::{Boards, Listener, Subscriber, WaiterBoard};
 use tokio::sync::broadcast::Receiver;
 use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 
 use crate::conn::{NAME, OptionsClient};
 
@@ -41,15 +41,14 @@ pub(crate) struct Notifier {
     client: Client,
     /// A command connection, to check the subscription.
     checker: OptionsClient,
-    /// This backend's id: its channel, and the first half of its waiters' ids.
-    process: [u8; 32],
+    /// This backend's id and whether the server refused SUBSCRIBE.
+    listener: Listener,
     channel: String,
     timeout: Duration,
     waiters: Mutex<WaiterBoard>,
     link: tokio::sync::Mutex<Link>,
-    /// Fast path of the waits once subscribed (or refused).
+    /// Fast path of the waits once subscribed.
     subscribed: AtomicBool,
-    refused: AtomicBool,
     /// Whether `client` was ever started (and so must be closed).
     started: AtomicBool,
     /// fred's connection task of `client`, once started: see `connect`.
@@ -66,7 +65,7 @@ impl std::fmt::Debug for Notifier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Notifier")
             .field("subscribed", &self.subscribed.load(Ordering::Relaxed))
-            .field("refused", &self.refused.load(Ordering::Relaxed))
+            .field("refused", &self.listener.is_refused())
             .finish_non_exhaustive()
     }
 }
@@ -93,17 +92,16 @@ impl Drop for Notifier {
 impl Notifier {
     /// A notifier on `client` (not connected yet: the first wait connects).
     pub(crate) fn new(client: Client, checker: OptionsClient, timeout: Duration) -> Arc<Self> {
-        let process = board::process_id();
+        let listener = Listener::default();
         Arc::new(Notifier {
-            channel: board::channel(&process),
+            channel: listener.channel(),
             client,
             checker,
-            process,
+            listener,
             timeout,
             waiters: Mutex::new(WaiterBoard::default()),
             link: tokio::sync::Mutex::new(Link::Idle),
             subscribed: AtomicBool::new(false),
-            refused: AtomicBool::new(false),
             started: AtomicBool::new(false),
             connection: Mutex::new(None),
             attempt: Mutex::new(None),
@@ -141,38 +139,7 @@ impl Notifier {
 
     /// A fresh waiter id of this backend.
     pub(crate) fn waiter_id(&self) -> WaiterId {
-        board::fresh_waiter_id(&self.process)
-    }
-
-    /// This backend's id, the first half of its waiters' ids.
-    pub(crate) fn process(&self) -> &[u8; 32] {
-        &self.process
-    }
-
-    /// Waits until waiter `id` is woken or `max_wait` passes. `mark`, when
-    /// given, runs once subscribed (so no release after it goes unheard): it
-    /// registers the waiter on the server and says false when the lock is
-    /// already free (no point waiting). Without it (the waiter registered
-    /// itself before: a fair waiter), a wait that had to subscribe first
-    /// returns at once: a wake may have gone by unheard. Without a
-    /// subscription (refused, or the server unreachable) the wait is the
-    /// timer.
-    pub(crate) async fn wait(
-        self: &Arc<Self>,
-        id: WaiterId,
-        max_wait: Duration,
-        mark: Option<impl Future<Output = bool>>,
-    ) {
-        if self.refused.load(Ordering::Relaxed) {
-            tokio::time::sleep(max_wait).await;
-            return;
-        }
-        let Some(woken) = self.waiters().join(id) else {
-            // Woken before it got here.
-            return;
-        };
-        let _waiting = Waiting { notifier: self, id };
-        board::wait_subscribed(woken, max_wait, self.subscribe(), mark).await;
+        self.listener.fresh_waiter_id()
     }
 
     /// Connects and subscribes to this backend's channel, once: true when
@@ -181,7 +148,7 @@ impl Notifier {
     /// check that tells a refusal would never finish, and the connection
     /// would stay open for nothing (see
     /// `waits_cut_short_while_connecting_leave_no_connection_after_a_refusal`).
-    async fn subscribe(self: &Arc<Self>) -> Result<bool, String> {
+    async fn subscribe_once(self: &Arc<Self>) -> Result<bool, String> {
         if self.subscribed.load(Ordering::Acquire) {
             return Ok(false);
         }
@@ -277,14 +244,7 @@ impl Notifier {
     /// Turns the notifications off for good, with one warning.
     fn refuse(&self, why: &str, link: &mut Link) {
         *link = Link::Refused;
-        self.refused.store(true, Ordering::Relaxed);
-        tracing::warn!(
-            backend = NAME,
-            error = why,
-            "the server refuses SUBSCRIBE to this ACL user (no channel rights, e.g. Redis 7's \
-             acl-pubsub-default resetchannels): release notifications are off for this backend; waiters use \
-             their timers"
-        );
+        self.listener.refuse(NAME, &why);
     }
 
     /// Wakes the waiter `payload` names, or remembers the id for a moment
@@ -292,8 +252,28 @@ impl Notifier {
     fn wake(&self, payload: &[u8]) {
         self.waiters().wake(payload);
     }
+}
 
-    fn leave(&self, id: &WaiterId) {
+/// One channel, this backend's own.
+impl Subscriber for Notifier {
+    type Error = String;
+
+    fn listener(&self) -> &Listener {
+        &self.listener
+    }
+
+    fn subscribe(self: &Arc<Self>, _channel: &str) -> impl Future<Output = Result<bool, String>> + Send {
+        self.subscribe_once()
+    }
+}
+
+/// One board: this backend listens on its own channel only.
+impl Boards for Notifier {
+    fn join(&self, _channel: &str, id: WaiterId) -> Option<Arc<Notify>> {
+        self.waiters().join(id)
+    }
+
+    fn leave(&self, _channel: &str, id: &WaiterId) {
         self.waiters().leave(id);
     }
 }
@@ -304,18 +284,6 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     match mutex.lock() {
         Ok(guard) => guard,
         Err(poisoned) => poisoned.into_inner(),
-    }
-}
-
-/// Takes a waiter off the list when its wait ends (or is cancelled).
-struct Waiting<'a> {
-    notifier: &'a Notifier,
-    id: WaiterId,
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.notifier.leave(&self.id);
     }
 }
 

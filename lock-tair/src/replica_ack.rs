@@ -200,24 +200,8 @@ impl TairBackend {
     }
 }
 
-/// A renewal on the primary that `acknowledged` replicas have: an
-/// outcome-unknown error below the requested count, whatever the
-/// [`OnShortfall`] policy (the caller must not move its deadline: a failover
-/// could bring back the older expiry).
+/// A renewal on the primary that `acknowledged` replicas have (the rule
+/// of [`lock_redis_family::shortfall::renewal_shortfall`]).
 pub(crate) fn renewal_shortfall(ack: &ReplicaAck, acknowledged: u32, key: &str) -> Result<()> {
-    if acknowledged >= ack.replicas {
-        return Ok(());
-    }
-    let message = format!(
-        "the renewal of {key:?} is on the primary, but only {acknowledged} of {} replicas acknowledged it within \
-         {:?}: a failover could bring back the older expiry",
-        ack.replicas, ack.timeout
-    );
-    // Whatever `on_shortfall` says: an unconfirmed renewal must not move the
-    // guard's deadline, or a failover brings back an expiry the holder no
-    // longer believes in (the Lua backend applies the same rule).
-    Err(Error::outcome_unknown(
-        NAME,
-        format!("{message}; not counted as renewed"),
-    ))
+    lock_redis_family::shortfall::renewal_shortfall(NAME, key, acknowledged, ack)
 }

@@ -15,6 +15,7 @@ use fred::interfaces::ClientLike;
 use fred::types::Value;
 use lock_core::options::ttl_millis;
 use lock_core::{LockToken, ReleaseOutcome, Result};
+use lock_redis_family::board::Subscriber;
 use lock_redis_family::wake as wake_lua;
 
 use crate::conn::{self, Access, COMMANDS, NAME, OptionsClient, map_error, unexpected_reply};

@@ -52,7 +52,7 @@ impl std::fmt::Debug for ConnectConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Node URLs may carry passwords: only their names are shown.
         f.debug_struct("ConnectConfig")
-            .field("url", &super::url::redact(&self.url))
+            .field("url", &lock_core::raw::redact_url(&self.url))
             .field("params", &self.params.keys().collect::<Vec<_>>())
             .finish()
     }

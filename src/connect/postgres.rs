@@ -36,7 +36,7 @@ impl std::fmt::Debug for PostgresTarget {
 /// Split verrou's parameters off `url` (whose scheme is `postgres` or
 /// `postgresql`); the rest is checked when the backend is built.
 pub(crate) fn parse_postgres(url: &str, before_query: &str, params: &[(String, String)]) -> Result<PostgresTarget> {
-    let shown = super::url::redact(url);
+    let shown = lock_core::raw::redact_url(url);
     if before_query.is_empty() {
         return Err(Error::invalid(format!(
             "{shown} has no host: write postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE"

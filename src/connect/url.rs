@@ -18,6 +18,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use lock_core::raw::redact_url;
 use lock_core::{Error, ReplicaAck, Result};
 
 /// Port used when a host names none.
@@ -149,14 +150,14 @@ pub(crate) fn parse(url: &str, features: &Features) -> Result<Target> {
     let Some((scheme, rest)) = url.split_once("://") else {
         return Err(Error::invalid(format!(
             "URL {} has no scheme: start it with one of {SCHEMES}",
-            redact(url)
+            redact_url(url)
         )));
     };
     let scheme = scheme.to_ascii_lowercase();
     if rest.contains('#') {
         return Err(Error::invalid(format!(
             "URL {} has a #fragment: remove it (percent-encode a '#' in a password as %23)",
-            redact(url)
+            redact_url(url)
         )));
     }
     let (before_query, query) = rest.split_once('?').unwrap_or((rest, ""));
@@ -198,7 +199,7 @@ pub(crate) fn parse(url: &str, features: &Features) -> Result<Target> {
                 _ => {
                     return Err(Error::invalid(format!(
                         "unknown scheme `{scheme}://` in {}: use one of {SCHEMES}",
-                        redact(url)
+                        redact_url(url)
                     )));
                 }
             };
@@ -536,24 +537,4 @@ impl Server {
         };
         format!("{scheme}://{}{first}{db}{query}", self.credentials())
     }
-}
-
-/// `url` with any password and query replaced by `***`, for messages about a
-/// URL that did not even parse.
-pub(crate) fn redact(url: &str) -> String {
-    let (scheme, rest) = match url.find("://") {
-        Some(i) => (&url[..i + 3], &url[i + 3..]),
-        None => ("", url),
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    let host = match authority.rfind('@') {
-        Some(at) => format!("***@{}", &authority[at + 1..]),
-        None => authority.to_owned(),
-    };
-    let tail = match tail.find(['?', '#']) {
-        Some(q) => format!("{}?***", &tail[..q]),
-        None => tail.to_owned(),
-    };
-    format!("{scheme}{host}{tail}")
 }

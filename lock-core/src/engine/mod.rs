@@ -1,14 +1,18 @@
 //! The acquire engine: one attempt step, shared by the in-process fast path
-//! ([`LockManager::acquire_at_once`]) and the loop that waits or talks to a
-//! server ([`LockManager::acquire`]), and the two ways of waiting between
+//! ([`Engine::acquire_at_once`]) and the loop that waits or talks to a
+//! server ([`Engine::acquire`]), and the two ways of waiting between
 //! attempts ([`Pace`]).
 //!
 //! A lock kind hands the engine its attempt explicitly ([`Attempt`]): the
 //! engine knows keys and tokens, the kind knows what else its backend call
-//! needs (a permit count, an identity).
+//! needs (a permit count, an identity). The engine knows nothing of the
+//! manager or its guards: it borrows the manager's backend, lanes and
+//! options ([`Engine`]) and hands a grant to the caller's `finish` (the
+//! manager makes the guard there).
 
 mod cleanup;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -16,14 +20,13 @@ use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 
 use self::cleanup::{LeaveOnDrop, ReleaseOnDrop};
-use crate::backend::{AcquireOutcome, FairWaiter};
+use crate::backend::{AcquireOutcome, FairWaiter, LockBackend};
 use crate::error::{Error, Result};
-use crate::guard::LockGuard;
-use crate::lane::LaneRef;
+use crate::lane::{LaneRef, Lanes};
 use crate::lease::Grant;
-use crate::manager::LockManager;
-use crate::options::{Fairness, LockOptions, validate_key};
+use crate::options::{Fairness, LockOptions};
 use crate::token::LockToken;
+use crate::validate::validate_key;
 
 /// One attempt at a grant, as a lock kind makes it: the kind's backend call
 /// for `key` under `token`. Must be owner-checked and idempotent per token
@@ -77,6 +80,14 @@ impl<'a> Call<'a> {
             spread: false,
         }
     }
+
+    /// The error of a waiting call that ran out of time.
+    pub(crate) fn timed_out(&self) -> Error {
+        Error::Timeout {
+            key: self.key.to_owned(),
+            waited: self.options.acquire_timeout,
+        }
+    }
 }
 
 /// One attempt's answer, sorted.
@@ -111,10 +122,10 @@ fn sort(reply: Result<AcquireOutcome>, key: &str, token: LockToken, sent_at: Ins
     }
 }
 
-/// What [`LockManager::acquire_at_once`] made of a call.
-pub(crate) enum AtOnce {
+/// What [`Engine::acquire_at_once`] made of a call.
+pub(crate) enum AtOnce<G> {
     /// The call is decided.
-    Done(Result<Option<LockGuard>>),
+    Done(Result<Option<G>>),
     /// One attempt made; the call waits in the loop.
     Tried,
     /// Not tried here: the loop makes every attempt.
@@ -140,18 +151,37 @@ fn spread(hint: Duration) -> Duration {
     hint.max(Duration::from_millis(1)) + hint.mul_f64(fastrand::f64() / 4.0)
 }
 
-impl LockManager {
+/// What the engine borrows from its manager: the backend, the manager's
+/// per-key lines, and its options (per-call options other than these are
+/// validated before the first attempt).
+#[derive(Clone, Copy)]
+pub(crate) struct Engine<'a> {
+    backend: &'a Arc<dyn LockBackend>,
+    lanes: &'a Lanes,
+    defaults: &'a LockOptions,
+}
+
+impl<'a> Engine<'a> {
+    pub(crate) fn new(backend: &'a Arc<dyn LockBackend>, lanes: &'a Lanes, defaults: &'a LockOptions) -> Self {
+        Engine {
+            backend,
+            lanes,
+            defaults,
+        }
+    }
+
     /// The first attempt on a backend that answers at once
     /// ([`crate::LockBackend::instant`]), made without a future: it decides
     /// an uncontended mutex call (a grant, or `try_lock`'s "busy") on its
     /// own. Fair calls, kinds, and calls that would queue behind this
-    /// manager's waiters for the key go to the loop.
-    pub(crate) fn acquire_at_once(&self, call: &Call<'_>) -> AtOnce {
-        let Some(instant) = self.backend().instant() else {
+    /// manager's waiters for the key go to the loop. A grant goes through
+    /// `finish`.
+    pub(crate) fn acquire_at_once<G>(&self, call: &Call<'_>, finish: impl FnOnce(Grant) -> Result<G>) -> AtOnce<G> {
+        let Some(instant) = self.backend.instant() else {
             return AtOnce::NotTried;
         };
         let (key, options, wait) = (call.key, call.options, call.wait);
-        if call.attempt.is_some() || options.fairness != Fairness::Barging || (wait && self.lanes().is_waited(key)) {
+        if call.attempt.is_some() || options.fairness != Fairness::Barging || (wait && self.lanes.is_waited(key)) {
             return AtOnce::NotTried;
         }
         if let Err(e) = self.validate(call) {
@@ -170,7 +200,7 @@ impl LockManager {
             sent_at,
             validity,
         ) {
-            Answer::Granted(grant) => AtOnce::Done(self.guard(grant, options).map(Some)),
+            Answer::Granted(grant) => AtOnce::Done(finish(grant).map(Some)),
             Answer::Late => {
                 // The thread was held up: give the grant back; the loop tries again.
                 if let Err(e) = instant.release_now(key, &token) {
@@ -187,17 +217,23 @@ impl LockManager {
 
     fn validate(&self, call: &Call<'_>) -> Result<()> {
         validate_key(call.key)?;
-        if !std::ptr::eq(call.options, self.options()) {
+        if !std::ptr::eq(call.options, self.defaults) {
             call.options.validate()?;
         }
         Ok(())
     }
 
     /// Attempts until a grant, a final error, or the acquire timeout
-    /// (`Ok(None)`: `lock` turns it into [`Error::Timeout`]).
-    pub(crate) async fn acquire(&self, call: &Call<'_>) -> Result<Option<LockGuard>> {
+    /// (`Ok(None)`: `lock` turns it into [`Error::Timeout`]). The grant goes
+    /// through `finish` while the call still holds its place in the key's
+    /// line.
+    pub(crate) async fn acquire<G>(
+        &self,
+        call: &Call<'_>,
+        finish: impl FnOnce(Grant) -> Result<G>,
+    ) -> Result<Option<G>> {
         self.validate(call)?;
-        let (backend, key, options) = (self.backend(), call.key, call.options);
+        let (backend, key, options) = (self.backend, call.key, call.options);
         let started = Instant::now();
         let give_up = crate::clock::later(started, options.acquire_timeout);
         let mut pace = self.pace(call)?;
@@ -227,7 +263,7 @@ impl LockManager {
                     if let Some(cleanup) = &mut kept_cleanup {
                         cleanup.disarm();
                     }
-                    return self.guard(grant, options).map(Some);
+                    return finish(grant).map(Some);
                 }
                 Answer::Held(hint) => (hint, None),
                 Answer::Late => (None, None),
@@ -237,7 +273,7 @@ impl LockManager {
             if !call.wait || now >= give_up {
                 return match failure {
                     Some(e) => Err(e),
-                    None if call.wait => Err(self.timed_out(call)),
+                    None if call.wait => Err(call.timed_out()),
                     None => Ok(None),
                 };
             }
@@ -259,7 +295,7 @@ impl LockManager {
         kept: Option<LockToken>,
         sent_at: Instant,
     ) -> Result<Answer> {
-        let (backend, key, options) = (self.backend(), call.key, call.options);
+        let (backend, key, options) = (self.backend, call.key, call.options);
         let ttl = options.ttl;
         let validity = ttl.saturating_sub(options.drift(ttl));
         let token = match kept {
@@ -306,7 +342,7 @@ impl LockManager {
         Ok(match call.options.fairness {
             Fairness::Fifo { .. } if call.attempt.is_some() => {
                 return Err(Error::Unsupported {
-                    backend: self.backend().capabilities().name,
+                    backend: self.backend.capabilities().name,
                     what: "fair mode for lock kinds".to_owned(),
                 });
             }
@@ -316,11 +352,7 @@ impl LockManager {
             // uncontended path allocates no lane) and joins the line only
             // when it must wait. try_lock skips the line.
             Fairness::Barging => Pace::Line {
-                lane: if call.wait {
-                    self.lanes().existing(call.key)
-                } else {
-                    None
-                },
+                lane: if call.wait { self.lanes.existing(call.key) } else { None },
                 turn: None,
             },
         })
@@ -338,7 +370,7 @@ impl LockManager {
         failed: bool,
         give_up: Instant,
     ) -> Result<bool> {
-        let (backend, key, options) = (self.backend(), call.key, call.options);
+        let (backend, key, options) = (self.backend, call.key, call.options);
         let left = give_up.saturating_duration_since(Instant::now());
         match pace {
             Pace::Fair(waiter) => {
@@ -355,7 +387,7 @@ impl LockManager {
                 if lane.is_none() {
                     // First wait: join the line. If others are ahead of us,
                     // our turn comes when they are done: try again at once.
-                    let joined = self.lanes().get(key);
+                    let joined = self.lanes.get(key);
                     let queued = match joined.turn.clone().try_lock_owned() {
                         Ok(t) => {
                             *turn = Some(t);
@@ -366,7 +398,7 @@ impl LockManager {
                                 *turn = Some(t);
                                 true
                             }
-                            Err(_) => return Err(self.timed_out(call)),
+                            Err(_) => return Err(call.timed_out()),
                         },
                     };
                     *lane = Some(joined);
@@ -399,13 +431,6 @@ impl LockManager {
             }
         }
         Ok(true)
-    }
-
-    pub(crate) fn timed_out(&self, call: &Call<'_>) -> Error {
-        Error::Timeout {
-            key: call.key.to_owned(),
-            waited: call.options.acquire_timeout,
-        }
     }
 }
 

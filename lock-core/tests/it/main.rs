@@ -9,6 +9,7 @@ mod kinds_engine;
 mod layers;
 mod lease_signals;
 mod lifecycle;
+mod module_graph;
 mod option_bounds;
 mod runtimes;
 mod semaphore_fifo;

@@ -179,6 +179,7 @@ pub trait ScriptedKinds: Send + Sync {
 
     /// A renewal's outcome once replicas were counted (`replication`): an
     /// error when a renewal too few replicas acknowledged must not count.
+    /// The default is the mutex's rule, [`crate::shortfall::counted_renewal`].
     ///
     /// # Errors
     /// The backend's shortfall error.
@@ -188,8 +189,13 @@ pub trait ScriptedKinds: Send + Sync {
         outcome: RenewOutcome,
         replication: Option<Replication>,
     ) -> Result<RenewOutcome> {
-        let _ = (name, replication);
-        Ok(outcome)
+        crate::shortfall::counted_renewal(
+            self.kinds_backend(),
+            name,
+            outcome,
+            replication,
+            self.kinds_replica_ack(),
+        )
     }
 
     /// Refuses a multi-key lock's `key` the backend keeps for itself (after
