@@ -73,10 +73,10 @@ pub trait LockBackend: Send + Sync + 'static {
         waiter: &FairWaiter,
     ) -> Result<AcquireOutcome> {
         let _ = (key, token, ttl, waiter);
-        Err(crate::Error::Unsupported {
-            backend: self.capabilities().name,
-            what: "fair (FIFO) locking".to_owned(),
-        })
+        Err(crate::Error::unsupported(
+            self.capabilities().name,
+            "fair (FIFO) locking",
+        ))
     }
 
     /// Wait until `waiter` may head `key`'s free queue, or `max_wait`

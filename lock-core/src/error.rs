@@ -111,6 +111,14 @@ impl Error {
         Error::InvalidArgument(msg.into())
     }
 
+    /// An `Unsupported` error: `backend` does not offer `what`.
+    pub fn unsupported(backend: impl Into<String>, what: impl Into<String>) -> Self {
+        Error::Unsupported {
+            backend: backend.into(),
+            what: what.into(),
+        }
+    }
+
     /// A backend error whose outcome is known: nothing was applied.
     pub fn backend(backend: impl Into<String>, message: impl Into<String>) -> Self {
         Error::Backend {

@@ -16,6 +16,7 @@ pub mod fence;
 pub mod keys;
 pub mod kinds;
 mod macros;
+pub mod settings;
 pub mod shortfall;
 pub mod wake;
 

@@ -16,13 +16,8 @@ use crate::error::{connect_error, redact_url};
 use crate::notify::Notifier;
 use crate::{Inner, RedisLuaBackend};
 
-/// Default time to open a connection (TCP, TLS, AUTH/HELLO): 2 s, as on the
-/// Tair and PostgreSQL backends.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// Default time to wait for one reply: 2 s, the lock manager's default
-/// `op_timeout` (which bounds every call the manager makes anyway), as on the
-/// Tair and PostgreSQL backends.
-pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+use lock_redis_family::settings::Settings;
+pub use lock_redis_family::settings::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT};
 /// Default maximum number of connections dedicated to write + WAIT pairs
 /// (opened on demand; see [`RedisLuaBuilder::ack_connections`]).
 pub const DEFAULT_ACK_CONNECTIONS: usize = 16;
@@ -76,13 +71,10 @@ impl Source {
 #[must_use = "call build() to get the backend"]
 pub struct RedisLuaBuilder {
     source: Source,
-    connect_timeout: Duration,
-    response_timeout: Duration,
+    /// Timeouts, replica acknowledgement, release notifications (`None`:
+    /// on for standalone URL sources, off for the others).
+    settings: Settings,
     fencing: bool,
-    replica_ack: Option<ReplicaAck>,
-    /// `None`: on for standalone URL sources, off for the others.
-    release_notifications: Option<bool>,
-    ack_connections: usize,
     /// PEM CA certificates for TLS; `None`: the platform's roots.
     #[cfg(feature = "tls")]
     tls_root_certs: Option<Vec<u8>>,
@@ -92,12 +84,8 @@ impl std::fmt::Debug for RedisLuaBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisLuaBuilder")
             .field("source", &self.source.describe())
-            .field("connect_timeout", &self.connect_timeout)
-            .field("response_timeout", &self.response_timeout)
+            .field("settings", &self.settings)
             .field("fencing", &self.fencing)
-            .field("replica_ack", &self.replica_ack)
-            .field("release_notifications", &self.release_notifications)
-            .field("ack_connections", &self.ack_connections)
             .finish()
     }
 }
@@ -106,12 +94,8 @@ impl RedisLuaBuilder {
     fn new(source: Source) -> Self {
         RedisLuaBuilder {
             source,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            settings: Settings::new(DEFAULT_ACK_CONNECTIONS),
             fencing: false,
-            replica_ack: None,
-            release_notifications: None,
-            ack_connections: DEFAULT_ACK_CONNECTIONS,
             #[cfg(feature = "tls")]
             tls_root_certs: None,
         }
@@ -166,7 +150,7 @@ impl RedisLuaBuilder {
     /// Time to open a connection: TCP connect, TLS, AUTH/HELLO (default
     /// [`DEFAULT_CONNECT_TIMEOUT`]). Applies to sources built from URLs.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
+        self.settings.connect_timeout = timeout;
         self
     }
 
@@ -175,7 +159,7 @@ impl RedisLuaBuilder {
     /// connections built from URLs; every operation is also bounded by
     /// `connect + 2 × response` (+ the WAIT timeout) whatever the source.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout;
+        self.settings.response_timeout = timeout;
         self
     }
 
@@ -195,7 +179,7 @@ impl RedisLuaBuilder {
     /// confirmed deadline unless a later renewal is confirmed. One `WAIT`
     /// per renew-many script call (up to 128 keys).
     pub fn replica_ack(mut self, ack: ReplicaAck) -> Self {
-        self.replica_ack = Some(ack);
+        self.settings.replica_ack = Some(ack);
         self
     }
 
@@ -212,7 +196,7 @@ impl RedisLuaBuilder {
     /// same setting: a client without it does not announce its releases, and
     /// waiters then fall back to their timers.
     pub fn release_notifications(mut self, on: bool) -> Self {
-        self.release_notifications = Some(on);
+        self.settings.release_notifications = Some(on);
         self
     }
 
@@ -221,7 +205,7 @@ impl RedisLuaBuilder {
     /// [`DEFAULT_ACK_CONNECTIONS`]), opened on demand. The same name as on the
     /// Tair builder.
     pub fn ack_connections(mut self, n: usize) -> Self {
-        self.ack_connections = n;
+        self.settings.ack_connections = n;
         self
     }
 
@@ -234,30 +218,26 @@ impl RedisLuaBuilder {
     }
 
     fn validate(&self) -> Result<()> {
-        if self.connect_timeout.is_zero() || self.response_timeout.is_zero() {
-            return Err(Error::invalid("connect and response timeouts must be above zero"));
-        }
-        if self.ack_connections == 0 {
-            return Err(Error::invalid("ack_connections must be at least 1"));
-        }
-        if let Some(ack) = &self.replica_ack {
-            ack.validate()?;
-            if matches!(self.source, Source::Connection(_) | Source::ClusterConnection(_)) {
-                return Err(Error::invalid(
-                    "replica_ack needs a URL or a pool: WAIT blocks the connection it is sent on, so each \
+        self.settings.check()?;
+        if self.settings.replica_ack.is_some()
+            && matches!(self.source, Source::Connection(_) | Source::ClusterConnection(_))
+        {
+            return Err(Error::invalid(
+                "replica_ack needs a URL or a pool: WAIT blocks the connection it is sent on, so each \
                      write + WAIT pair needs a dedicated connection",
-                ));
-            }
+            ));
         }
         #[cfg(feature = "tls")]
-        if self.tls_root_certs.is_some() && self.replica_ack.is_some() && matches!(self.source, Source::ClusterUrls(_))
+        if self.tls_root_certs.is_some()
+            && self.settings.replica_ack.is_some()
+            && matches!(self.source, Source::ClusterUrls(_))
         {
             return Err(Error::invalid(
                 "tls_root_certs with replica_ack is not supported on a cluster (its write + WAIT pool would not \
                  trust the certificates)",
             ));
         }
-        if self.release_notifications == Some(true) && !matches!(self.source, Source::Url(_)) {
+        if self.settings.release_notifications == Some(true) && !matches!(self.source, Source::Url(_)) {
             return Err(Error::invalid(
                 "release_notifications needs a standalone URL source (it opens its own pub/sub connection)",
             ));
@@ -286,9 +266,9 @@ impl RedisLuaBuilder {
         }
         let description = self.source.describe();
         let cluster = self.source.is_cluster();
-        let ct = self.connect_timeout;
-        let rt = self.response_timeout;
-        let ack = self.replica_ack;
+        let ct = self.settings.connect_timeout;
+        let rt = self.settings.response_timeout;
+        let ack = self.settings.replica_ack;
         let mut notifier = None;
         #[cfg(feature = "tls")]
         let tls_root_certs = self.tls_root_certs;
@@ -309,7 +289,7 @@ impl RedisLuaBuilder {
                             deadpool_redis::Manager::new_with_config(client.get_connection_info().clone(), config)
                                 .map_err(|e| bad_url(&url, &e))?;
                         let pool = deadpool_redis::Pool::builder(manager)
-                            .max_size(self.ack_connections)
+                            .max_size(self.settings.ack_connections)
                             .runtime(Runtime::Tokio1)
                             .wait_timeout(Some(ct + rt + ack.timeout))
                             .create_timeout(Some(ct))
@@ -320,7 +300,7 @@ impl RedisLuaBuilder {
                     }
                     None => None,
                 };
-                if self.release_notifications != Some(false) {
+                if self.settings.release_notifications != Some(false) {
                     notifier = Some(Notifier::new(client.clone(), ct.max(rt)));
                 }
                 let shared = SharedStandalone::new(
@@ -357,7 +337,7 @@ impl RedisLuaBuilder {
                         let manager = cluster::Manager::new(urls.iter().map(String::as_str).collect(), false)
                             .map_err(|e| bad_url(&redact_all(&urls), &e))?;
                         let pool = cluster::Pool::builder(manager)
-                            .max_size(self.ack_connections)
+                            .max_size(self.settings.ack_connections)
                             .runtime(Runtime::Tokio1)
                             .wait_timeout(Some(ct + rt + ack.timeout))
                             .create_timeout(Some(ct * 2 + rt))

@@ -33,10 +33,7 @@ impl Inner {
         waiter: &FairWaiter,
     ) -> Result<AcquireOutcome> {
         if self.replica_ack.is_some() {
-            return Err(Error::Unsupported {
-                backend: BACKEND.to_owned(),
-                what: "fair locking with replica acknowledgement".to_owned(),
-            });
+            return Err(Error::unsupported(BACKEND, "fair locking with replica acknowledgement"));
         }
         let helpers = WakeKeys::new(key);
         let [marker, _, queue, deadlines] = helpers.names();

@@ -8,14 +8,8 @@ use lock_core::{Error, Result};
 
 use crate::TairBackend;
 
-/// Default time to open a connection (TCP, TLS, `HELLO`/`AUTH`): 2 s, as on
-/// the Lua and PostgreSQL backends.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Default time to wait for one reply (every command's timeout): 2 s, the
-/// lock manager's default `op_timeout`, so a direct caller of the traits
-/// never waits longer; as on the Lua and PostgreSQL backends.
-pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+use lock_redis_family::settings::Settings;
+pub use lock_redis_family::settings::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT};
 
 /// Default prefix of fence counter keys (see [`TairBuilder::fencing`]).
 pub const DEFAULT_FENCE_PREFIX: &str = "verrou:fence:";
@@ -53,15 +47,13 @@ pub(crate) enum Source {
 /// ```
 pub struct TairBuilder {
     pub(crate) source: Source,
-    pub(crate) response_timeout: Duration,
-    pub(crate) connect_timeout: Duration,
+    /// Timeouts, replica acknowledgement, release notifications (`None`:
+    /// on unless on a cluster).
+    pub(crate) settings: Settings,
     pub(crate) reconnect: ReconnectPolicy,
     pub(crate) fence_prefix: Option<String>,
-    pub(crate) replica_ack: Option<ReplicaAck>,
-    pub(crate) ack_connections: usize,
     pub(crate) retry_after_hint: bool,
     pub(crate) check_commands: bool,
-    pub(crate) release_notifications: bool,
     /// PEM CA certificates for TLS; `None`: the platform's roots.
     #[cfg(feature = "tls")]
     pub(crate) tls_root_certs: Option<Vec<u8>>,
@@ -76,13 +68,9 @@ impl std::fmt::Debug for TairBuilder {
         };
         f.debug_struct("TairBuilder")
             .field("source", &source)
-            .field("response_timeout", &self.response_timeout)
-            .field("connect_timeout", &self.connect_timeout)
+            .field("settings", &self.settings)
             .field("fence_prefix", &self.fence_prefix)
-            .field("replica_ack", &self.replica_ack)
-            .field("ack_connections", &self.ack_connections)
             .field("retry_after_hint", &self.retry_after_hint)
-            .field("release_notifications", &self.release_notifications)
             .field("check_commands", &self.check_commands)
             .finish()
     }
@@ -92,17 +80,13 @@ impl TairBuilder {
     fn new(source: Source) -> Self {
         TairBuilder {
             source,
-            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            settings: Settings::new(DEFAULT_ACK_CONNECTIONS),
             // Retry forever, 50 ms doubling to 2 s: a restarted server is
             // found again without the caller doing anything.
             reconnect: ReconnectPolicy::new_exponential(0, 50, 2_000, 2),
             fence_prefix: None,
-            replica_ack: None,
-            ack_connections: DEFAULT_ACK_CONNECTIONS,
             retry_after_hint: false,
             check_commands: true,
-            release_notifications: true,
             #[cfg(feature = "tls")]
             tls_root_certs: None,
         }
@@ -136,7 +120,7 @@ impl TairBuilder {
     /// The same name as on the Lua backend's builder.
     #[must_use]
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout;
+        self.settings.response_timeout = timeout;
         self
     }
 
@@ -154,7 +138,7 @@ impl TairBuilder {
     /// the Lua backend's builder.
     #[must_use]
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
+        self.settings.connect_timeout = timeout;
         self
     }
 
@@ -199,7 +183,7 @@ impl TairBuilder {
     /// use their timers.
     #[must_use]
     pub fn release_notifications(mut self, on: bool) -> Self {
-        self.release_notifications = on;
+        self.settings.release_notifications = Some(on);
         self
     }
 
@@ -214,7 +198,7 @@ impl TairBuilder {
     /// versioned writes (see the crate docs for what a shortfall does).
     #[must_use]
     pub fn replica_ack(mut self, ack: ReplicaAck) -> Self {
-        self.replica_ack = Some(ack);
+        self.settings.replica_ack = Some(ack);
         self
     }
 
@@ -224,7 +208,7 @@ impl TairBuilder {
     /// queue behind each other's `WAIT`; more connections, less queueing.
     #[must_use]
     pub fn ack_connections(mut self, n: usize) -> Self {
-        self.ack_connections = n;
+        self.settings.ack_connections = n;
         self
     }
 
@@ -250,20 +234,9 @@ impl TairBuilder {
     }
 
     pub(crate) fn validate(&self) -> Result<()> {
-        if self.response_timeout.is_zero() {
-            return Err(Error::invalid("response_timeout must be above zero"));
-        }
-        if self.connect_timeout.is_zero() {
-            return Err(Error::invalid("connect_timeout must be above zero"));
-        }
+        self.settings.check()?;
         if let Some(prefix) = &self.fence_prefix {
             crate::keys::validate_fence_prefix(prefix)?;
-        }
-        if let Some(ack) = &self.replica_ack {
-            ack.validate()?;
-            if self.ack_connections == 0 {
-                return Err(Error::invalid("ack_connections must be at least 1"));
-            }
         }
         Ok(())
     }

@@ -102,18 +102,18 @@ pub(crate) static COMMANDS: LazyLock<Commands> = LazyLock::new(|| {
 /// A fred client built from a URL with this backend's settings: a reconnect
 /// policy (without one fred never reconnects), one write attempt (a write is
 /// never silently re-sent after a reconnect), and timeouts everywhere.
-pub(crate) fn build_client(url: &str, settings: &TairBuilder, longest_wait: Duration) -> Result<Client> {
+pub(crate) fn build_client(url: &str, tair: &TairBuilder, longest_wait: Duration) -> Result<Client> {
     #[allow(unused_mut)] // set again only with the `tls` feature
     let mut config = Config::from_url(url).map_err(|e| Error::invalid(format!("bad Tair URL: {}", e.details())))?;
     #[cfg(feature = "tls")]
-    if let Some(pem) = &settings.tls_root_certs {
+    if let Some(pem) = &tair.tls_root_certs {
         config.tls = Some(crate::config::tls_connector(pem)?.into());
     }
     let mut builder = Builder::from_config(config);
-    let connect_timeout = settings.connect_timeout;
+    let connect_timeout = tair.settings.connect_timeout;
     // A connection whose oldest request waits this long is closed and
     // re-opened (a stopped server, a silently dropped route).
-    let unresponsive = settings.response_timeout * 2 + longest_wait;
+    let unresponsive = tair.settings.response_timeout * 2 + longest_wait;
     builder
         .with_connection_config(|c: &mut ConnectionConfig| {
             c.connection_timeout = connect_timeout;
@@ -129,9 +129,9 @@ pub(crate) fn build_client(url: &str, settings: &TairBuilder, longest_wait: Dura
             };
         })
         .with_performance_config(|p: &mut PerformanceConfig| {
-            p.default_command_timeout = settings.response_timeout;
+            p.default_command_timeout = tair.settings.response_timeout;
         })
-        .set_policy(settings.reconnect.clone());
+        .set_policy(tair.reconnect.clone());
     builder
         .build()
         .map_err(|e| Error::invalid(format!("cannot build the Tair client: {}", e.details())))

@@ -57,10 +57,10 @@ impl TairBackend {
         waiter: &FairWaiter,
     ) -> Result<AcquireOutcome> {
         if !self.fair_supported() {
-            return Err(Error::Unsupported {
-                backend: NAME.to_owned(),
-                what: "fair locking on a cluster or with replica acknowledgement".to_owned(),
-            });
+            return Err(Error::unsupported(
+                NAME,
+                "fair locking on a cluster or with replica acknowledgement",
+            ));
         }
         let [marker, _, queue, deadlines] = helper_keys(key);
         let fence = self.inner.fence_prefix.as_deref().map(|p| fence_key(p, key));

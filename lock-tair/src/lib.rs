@@ -269,14 +269,14 @@ impl TairBackend {
         TairBuilder::url(url)
     }
 
-    pub(crate) async fn from_builder(settings: TairBuilder) -> Result<Self> {
-        settings.validate()?;
-        let longest_wait = settings.replica_ack.map_or(Duration::ZERO, |a| a.timeout);
+    pub(crate) async fn from_builder(builder: TairBuilder) -> Result<Self> {
+        builder.validate()?;
+        let longest_wait = builder.settings.replica_ack.map_or(Duration::ZERO, |a| a.timeout);
         let mut owned = Vec::new();
-        let options = conn::command_options(settings.response_timeout);
-        let (commands, template) = match &settings.source {
+        let options = conn::command_options(builder.settings.response_timeout);
+        let (commands, template) = match &builder.source {
             Source::Url(url) => {
-                let client = conn::build_client(url, &settings, Duration::ZERO)?;
+                let client = conn::build_client(url, &builder, Duration::ZERO)?;
                 owned.push(client.clone());
                 (Clients::new(vec![client], &options)?, None)
             }
@@ -291,13 +291,13 @@ impl TairBackend {
         {
             tracing::warn!("the fred client given to the Tair backend has no reconnect policy: it will not reconnect");
         }
-        let ack = match settings.replica_ack {
+        let ack = match builder.settings.replica_ack {
             None => None,
             Some(ack) => {
-                let mut list = Vec::with_capacity(settings.ack_connections);
-                for _ in 0..settings.ack_connections {
-                    let client = match (&settings.source, &template) {
-                        (Source::Url(url), _) => conn::build_client(url, &settings, longest_wait)?,
+                let mut list = Vec::with_capacity(builder.settings.ack_connections);
+                for _ in 0..builder.settings.ack_connections {
+                    let client = match (&builder.source, &template) {
+                        (Source::Url(url), _) => conn::build_client(url, &builder, longest_wait)?,
                         (_, Some(app_client)) => app_client.clone_new(),
                         (_, None) => return Err(Error::invalid("a fred pool with no clients")),
                     };
@@ -308,15 +308,19 @@ impl TairBackend {
             }
         };
         let clustered = commands.first().is_clustered();
-        let wake = match (&settings.source, &template) {
-            _ if clustered || !settings.release_notifications => None,
-            (Source::Url(url), _) => Some(conn::build_client(url, &settings, Duration::ZERO)?),
+        let wake = match (&builder.source, &template) {
+            _ if clustered || builder.settings.release_notifications == Some(false) => None,
+            (Source::Url(url), _) => Some(conn::build_client(url, &builder, Duration::ZERO)?),
             (_, Some(app_client)) => Some(app_client.clone_new()),
             (_, None) => None,
         }
         .map(|client| {
             let checker = commands.first().clone();
-            Notifications::new(notify::Notifier::new(client, checker, settings.response_timeout))
+            Notifications::new(notify::Notifier::new(
+                client,
+                checker,
+                builder.settings.response_timeout,
+            ))
         });
         // Whatever fails from here on, the clients built so far are closed
         // by `Inner`'s drop.
@@ -325,24 +329,24 @@ impl TairBackend {
             commands,
             ack,
             options,
-            response_timeout: settings.response_timeout,
-            fence_prefix: settings.fence_prefix.clone(),
+            response_timeout: builder.settings.response_timeout,
+            fence_prefix: builder.fence_prefix.clone(),
             script_sha: fred::util::sha1_hash(FENCED_ACQUIRE),
             renew_many_sha: fred::util::sha1_hash(RENEW_MANY),
-            retry_after_hint: settings.retry_after_hint,
+            retry_after_hint: builder.retry_after_hint,
             owned,
             unsettled: Unsettled::default(),
             wake,
         };
         for client in inner.commands.all() {
-            conn::ensure_connected(client, settings.connect_timeout).await?;
+            conn::ensure_connected(client, builder.settings.connect_timeout).await?;
         }
         if let Some((clients, _)) = &inner.ack {
             for client in clients.all() {
-                conn::ensure_connected(client, settings.connect_timeout).await?;
+                conn::ensure_connected(client, builder.settings.connect_timeout).await?;
             }
         }
-        if settings.check_commands {
+        if builder.check_commands {
             conn::check_commands(inner.commands.first(), &inner.options).await?;
         }
         Ok(TairBackend { inner: Arc::new(inner) })
