@@ -17,10 +17,9 @@
 
 use std::time::Duration;
 
+use verrou::raw::AcquireOutcome;
 use verrou::tair::TairBackend;
-use verrou::{
-    AcquireOutcome, LockBackend, LockManager, LockOptions, LockToken, UpdateOptions, VersionedStore, VersionedStoreExt,
-};
+use verrou::{LockBackend, LockManager, LockOptions, LockToken, UpdateOptions, VersionedStore, VersionedStoreExt};
 
 const WORKERS: u64 = 8;
 const INCREMENTS: u64 = 25;

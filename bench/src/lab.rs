@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use lock_core::{ElectionBackend, LockBackend, MultiLockBackend, RwLockBackend, SemaphoreBackend, VersionedStore};
+use lock_core::{LockBackend, VersionedStore};
+
+use lock_core::raw::{ElectionBackend, MultiLockBackend, RwLockBackend, SemaphoreBackend};
 use lock_memory::MemoryBackend;
 use lock_redis_lua::RedisLuaBackend;
 use lock_redlock::Redlock;

@@ -9,7 +9,8 @@ use std::time::Duration;
 use deadpool_redis::redis;
 use fred::interfaces::{ClientLike, KeysInterface};
 use fred::types::{Expiration, SetOptions};
-use lock_core::{LockGuard, LockManager, ReleaseOutcome};
+use lock_core::raw::ReleaseOutcome;
+use lock_core::{LockGuard, LockManager};
 
 use crate::BoxResult;
 
@@ -138,7 +139,7 @@ impl RawRedisRs {
             acquire: None,
             release: redis::Script::new(RELEASE_LUA),
             tokens: TokenSource::new()?,
-            ttl_ms: lock_core::options::ttl_millis(ttl),
+            ttl_ms: lock_core::raw::ttl_millis(ttl),
         })
     }
 
@@ -237,7 +238,7 @@ impl RawFred {
         Ok(RawFred {
             client: fred_client(url).await?,
             tokens: TokenSource::new()?,
-            ttl_ms: i64::try_from(lock_core::options::ttl_millis(ttl))?,
+            ttl_ms: i64::try_from(lock_core::raw::ttl_millis(ttl))?,
             release_sha: None,
         })
     }

@@ -7,9 +7,8 @@ use std::time::Duration;
 
 use deadpool_redis::redis;
 use fred::prelude::*;
-use lock_core::{
-    AcquireOutcome, Backoff, LockBackend, LockToken, ReleaseOutcome, UpdateOptions, VersionedStore, VersionedStoreExt,
-};
+use lock_core::raw::{AcquireOutcome, ReleaseOutcome};
+use lock_core::{Backoff, LockBackend, LockToken, UpdateOptions, VersionedStore, VersionedStoreExt};
 
 use crate::BoxResult;
 use crate::drive::Op;

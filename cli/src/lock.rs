@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use serde_json::json;
-use verrou::{AcquireOutcome, Backend, LockToken};
+use verrou::raw::AcquireOutcome;
+use verrou::{Backend, LockToken};
 
 use crate::args::LockArgs;
 use crate::exit::{Failure, NO, OK, SOFTWARE};
@@ -51,7 +52,7 @@ fn replication_line(backend: &Backend) -> String {
 /// once when it succeeds (so a free lock's fencing counter advances by one),
 /// and whether the backend's confirmed writes are replica-acknowledged.
 pub async fn status(backend: &Backend, name: &str, json: bool) -> Result<u8, Failure> {
-    verrou::options::validate_key(name)?;
+    verrou::raw::validate_key(name)?;
     let locks = backend.locks();
     let caps = locks.capabilities();
     let (backend_name, replica_ack) = (caps.name, caps.replica_ack);

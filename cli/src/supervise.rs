@@ -20,8 +20,9 @@ use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
-use verrou::kinds::guard::KindGuard;
-use verrou::{Error, LeaseHandle, LockGuard, LockOptions, ReleaseOutcome, Renewal};
+use verrou::KindGuard;
+use verrou::raw::ReleaseOutcome;
+use verrou::{Error, LeaseHandle, LockGuard, LockOptions, Renewal};
 
 use crate::exit::{BUSY, CANNOT_EXECUTE, CONFIG, Failure, LOST, NOT_FOUND, SOFTWARE};
 
@@ -47,7 +48,7 @@ impl Plan {
     /// A [`CONFIG`] failure for a grace that leaves too little of the TTL
     /// for renewals (a grace at or above the TTL in particular).
     pub fn new(ttl: Duration, grace: Option<Duration>, wait: Option<Duration>, no_wait: bool) -> Result<Plan, Failure> {
-        verrou::options::validate_ttl(ttl)?;
+        verrou::raw::validate_ttl(ttl)?;
         let grace = grace.unwrap_or(ttl / 3);
         let mut options = LockOptions::with_ttl(ttl);
         let drift = options.drift(ttl);

@@ -348,14 +348,14 @@ pub struct Capabilities {
     /// lease TTL, whole seconds); shorter TTLs are refused with
     /// [`crate::Error::InvalidArgument`].
     pub min_ttl: Duration,
-    /// Implements [`crate::SemaphoreBackend`] with a sound bound (leased
+    /// Implements [`crate::raw::SemaphoreBackend`] with a sound bound (leased
     /// permits, counted on one server).
     pub semaphores: bool,
-    /// Implements [`crate::MultiLockBackend`] (all-or-nothing over keys).
+    /// Implements [`crate::raw::MultiLockBackend`] (all-or-nothing over keys).
     pub multi_key_locks: bool,
-    /// Implements [`crate::RwLockBackend`] (writer-preferring).
+    /// Implements [`crate::raw::RwLockBackend`] (writer-preferring).
     pub rw_locks: bool,
-    /// Implements [`crate::ElectionBackend`].
+    /// Implements [`crate::raw::ElectionBackend`].
     pub leader_election: bool,
 }
 

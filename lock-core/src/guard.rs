@@ -273,7 +273,7 @@ impl LockGuard {
     ///
     /// ```
     /// # async fn demo(locks: &lock_core::LockManager) -> lock_core::Result<()> {
-    /// use lock_core::ReleaseOutcome;
+    /// use lock_core::raw::ReleaseOutcome;
     /// let guard = locks.lock("orders:42").await?;
     /// if guard.release().await? != ReleaseOutcome::Released {
     ///     eprintln!("the lease had been lost before the release");

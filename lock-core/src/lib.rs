@@ -26,17 +26,13 @@ mod validate;
 mod value;
 pub mod versioned;
 
-pub use backend::{
-    AcquireOutcome, Capabilities, FairWaiter, InstantLockBackend, Lease, LockBackend, OnShortfall, ReleaseOutcome,
-    RenewOutcome, ReplicaAck, Replication,
-};
-pub use batch::RenewBatch;
+pub use backend::{Capabilities, LockBackend, OnShortfall, ReplicaAck, Replication};
 pub use error::{BoxError, Error, LossReason, NodeOutcome, NodeReports, NotHeldReason, Result};
 pub use guard::{LeaseHandle, LockGuard};
-pub use kinds::election::{ElectionBackend, ElectionManager, LeaderInfo, Leadership};
-pub use kinds::multi::{MultiLockBackend, MultiLockGuard, MultiLockManager};
-pub use kinds::rw::{RwLockBackend, RwLockGuard, RwLockManager, RwMode};
-pub use kinds::semaphore::{Permit, PermitRequest, Semaphore, SemaphoreBackend, SemaphoreManager};
+pub use kinds::election::{ElectionManager, LeaderInfo, Leadership};
+pub use kinds::multi::{MultiLockGuard, MultiLockManager};
+pub use kinds::rw::{RwLockGuard, RwLockManager, RwMode};
+pub use kinds::semaphore::{Permit, Semaphore, SemaphoreManager};
 pub use manager::LockManager;
 pub use options::{Backoff, DEFAULT_CLAIM, Fairness, LockOptions, MAX_TIMEOUT, MAX_TTL, MIN_TTL, Renewal};
 pub use token::{FencingToken, LockToken};
@@ -44,14 +40,22 @@ pub use versioned::{
     CasOutcome, CreateOutcome, DeleteOutcome, Expiry, UpdateOptions, Versioned, VersionedStore, VersionedStoreExt,
 };
 
-/// For backend authors: the checks and conversions every backend applies
-/// the same way, and the planner of batched renewals. Application code does
-/// not need anything here.
+/// For backend authors, and only for them: the outcomes a backend answers
+/// with, the lock kinds' backend traits, fair-queue waiters, the synchronous
+/// fast path, and the checks and conversions every backend applies the same
+/// way (with the planner of batched renewals). Application code needs
+/// nothing here: it uses managers, guards, options and errors from the
+/// crate root.
 pub mod raw {
+    pub use crate::backend::{AcquireOutcome, FairWaiter, InstantLockBackend, Lease, ReleaseOutcome, RenewOutcome};
     pub use crate::batch::RenewBatch;
+    pub use crate::kinds::election::{ElectionBackend, validate_identity};
+    pub use crate::kinds::multi::MultiLockBackend;
+    pub use crate::kinds::rw::RwLockBackend;
+    pub use crate::kinds::semaphore::{GONE_WINDOW_MS, PermitRequest, SemaphoreBackend, size_mismatch};
     pub use crate::redact::redact_url;
     pub use crate::validate::{clock_drift, ttl_millis, validate_key, validate_ttl};
+    /// Re-exported so that backends implement the traits with the macro
+    /// version lock-core uses.
+    pub use async_trait::async_trait;
 }
-
-/// Re-exported so backends and users name the same trait macro version.
-pub use async_trait::async_trait;

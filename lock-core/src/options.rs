@@ -5,10 +5,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 pub use crate::validate::{MAX_TIMEOUT, MAX_TTL, MIN_TTL};
-// Backends still import the helpers from here; their home is
-// `crate::validate` (`lock_core::raw` for backend authors).
-#[doc(hidden)]
-pub use crate::validate::{clock_drift, ttl_millis, validate_key, validate_ttl};
+use crate::validate::{clock_drift, validate_ttl};
 
 /// How a held lock's lease is kept alive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lock_core::layers::{MetricsLayer, TracingLayer};
-use lock_core::{Error, LockBackend, LockManager, LockOptions, LossReason, ReleaseOutcome, Renewal};
+use lock_core::raw::ReleaseOutcome;
+use lock_core::{Error, LockBackend, LockManager, LockOptions, LossReason, Renewal};
 use lock_memory::MemoryBackend;
 use lock_testkit::{Fault, FaultControl, FaultyBackend};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};

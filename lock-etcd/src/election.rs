@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp};
-use lock_core::kinds::election::validate_identity;
-use lock_core::options::validate_key;
-use lock_core::{AcquireOutcome, ElectionBackend, LeaderInfo, LockToken, ReleaseOutcome, RenewOutcome, Result};
+use lock_core::raw::validate_identity;
+use lock_core::raw::validate_key;
+use lock_core::raw::{AcquireOutcome, ElectionBackend, ReleaseOutcome, RenewOutcome};
+use lock_core::{LeaderInfo, LockToken, Result};
 use tokio::time::Instant;
 
 use crate::error::{failed, no_header};

@@ -2,7 +2,7 @@
 //! read-write locks, elections): each name owns a key range of its own.
 
 use etcd_client::{Compare, CompareOp, EventType, WatchOptions};
-use lock_core::options::validate_key;
+use lock_core::raw::validate_key;
 use lock_core::{Error, LockToken, Result};
 
 use crate::Inner;

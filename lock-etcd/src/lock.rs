@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse};
-use lock_core::{AcquireOutcome, Error, FencingToken, Lease, LockToken, ReleaseOutcome, RenewOutcome, Result};
+use lock_core::raw::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
+use lock_core::{Error, FencingToken, LockToken, Result};
 use tokio::time::Instant;
 
 use crate::error::{NAME, failed, is_lease_not_found, no_header, write_failed};

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
-use lock_core::{AcquireOutcome, Error, LockToken, MultiLockBackend, ReleaseOutcome, RenewOutcome, Result};
+use lock_core::raw::{AcquireOutcome, MultiLockBackend, ReleaseOutcome, RenewOutcome};
+use lock_core::{Error, LockToken, Result};
 use tokio::time::Instant;
 
 use crate::EtcdBackend;

@@ -26,8 +26,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Compare, DeleteOptions, GetOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
-use lock_core::kinds::semaphore::size_mismatch;
-use lock_core::{AcquireOutcome, LockToken, PermitRequest, ReleaseOutcome, RenewOutcome, Result, SemaphoreBackend};
+use lock_core::raw::size_mismatch;
+use lock_core::raw::{AcquireOutcome, PermitRequest, ReleaseOutcome, RenewOutcome, SemaphoreBackend};
+use lock_core::{LockToken, Result};
 use tokio::time::Instant;
 
 use crate::error::{failed, no_header, write_failed};

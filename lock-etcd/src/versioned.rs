@@ -5,7 +5,7 @@
 
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
-use lock_core::options::validate_key;
+use lock_core::raw::validate_key;
 use lock_core::{CasOutcome, CreateOutcome, DeleteOutcome, Expiry, Result, Versioned, VersionedStore};
 
 use crate::error::{failed, no_header, write_failed};

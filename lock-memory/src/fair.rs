@@ -4,7 +4,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
-use lock_core::{AcquireOutcome, FairWaiter, FencingToken, Lease, LockToken};
+use lock_core::{FencingToken, LockToken};
+
+use lock_core::raw::{AcquireOutcome, FairWaiter, Lease};
 use tokio::time::Instant;
 
 use crate::State;

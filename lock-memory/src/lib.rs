@@ -23,10 +23,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::options::{validate_key, validate_ttl};
+use lock_core::raw::{AcquireOutcome, FairWaiter, InstantLockBackend, Lease, ReleaseOutcome, RenewOutcome};
+use lock_core::raw::{validate_key, validate_ttl};
 use lock_core::{
-    AcquireOutcome, Capabilities, CasOutcome, CreateOutcome, DeleteOutcome, Expiry, FairWaiter, FencingToken,
-    InstantLockBackend, Lease, LockBackend, LockToken, ReleaseOutcome, RenewOutcome, Result, Versioned, VersionedStore,
+    Capabilities, CasOutcome, CreateOutcome, DeleteOutcome, Expiry, FencingToken, LockBackend, LockToken, Result,
+    Versioned, VersionedStore,
 };
 use tokio::sync::Notify;
 use tokio::time::Instant;

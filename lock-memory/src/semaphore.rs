@@ -7,11 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::options::{validate_key, validate_ttl};
-use lock_core::{
-    AcquireOutcome, FencingToken, Lease, LockToken, PermitRequest, ReleaseOutcome, RenewOutcome, Result,
-    SemaphoreBackend,
-};
+use lock_core::raw::{AcquireOutcome, Lease, PermitRequest, ReleaseOutcome, RenewOutcome, SemaphoreBackend};
+use lock_core::raw::{validate_key, validate_ttl};
+use lock_core::{FencingToken, LockToken, Result};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -41,7 +39,7 @@ struct Reservation {
 }
 
 /// How long a holder released while missing stays refused.
-const GONE_WINDOW: Duration = Duration::from_millis(lock_core::kinds::semaphore::GONE_WINDOW_MS);
+const GONE_WINDOW: Duration = Duration::from_millis(lock_core::raw::GONE_WINDOW_MS);
 
 /// The live holders of one semaphore.
 struct Held {
@@ -100,11 +98,7 @@ impl SemaphoreBackend for MemoryBackend {
         s.reservations.retain(|_, r| r.until > now);
         if let Some(held) = s.live(name, now) {
             if held.size != request.size {
-                return Err(lock_core::kinds::semaphore::size_mismatch(
-                    name,
-                    request.size,
-                    u64::from(held.size),
-                ));
+                return Err(lock_core::raw::size_mismatch(name, request.size, u64::from(held.size)));
             }
             if let Some(h) = held.holders.get_mut(holder) {
                 h.expires_at = now + ttl;

@@ -4,12 +4,13 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::kinds::election::validate_identity;
-use lock_core::kinds::semaphore::size_mismatch;
-use lock_core::{
-    AcquireOutcome, ElectionBackend, Error, LeaderInfo, Lease, LockToken, MultiLockBackend, PermitRequest,
-    ReleaseOutcome, RenewOutcome, Result, RwLockBackend, RwMode, SemaphoreBackend,
+use lock_core::raw::size_mismatch;
+use lock_core::raw::validate_identity;
+use lock_core::raw::{
+    AcquireOutcome, ElectionBackend, Lease, MultiLockBackend, PermitRequest, ReleaseOutcome, RenewOutcome,
+    RwLockBackend, SemaphoreBackend,
 };
+use lock_core::{Error, LeaderInfo, LockToken, Result, RwMode};
 use tokio_postgres::types::Type;
 
 use crate::error::bad_reply;

@@ -49,7 +49,7 @@ pub fn waiter_id(process: &[u8; 32], own: &[u8; 32]) -> WaiterId {
 /// notifications (`None`, without them: zeros, nobody listens) followed by
 /// the waiter's own.
 #[must_use]
-pub fn queue_waiter_id(process: Option<&[u8; 32]>, waiter: &lock_core::FairWaiter) -> WaiterId {
+pub fn queue_waiter_id(process: Option<&[u8; 32]>, waiter: &lock_core::raw::FairWaiter) -> WaiterId {
     waiter_id(process.unwrap_or(&[b'0'; 32]), &waiter.id.hex_bytes())
 }
 

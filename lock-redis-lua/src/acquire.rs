@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use deadpool_redis::redis::{Cmd, Value};
-use lock_core::options::ttl_millis;
-use lock_core::{AcquireOutcome, Error, FencingToken, Lease, LockToken, Replication, Result};
+use lock_core::raw::ttl_millis;
+use lock_core::raw::{AcquireOutcome, Lease};
+use lock_core::{Error, FencingToken, LockToken, Replication, Result};
 use std::sync::atomic::Ordering;
 
 use crate::error::{Access, BACKEND, unexpected_reply};

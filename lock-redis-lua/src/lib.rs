@@ -135,10 +135,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_redis::redis::{self, Cmd, Value};
-use lock_core::options::{validate_key, validate_ttl};
-use lock_core::{
-    AcquireOutcome, Capabilities, Error, FairWaiter, LockBackend, LockToken, ReleaseOutcome, RenewOutcome, Result,
-};
+use lock_core::raw::{AcquireOutcome, FairWaiter, ReleaseOutcome, RenewOutcome};
+use lock_core::raw::{validate_key, validate_ttl};
+use lock_core::{Capabilities, Error, LockBackend, LockToken, Result};
 use lock_redis_family::board::Subscriber;
 
 pub use builder::{

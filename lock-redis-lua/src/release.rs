@@ -5,8 +5,9 @@
 use std::time::Duration;
 
 use deadpool_redis::redis::Value;
-use lock_core::options::ttl_millis;
-use lock_core::{LockToken, ReleaseOutcome, Result};
+use lock_core::raw::ReleaseOutcome;
+use lock_core::raw::ttl_millis;
+use lock_core::{LockToken, Result};
 
 use crate::connection::Conn;
 use crate::error::{Access, command_error, op_timeout, unexpected_reply};

@@ -6,8 +6,9 @@ use std::time::Duration;
 use std::sync::atomic::Ordering;
 
 use deadpool_redis::redis::{Cmd, Value};
-use lock_core::options::{ttl_millis, validate_ttl};
-use lock_core::{Error, LockToken, RenewBatch, RenewOutcome, Replication, Result};
+use lock_core::raw::{RenewBatch, RenewOutcome};
+use lock_core::raw::{ttl_millis, validate_ttl};
+use lock_core::{Error, LockToken, Replication, Result};
 use lock_redis_family::shortfall;
 
 use crate::error::{Access, BACKEND, is_wrong_type, same_error, unexpected_reply};

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use deadpool_redis::redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use deadpool_redis::redis::{self, Cmd, Value};
-use lock_core::options::ttl_millis;
+use lock_core::raw::ttl_millis;
 use lock_core::{Error, LockToken, Replication, Result};
 
 use crate::connection::{Conn, Dedicated, pool_error};

@@ -3,7 +3,7 @@
 //! `itoa` buffers, without allocating.
 
 use deadpool_redis::redis::{self, Value};
-use lock_core::options::{ttl_millis, validate_ttl};
+use lock_core::raw::{ttl_millis, validate_ttl};
 use lock_core::{Error, Expiry, Result};
 
 /// The client error inside a backend error, if any.

@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use deadpool_redis::redis::{self, Value};
-use lock_core::options::ttl_millis;
+use lock_core::raw::ttl_millis;
 use lock_core::{CasOutcome, CreateOutcome, DeleteOutcome, Expiry, Result, Versioned, VersionedStore};
 
 use crate::error::{Access, BACKEND, unexpected_reply};

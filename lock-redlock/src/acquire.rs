@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{AcquireOutcome, Error, Lease, LockToken, Result};
+use lock_core::{Error, LockToken, Result};
+
+use lock_core::raw::{AcquireOutcome, Lease};
 use tokio::time::Instant;
 
 use crate::follow_up::{FollowUp, spawn_follow_up};

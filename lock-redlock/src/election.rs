@@ -9,9 +9,8 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::{
-    AcquireOutcome, ElectionBackend, Error, LeaderInfo, LockBackend, LockToken, ReleaseOutcome, RenewOutcome, Result,
-};
+use lock_core::raw::{AcquireOutcome, ElectionBackend, ReleaseOutcome, RenewOutcome};
+use lock_core::{Error, LeaderInfo, LockBackend, LockToken, Result};
 
 use crate::Redlock;
 

@@ -12,10 +12,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::{
-    AcquireOutcome, Capabilities, Error, FairWaiter, InstantLockBackend, LockBackend, LockToken, ReleaseOutcome,
-    RenewOutcome, Result,
-};
+use lock_core::raw::{AcquireOutcome, FairWaiter, InstantLockBackend, ReleaseOutcome, RenewOutcome};
+use lock_core::{Capabilities, Error, LockBackend, LockToken, Result};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 

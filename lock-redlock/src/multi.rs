@@ -8,9 +8,8 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::{
-    AcquireOutcome, Error, LockBackend, LockToken, MultiLockBackend, ReleaseOutcome, RenewOutcome, Result,
-};
+use lock_core::raw::{AcquireOutcome, MultiLockBackend, ReleaseOutcome, RenewOutcome};
+use lock_core::{Error, LockBackend, LockToken, Result};
 
 use crate::Redlock;
 

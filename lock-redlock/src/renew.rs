@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use lock_core::{Error, LockToken, RenewOutcome, Result};
+use lock_core::{Error, LockToken, Result};
+
+use lock_core::raw::RenewOutcome;
 use tokio::time::Instant;
 
 use crate::acquire::classify_acquire;

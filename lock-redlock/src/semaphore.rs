@@ -9,10 +9,8 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::{
-    AcquireOutcome, Error, LockBackend, LockToken, PermitRequest, ReleaseOutcome, RenewOutcome, Result,
-    SemaphoreBackend,
-};
+use lock_core::raw::{AcquireOutcome, PermitRequest, ReleaseOutcome, RenewOutcome, SemaphoreBackend};
+use lock_core::{Error, LockBackend, LockToken, Result};
 
 use crate::Redlock;
 

@@ -145,7 +145,7 @@ mod unsettled;
 mod versioned;
 mod wake;
 
-use lock_core::RenewBatch;
+use lock_core::raw::RenewBatch;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -155,11 +155,9 @@ use fred::interfaces::ClientLike;
 use fred::types::Value;
 use fred::types::config::Options;
 use fred::util::redis_keyslot;
-use lock_core::options::{ttl_millis, validate_key, validate_ttl};
-use lock_core::{
-    AcquireOutcome, Capabilities, Error, FairWaiter, FencingToken, Lease, LockBackend, LockToken, ReleaseOutcome,
-    RenewOutcome, Result,
-};
+use lock_core::raw::{AcquireOutcome, FairWaiter, Lease, ReleaseOutcome, RenewOutcome};
+use lock_core::raw::{ttl_millis, validate_key, validate_ttl};
+use lock_core::{Capabilities, Error, FencingToken, LockBackend, LockToken, Result};
 
 pub use config::{
     DEFAULT_ACK_CONNECTIONS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FENCE_PREFIX, DEFAULT_RESPONSE_TIMEOUT, OnShortfall,

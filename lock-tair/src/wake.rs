@@ -13,8 +13,9 @@ use std::time::Duration;
 use const_format::concatcp;
 use fred::interfaces::ClientLike;
 use fred::types::Value;
-use lock_core::options::ttl_millis;
-use lock_core::{LockToken, ReleaseOutcome, Result};
+use lock_core::raw::ReleaseOutcome;
+use lock_core::raw::ttl_millis;
+use lock_core::{LockToken, Result};
 use lock_redis_family::board::Subscriber;
 use lock_redis_family::wake as wake_lua;
 

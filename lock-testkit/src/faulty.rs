@@ -7,10 +7,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::{
-    AcquireOutcome, Capabilities, Error, FairWaiter, InstantLockBackend, LockBackend, LockToken, ReleaseOutcome,
-    RenewOutcome, Result,
-};
+use lock_core::raw::{AcquireOutcome, FairWaiter, InstantLockBackend, ReleaseOutcome, RenewOutcome};
+use lock_core::{Capabilities, Error, LockBackend, LockToken, Result};
 
 /// The fault currently injected.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -3,10 +3,9 @@
 
 use std::sync::Arc;
 
-use lock_core::{
-    ElectionBackend, ElectionManager, Error, LockOptions, MultiLockBackend, MultiLockManager, Result, RwLockBackend,
-    RwLockManager, SemaphoreBackend, SemaphoreManager,
-};
+use lock_core::{ElectionManager, Error, LockOptions, MultiLockManager, Result, RwLockManager, SemaphoreManager};
+
+use lock_core::raw::{ElectionBackend, MultiLockBackend, RwLockBackend, SemaphoreBackend};
 
 use super::Backend;
 

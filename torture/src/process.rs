@@ -49,7 +49,7 @@ use crate::plan::{Backend, Claim, Fault, Scenario, Topology};
 use crate::record::{Body, Log, Snapshot};
 use crate::run::{self, Outcome, Params};
 
-/// Whether a fault is a process row's (run by [`run`], not the thread driver).
+/// Whether a fault is a process row's (run by [`run()`], not the thread driver).
 pub fn handles(fault: Fault) -> bool {
     matches!(fault, Fault::ProcessKilled | Fault::ProcessStopped)
 }

@@ -8,9 +8,11 @@ use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::sync::{Mutex, atomic::Ordering};
 
 use lock_core::{
-    Capabilities, ElectionManager, Leadership, LockBackend, MultiLockGuard, MultiLockManager, Permit, ReleaseOutcome,
-    RwLockGuard, RwLockManager, Semaphore, SemaphoreManager,
+    Capabilities, ElectionManager, Leadership, LockBackend, MultiLockGuard, MultiLockManager, Permit, RwLockGuard,
+    RwLockManager, Semaphore, SemaphoreManager,
 };
+
+use lock_core::raw::ReleaseOutcome;
 
 #[allow(clippy::wildcard_imports)]
 use super::*;

@@ -22,8 +22,9 @@ use crate::engine::{Attempt, Identity};
 use crate::error::{Error, Result};
 use crate::guard::LeaseHandle;
 use crate::manager::LockManager;
-use crate::options::{LockOptions, validate_key};
+use crate::options::LockOptions;
 use crate::token::LockToken;
+use crate::validate::validate_key;
 
 /// Longest identity accepted.
 pub const MAX_IDENTITY: usize = 4096;
@@ -128,7 +129,7 @@ impl LockBackend for LeadAsLock {
 /// Campaigns, reads and observes leaders over one backend. Cheap to clone.
 ///
 /// ```
-/// # async fn demo(backend: impl lock_core::ElectionBackend) -> lock_core::Result<()> {
+/// # async fn demo(backend: impl lock_core::raw::ElectionBackend) -> lock_core::Result<()> {
 /// use lock_core::ElectionManager;
 /// let election = ElectionManager::new(backend)?;
 /// let leadership = election.campaign("scheduler", b"node-a").await?; // waits to win

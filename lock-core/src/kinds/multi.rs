@@ -36,8 +36,9 @@ use crate::backend::{AcquireOutcome, Capabilities, LockBackend, ReleaseOutcome, 
 use crate::error::{Error, Result};
 use crate::guard::LeaseHandle;
 use crate::manager::LockManager;
-use crate::options::{LockOptions, validate_key};
+use crate::options::LockOptions;
 use crate::token::LockToken;
+use crate::validate::validate_key;
 
 /// Most keys in one multi-key lock (one script holds the server while it
 /// checks them all).
@@ -141,7 +142,7 @@ impl LockBackend for SetAsLock {
 /// Hands out [`MultiLockGuard`]s over one backend. Cheap to clone.
 ///
 /// ```
-/// # async fn demo(backend: impl lock_core::MultiLockBackend) -> lock_core::Result<()> {
+/// # async fn demo(backend: impl lock_core::raw::MultiLockBackend) -> lock_core::Result<()> {
 /// use lock_core::MultiLockManager;
 /// let locks = MultiLockManager::new(backend)?;
 /// // Both accounts or neither; the order written does not matter.

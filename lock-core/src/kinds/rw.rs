@@ -46,8 +46,9 @@ use crate::engine::Identity;
 use crate::error::{Error, Result};
 use crate::guard::LeaseHandle;
 use crate::manager::LockManager;
-use crate::options::{LockOptions, validate_key};
+use crate::options::LockOptions;
 use crate::token::LockToken;
+use crate::validate::validate_key;
 
 /// Read or write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -130,7 +131,7 @@ impl LockBackend for RwAsLock {
 /// Hands out read and write guards over one backend. Cheap to clone.
 ///
 /// ```
-/// # async fn demo(backend: impl lock_core::RwLockBackend) -> lock_core::Result<()> {
+/// # async fn demo(backend: impl lock_core::raw::RwLockBackend) -> lock_core::Result<()> {
 /// use lock_core::RwLockManager;
 /// let locks = RwLockManager::new(backend)?;
 /// let r1 = locks.read("config").await?;  // readers share

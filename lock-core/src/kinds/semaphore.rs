@@ -282,7 +282,7 @@ impl SemaphoreManager {
     /// [`Error::InvalidArgument`] for an empty name or a size outside
     /// `1..=MAX_SEMAPHORE_SIZE`.
     pub fn semaphore(&self, name: &str, size: u32) -> Result<Semaphore> {
-        crate::options::validate_key(name)?;
+        crate::validate::validate_key(name)?;
         PermitRequest::new(size, 1).validate()?;
         Ok(Semaphore {
             name: name.to_owned(),

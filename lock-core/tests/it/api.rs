@@ -232,8 +232,8 @@ fn raw_module_serves_backend_authors_and_old_paths_still_work() {
     assert!(raw::validate_ttl(Duration::from_secs(1)).is_ok());
     assert_eq!(
         raw::clock_drift(Duration::from_secs(10), 0.01),
-        lock_core::options::clock_drift(Duration::from_secs(10), 0.01)
+        lock_core::raw::clock_drift(Duration::from_secs(10), 0.01)
     );
-    let _same_type: fn(&str) -> lock_core::Result<()> = lock_core::options::validate_key;
-    let _batch: Option<raw::RenewBatch> = None::<lock_core::RenewBatch>;
+    let _same_type: fn(&str) -> lock_core::Result<()> = lock_core::raw::validate_key;
+    let _batch: Option<raw::RenewBatch> = None::<lock_core::raw::RenewBatch>;
 }

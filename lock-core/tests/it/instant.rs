@@ -8,10 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use lock_core::{
-    AcquireOutcome, Capabilities, LockBackend, LockManager, LockOptions, LockToken, ReleaseOutcome, RenewOutcome,
-    Result,
-};
+use lock_core::{Capabilities, LockBackend, LockManager, LockOptions, LockToken, Result};
+
+use lock_core::raw::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_memory::MemoryBackend;
 
 /// Counts the calls that reach it; does not forward `instant`.

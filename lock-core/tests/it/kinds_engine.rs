@@ -9,9 +9,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
+use lock_core::raw::async_trait;
+use lock_core::raw::{AcquireOutcome, ElectionBackend, ReleaseOutcome, RenewOutcome};
 use lock_core::{
-    AcquireOutcome, Capabilities, ElectionBackend, ElectionManager, Error, LeaderInfo, LockBackend, LockManager,
-    LockOptions, LockToken, ReleaseOutcome, RenewOutcome, Result, RwLockManager, SemaphoreManager, async_trait,
+    Capabilities, ElectionManager, Error, LeaderInfo, LockBackend, LockManager, LockOptions, LockToken, Result,
+    RwLockManager, SemaphoreManager,
 };
 use lock_memory::MemoryBackend;
 

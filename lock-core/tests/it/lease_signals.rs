@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
-use lock_core::{LockManager, LockOptions, LossReason, ReleaseOutcome, Renewal};
+use lock_core::{LockManager, LockOptions, LossReason, Renewal};
+
+use lock_core::raw::ReleaseOutcome;
 use lock_memory::MemoryBackend;
 use tokio::time::Instant;
 

@@ -602,7 +602,7 @@ fn the_parser_sees_the_graph() {
     assert!(has("backend", "error"));
     // `super::guard::…` in a kind.
     assert!(has("kinds::rw", "kinds::guard"));
-    // `crate::options::validate_key` is re-exported from `validate`.
+    // `crate::validate::validate_key` in a kind.
     assert!(has("kinds::rw", "validate"));
     assert!(graph.resolve(&module("raw::RenewBatch"), 0) == Some(module("batch")));
 }

@@ -46,10 +46,14 @@ impl LockBackend for ShortTtls {
         key: &str,
         token: &lock_core::LockToken,
         ttl: Duration,
-    ) -> lock_core::Result<lock_core::AcquireOutcome> {
+    ) -> lock_core::Result<lock_core::raw::AcquireOutcome> {
         self.0.try_acquire(key, token, ttl).await
     }
-    async fn release(&self, key: &str, token: &lock_core::LockToken) -> lock_core::Result<lock_core::ReleaseOutcome> {
+    async fn release(
+        &self,
+        key: &str,
+        token: &lock_core::LockToken,
+    ) -> lock_core::Result<lock_core::raw::ReleaseOutcome> {
         self.0.release(key, token).await
     }
     async fn renew(
@@ -57,7 +61,7 @@ impl LockBackend for ShortTtls {
         key: &str,
         token: &lock_core::LockToken,
         ttl: Duration,
-    ) -> lock_core::Result<lock_core::RenewOutcome> {
+    ) -> lock_core::Result<lock_core::raw::RenewOutcome> {
         self.0.renew(key, token, ttl).await
     }
     fn capabilities(&self) -> lock_core::Capabilities {
@@ -85,15 +89,19 @@ impl LockBackend for Hinting {
         key: &str,
         token: &lock_core::LockToken,
         ttl: Duration,
-    ) -> lock_core::Result<lock_core::AcquireOutcome> {
+    ) -> lock_core::Result<lock_core::raw::AcquireOutcome> {
         Ok(match self.0.try_acquire(key, token, ttl).await? {
-            lock_core::AcquireOutcome::Acquired(lease) => {
-                lock_core::AcquireOutcome::Acquired(lease.with_validity(Some(self.1)))
+            lock_core::raw::AcquireOutcome::Acquired(lease) => {
+                lock_core::raw::AcquireOutcome::Acquired(lease.with_validity(Some(self.1)))
             }
             other => other,
         })
     }
-    async fn release(&self, key: &str, token: &lock_core::LockToken) -> lock_core::Result<lock_core::ReleaseOutcome> {
+    async fn release(
+        &self,
+        key: &str,
+        token: &lock_core::LockToken,
+    ) -> lock_core::Result<lock_core::raw::ReleaseOutcome> {
         self.0.release(key, token).await
     }
     async fn renew(
@@ -101,7 +109,7 @@ impl LockBackend for Hinting {
         key: &str,
         token: &lock_core::LockToken,
         ttl: Duration,
-    ) -> lock_core::Result<lock_core::RenewOutcome> {
+    ) -> lock_core::Result<lock_core::raw::RenewOutcome> {
         self.0.renew(key, token, ttl).await
     }
     fn capabilities(&self) -> lock_core::Capabilities {

@@ -7,10 +7,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{
-    AcquireOutcome, Capabilities, LockBackend, LockManager, LockOptions, LockToken, ReleaseOutcome, RenewOutcome,
-    Result,
-};
+use lock_core::{Capabilities, LockBackend, LockManager, LockOptions, LockToken, Result};
+
+use lock_core::raw::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_memory::MemoryBackend;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
@@ -24,7 +23,7 @@ struct GatedBatches {
     batch_started: Arc<Notify>,
 }
 
-#[lock_core::async_trait]
+#[lock_core::raw::async_trait]
 impl LockBackend for GatedBatches {
     async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
         self.inner.try_acquire(key, token, ttl).await

@@ -6,7 +6,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::{AcquireOutcome, LockBackend, LockToken, ReleaseOutcome};
+use lock_core::{LockBackend, LockToken};
+
+use lock_core::raw::{AcquireOutcome, ReleaseOutcome};
 use lock_postgres::PostgresBackend;
 use lock_testkit::server::PostgresServer;
 

@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
-use lock_core::{AcquireOutcome, LockBackend, LockToken, ReleaseOutcome};
+use lock_core::{LockBackend, LockToken};
+
+use lock_core::raw::{AcquireOutcome, ReleaseOutcome};
 use lock_postgres::PostgresBackend;
 use lock_testkit::LockSuite;
 use lock_testkit::server::{PgBouncer, PostgresServer};

@@ -11,8 +11,8 @@ use super::scripted::{KindCall, KindScript, ScriptedKinds, acked_grant, refuse_u
 use super::semaphore::kind_key;
 use lock_core::backend::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use lock_core::error::Result;
-use lock_core::kinds::election::validate_identity;
-use lock_core::options::{ttl_millis, validate_key, validate_ttl};
+use lock_core::raw::validate_identity;
+use lock_core::raw::{ttl_millis, validate_key, validate_ttl};
 use lock_core::token::{FencingToken, LockToken};
 
 /// The two keys of one election.

@@ -16,7 +16,7 @@ use std::time::Duration;
 use const_format::concatcp;
 use lock_core::backend::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use lock_core::error::{Error, Result};
-use lock_core::options::{ttl_millis, validate_key, validate_ttl};
+use lock_core::raw::{ttl_millis, validate_key, validate_ttl};
 use lock_core::token::{FencingToken, LockToken};
 
 use super::scripted::{KindCall, KindScript, ScriptedKinds, acked_grant_with, released, renewed, run};

@@ -13,7 +13,7 @@ use super::semaphore::kind_key;
 use lock_core::backend::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use lock_core::error::Result;
 use lock_core::kinds::rw::RwMode;
-use lock_core::options::{ttl_millis, validate_key, validate_ttl};
+use lock_core::raw::{ttl_millis, validate_key, validate_ttl};
 use lock_core::token::{FencingToken, LockToken};
 
 /// The three keys of one read-write lock.

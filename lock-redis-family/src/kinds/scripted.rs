@@ -199,7 +199,7 @@ pub trait ScriptedKinds: Send + Sync {
     }
 
     /// Refuses a multi-key lock's `key` the backend keeps for itself (after
-    /// [`lock_core::options::validate_key`] accepted it); the default
+    /// [`lock_core::raw::validate_key`] accepted it); the default
     /// refuses none.
     ///
     /// # Errors

@@ -31,7 +31,7 @@ use crate::keys::hash_tag;
 use lock_core::backend::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use lock_core::error::{Error, Result};
 use lock_core::kinds::semaphore::PermitRequest;
-use lock_core::options::{ttl_millis, validate_key, validate_ttl};
+use lock_core::raw::{ttl_millis, validate_key, validate_ttl};
 use lock_core::token::{FencingToken, LockToken};
 
 /// The three keys of one semaphore.
@@ -48,7 +48,7 @@ pub struct SemaphoreKeys {
 }
 
 /// How long a token released while missing is refused by later acquires.
-pub use lock_core::kinds::semaphore::GONE_WINDOW_MS;
+pub use lock_core::raw::GONE_WINDOW_MS;
 
 /// The key of `name`'s helper of kind `kind` (`sem`, `sem:info`, `rw:writer`,
 /// …), in `name`'s cluster slot, after `prefix` (which has no braces; the
@@ -236,7 +236,7 @@ pub fn acquire_outcome(backend: &str, name: &str, requested_size: u32, reply: &[
         [0, wait] => Ok(AcquireOutcome::Held {
             retry_after: Some(std::time::Duration::from_millis(wait.unsigned_abs())),
         }),
-        [-1, stored] => Err(lock_core::kinds::semaphore::size_mismatch(
+        [-1, stored] => Err(lock_core::raw::size_mismatch(
             name,
             requested_size,
             stored.unsigned_abs(),

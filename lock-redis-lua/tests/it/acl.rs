@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use lock_core::{AcquireOutcome, LockBackend, LockManager, LockOptions, LockToken, ReleaseOutcome};
+use lock_core::{LockBackend, LockManager, LockOptions, LockToken};
+
+use lock_core::raw::{AcquireOutcome, ReleaseOutcome};
 use lock_redis_lua::RedisLuaBackend;
 use lock_testkit::server::RedisServer;
 use tokio::time::Instant;

@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
-use lock_core::{AcquireOutcome, LockBackend, LockToken, MultiLockBackend, ReleaseOutcome};
+use lock_core::{LockBackend, LockToken};
+
+use lock_core::raw::{AcquireOutcome, MultiLockBackend, ReleaseOutcome};
 use lock_redis_lua::RedisLuaBackend;
 use lock_testkit::server::RedisServer;
 use tokio::time::Instant;

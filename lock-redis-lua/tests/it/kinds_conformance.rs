@@ -6,7 +6,9 @@
 //! suite again under replica acknowledgement, on a primary and its replica.
 #![allow(clippy::expect_used, clippy::panic, missing_docs)]
 
-use lock_core::{Error, LockToken, MultiLockBackend};
+use lock_core::{Error, LockToken};
+
+use lock_core::raw::MultiLockBackend;
 use lock_redis_lua::{RedisLuaBackend, ReplicaAck};
 use lock_testkit::server::{RedisCluster, RedisServer, ReplicatedPair};
 use lock_testkit::{ElectionSuite, MultiSuite, RwSuite, SemaphoreSuite};

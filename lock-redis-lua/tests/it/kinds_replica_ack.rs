@@ -8,9 +8,12 @@
 use std::time::Duration;
 
 use lock_core::{
-    AcquireOutcome, ElectionBackend, ElectionManager, LockBackend, LockToken, MultiLockBackend, MultiLockManager,
-    PermitRequest, ReleaseOutcome, RenewOutcome, Replication, RwLockBackend, RwLockManager, RwMode, SemaphoreBackend,
-    SemaphoreManager,
+    ElectionManager, LockBackend, LockToken, MultiLockManager, Replication, RwLockManager, RwMode, SemaphoreManager,
+};
+
+use lock_core::raw::{
+    AcquireOutcome, ElectionBackend, MultiLockBackend, PermitRequest, ReleaseOutcome, RenewOutcome, RwLockBackend,
+    SemaphoreBackend,
 };
 use lock_redis_family::kinds::rw::RwKeys;
 use lock_redis_family::kinds::semaphore::SemaphoreKeys;

@@ -4,9 +4,11 @@
 use std::time::Duration;
 
 use lock_core::{
-    AcquireOutcome, CasOutcome, CreateOutcome, Error, Expiry, LockBackend, LockManager, LockOptions, LockToken,
-    Replication, VersionedStore,
+    CasOutcome, CreateOutcome, Error, Expiry, LockBackend, LockManager, LockOptions, LockToken, Replication,
+    VersionedStore,
 };
+
+use lock_core::raw::AcquireOutcome;
 use lock_redis_lua::{OnShortfall, RedisLuaBackend, ReplicaAck};
 use lock_testkit::server::{RedisServer, ReplicatedPair};
 use tokio::time::Instant;

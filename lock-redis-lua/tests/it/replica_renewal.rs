@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use lock_core::{Error, LockBackend, LockManager, LockOptions, RenewOutcome, Renewal, Replication};
+use lock_core::{Error, LockBackend, LockManager, LockOptions, Renewal, Replication};
+
+use lock_core::raw::RenewOutcome;
 use lock_redis_lua::{RedisLuaBackend, ReplicaAck};
 use lock_testkit::server::{RedisServer, ReplicatedPair};
 use tokio::time::Instant;

@@ -9,10 +9,9 @@
 
 use std::time::Duration;
 
-use lock_core::{
-    AcquireOutcome, CasOutcome, CreateOutcome, Expiry, LockBackend, LockToken, ReleaseOutcome, RenewOutcome,
-    VersionedStore, VersionedStoreExt,
-};
+use lock_core::{CasOutcome, CreateOutcome, Expiry, LockBackend, LockToken, VersionedStore, VersionedStoreExt};
+
+use lock_core::raw::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_redis_lua::RedisLuaBackend;
 use lock_testkit::server::{Monitor, RedisServer, RespValue};
 

@@ -8,10 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::{
-    AcquireOutcome, Capabilities, LockBackend, LockOptions, LockToken, PermitRequest, ReleaseOutcome, RenewOutcome,
-    Result, SemaphoreBackend, SemaphoreManager,
-};
+use lock_core::raw::{AcquireOutcome, PermitRequest, ReleaseOutcome, RenewOutcome, SemaphoreBackend};
+use lock_core::{Capabilities, LockBackend, LockOptions, LockToken, Result, SemaphoreManager};
 use lock_redis_family::kinds::semaphore::SemaphoreKeys;
 use lock_redis_lua::RedisLuaBackend;
 use lock_testkit::conformance::paused_server::semaphore_loss_by_the_local_deadline;

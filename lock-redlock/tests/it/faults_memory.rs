@@ -7,9 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{
-    AcquireOutcome, Capabilities, Error, LockBackend, LockManager, LockOptions, LockToken, LossReason, NodeOutcome,
-    ReleaseOutcome, RenewOutcome, Renewal, async_trait,
+    Capabilities, Error, LockBackend, LockManager, LockOptions, LockToken, LossReason, NodeOutcome, Renewal,
 };
+
+use lock_core::raw::async_trait;
+
+use lock_core::raw::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_memory::MemoryBackend;
 use lock_redlock::{Redlock, RedlockOptions};
 use lock_testkit::{Fault, FaultControl, FaultyBackend};

@@ -8,10 +8,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{
-    Error, LockBackend, LockToken, MultiLockBackend, MultiLockManager, PermitRequest, SemaphoreBackend,
-    SemaphoreManager,
-};
+use lock_core::{Error, LockBackend, LockToken, MultiLockManager, SemaphoreManager};
+
+use lock_core::raw::{MultiLockBackend, PermitRequest, SemaphoreBackend};
 use lock_memory::MemoryBackend;
 use lock_redlock::Redlock;
 

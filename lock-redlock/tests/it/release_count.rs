@@ -10,9 +10,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use lock_core::{
-    AcquireOutcome, Capabilities, Error, LockBackend, LockToken, ReleaseOutcome, RenewOutcome, Result, async_trait,
-};
+use lock_core::{Capabilities, Error, LockBackend, LockToken, Result};
+
+use lock_core::raw::async_trait;
+
+use lock_core::raw::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_memory::MemoryBackend;
 use lock_redlock::Redlock;
 use tokio::sync::watch;

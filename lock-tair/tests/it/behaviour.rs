@@ -11,10 +11,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use lock_core::{
-    AcquireOutcome, CasOutcome, CreateOutcome, DeleteOutcome, Error, Expiry, LockBackend, LockManager, LockOptions,
-    LockToken, ReleaseOutcome, RenewOutcome, Replication, Result, UpdateOptions, Versioned, VersionedStore,
-    VersionedStoreExt,
+    CasOutcome, CreateOutcome, DeleteOutcome, Error, Expiry, LockBackend, LockManager, LockOptions, LockToken,
+    Replication, Result, UpdateOptions, Versioned, VersionedStore, VersionedStoreExt,
 };
+
+use lock_core::raw::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_tair::{OnShortfall, ReplicaAck, TairBackend};
 use lock_testkit::server::{RedisServer, ReplicatedPair};
 use tokio::time::Instant;
@@ -52,7 +53,7 @@ struct CountingStore {
     counts: Arc<Counts>,
 }
 
-#[lock_core::async_trait]
+#[lock_core::raw::async_trait]
 impl VersionedStore for CountingStore {
     async fn get(&self, key: &str) -> Result<Option<Versioned>> {
         self.counts.gets.fetch_add(1, Ordering::Relaxed);

@@ -11,9 +11,11 @@ use std::future::Future;
 use std::time::Duration;
 
 use lock_core::{
-    AcquireOutcome, CasOutcome, CreateOutcome, Error, Expiry, LeaseHandle, LockBackend, LockGuard, LockManager,
-    LockOptions, LockToken, LossReason, ReleaseOutcome, VersionedStore,
+    CasOutcome, CreateOutcome, Error, Expiry, LeaseHandle, LockBackend, LockGuard, LockManager, LockOptions, LockToken,
+    LossReason, VersionedStore,
 };
+
+use lock_core::raw::{AcquireOutcome, ReleaseOutcome};
 use lock_tair::TairBackend;
 use lock_testkit::server::TcpProxy;
 use tokio::time::Instant;

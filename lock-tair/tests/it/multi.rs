@@ -8,7 +8,9 @@ use crate::common;
 
 use std::time::Duration;
 
-use lock_core::{Error, LockToken, MultiLockBackend};
+use lock_core::{Error, LockToken};
+
+use lock_core::raw::MultiLockBackend;
 use lock_testkit::MultiSuite;
 
 mod single {

@@ -9,7 +9,9 @@ use crate::common;
 
 use std::time::Duration;
 
-use lock_core::{AcquireOutcome, LockBackend, LockManager, LockOptions, LockToken, RenewOutcome, Replication};
+use lock_core::{LockBackend, LockManager, LockOptions, LockToken, Replication};
+
+use lock_core::raw::{AcquireOutcome, RenewOutcome};
 use lock_tair::{OnShortfall, ReplicaAck, TairBackend};
 use lock_testkit::server::{RedisServer, ReplicatedPair};
 

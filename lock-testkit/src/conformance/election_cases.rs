@@ -5,9 +5,8 @@
 use std::sync::atomic::Ordering;
 
 use futures::StreamExt;
-use lock_core::{
-    AcquireOutcome, ElectionBackend, ElectionManager, Error, LeaderInfo, LockToken, ReleaseOutcome, RenewOutcome,
-};
+use lock_core::raw::{AcquireOutcome, ElectionBackend, ReleaseOutcome, RenewOutcome};
+use lock_core::{ElectionManager, Error, LeaderInfo, LockToken};
 use tokio::time::Instant;
 
 use super::ElectionSuite;

@@ -8,10 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::{
-    AcquireOutcome, Capabilities, Error, FairWaiter, Fairness, LockBackend, LockManager, LockOptions, LockToken,
-    ReleaseOutcome, RenewOutcome, Result,
-};
+use lock_core::raw::{AcquireOutcome, FairWaiter, ReleaseOutcome, RenewOutcome};
+use lock_core::{Capabilities, Error, Fairness, LockBackend, LockManager, LockOptions, LockToken, Result};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -76,7 +74,7 @@ impl LockBackend for Counted {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
-    fn instant(&self) -> Option<&dyn lock_core::InstantLockBackend> {
+    fn instant(&self) -> Option<&dyn lock_core::raw::InstantLockBackend> {
         None // every call goes through the counter
     }
 }

@@ -6,11 +6,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::{
-    AcquireOutcome, Capabilities, ElectionBackend, FairWaiter, InstantLockBackend, LeaderInfo, LeaseHandle,
-    LockBackend, LockToken, LossReason, MultiLockBackend, PermitRequest, ReleaseOutcome, RenewOutcome, Result,
-    RwLockBackend, RwMode, SemaphoreBackend,
+use lock_core::raw::{
+    AcquireOutcome, ElectionBackend, FairWaiter, InstantLockBackend, MultiLockBackend, PermitRequest, ReleaseOutcome,
+    RenewOutcome, RwLockBackend, SemaphoreBackend,
 };
+use lock_core::{Capabilities, LeaderInfo, LeaseHandle, LockBackend, LockToken, LossReason, Result, RwMode};
 use tokio::time::Instant;
 
 /// Passes every call through, except that renewals hang while `hang` is set.

@@ -9,9 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use lock_core::raw::{ElectionBackend, MultiLockBackend, RwLockBackend, SemaphoreBackend};
 use lock_core::{
-    ElectionBackend, ElectionManager, LockBackend, LockManager, LockOptions, MultiLockBackend, MultiLockManager,
-    Renewal, RwLockBackend, RwLockManager, SemaphoreBackend, SemaphoreManager, VersionedStore,
+    ElectionManager, LockBackend, LockManager, LockOptions, MultiLockManager, Renewal, RwLockManager, SemaphoreManager,
+    VersionedStore,
 };
 
 pub mod election_cases;

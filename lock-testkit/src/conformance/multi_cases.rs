@@ -4,9 +4,9 @@
 
 use std::sync::atomic::Ordering;
 
-use lock_core::{
-    AcquireOutcome, Error, LockManager, LockToken, MultiLockBackend, MultiLockManager, ReleaseOutcome, RenewOutcome,
-};
+use lock_core::{Error, LockManager, LockToken, MultiLockManager};
+
+use lock_core::raw::{AcquireOutcome, MultiLockBackend, ReleaseOutcome, RenewOutcome};
 use tokio::time::Instant;
 
 use super::MultiSuite;

@@ -7,7 +7,9 @@ use std::collections::HashSet;
 use std::future::Future;
 use std::time::Duration;
 
-use lock_core::{AcquireOutcome, Error, LockBackend, LockToken, RenewOutcome};
+use lock_core::{Error, LockBackend, LockToken};
+
+use lock_core::raw::{AcquireOutcome, RenewOutcome};
 
 use super::{RenewManySuite, RenewManyTarget};
 use crate::server::{RedisServer, RespValue};

@@ -4,7 +4,9 @@
 
 use std::sync::atomic::Ordering;
 
-use lock_core::{AcquireOutcome, LockToken, ReleaseOutcome, RenewOutcome, RwLockBackend, RwLockManager, RwMode};
+use lock_core::{LockToken, RwLockManager, RwMode};
+
+use lock_core::raw::{AcquireOutcome, ReleaseOutcome, RenewOutcome, RwLockBackend};
 use tokio::time::Instant;
 
 use super::RwSuite;

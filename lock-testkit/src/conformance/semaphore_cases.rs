@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use lock_core::{
-    AcquireOutcome, Error, LockToken, PermitRequest, ReleaseOutcome, RenewOutcome, SemaphoreBackend, SemaphoreManager,
-};
+use lock_core::{Error, LockToken, SemaphoreManager};
+
+use lock_core::raw::{AcquireOutcome, PermitRequest, ReleaseOutcome, RenewOutcome, SemaphoreBackend};
 use tokio::time::Instant;
 
 use super::SemaphoreSuite;

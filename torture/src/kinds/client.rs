@@ -7,9 +7,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use lock_core::{
-    ElectionBackend, ElectionManager, Error, LeaseHandle, LockBackend, LockManager, LockOptions, MultiLockBackend,
-    MultiLockManager, RwLockBackend, RwLockManager, RwMode, SemaphoreBackend, SemaphoreManager,
+    ElectionManager, Error, LeaseHandle, LockBackend, LockManager, LockOptions, MultiLockManager, RwLockManager,
+    RwMode, SemaphoreManager,
 };
+
+use lock_core::raw::{ElectionBackend, MultiLockBackend, RwLockBackend, SemaphoreBackend};
 use lock_memory::MemoryBackend;
 use lock_redis_lua::RedisLuaBackend;
 use lock_tair::TairBackend;

@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use lock_core::{LockManager, LockOptions, LockToken, ReleaseOutcome, RenewOutcome};
+use lock_core::{LockManager, LockOptions, LockToken};
+
+use lock_core::raw::{ReleaseOutcome, RenewOutcome};
 use tokio::time::Instant;
 
 use crate::conformance::LockSuite;

@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{AcquireOutcome, Error, LockManager, LockOptions, LockToken, MAX_TTL, ReleaseOutcome, RenewOutcome};
+use lock_core::{Error, LockManager, LockOptions, LockToken, MAX_TTL};
+
+use lock_core::raw::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use tokio::time::Instant;
 
 use crate::conformance::LockSuite;

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use lock_core::{AcquireOutcome, Error, LockManager, LockToken, LossReason, ReleaseOutcome, RenewOutcome};
+use lock_core::{Error, LockManager, LockToken, LossReason};
+
+use lock_core::raw::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use tokio::time::Instant;
 
 use crate::conformance::LockSuite;
