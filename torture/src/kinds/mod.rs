@@ -363,8 +363,8 @@ pub fn markdown(outcomes: &[KindOutcome], p: &Params) -> String {
     let _ = writeln!(md, "\n## Lock kinds\n");
     let _ = writeln!(
         md,
-        "Each row: five or six clients of one kind, each with its own runtime, backend and manager, TTL {} ms, \
-         for {:.1} s plus recovery, then on until the row has seen {} holds (at most {:.0} s in all); the fault as \
+        "Each row: five or six clients of one kind, each with its own runtime, backend and manager, TTL {} ms \
+         (etcd's rows: raised to its 1 s floor, their durations scaled with it), for {:.1} s plus recovery, then on until the row has seen {} holds (at most {:.0} s in all); the fault as \
          in the table above. Client 0 is the one the faults aim at: until the fault is over it holds for 0.1–2.5 × \
          TTL (a writer: 0.1–0.5 × TTL, back after 1–2 TTL); the others, and client 0 after the fault, hold mostly \
          for 2–30 ms, one hold in twenty for 1–2.5 × TTL (a reader: one in ten for 0.5–1.5 × TTL; renewed). The checker \
