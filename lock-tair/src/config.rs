@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use fred::clients::{Client, Pool};
 use fred::types::config::ReconnectPolicy;
-use lock_core::{Error, Result};
+#[cfg(feature = "tls")]
+use lock_core::Error;
+use lock_core::Result;
 
 use crate::TairBackend;
 
@@ -226,7 +228,7 @@ impl TairBuilder {
     /// Check at connect that the server has the TairString commands
     /// (`COMMAND INFO`; default on). Turn off for servers that disable
     /// `COMMAND`; a missing command is then reported as
-    /// [`Error::Unsupported`] at its first use.
+    /// [`lock_core::Error::Unsupported`] at its first use.
     #[must_use]
     pub fn check_commands(mut self, on: bool) -> Self {
         self.check_commands = on;
@@ -244,9 +246,9 @@ impl TairBuilder {
     /// Connect, check the server, and return the backend.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for bad settings or URL;
-    /// [`Error::Backend`] when the server cannot be reached;
-    /// [`Error::Unsupported`] when it lacks a TairString command.
+    /// [`lock_core::Error::InvalidArgument`] for bad settings or URL;
+    /// [`lock_core::Error::Backend`] when the server cannot be reached;
+    /// [`lock_core::Error::Unsupported`] when it lacks a TairString command.
     ///
     /// # Cancel safety
     ///
