@@ -49,13 +49,16 @@ impl TairBackend {
         !self.inner.clustered && self.inner.ack.is_none()
     }
 
-    /// One fair attempt (see `LockBackend::try_acquire_fair`).
+    /// One fair attempt (see `LockBackend::try_acquire_fair`) by the
+    /// waiter whose queue id is `id` ([`Self::fair_waiter_id`]) and whose
+    /// claim on the head is `claim`: all the queue script needs of it.
     pub(crate) async fn acquire_fair(
         &self,
         key: &str,
         token: &LockToken,
         ttl: Duration,
-        waiter: &FairWaiter,
+        id: WaiterId,
+        claim: Duration,
     ) -> Result<AcquireOutcome> {
         if !self.fair_supported() {
             return Err(Error::unsupported(
@@ -69,12 +72,11 @@ impl TairBackend {
         if let Some(f) = &fence {
             keys.push(f);
         }
-        let id = self.fair_waiter_id(waiter);
         let args: Vec<Value> = vec![
             token_arg(token),
             ttl_millis(ttl).to_string().into(),
             Value::from(&id[..]),
-            ttl_millis(waiter.claim).to_string().into(),
+            ttl_millis(claim).to_string().into(),
         ];
         let client = self.inner.commands.next();
         // Until the server answers, a clean-up release must follow this

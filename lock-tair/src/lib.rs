@@ -519,7 +519,8 @@ impl LockBackend for TairBackend {
     ) -> Result<AcquireOutcome> {
         validate_key(key)?;
         validate_ttl(ttl)?;
-        self.acquire_fair(key, token, ttl, waiter).await
+        self.acquire_fair(key, token, ttl, self.fair_waiter_id(waiter), waiter.claim)
+            .await
     }
 
     async fn wait_fair(&self, key: &str, waiter: &FairWaiter, max_wait: Duration) {
