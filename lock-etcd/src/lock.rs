@@ -31,14 +31,23 @@ impl Inner {
                 )])
                 .or_else([TxnOp::get(k.clone(), None)]);
             let mut kv = self.client.kv_client();
+            let pending = self.sessions.unsettled(secs, &session);
             let (answer, kept) = futures::join!(kv.txn(txn), self.fresh(&session, sent_at, ttl));
             let resp = match answer {
                 Err(e) if is_lease_not_found(&e) && attempt == 0 => {
+                    pending.settle();
                     self.sessions.forget(secs, &session);
                     continue;
                 }
-                Err(e) => return Err(write_failed("acquire", e)),
-                Ok(resp) => resp,
+                Err(e) => {
+                    let err = Err(write_failed("acquire", e));
+                    pending.settle_if_known(&err);
+                    return err;
+                }
+                Ok(resp) => {
+                    pending.settle();
+                    resp
+                }
             };
             if !resp.succeeded() {
                 return Ok(AcquireOutcome::Held { retry_after: None });
@@ -75,13 +84,20 @@ impl Inner {
         for attempt in 0..2 {
             let session = self.sessions.get_or_grant(&self.client, secs).await?;
             let mut kv = self.client.kv_client();
+            let pending = self.sessions.unsettled(secs, &session);
             let (answer, kept) = futures::join!(kv.txn(build(session.lease)), self.fresh(&session, sent_at, ttl));
             match answer {
                 Err(e) if is_lease_not_found(&e) && attempt == 0 => {
+                    pending.settle();
                     self.sessions.forget(secs, &session);
                 }
-                Err(e) => return Err(write_failed(what, e)),
+                Err(e) => {
+                    let err = Err(write_failed(what, e));
+                    pending.settle_if_known(&err);
+                    return err;
+                }
                 Ok(resp) => {
+                    pending.settle();
                     return Ok(Leased {
                         resp,
                         session,
@@ -123,16 +139,27 @@ impl Inner {
             .when(when)
             .and_then([TxnOp::delete(k.clone(), None)])
             .or_else([TxnOp::get(k, None)]);
+        let resp = self.release_txn(txn, what).await?;
+        if resp.succeeded() {
+            return Ok(Ok(()));
+        }
+        Ok(Err(first_kv(&resp)))
+    }
+
+    /// A transaction that deletes what a holder holds. When its outcome is
+    /// unknown (or its future is dropped in flight), every shared lease is
+    /// retired: the entries it may have left behind end within their TTL
+    /// rather than live on with the lease.
+    pub(crate) async fn release_txn(&self, txn: Txn, what: &str) -> Result<TxnResponse> {
+        let pending = self.sessions.unsettled_release();
         let resp = self
             .client
             .kv_client()
             .txn(txn)
             .await
-            .map_err(|e| write_failed(what, e))?;
-        if resp.succeeded() {
-            return Ok(Ok(()));
-        }
-        Ok(Err(first_kv(&resp)))
+            .map_err(|e| write_failed(what, e));
+        pending.settle_if_known(&resp);
+        resp
     }
 
     pub(crate) async fn renew_many(&self, items: &[(&str, &LockToken)], ttl: Duration) -> Vec<Result<RenewOutcome>> {

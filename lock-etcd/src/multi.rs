@@ -10,7 +10,6 @@ use lock_core::{Error, LockToken, Result};
 use tokio::time::Instant;
 
 use crate::EtcdBackend;
-use crate::error::write_failed;
 
 fn check(keys: &[&str]) -> Result<()> {
     if keys.is_empty() {
@@ -99,8 +98,7 @@ impl MultiLockBackend for EtcdBackend {
             )
             .and_then(ks.iter().map(|k| TxnOp::delete(k.clone(), None)).collect::<Vec<_>>())
             .or_else(ks.iter().map(|k| TxnOp::get(k.clone(), None)).collect::<Vec<_>>());
-        let mut kv = inner.client.kv_client();
-        let resp = kv.txn(txn).await.map_err(|e| write_failed("multi-key release", e))?;
+        let resp = inner.release_txn(txn, "multi-key release").await?;
         if resp.succeeded() {
             return Ok(ReleaseOutcome::Released);
         }
@@ -120,7 +118,7 @@ impl MultiLockBackend for EtcdBackend {
                         .collect::<Vec<_>>(),
                 )
                 .and_then(mine.iter().map(|k| TxnOp::delete(k.to_vec(), None)).collect::<Vec<_>>());
-            kv.txn(txn).await.map_err(|e| write_failed("multi-key release", e))?;
+            inner.release_txn(txn, "multi-key release").await?;
         }
         Ok(if current.iter().flatten().any(|v| *v != value) {
             ReleaseOutcome::HeldByOther

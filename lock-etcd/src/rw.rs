@@ -136,13 +136,7 @@ impl RwLockBackend for EtcdBackend {
             TxnOp::delete(p.sub("w/").entry(token), None),
             TxnOp::delete(p.sub("i/").entry(token), None),
         ]);
-        let resp = self
-            .inner
-            .client
-            .kv_client()
-            .txn(txn)
-            .await
-            .map_err(|e| write_failed("read-write release", e))?;
+        let resp = self.inner.release_txn(txn, "read-write release").await?;
         let held = resp
             .op_responses()
             .into_iter()

@@ -31,7 +31,7 @@ use lock_core::raw::{AcquireOutcome, PermitRequest, ReleaseOutcome, RenewOutcome
 use lock_core::{LockToken, Result};
 use tokio::time::Instant;
 
-use crate::error::{failed, no_header, write_failed};
+use crate::error::{failed, no_header};
 use crate::kinds::{Prefix, no_entry_in, unchanged_since};
 use crate::{EtcdBackend, Inner};
 
@@ -261,12 +261,7 @@ impl SemaphoreBackend for EtcdBackend {
                 TxnOp::delete(reservation, None),
                 TxnOp::put(gone, [], Some(PutOptions::new().with_lease(gone_lease))),
             ]);
-        let resp = inner
-            .client
-            .kv_client()
-            .txn(txn)
-            .await
-            .map_err(|e| write_failed("semaphore release", e))?;
+        let resp = inner.release_txn(txn, "semaphore release").await?;
         Ok(if resp.succeeded() {
             ReleaseOutcome::Released
         } else {

@@ -67,7 +67,11 @@ impl Session {
                 Err(e) => return Err(failed("opening the lease keepalive stream", e)),
             }
         }
-        let Some((keeper, responses)) = stream.as_mut() else {
+        // Out of the slot while a keepalive is in flight: if this future is
+        // dropped before its answer (a caller's timeout), the stream goes
+        // with it, so a late answer can never be read as the answer to a
+        // later keepalive (it would date the lease from the later send).
+        let Some((mut keeper, mut responses)) = stream.take() else {
             return Err(Error::backend(NAME, "the lease keepalive stream is not open"));
         };
         let sent_at = Instant::now();
@@ -79,24 +83,16 @@ impl Session {
         .await;
         match answer {
             Ok(Some(resp)) if resp.ttl() > 0 => {
+                *stream = Some((keeper, responses));
                 let mut refreshed = self.refreshed.lock().unwrap_or_else(|e| e.into_inner());
                 *refreshed = (*refreshed).max(sent_at);
                 Ok(KeepAlive::Alive)
             }
             Ok(Some(_)) => Ok(KeepAlive::Gone),
-            Ok(None) => {
-                // A stream that closes without an error: never a silent stop.
-                *stream = None;
-                Err(Error::backend(NAME, "the lease keepalive stream closed"))
-            }
-            Err(e) if is_lease_not_found(&e) => {
-                *stream = None;
-                Ok(KeepAlive::Gone)
-            }
-            Err(e) => {
-                *stream = None;
-                Err(failed("lease keepalive", e))
-            }
+            // A stream that closes without an error: never a silent stop.
+            Ok(None) => Err(Error::backend(NAME, "the lease keepalive stream closed")),
+            Err(e) if is_lease_not_found(&e) => Ok(KeepAlive::Gone),
+            Err(e) => Err(failed("lease keepalive", e)),
         }
     }
 }
@@ -165,8 +161,95 @@ impl Sessions {
         }
     }
 
+    /// Stop keeping `session`'s lease alive and use a new one from now on
+    /// (unless it was replaced already). A write whose outcome is unknown
+    /// may have left an entry on that lease that no guard knows of (an
+    /// acquire that commits after its caller gave up, a release that may
+    /// not have run); while the lease lives, so would that entry, kept
+    /// alive by the renewals of every other lock on it. Retired, the lease
+    /// ends within its TTL, and the entries that are held move to the new
+    /// lease at their next renewal (same value, same create revision).
+    pub(crate) fn retire(&self, secs: i64, session: &Arc<Session>) {
+        tracing::debug!(
+            lease = session.lease,
+            "retiring a shared lease after a write of unknown outcome"
+        );
+        self.forget(secs, session);
+    }
+
+    /// [`Sessions::retire`] for every lease (a release of unknown outcome:
+    /// which lease its key is on is not known).
+    pub(crate) fn retire_all(&self) {
+        let mut map = self.map();
+        for session in map.values() {
+            tracing::debug!(
+                lease = session.lease,
+                "retiring a shared lease after a release of unknown outcome"
+            );
+        }
+        map.clear();
+    }
+
+    /// A guard for a write on `session`'s lease: unless settled, it retires
+    /// the lease when dropped (the write failed with an unknown outcome, or
+    /// its future was dropped in flight).
+    pub(crate) fn unsettled(&self, secs: i64, session: &Arc<Session>) -> Unsettled<'_> {
+        Unsettled {
+            sessions: self,
+            lease: Some((secs, session.clone())),
+            armed: true,
+        }
+    }
+
+    /// A guard for a release: unless settled, it retires every lease.
+    pub(crate) fn unsettled_release(&self) -> Unsettled<'_> {
+        Unsettled {
+            sessions: self,
+            lease: None,
+            armed: true,
+        }
+    }
+
     /// Every session's lease id (revoked when the backend closes).
     pub(crate) fn leases(&self) -> Vec<i64> {
         self.map().values().map(|s| s.lease).collect()
+    }
+}
+
+/// A write in flight that may leave an entry on a shared lease: see
+/// [`Sessions::unsettled`].
+#[must_use = "dropped unsettled, it retires the lease"]
+pub(crate) struct Unsettled<'a> {
+    sessions: &'a Sessions,
+    /// The lease written to; `None`: any of them.
+    lease: Option<(i64, Arc<Session>)>,
+    armed: bool,
+}
+
+impl Unsettled<'_> {
+    /// The write's outcome is known: nothing unknown is left on the lease.
+    pub(crate) fn settle(mut self) {
+        self.armed = false;
+    }
+
+    /// Settle when `result` is known (a reply, or an error the server
+    /// answered with); a write error of unknown outcome retires.
+    pub(crate) fn settle_if_known<T>(self, result: &Result<T>) {
+        match result {
+            Err(e) if e.is_outcome_unknown() => drop(self),
+            _ => self.settle(),
+        }
+    }
+}
+
+impl Drop for Unsettled<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        match self.lease.take() {
+            Some((secs, session)) => self.sessions.retire(secs, &session),
+            None => self.sessions.retire_all(),
+        }
     }
 }

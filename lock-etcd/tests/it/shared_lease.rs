@@ -117,3 +117,72 @@ async fn revoke_lease_of(admin: &lock_etcd::EtcdBackend, key: &str) {
     let lease = got.kvs().first().expect("the lock key exists").lease();
     admin.client().lease_client().revoke(lease).await.expect("revoke");
 }
+
+/// An acquire whose reply never came may still commit later (its request
+/// was held in the network, then delivered). On the shared lease, such a
+/// key would live as long as the lease, which the holder's other locks keep
+/// alive: a lock nobody holds and nobody releases, blocking everyone. After
+/// a write of unknown outcome the backend retires that lease: the late key
+/// ends within its TTL, while the locks held on it move to a new lease and
+/// stay held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_acquire_after_its_caller_gave_up_ends_within_its_ttl() {
+    let etcd = common::single().await;
+    let proxy = lock_testkit::server::TcpProxy::start(etcd.endpoint(0).parse().expect("an address"))
+        .await
+        .expect("proxy");
+    let backend = lock_etcd::EtcdBackend::builder([proxy.addr().to_string()])
+        .response_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .expect("connect through the proxy");
+    let admin = common::connect(etcd.endpoints()).await;
+    let ttl = Duration::from_secs(3).max(backend.min_ttl());
+    let manager = LockManager::with_options(backend.clone(), LockOptions::with_ttl(ttl)).expect("manager");
+    let held = manager.lock("late-held").await.expect("lock");
+    let full = |key: &str| format!("{}lock/{key}", lock_etcd::DEFAULT_NAMESPACE);
+    let entry = |key: &'static str| {
+        let (admin, full) = (admin.clone(), full(key));
+        async move {
+            let got = admin.client().kv_client().get(full, None).await.expect("get");
+            got.kvs().first().map(|kv| (kv.value().to_vec(), kv.lease()))
+        }
+    };
+    let (_, lease) = entry("late-held").await.expect("the held lock's key");
+
+    // The reply never comes: the caller gives up (its future is dropped).
+    proxy.set_blackhole(true);
+    let token = LockToken::generate().unwrap();
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(800),
+        backend.try_acquire("late-orphan", &token, ttl),
+    )
+    .await;
+    assert!(
+        gave_up
+            .as_ref()
+            .map_or(true, |r| r.as_ref().is_err_and(lock_core::Error::is_outcome_unknown)),
+        "{gave_up:?}"
+    );
+    proxy.set_blackhole(false);
+    // The late commit (whether or not the held request itself got through).
+    let mut kv = admin.client().kv_client();
+    let put = etcd_client::PutOptions::new().with_lease(lease);
+    kv.put(full("late-orphan"), token.hex_bytes().to_vec(), Some(put))
+        .await
+        .expect("the late commit");
+
+    let give_up = tokio::time::Instant::now() + ttl * 4;
+    while entry("late-orphan").await.is_some() {
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "the late acquire's key outlived its TTL by far: its lease is kept alive"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!held.is_lost(), "the held lock stays held");
+    let (value, moved_to) = entry("late-held").await.expect("the held lock's key is still there");
+    assert_ne!(moved_to, lease, "the held lock moved to a new lease");
+    assert!(!value.is_empty());
+    held.release().await.expect("release");
+}
