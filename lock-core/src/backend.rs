@@ -152,6 +152,10 @@ pub enum AcquireOutcome {
     /// Someone else holds it.
     Held {
         /// The holder's remaining TTL, when the backend reports it cheaply.
+        /// From [`LockBackend::try_acquire_fair`], `Some(Duration::ZERO)`
+        /// says the waiter is next in line: a backend that does not wake
+        /// its waiters (see [`LockBackend::wait_fair`]) gets its head polled
+        /// on the manager's backoff rather than once per third of the claim.
         retry_after: Option<Duration>,
     },
 }

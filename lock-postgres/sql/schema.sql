@@ -113,7 +113,13 @@ BEGIN
         END IF;
     END IF;
     fence := NULL;
-    SELECT GREATEST(0, CEIL(EXTRACT(EPOCH FROM h.expires_at - clock_timestamp()) * 1000))::int8 INTO retry_ms
-      FROM "verrou".locks AS h WHERE h.key = k AND h.expires_at > clock_timestamp();
+    IF NOT EXISTS (SELECT 1 FROM "verrou".queue AS q WHERE q.key = k AND q.ticket < my_ticket) THEN
+        -- Next in line and the key held: 0 tells the caller to poll on its
+        -- backoff (nothing may wake it) rather than wait out the holder.
+        retry_ms := 0;
+    ELSE
+        SELECT GREATEST(1, CEIL(EXTRACT(EPOCH FROM h.expires_at - clock_timestamp()) * 1000))::int8 INTO retry_ms
+          FROM "verrou".locks AS h WHERE h.key = k AND h.expires_at > clock_timestamp();
+    END IF;
     RETURN NEXT;
 END $$;

@@ -408,7 +408,14 @@ impl LockBackend for PostgresBackend {
             (&claim, Type::INT8),
         ];
         let rows = self.query(&self.inner.sql.acquire_fair, &params, true).await?;
-        acquire_outcome(&rows)
+        match acquire_outcome(&rows)? {
+            // Next in line: with notifications the release wakes it, and
+            // the claim's pace keeps its entry (no need to poll faster).
+            AcquireOutcome::Held {
+                retry_after: Some(Duration::ZERO),
+            } if self.inner.notifier.is_some() => Ok(AcquireOutcome::Held { retry_after: None }),
+            outcome => Ok(outcome),
+        }
     }
 
     async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {

@@ -135,8 +135,10 @@ pub(crate) enum AtOnce<G> {
 /// How a waiting call spends the time between attempts.
 enum Pace {
     /// Queued on the backend under one waiter id: woken when the key frees,
-    /// polling within a third of the claim to keep the entry alive.
-    Fair(FairWaiter),
+    /// polling within a third of the claim to keep the entry alive; once
+    /// the backend says it is next in line (a zero `retry_after`), polling
+    /// on the backoff, counted in `next_polls` from then.
+    Fair { waiter: FairWaiter, next_polls: u32 },
     /// This manager's FIFO line for the key (only its head polls), with
     /// jittered backoff capped by the holder's remaining TTL.
     Line {
@@ -238,7 +240,7 @@ impl<'a> Engine<'a> {
         let give_up = crate::clock::later(started, options.acquire_timeout);
         let mut pace = self.pace(call)?;
         let fair = match &pace {
-            Pace::Fair(waiter) => Some(*waiter),
+            Pace::Fair { waiter, .. } => Some(*waiter),
             Pace::Line { .. } => None,
         };
         let mut leave = LeaveOnDrop::new(backend, key, fair, options.op_timeout);
@@ -309,7 +311,7 @@ impl<'a> Engine<'a> {
         let limit = options.op_timeout.min(validity);
         let reply = match (call.attempt, pace, backend.instant()) {
             (Some(kind), _, _) => tokio::time::timeout(limit, kind.attempt(key, &token, ttl)).await,
-            (None, Pace::Fair(waiter), _) => {
+            (None, Pace::Fair { waiter, .. }, _) => {
                 tokio::time::timeout(limit, backend.try_acquire_fair(key, &token, ttl, waiter)).await
             }
             // Answered at once: no future to box, no timeout to arm.
@@ -346,7 +348,10 @@ impl<'a> Engine<'a> {
                     what: "fair mode for lock kinds".to_owned(),
                 });
             }
-            Fairness::Fifo { claim } => Pace::Fair(FairWaiter::new(LockToken::generate()?, claim)),
+            Fairness::Fifo { claim } => Pace::Fair {
+                waiter: FairWaiter::new(LockToken::generate()?, claim),
+                next_polls: 0,
+            },
             // Waiters of this manager queue per key in FIFO order; only the
             // head polls. A caller that finds no line tries at once (the
             // uncontended path allocates no lane) and joins the line only
@@ -373,13 +378,21 @@ impl<'a> Engine<'a> {
         let (backend, key, options) = (self.backend, call.key, call.options);
         let left = give_up.saturating_duration_since(Instant::now());
         match pace {
-            Pace::Fair(waiter) => {
+            Pace::Fair { waiter, next_polls } => {
                 let mut delay = (waiter.claim / 3).min(left);
                 if failed {
                     delay = delay.min(options.backoff.delay(attempt));
                 }
-                if let Some(hint) = retry_after {
-                    delay = delay.min(hint.max(Duration::from_millis(1)));
+                match retry_after {
+                    // Next in line on a backend that may not wake it: poll
+                    // as a barging waiter would, the backoff restarting
+                    // when it became the head.
+                    Some(Duration::ZERO) => {
+                        delay = delay.min(options.backoff.delay(*next_polls));
+                        *next_polls = next_polls.saturating_add(1);
+                    }
+                    Some(hint) => delay = delay.min(hint.max(Duration::from_millis(1))),
+                    None => {}
                 }
                 backend.wait_fair(key, waiter, delay).await;
             }

@@ -4,6 +4,7 @@
 //! link instead of many); `cargo test --test it <module>::` runs one module.
 
 mod api;
+mod fair_pace;
 mod instant;
 mod kinds_engine;
 mod layers;

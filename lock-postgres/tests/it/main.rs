@@ -6,6 +6,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
 
 mod conformance;
+mod fair_head;
 mod faults;
 mod fencing_order;
 mod kinds_conformance;
