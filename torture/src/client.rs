@@ -319,10 +319,10 @@ impl LockClient {
 }
 
 /// Clears the in-body flag however the body ends.
-struct InBody<'a>(&'a AtomicBool);
+pub(crate) struct InBody<'a>(&'a AtomicBool);
 
 impl<'a> InBody<'a> {
-    fn enter(flag: &'a AtomicBool) -> Self {
+    pub(crate) fn enter(flag: &'a AtomicBool) -> Self {
         flag.store(true, Ordering::SeqCst);
         InBody(flag)
     }

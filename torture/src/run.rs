@@ -122,6 +122,59 @@ impl Params {
         }
     }
 
+    /// The end of a row, once its fault is injected: while a requested
+    /// stall has not landed (the stalled client performs it in its next
+    /// body, which on a loaded machine can come late) the clients run on,
+    /// the stop moving later, up to the recovery bound past the planned end;
+    /// only then is a request not yet started withdrawn (the fault could
+    /// not be injected), while one in progress is waited for (it ends
+    /// within its duration). Then the clients run on 6 × TTL past the heal,
+    /// so that recovery is seen, and on for power (`count` critical
+    /// sections). Returns the clients that did not finish within the hang
+    /// bound of the stop.
+    #[allow(clippy::too_many_arguments)] // one row's clock and clients
+    pub(crate) async fn finish_row(
+        &self,
+        log: &Log,
+        stall: Option<&Stall>,
+        stop: &AtomicI64,
+        begin: Instant,
+        span_start: i64,
+        planned_stop: Instant,
+        count: impl Fn() -> usize,
+        done: Vec<tokio::sync::oneshot::Receiver<()>>,
+    ) -> usize {
+        if let Some(st) = stall {
+            let withdraw_at = planned_stop + self.recovery_bound();
+            let give_up = withdraw_at + self.fault_len() * 2;
+            let ahead = i64::try_from(self.ttl.as_micros()).unwrap_or(i64::MAX);
+            while log.healed_at().is_none() && Instant::now() < give_up {
+                if st.is_requested() {
+                    if Instant::now() >= withdraw_at && st.withdraw() {
+                        break;
+                    }
+                    stop.fetch_max(clock::now().saturating_add(ahead), Ordering::SeqCst);
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        if let Some(healed) = log.healed_at() {
+            let after = i64::try_from((self.ttl * 6).as_micros()).unwrap_or(i64::MAX);
+            stop.fetch_max(healed.saturating_add(after), Ordering::SeqCst);
+        }
+        self.run_on_for_power(begin, stop, count).await;
+        let stop_at =
+            begin + Duration::from_micros(u64::try_from(stop.load(Ordering::SeqCst) - span_start).unwrap_or(0));
+        tokio::time::sleep_until(stop_at).await;
+        let mut hangs = 0;
+        for rx in done {
+            if tokio::time::timeout_at(stop_at + self.hang_bound, rx).await.is_err() {
+                hangs += 1;
+            }
+        }
+        hangs
+    }
+
     pub(crate) fn fault_len(&self) -> Duration {
         self.ttl * 3
     }
@@ -774,40 +827,18 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
     if let Err(e) = injected {
         log.error(format!("fault injection failed: {e}"));
     }
-    if let Some(st) = &stall {
-        // The stalled client performs the stall in its next body, which on
-        // a loaded machine can come late: while the request is pending the
-        // clients run on (the stop moves later), up to the recovery bound
-        // past the planned end. Only then is a request not yet started
-        // withdrawn (the fault could not be injected); one in progress is
-        // waited for (it ends within its duration).
-        let withdraw_at = planned_stop + p.recovery_bound();
-        let give_up = withdraw_at + p.fault_len() * 2;
-        let ahead = i64::try_from(p.ttl.as_micros()).unwrap_or(i64::MAX);
-        while log.healed_at().is_none() && Instant::now() < give_up {
-            if st.is_requested() {
-                if Instant::now() >= withdraw_at && st.withdraw() {
-                    break;
-                }
-                stop.fetch_max(clock::now().saturating_add(ahead), Ordering::SeqCst);
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-    // Run on for a while after the fault healed, so that recovery is seen.
-    if let Some(healed) = log.healed_at() {
-        let after = i64::try_from((p.ttl * 6).as_micros()).unwrap_or(i64::MAX);
-        stop.fetch_max(healed.saturating_add(after), Ordering::SeqCst);
-    }
-    p.run_on_for_power(begin, &stop, || log.bodies()).await;
-    let stop_at = begin + Duration::from_micros(u64::try_from(stop.load(Ordering::SeqCst) - span_start).unwrap_or(0));
-    tokio::time::sleep_until(stop_at).await;
-    let mut hangs = 0;
-    for rx in done {
-        if tokio::time::timeout_at(stop_at + p.hang_bound, rx).await.is_err() {
-            hangs += 1;
-        }
-    }
+    let hangs = p
+        .finish_row(
+            &log,
+            stall.as_deref(),
+            &stop,
+            begin,
+            span_start,
+            planned_stop,
+            || log.bodies(),
+            done,
+        )
+        .await;
     let span_end = clock::now();
     let final_value = if has_store {
         let spec = env.spec(sc.backend, env.direct_url(), None);

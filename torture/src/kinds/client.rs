@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use super::SEMAPHORE_SIZE;
 use crate::backends::Spec;
-use crate::client::{Stall, error_kind};
+use crate::client::{InBody, Stall, error_kind};
 use crate::clock;
 use crate::probe;
 use crate::record::Log;
@@ -406,22 +406,6 @@ impl KindClient {
                 self.log.write(self.id, k, start, fence);
             }
         }
-    }
-}
-
-/// Clears the in-body flag however the body ends.
-struct InBody<'a>(&'a AtomicBool);
-
-impl<'a> InBody<'a> {
-    fn enter(flag: &'a AtomicBool) -> Self {
-        flag.store(true, Ordering::SeqCst);
-        InBody(flag)
-    }
-}
-
-impl Drop for InBody<'_> {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::SeqCst);
     }
 }
 

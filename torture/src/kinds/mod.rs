@@ -281,35 +281,18 @@ pub async fn run_row(row: KindRow, idx: usize, seed: u64, p: &Params) -> BoxResu
     if let Err(e) = run::inject(&mut env, &sc, p, &log, stall.as_ref(), clock::now()).await {
         log.error(format!("fault injection failed: {e}"));
     }
-    if let Some(st) = &stall {
-        // As in the mutex rows: the stall lands in client 0's next hold;
-        // the clients run on while it is pending, up to the recovery bound.
-        let withdraw_at = planned_stop + p.recovery_bound();
-        let give_up = withdraw_at + fault_len * 2;
-        let ahead = i64::try_from(p.ttl.as_micros()).unwrap_or(i64::MAX);
-        while log.healed_at().is_none() && Instant::now() < give_up {
-            if st.is_requested() {
-                if Instant::now() >= withdraw_at && st.withdraw() {
-                    break;
-                }
-                stop.fetch_max(clock::now().saturating_add(ahead), Ordering::SeqCst);
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-    if let Some(healed) = log.healed_at() {
-        let after = i64::try_from((p.ttl * 6).as_micros()).unwrap_or(i64::MAX);
-        stop.fetch_max(healed.saturating_add(after), Ordering::SeqCst);
-    }
-    p.run_on_for_power(begin, &stop, || holds.count()).await;
-    let stop_at = begin + Duration::from_micros(u64::try_from(stop.load(Ordering::SeqCst) - span_start).unwrap_or(0));
-    tokio::time::sleep_until(stop_at).await;
-    let mut hangs = 0;
-    for rx in done {
-        if tokio::time::timeout_at(stop_at + p.hang_bound, rx).await.is_err() {
-            hangs += 1;
-        }
-    }
+    let hangs = p
+        .finish_row(
+            &log,
+            stall.as_deref(),
+            &stop,
+            begin,
+            span_start,
+            planned_stop,
+            || holds.count(),
+            done,
+        )
+        .await;
     let span_end = clock::now();
     drop(env);
     let snapshot: Snapshot = log.snapshot();
