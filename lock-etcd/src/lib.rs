@@ -46,6 +46,13 @@
 //!   leader election (campaign / observe through a watch / resign; term =
 //!   the leader key's create revision).
 //!
+//! A write whose outcome is unknown (no reply in time, or a caller that
+//! gave up) may still commit later, and a key on a shared lease lives as
+//! long as that lease, which every other lock on it keeps alive. So such a
+//! write retires the lease: the backend takes a new one, the locks it holds
+//! move to it at their next renewal, and whatever the write may have left
+//! ends within its TTL, as a lost lock does on the Redis backends.
+//!
 //! Keys live under a namespace (default `verrou/`): locks under
 //! `verrou/lock/<key>`, values under `verrou/value/<key>`, fair queues under
 //! `verrou/queue/`, semaphores under `verrou/sem/`, read-write locks under

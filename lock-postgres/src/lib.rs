@@ -67,7 +67,11 @@
 //! With [`lock_core::Fairness::Fifo`], waiters queue in the `queue` table
 //! (a ticket from the sequence, an expiry `claim` after each attempt); the
 //! `acquire_fair` function grants a free key only to the live head of its
-//! queue and drops dead entries, in one statement per attempt.
+//! queue and drops dead entries, in one statement per attempt. Without
+//! notifications nothing wakes the head when the holder releases, so the
+//! head is told it is next and polls on the manager's backoff (restarted
+//! when it became the head); the waiters behind it poll only to keep their
+//! entries alive, once per third of the claim.
 //!
 //! # Keys
 //!
