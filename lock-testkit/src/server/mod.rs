@@ -65,6 +65,7 @@ mod proxy;
 mod redis_builder;
 mod resp;
 mod resp_client;
+mod scratch;
 mod spawn;
 mod text;
 mod topology;

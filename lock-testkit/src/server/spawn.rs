@@ -37,7 +37,9 @@ pub(crate) fn spawn(mut cmd: Command) -> io::Result<Child> {
     });
     let Some(spawner) = spawner else {
         // No thread could be started: spawn here, still in its own group.
-        return cmd.spawn();
+        let child = cmd.spawn()?;
+        super::scratch::note_child(child.id());
+        return Ok(child);
     };
     let (reply_tx, reply_rx) = mpsc::channel();
     spawner
@@ -45,9 +47,11 @@ pub(crate) fn spawn(mut cmd: Command) -> io::Result<Child> {
         .unwrap_or_else(|e| e.into_inner())
         .send((cmd, reply_tx))
         .map_err(|_| io::Error::other("the server spawner thread is gone"))?;
-    reply_rx
+    let child = reply_rx
         .recv()
-        .map_err(|_| io::Error::other("the server spawner thread is gone"))?
+        .map_err(|_| io::Error::other("the server spawner thread is gone"))??;
+    super::scratch::note_child(child.id());
+    Ok(child)
 }
 
 fn prepare(cmd: &mut Command) {
