@@ -113,8 +113,7 @@ async fn dir_helper() {
             // Shared servers of a test binary: never dropped, the process
             // exits when the tests are done.
             let etcd = EtcdCluster::single().await.unwrap();
-            let dir = etcd.log_path(0).parent().unwrap().to_path_buf();
-            println!("DIR {}", dir.display());
+            println!("DIR {}", etcd.dir().display());
             *KEPT_ETCD.lock().unwrap() = Some(etcd);
             KEPT.lock().unwrap().push(server);
         }
