@@ -4,6 +4,10 @@
 //!   temporary directory, persistence off unless asked; killed (SIGKILL),
 //!   reaped and cleaned up on drop, also when a test panics. Faults: kill,
 //!   pause/resume (SIGSTOP/SIGCONT), restart with or without its data.
+//!   A server never dropped (a `static`, `std::process::exit`) is killed
+//!   and its directory removed at process exit; the directories of a
+//!   killed process are removed by the next process's first server (each
+//!   directory's name carries its owner's pid and start time).
 //! - [`ReplicatedPair`], [`Instances`], [`RedisCluster`]: topologies.
 //! - [`TcpProxy`]: latency, blackhole and connection cuts in front of a
 //!   server.
@@ -65,6 +69,7 @@ mod proxy;
 mod redis_builder;
 mod resp;
 mod resp_client;
+mod scratch;
 mod spawn;
 mod text;
 mod topology;

@@ -11,11 +11,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tempfile::TempDir;
-
 use super::error::{HarnessError, HarnessResult};
 use super::paths::{redis_server_binary, tair_module_path};
 use super::resp::RespValue;
+use super::scratch::ServerDir;
 use super::spawn;
 
 use super::netns::{NET_REDIS_PORT, POLL};
@@ -68,10 +67,7 @@ impl NetRedisServerBuilder {
     /// Dropping the future kills the process it spawned.
     pub async fn start(&self, host: &NetHost) -> HarnessResult<NetRedisServer> {
         let binary = redis_server_binary()?;
-        let dir = tempfile::Builder::new()
-            .prefix("verrou-netns-redis-")
-            .tempdir()
-            .map_err(|e| HarnessError::io("creating a temporary directory", e))?;
+        let dir = ServerDir::new("netns-redis")?;
         let addr = host.addr().to_string();
         let mut args: Vec<OsString> = Vec::new();
         let mut push = |a: &[&str]| args.extend(a.iter().map(OsString::from));
@@ -109,7 +105,7 @@ pub struct NetRedisServer {
     binary: PathBuf,
     args: Vec<OsString>,
     child: Mutex<Option<Child>>,
-    dir: TempDir,
+    dir: ServerDir,
 }
 
 impl fmt::Debug for NetRedisServer {

@@ -9,6 +9,7 @@ use std::process::{Command, Stdio};
 use super::error::{HarnessError, HarnessResult};
 use super::pg_paths::give_to;
 use super::postgres::PG_USER;
+use super::scratch::ServerDir;
 
 /// A command run as `owner` (when set) from `cwd`.
 pub(crate) fn owned_command(program: &Path, owner: Option<(u32, u32)>, cwd: &Path) -> Command {
@@ -84,10 +85,7 @@ pub(crate) async fn template_data_dir(bin: &Path, owner: Option<(u32, u32)>) -> 
     if data.join("PG_VERSION").is_file() {
         return Ok(data);
     }
-    let scratch = tempfile::Builder::new()
-        .prefix("verrou-pg-initdb-")
-        .tempdir()
-        .map_err(|e| HarnessError::io("creating a temporary directory", e))?;
+    let scratch = ServerDir::new("pg-initdb")?;
     give_to(scratch.path(), owner)?;
     let mut cmd = owned_command(&bin.join("initdb"), owner, scratch.path());
     cmd.arg("-D").arg(scratch.path().join("data")).args([
@@ -120,32 +118,6 @@ pub(crate) async fn copy_tree(from: &Path, to: &Path) -> HarnessResult<()> {
     let mut cmd = Command::new("cp");
     cmd.arg("-a").arg(from).arg(to);
     run_to_end(cmd, "cp -a (the initdb template)").await.map(drop)
-}
-
-/// The file naming the test process that made a server's directory.
-pub(crate) const OWNER_FILE: &str = "verrou-owner.pid";
-
-/// Removes the directories of servers whose test process is gone: a
-/// server kept in a `static` for a whole test binary is never dropped (the
-/// kernel kills it when the process exits), and its data directory would
-/// stay behind.
-pub(crate) fn sweep_orphans() {
-    let Ok(entries) = fs::read_dir(std::env::temp_dir()) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        if !name.to_string_lossy().starts_with("verrou-pg-") {
-            continue;
-        }
-        let owner = fs::read_to_string(entry.path().join(OWNER_FILE)).ok();
-        let Some(pid) = owner.and_then(|o| o.trim().parse::<u32>().ok()) else {
-            continue;
-        };
-        if !is_alive(pid) {
-            let _ = fs::remove_dir_all(entry.path());
-        }
-    }
 }
 
 /// True while `pid` exists and is not a zombie (a killed backend whose new

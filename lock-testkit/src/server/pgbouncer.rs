@@ -8,12 +8,11 @@ use std::process::{Child, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use tempfile::TempDir;
-
 use super::error::{HarnessError, HarnessResult};
 use super::pg_paths::{give_to, pgbouncer_binary, run_as};
 use super::ports::pick_port;
 use super::postgres::{PG_USER, PostgresServer, owned_command};
+use super::scratch::ServerDir;
 use super::spawn;
 
 /// Server connections PgBouncer keeps per database and user: few, so that
@@ -26,7 +25,7 @@ pub const PGBOUNCER_POOL_SIZE: u32 = 3;
 pub struct PgBouncer {
     port: u16,
     child: Mutex<Option<Child>>,
-    dir: TempDir,
+    dir: ServerDir,
 }
 
 impl fmt::Debug for PgBouncer {
@@ -49,10 +48,7 @@ impl PgBouncer {
     pub async fn start(server: &PostgresServer) -> HarnessResult<PgBouncer> {
         let binary = pgbouncer_binary()?;
         let owner = run_as()?;
-        let dir = tempfile::Builder::new()
-            .prefix("verrou-pgbouncer-")
-            .tempdir()
-            .map_err(|e| HarnessError::io("creating a temporary directory", e))?;
+        let dir = ServerDir::new("pgbouncer")?;
         give_to(dir.path(), owner)?;
         let port = pick_port(false)?;
         let d = dir.path().display();

@@ -11,13 +11,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tempfile::TempDir;
-
 use super::error::{HarnessError, HarnessResult};
 use super::pg_paths::{give_to, pg_bin_dir, run_as};
-use super::pg_process::{OWNER_FILE, children_of, copy_tree, is_alive, psql, sweep_orphans, template_data_dir};
+use super::pg_process::{children_of, copy_tree, is_alive, psql, template_data_dir};
 pub(crate) use super::pg_process::{owned_command, run_to_end};
 use super::ports::pick_port;
+use super::scratch::ServerDir;
 use super::spawn;
 
 /// The database user the harness creates (superuser, trust authentication
@@ -142,7 +141,7 @@ pub struct PostgresServer {
     start_timeout: Duration,
     state: Mutex<ProcState>,
     // Dropped after `Drop::drop` has killed the processes.
-    dir: TempDir,
+    dir: ServerDir,
 }
 
 impl fmt::Debug for PostgresServer {
@@ -173,13 +172,8 @@ impl PostgresServer {
     }
 
     fn empty(bin: &Path, owner: Option<(u32, u32)>, builder: &PostgresServerBuilder) -> HarnessResult<Self> {
-        let dir = tempfile::Builder::new()
-            .prefix("verrou-pg-")
-            .tempdir()
-            .map_err(|e| HarnessError::io("creating a temporary directory", e))?;
+        let dir = ServerDir::new("pg")?;
         give_to(dir.path(), owner)?;
-        sweep_orphans();
-        let _ = fs::write(dir.path().join(OWNER_FILE), std::process::id().to_string());
         Ok(PostgresServer {
             port: pick_port(false)?,
             bin: bin.to_path_buf(),

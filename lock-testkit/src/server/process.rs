@@ -10,13 +10,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tempfile::TempDir;
-
 use super::error::{HarnessError, HarnessResult};
 use super::ports::pick_port;
 use super::redis_builder::{Launch, RedisServerBuilder};
 use super::resp::RespValue;
 use super::resp_client::RespClient;
+use super::scratch::ServerDir;
 use super::spawn;
 use super::text::{parse_info, read_from, tail, tail_of};
 
@@ -61,7 +60,7 @@ pub struct RedisServer {
     state: Mutex<ProcState>,
     lifecycle: tokio::sync::Mutex<()>,
     // Dropped after `Drop::drop` has killed the process.
-    dir: TempDir,
+    dir: ServerDir,
 }
 
 impl fmt::Debug for RedisServer {
@@ -81,10 +80,7 @@ impl RedisServer {
         let mut last = None;
         for _ in 0..PORT_ATTEMPTS {
             let port = pick_port(cluster)?;
-            let dir = tempfile::Builder::new()
-                .prefix("verrou-redis-")
-                .tempdir()
-                .map_err(|e| HarnessError::io("creating a temporary directory", e))?;
+            let dir = ServerDir::new("redis")?;
             let server = RedisServer {
                 port,
                 launch: launch.clone(),
