@@ -43,7 +43,16 @@ pub async fn bound_never_exceeded(s: &SemaphoreSuite) {
             in_use.fetch_sub(permits, Ordering::SeqCst);
             let end = Instant::now().min(permit.deadline());
             assert!(!permit.is_lost(), "a permit was lost while held");
-            assert_eq!(permit.release().await.expect("release"), ReleaseOutcome::Released);
+            // On a loaded machine the renewer can fall behind: a release
+            // that finds the permit gone must come after its local deadline
+            // (the server never ends a permit before it).
+            let deadline = permit.deadline();
+            let released = permit.release().await.expect("release");
+            assert!(
+                released == ReleaseOutcome::Released
+                    || (released == ReleaseOutcome::Missing && Instant::now() >= deadline),
+                "release answered {released:?} before the permit's deadline"
+            );
             (start, end, permits)
         }));
     }
