@@ -282,18 +282,24 @@ impl LockGuard {
     /// ```
     pub async fn release(mut self) -> Result<ReleaseOutcome> {
         self.stop_renewing();
-        let state = self.handle.state.clone();
-        let result = match state.backend.instant() {
-            Some(instant) => instant.release_now(&state.key, &state.token),
+        let state = &self.handle.state;
+        let (result, now) = match state.backend.instant() {
+            Some(instant) => {
+                // One clock read for the release and the end of the lease
+                // (read before the release: it can only find a loss later).
+                let now = Instant::now();
+                (instant.release_at(&state.key, &state.token, now), now)
+            }
             None => {
                 let call = state.backend.release(&state.key, &state.token);
-                match tokio::time::timeout(self.op_timeout, call).await {
+                let result = match tokio::time::timeout(self.op_timeout, call).await {
                     Ok(r) => r,
                     Err(_) => Err(Error::outcome_unknown(
                         state.backend.capabilities().name,
                         "release timed out",
                     )),
-                }
+                };
+                (result, Instant::now())
             }
         };
         if result.is_ok() {
@@ -302,10 +308,13 @@ impl LockGuard {
         if let Some(lanes) = &state.lanes {
             lanes.notify_released(&state.key);
         }
-        state.end(match result {
-            Ok(ReleaseOutcome::Released) | Err(_) => LossReason::Released,
-            Ok(_) => LossReason::NotOwner,
-        });
+        state.end_at(
+            match result {
+                Ok(ReleaseOutcome::Released) | Err(_) => LossReason::Released,
+                Ok(_) => LossReason::NotOwner,
+            },
+            now,
+        );
         result
     }
 }
@@ -327,7 +336,7 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         self.stop_renewing();
-        let state = self.handle.state.clone();
+        let state = &self.handle.state;
         // First end the lease: a deadline that already passed is reported as
         // a loss (observe::lost), a clean end only as an end.
         state.end(LossReason::Released);

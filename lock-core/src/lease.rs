@@ -28,8 +28,12 @@ pub(crate) struct LeaseState {
     /// The local deadline, published so that `lost()` waiters re-arm
     /// whenever it moves (earlier too: `extend` with a shorter TTL).
     validity: Mutex<Validity>,
-    /// Woken whenever `validity` or the loss flag changes.
+    /// Woken whenever `validity` or the loss flag changes, once watched.
     changed: Notify,
+    /// Set by the first `wait_lost` (before it reads the state): until
+    /// then nobody waits on `changed`, and a change wakes nobody (most
+    /// leases are never watched: their end then takes no `Notify` lock).
+    watched: AtomicBool,
     /// Set once the lease is lost or ended; `lost()` watchers are woken
     /// through `changed`.
     lost: AtomicBool,
@@ -114,6 +118,7 @@ impl LeaseState {
                 deadline: grant.deadline,
             }),
             changed: Notify::new(),
+            watched: AtomicBool::new(false),
             lost: AtomicBool::new(false),
             lost_token: OnceLock::new(),
             loss_reason: AtomicU8::new(0),
@@ -142,7 +147,11 @@ impl LeaseState {
     /// shards on every change and on drop).
     fn update_validity(&self, change: impl FnOnce(&mut Validity) -> bool) {
         let changed = change(&mut self.validity());
-        if changed {
+        // SeqCst, after the change (and the loss flag, set before): either
+        // we see the watcher's flag, or it sees our change (it sets the flag
+        // before it reads the state). A `Notified` created before this
+        // `notify_waiters` completes even if it was not polled yet.
+        if changed && self.watched.load(Ordering::SeqCst) {
             self.changed.notify_waiters();
         }
     }
@@ -282,7 +291,15 @@ impl LeaseState {
             return;
         }
         // One clock read for both the deadline check and the end itself.
-        let now = Instant::now();
+        self.end_at(reason, Instant::now());
+    }
+
+    /// [`LeaseState::end`] with the clock read at `now` (no later than the
+    /// end: an earlier reading only finds a passed deadline later).
+    pub(crate) fn end_at(&self, reason: LossReason, now: Instant) {
+        if self.lost.load(Ordering::SeqCst) {
+            return;
+        }
         if now >= self.deadline() {
             self.mark_lost_at(LossReason::DeadlinePassed, now);
         } else {
@@ -317,6 +334,7 @@ impl LeaseState {
     }
 
     pub(crate) async fn wait_lost(self: Arc<Self>) -> LossReason {
+        self.watched.store(true, Ordering::SeqCst);
         loop {
             // Registered before reading the state: a change made after the
             // read wakes us.

@@ -1,7 +1,6 @@
 //! The lock manager: acquire with timeout and backoff, try-lock, scoped
 //! critical sections, and renewal.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,7 +42,9 @@ struct Inner {
     /// One renewer per tokio runtime with auto-renewed guards, started with
     /// the first of them: a lease's renewals run on the runtime it was
     /// acquired on, never on another runtime that may be idle or gone.
-    renewers: std::sync::Mutex<HashMap<tokio::runtime::Id, Renewer>>,
+    /// A list, not a map: it holds one entry or a few, and a scan of one
+    /// costs less than hashing the id.
+    renewers: std::sync::Mutex<Vec<(tokio::runtime::Id, Renewer)>>,
 }
 
 impl Inner {
@@ -57,7 +58,7 @@ impl Inner {
         }
     }
 
-    fn renewers(&self) -> std::sync::MutexGuard<'_, HashMap<tokio::runtime::Id, Renewer>> {
+    fn renewers(&self) -> std::sync::MutexGuard<'_, Vec<(tokio::runtime::Id, Renewer)>> {
         match self.renewers.lock() {
             Ok(s) => s,
             Err(poisoned) => poisoned.into_inner(),
@@ -73,19 +74,17 @@ impl Inner {
             return None;
         }
         let id = runtime.id();
-        if let Some(renewer) = renewers.get(&id)
+        if let Some((_, renewer)) = renewers.iter().find(|(i, _)| *i == id)
             && renewer.is_alive()
         {
             return Some(renewer.clone());
         }
-        // Forget the renewers of runtimes that shut down.
-        renewers.retain(|_, r| r.is_alive());
-        Some(
-            renewers
-                .entry(id)
-                .or_insert_with(|| Renewer::spawn(self.backend.clone(), runtime))
-                .clone(),
-        )
+        // Forget the renewers of runtimes that shut down (and this runtime's,
+        // if its driver is gone).
+        renewers.retain(|(i, r)| *i != id && r.is_alive());
+        let renewer = Renewer::spawn(self.backend.clone(), runtime);
+        renewers.push((id, renewer.clone()));
+        Some(renewer)
     }
 }
 
@@ -162,7 +161,7 @@ impl LockManager {
     /// at their TTL unless released).
     pub fn shutdown(&self) {
         self.inner.shut_down.store(true, Ordering::Release);
-        let renewers: Vec<Renewer> = self.inner.renewers().drain().map(|(_, r)| r).collect();
+        let renewers: Vec<Renewer> = self.inner.renewers().drain(..).map(|(_, r)| r).collect();
         for renewer in renewers {
             renewer.shutdown();
         }

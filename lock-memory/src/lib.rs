@@ -290,13 +290,22 @@ fn expires(expiry: Expiry, now: Instant, current: Option<Instant>) -> Option<Ins
 
 impl InstantLockBackend for MemoryBackend {
     fn try_acquire_now(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        self.try_acquire_at(key, token, ttl, Instant::now())
+    }
+
+    fn release_now(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
+        self.release_at(key, token, Instant::now())
+    }
+
+    /// Answered as of `now` (the caller's reading, taken before the call):
+    /// the lock expires at `now + ttl`, and what expired by `now` is freed.
+    fn try_acquire_at(&self, key: &str, token: &LockToken, ttl: Duration, now: Instant) -> Result<AcquireOutcome> {
         validate_key(key)?;
         validate_ttl(ttl)?;
-        let now = Instant::now();
         let mut s = self.state_at(now);
         if let Some(held) = s.locks.get(key) {
             return Ok(AcquireOutcome::Held {
-                retry_after: Some(held.expires_at - now),
+                retry_after: Some(held.expires_at.saturating_duration_since(now)),
             });
         }
         let fence = s.insert_lock(key, *token, now + ttl);
@@ -305,9 +314,10 @@ impl InstantLockBackend for MemoryBackend {
         ))
     }
 
-    fn release_now(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
+    /// Answered as of `now`: a lock that expired by then is gone.
+    fn release_at(&self, key: &str, token: &LockToken, now: Instant) -> Result<ReleaseOutcome> {
         validate_key(key)?;
-        let mut s = self.state_at(Instant::now());
+        let mut s = self.state_at(now);
         match s.locks.get(key) {
             None => Ok(ReleaseOutcome::Missing),
             Some(held) if held.token != *token => Ok(ReleaseOutcome::HeldByOther),

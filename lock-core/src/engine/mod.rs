@@ -194,7 +194,8 @@ impl<'a> Engine<'a> {
         };
         let validity = options.ttl.saturating_sub(options.drift(options.ttl));
         match sort(
-            instant.try_acquire_now(key, &token, options.ttl),
+            // The backend answers as of `sent_at`: one clock read for both.
+            instant.try_acquire_at(key, &token, options.ttl, sent_at),
             key,
             token,
             sent_at,
@@ -313,7 +314,7 @@ impl<'a> Engine<'a> {
                 tokio::time::timeout(limit, backend.try_acquire_fair(key, &token, ttl, waiter)).await
             }
             // Answered at once: no future to box, no timeout to arm.
-            (None, Pace::Line { .. }, Some(instant)) => Ok(instant.try_acquire_now(key, &token, ttl)),
+            (None, Pace::Line { .. }, Some(instant)) => Ok(instant.try_acquire_at(key, &token, ttl, sent_at)),
             (None, Pace::Line { .. }, None) => tokio::time::timeout(limit, backend.try_acquire(key, &token, ttl)).await,
         };
         let reply = reply.unwrap_or_else(|_| {
