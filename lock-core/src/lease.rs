@@ -416,7 +416,9 @@ impl LeaseState {
 
     /// The guard was released or dropped.
     pub(crate) fn observe_ended(&self) {
-        if self.observed.ended.swap(true, Ordering::AcqRel) {
+        // A load first: the guard's drop calls this again after the release
+        // ended the lease, and a load costs less than a swap.
+        if self.observed.ended.load(Ordering::Acquire) || self.observed.ended.swap(true, Ordering::AcqRel) {
             return;
         }
         if !cfg!(feature = "metrics") && !tracing::enabled!(tracing::Level::TRACE) {

@@ -45,6 +45,9 @@ struct Inner {
     /// A list, not a map: it holds one entry or a few, and a scan of one
     /// costs less than hashing the id.
     renewers: std::sync::Mutex<Vec<(tokio::runtime::Id, Renewer)>>,
+    /// The first renewer started, also in `renewers`: found without the
+    /// lock while it is alive (most managers live on one runtime).
+    first_renewer: std::sync::OnceLock<(tokio::runtime::Id, Renewer)>,
 }
 
 impl Inner {
@@ -55,6 +58,7 @@ impl Inner {
             shut_down: AtomicBool::new(false),
             lanes: Lanes::default(),
             renewers: std::sync::Mutex::default(),
+            first_renewer: std::sync::OnceLock::new(),
         }
     }
 
@@ -67,13 +71,23 @@ impl Inner {
 
     /// The renewer of `runtime`, or `None` after `shutdown`.
     fn renewer(&self, runtime: &tokio::runtime::Handle) -> Option<Renewer> {
+        let id = runtime.id();
+        // The lock-free path: `shutdown` sets the flag before it stops the
+        // renewers, and a renewer stopped since then renews nothing (its
+        // `start` checks, under its queue's lock).
+        if let Some((first, renewer)) = self.first_renewer.get()
+            && *first == id
+            && renewer.is_alive()
+            && !self.shut_down.load(Ordering::Acquire)
+        {
+            return Some(renewer.clone());
+        }
         let mut renewers = self.renewers();
         // Checked under the map's lock, which `shutdown` takes after setting
         // the flag: no renewer is started past a shutdown.
         if self.shut_down.load(Ordering::Acquire) {
             return None;
         }
-        let id = runtime.id();
         if let Some((_, renewer)) = renewers.iter().find(|(i, _)| *i == id)
             && renewer.is_alive()
         {
@@ -84,6 +98,8 @@ impl Inner {
         renewers.retain(|(i, r)| *i != id && r.is_alive());
         let renewer = Renewer::spawn(self.backend.clone(), runtime);
         renewers.push((id, renewer.clone()));
+        // Only the first one ever: a later renewer is found under the lock.
+        let _ = self.first_renewer.set((id, renewer.clone()));
         Some(renewer)
     }
 }
@@ -162,6 +178,10 @@ impl LockManager {
     pub fn shutdown(&self) {
         self.inner.shut_down.store(true, Ordering::Release);
         let renewers: Vec<Renewer> = self.inner.renewers().drain(..).map(|(_, r)| r).collect();
+        // Also in the list while alive; stopping it twice is harmless.
+        if let Some((_, first)) = self.inner.first_renewer.get() {
+            first.shutdown();
+        }
         for renewer in renewers {
             renewer.shutdown();
         }

@@ -318,12 +318,16 @@ impl InstantLockBackend for MemoryBackend {
     fn release_at(&self, key: &str, token: &LockToken, now: Instant) -> Result<ReleaseOutcome> {
         validate_key(key)?;
         let mut s = self.state_at(now);
-        match s.locks.get(key) {
+        // One lookup: taken out, and put back if another token holds it.
+        match s.locks.remove_entry(key) {
             None => Ok(ReleaseOutcome::Missing),
-            Some(held) if held.token != *token => Ok(ReleaseOutcome::HeldByOther),
-            Some(_) => {
-                s.remove_lock(key);
-                s.notify_release(key);
+            Some((key, held)) if held.token != *token => {
+                s.locks.insert(key, held);
+                Ok(ReleaseOutcome::HeldByOther)
+            }
+            Some((key, held)) => {
+                s.lock_expiries.remove(held.expires_at, held.fence);
+                s.notify_release(&key);
                 Ok(ReleaseOutcome::Released)
             }
         }

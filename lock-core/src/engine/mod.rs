@@ -100,13 +100,22 @@ enum Answer {
 }
 
 /// Sort one attempt's reply: the grant's local deadline is `sent_at` plus
-/// the validity (the backend's own, when shorter).
-fn sort(reply: Result<AcquireOutcome>, key: &str, token: LockToken, sent_at: Instant, validity: Duration) -> Answer {
+/// the validity (the backend's own, when shorter). A grant whose reply came
+/// past that deadline is `Late`; `replied` says whether a reply can be late
+/// at all (see [`Engine::acquire_at_once`]).
+fn sort(
+    reply: Result<AcquireOutcome>,
+    key: &str,
+    token: LockToken,
+    sent_at: Instant,
+    validity: Duration,
+    replied: Replied,
+) -> Answer {
     match reply {
         Ok(AcquireOutcome::Acquired(lease)) => {
             let validity = lease.validity.map_or(validity, |v| v.min(validity));
             let deadline = crate::clock::later(sent_at, validity);
-            if Instant::now() >= deadline {
+            if replied == Replied::Later && Instant::now() >= deadline {
                 return Answer::Late;
             }
             Answer::Granted(Grant {
@@ -120,6 +129,19 @@ fn sort(reply: Result<AcquireOutcome>, key: &str, token: LockToken, sent_at: Ins
         Ok(AcquireOutcome::Held { retry_after }) => Answer::Held(retry_after),
         Err(e) => Answer::Failed(e),
     }
+}
+
+/// When an attempt's reply came, for [`sort`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Replied {
+    /// After an await (a server's reply, a timeout): it may come past the
+    /// grant's deadline, and is then checked against the clock.
+    Later,
+    /// In the same call, with nothing awaited in between: not checked (one
+    /// clock read less). The thread can still be held up right after the
+    /// grant, as after any check: the guard's deadline counts from
+    /// `sent_at` either way, and `is_lost()` reports a passed one.
+    AtOnce,
 }
 
 /// What [`Engine::acquire_at_once`] made of a call.
@@ -200,6 +222,7 @@ impl<'a> Engine<'a> {
             token,
             sent_at,
             validity,
+            Replied::AtOnce,
         ) {
             Answer::Granted(grant) => AtOnce::Done(finish(grant).map(Some)),
             Answer::Late => {
@@ -323,7 +346,7 @@ impl<'a> Engine<'a> {
                 format!("acquire timed out after {limit:?}"),
             ))
         });
-        let answer = sort(reply, key, token, sent_at, validity);
+        let answer = sort(reply, key, token, sent_at, validity, Replied::Later);
         let settled = match &answer {
             Answer::Granted(_) | Answer::Held(_) => true,
             Answer::Late => false,
