@@ -16,9 +16,17 @@ use crate::error::{LossReason, Result};
 use crate::lane::Lanes;
 use crate::token::{FencingToken, LockToken};
 
+/// What every lease of one manager shares: its backend and its lanes, in
+/// one allocation (a lease then counts one reference, not two).
+pub(crate) struct LeaseCtx {
+    pub(crate) backend: Arc<dyn LockBackend>,
+    /// The manager's lanes: the head waiter for a key is told when we release it.
+    pub(crate) lanes: Lanes,
+}
+
 /// State shared by a guard, its lease handles and its renewer.
 pub(crate) struct LeaseState {
-    pub(crate) backend: Arc<dyn LockBackend>,
+    pub(crate) ctx: Arc<LeaseCtx>,
     pub(crate) key: String,
     pub(crate) token: LockToken,
     pub(crate) fencing_token: Option<FencingToken>,
@@ -50,8 +58,6 @@ pub(crate) struct LeaseState {
     /// or dropped after sending): the server may still apply it at any later
     /// moment, so no later deadline may count on more than that TTL.
     unknown_ttl: Mutex<Option<Duration>>,
-    /// The manager's lanes: the head waiter for this key is told when we release.
-    pub(crate) lanes: Option<Lanes>,
     pub(crate) observed: LeaseObs,
     /// The lease's place in its manager's renewal queue (auto-renewal only).
     pub(crate) renew_slot: Slot,
@@ -104,9 +110,9 @@ pub(crate) struct Grant {
 }
 
 impl LeaseState {
-    pub(crate) fn new(backend: Arc<dyn LockBackend>, grant: Grant, drift_factor: f64, lanes: Option<Lanes>) -> Self {
+    pub(crate) fn new(ctx: Arc<LeaseCtx>, grant: Grant, drift_factor: f64) -> Self {
         LeaseState {
-            backend,
+            ctx,
             key: grant.key,
             token: grant.token,
             fencing_token: grant.lease.fencing_token,
@@ -124,7 +130,6 @@ impl LeaseState {
             loss_reason: AtomicU8::new(0),
             ttl_change: tokio::sync::Mutex::new(()),
             unknown_ttl: Mutex::new(None),
-            lanes,
             observed: Default::default(),
             renew_slot: Default::default(),
         }
@@ -300,10 +305,35 @@ impl LeaseState {
         if self.lost.load(Ordering::SeqCst) {
             return;
         }
-        if now >= self.deadline() {
-            self.mark_lost_at(LossReason::DeadlinePassed, now);
-        } else {
-            self.mark_lost_at(reason, now);
+        // `mark_lost_at`'s steps, with the deadline check under the same
+        // validity lock (one lock, not two). The flag is set under it, as a
+        // renewal checks it under it.
+        let (reason, first) = {
+            let mut v = self.validity();
+            let reason = if now >= v.deadline {
+                LossReason::DeadlinePassed
+            } else {
+                reason
+            };
+            let first = self
+                .loss_reason
+                .compare_exchange(0, reason_code(reason), Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok();
+            self.lost.store(true, Ordering::SeqCst);
+            if v.deadline > now {
+                v.deadline = now;
+            }
+            (reason, first)
+        };
+        if first {
+            self.observe_lost(reason);
+        }
+        if let Some(token) = self.lost_token.get() {
+            token.cancel();
+        }
+        // After the flag (see `update_validity`).
+        if self.watched.load(Ordering::SeqCst) {
+            self.changed.notify_waiters();
         }
     }
 
@@ -403,7 +433,7 @@ impl LeaseState {
         let noticed_late = now.saturating_duration_since(self.deadline());
         tracing::error!(
             key = %self.key,
-            backend = %self.backend.capabilities().name,
+            backend = %self.ctx.backend.capabilities().name,
             reason = crate::observe::reason_label(reason),
             noticed_late_us = crate::observe::micros(noticed_late),
             held_us = crate::observe::micros(now.saturating_duration_since(self.acquired_at)),
@@ -416,11 +446,12 @@ impl LeaseState {
 
     /// The guard was released or dropped.
     pub(crate) fn observe_ended(&self) {
-        // A load first: the guard's drop calls this again after the release
-        // ended the lease, and a load costs less than a swap.
-        if self.observed.ended.load(Ordering::Acquire) || self.observed.ended.swap(true, Ordering::AcqRel) {
+        // Only the guard's owner ends a lease (its release, then its drop):
+        // never two calls at once, so a load and a store do (no swap).
+        if self.observed.ended.load(Ordering::Acquire) {
             return;
         }
+        self.observed.ended.store(true, Ordering::Release);
         if !cfg!(feature = "metrics") && !tracing::enabled!(tracing::Level::TRACE) {
             return; // nobody records the hold time: no clock read
         }

@@ -11,7 +11,7 @@ use crate::engine::{AtOnce, Attempt, Call, Engine, Identity};
 use crate::error::{Error, Result};
 use crate::guard::{LeaseHandle, LockGuard};
 use crate::lane::Lanes;
-use crate::lease::{Grant, LeaseState};
+use crate::lease::{Grant, LeaseCtx, LeaseState};
 use crate::options::{LockOptions, Renewal};
 use crate::renewer::{Plan, Renewer};
 
@@ -45,6 +45,8 @@ struct Inner {
     /// A list, not a map: it holds one entry or a few, and a scan of one
     /// costs less than hashing the id.
     renewers: std::sync::Mutex<Vec<(tokio::runtime::Id, Renewer)>>,
+    /// The backend and lanes again, as every lease holds them.
+    lease_ctx: Arc<LeaseCtx>,
     /// The first renewer started, also in `renewers`: found without the
     /// lock while it is alive (most managers live on one runtime).
     first_renewer: std::sync::OnceLock<(tokio::runtime::Id, Renewer)>,
@@ -52,11 +54,17 @@ struct Inner {
 
 impl Inner {
     fn new(backend: Arc<dyn LockBackend>, options: LockOptions) -> Self {
+        let lanes = Lanes::default();
+        let lease_ctx = Arc::new(LeaseCtx {
+            backend: backend.clone(),
+            lanes: lanes.clone(),
+        });
         Inner {
             backend,
             options,
             shut_down: AtomicBool::new(false),
-            lanes: Lanes::default(),
+            lanes,
+            lease_ctx,
             renewers: std::sync::Mutex::default(),
             first_renewer: std::sync::OnceLock::new(),
         }
@@ -491,10 +499,9 @@ impl LockManager {
 
     pub(crate) fn guard(&self, grant: Grant, options: &LockOptions) -> Result<LockGuard> {
         let state = Arc::new(LeaseState::new(
-            self.inner.backend.clone(),
+            self.inner.lease_ctx.clone(),
             grant,
             options.drift_factor,
-            Some(self.inner.lanes.clone()),
         ));
         let mut guard = LockGuard {
             handle: LeaseHandle { state: state.clone() },
