@@ -45,6 +45,8 @@ struct Inner {
     /// A list, not a map: it holds one entry or a few, and a scan of one
     /// costs less than hashing the id.
     renewers: std::sync::Mutex<Vec<(tokio::runtime::Id, Renewer)>>,
+    /// The default options' TTL less its drift (see `Engine`).
+    validity: std::time::Duration,
     /// The backend and lanes again, as every lease holds them.
     lease_ctx: Arc<LeaseCtx>,
     /// The first renewer started, also in `renewers`: found without the
@@ -61,6 +63,7 @@ impl Inner {
         });
         Inner {
             backend,
+            validity: crate::engine::validity(&options),
             options,
             shut_down: AtomicBool::new(false),
             lanes,
@@ -439,7 +442,12 @@ impl LockManager {
     pub(crate) async fn acquire_observed(&self, call: &Call<'_>) -> Result<Option<LockGuard>> {
         let span = crate::observe::lock_span(call.key, call.wait);
         let started = crate::observe::lock_started(&span);
-        let engine = Engine::new(&self.inner.backend, &self.inner.lanes, &self.inner.options);
+        let engine = Engine::new(
+            &self.inner.backend,
+            &self.inner.lanes,
+            &self.inner.options,
+            self.inner.validity,
+        );
         let finish = |grant| self.guard(grant, call.options);
         let attempted = match engine.acquire_at_once(call, finish) {
             AtOnce::Done(result) => {

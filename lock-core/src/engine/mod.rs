@@ -144,6 +144,12 @@ enum Replied {
     AtOnce,
 }
 
+/// How long a grant under `options` is valid from its request on: the TTL
+/// less the drift allowance.
+pub(crate) fn validity(options: &LockOptions) -> Duration {
+    options.ttl.saturating_sub(options.drift(options.ttl))
+}
+
 /// What [`Engine::acquire_at_once`] made of a call.
 pub(crate) enum AtOnce<G> {
     /// The call is decided.
@@ -181,14 +187,32 @@ pub(crate) struct Engine<'a> {
     backend: &'a Arc<dyn LockBackend>,
     lanes: &'a Lanes,
     defaults: &'a LockOptions,
+    /// `defaults`' TTL less its drift, worked out once by the manager (the
+    /// drift is floating-point arithmetic).
+    default_validity: Duration,
 }
 
 impl<'a> Engine<'a> {
-    pub(crate) fn new(backend: &'a Arc<dyn LockBackend>, lanes: &'a Lanes, defaults: &'a LockOptions) -> Self {
+    pub(crate) fn new(
+        backend: &'a Arc<dyn LockBackend>,
+        lanes: &'a Lanes,
+        defaults: &'a LockOptions,
+        default_validity: Duration,
+    ) -> Self {
         Engine {
             backend,
             lanes,
             defaults,
+            default_validity,
+        }
+    }
+
+    /// How long a grant under `options` is valid from its request on.
+    fn validity(&self, options: &LockOptions) -> Duration {
+        if std::ptr::eq(options, self.defaults) {
+            self.default_validity
+        } else {
+            validity(options)
         }
     }
 
@@ -214,7 +238,7 @@ impl<'a> Engine<'a> {
             Ok(token) => token,
             Err(e) => return AtOnce::Done(Err(e)),
         };
-        let validity = options.ttl.saturating_sub(options.drift(options.ttl));
+        let validity = self.validity(options);
         match sort(
             // The backend answers as of `sent_at`: one clock read for both.
             instant.try_acquire_at(key, &token, options.ttl, sent_at),
@@ -321,7 +345,7 @@ impl<'a> Engine<'a> {
     ) -> Result<Answer> {
         let (backend, key, options) = (self.backend, call.key, call.options);
         let ttl = options.ttl;
-        let validity = ttl.saturating_sub(options.drift(ttl));
+        let validity = self.validity(options);
         let token = match kept {
             Some(token) => token,
             None => LockToken::generate()?,
