@@ -19,6 +19,7 @@ mod rw;
 mod semaphore;
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry as MapEntry;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -121,6 +122,31 @@ impl State {
             },
         );
         fence
+    }
+
+    /// Take `key` for `token` unless it is held: one hash lookup for both
+    /// (the key is copied before it: a wasted copy when the key is held).
+    /// `Err` carries the holder's expiry.
+    fn try_insert_lock(
+        &mut self,
+        key: &str,
+        token: LockToken,
+        expires_at: Instant,
+    ) -> std::result::Result<u64, Instant> {
+        match self.locks.entry(Arc::from(key)) {
+            MapEntry::Occupied(held) => Err(held.get().expires_at),
+            MapEntry::Vacant(free) => {
+                self.fence_seq += 1;
+                let fence = self.fence_seq;
+                self.lock_expiries.insert(expires_at, fence, free.key().clone());
+                free.insert(HeldLock {
+                    token,
+                    expires_at,
+                    fence,
+                });
+                Ok(fence)
+            }
+        }
     }
 
     fn remove_lock(&mut self, key: &str) {
@@ -303,15 +329,14 @@ impl InstantLockBackend for MemoryBackend {
         validate_key(key)?;
         validate_ttl(ttl)?;
         let mut s = self.state_at(now);
-        if let Some(held) = s.locks.get(key) {
-            return Ok(AcquireOutcome::Held {
-                retry_after: Some(held.expires_at.saturating_duration_since(now)),
-            });
+        match s.try_insert_lock(key, *token, now + ttl) {
+            Ok(fence) => Ok(AcquireOutcome::Acquired(
+                Lease::new().with_fencing_token(Some(FencingToken(fence))),
+            )),
+            Err(expires_at) => Ok(AcquireOutcome::Held {
+                retry_after: Some(expires_at.saturating_duration_since(now)),
+            }),
         }
-        let fence = s.insert_lock(key, *token, now + ttl);
-        Ok(AcquireOutcome::Acquired(
-            Lease::new().with_fencing_token(Some(FencingToken(fence))),
-        ))
     }
 
     /// Answered as of `now`: a lock that expired by then is gone.
