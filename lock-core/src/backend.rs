@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tokio::time::Instant;
 
 use crate::error::Result;
 use crate::token::{FencingToken, LockToken};
@@ -123,6 +124,25 @@ pub trait InstantLockBackend: Send + Sync {
 
     /// [`LockBackend::release`], answered at once.
     fn release_now(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome>;
+
+    /// [`InstantLockBackend::try_acquire_now`] as of `now`, a reading of
+    /// `tokio::time::Instant::now()` the caller took before this call (the
+    /// manager's own, which its local deadline counts from): the backend may
+    /// use it instead of reading the clock again. An earlier reading only
+    /// makes the lock expire earlier and frees expired locks later, as if the
+    /// call had been answered at `now`. The default ignores `now`.
+    fn try_acquire_at(&self, key: &str, token: &LockToken, ttl: Duration, now: Instant) -> Result<AcquireOutcome> {
+        let _ = now;
+        self.try_acquire_now(key, token, ttl)
+    }
+
+    /// [`InstantLockBackend::release_now`] as of `now`, a clock reading taken
+    /// before the call (see [`InstantLockBackend::try_acquire_at`]). The
+    /// default ignores `now`.
+    fn release_at(&self, key: &str, token: &LockToken, now: Instant) -> Result<ReleaseOutcome> {
+        let _ = now;
+        self.release_now(key, token)
+    }
 }
 
 /// A waiter in a key's fair queue: one per [`crate::LockManager::lock`]

@@ -220,19 +220,19 @@ impl LockGuard {
             if state.is_lost() {
                 return Err(not_held(state, NotHeldReason::Expired));
             }
-            state.backend.renew(&state.key, &state.token, ttl).await
+            state.ctx.backend.renew(&state.key, &state.token, ttl).await
         });
         let outcome = match tokio::time::timeout(self.op_timeout.min(self.remaining()), call).await {
             Ok(r) => r?.0,
             Err(_) if sent.load(Ordering::Relaxed) => {
                 return Err(Error::outcome_unknown(
-                    state.backend.capabilities().name,
+                    state.ctx.backend.capabilities().name,
                     "renew timed out",
                 ));
             }
             Err(_) => {
                 return Err(Error::backend(
-                    state.backend.capabilities().name,
+                    state.ctx.backend.capabilities().name,
                     "not sent: another TTL change of this lease was still in flight",
                 ));
             }
@@ -282,30 +282,37 @@ impl LockGuard {
     /// ```
     pub async fn release(mut self) -> Result<ReleaseOutcome> {
         self.stop_renewing();
-        let state = self.handle.state.clone();
-        let result = match state.backend.instant() {
-            Some(instant) => instant.release_now(&state.key, &state.token),
+        let state = &self.handle.state;
+        let (result, now) = match state.ctx.backend.instant() {
+            Some(instant) => {
+                // One clock read for the release and the end of the lease
+                // (read before the release: it can only find a loss later).
+                let now = Instant::now();
+                (instant.release_at(&state.key, &state.token, now), now)
+            }
             None => {
-                let call = state.backend.release(&state.key, &state.token);
-                match tokio::time::timeout(self.op_timeout, call).await {
+                let call = state.ctx.backend.release(&state.key, &state.token);
+                let result = match tokio::time::timeout(self.op_timeout, call).await {
                     Ok(r) => r,
                     Err(_) => Err(Error::outcome_unknown(
-                        state.backend.capabilities().name,
+                        state.ctx.backend.capabilities().name,
                         "release timed out",
                     )),
-                }
+                };
+                (result, Instant::now())
             }
         };
         if result.is_ok() {
             self.released = true;
         }
-        if let Some(lanes) = &state.lanes {
-            lanes.notify_released(&state.key);
-        }
-        state.end(match result {
-            Ok(ReleaseOutcome::Released) | Err(_) => LossReason::Released,
-            Ok(_) => LossReason::NotOwner,
-        });
+        state.ctx.lanes.notify_released(&state.key);
+        state.end_at(
+            match result {
+                Ok(ReleaseOutcome::Released) | Err(_) => LossReason::Released,
+                Ok(_) => LossReason::NotOwner,
+            },
+            now,
+        );
         result
     }
 }
@@ -327,7 +334,7 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         self.stop_renewing();
-        let state = self.handle.state.clone();
+        let state = &self.handle.state;
         // First end the lease: a deadline that already passed is reported as
         // a loss (observe::lost), a clean end only as an end.
         state.end(LossReason::Released);
@@ -337,11 +344,11 @@ impl Drop for LockGuard {
         }
         let op_timeout = self.op_timeout;
         spawn_release(
-            state.backend.clone(),
+            state.ctx.backend.clone(),
             state.key.clone(),
             state.token,
             op_timeout,
-            state.lanes.clone(),
+            Some(state.ctx.lanes.clone()),
         );
     }
 }

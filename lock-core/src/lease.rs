@@ -16,9 +16,17 @@ use crate::error::{LossReason, Result};
 use crate::lane::Lanes;
 use crate::token::{FencingToken, LockToken};
 
+/// What every lease of one manager shares: its backend and its lanes, in
+/// one allocation (a lease then counts one reference, not two).
+pub(crate) struct LeaseCtx {
+    pub(crate) backend: Arc<dyn LockBackend>,
+    /// The manager's lanes: the head waiter for a key is told when we release it.
+    pub(crate) lanes: Lanes,
+}
+
 /// State shared by a guard, its lease handles and its renewer.
 pub(crate) struct LeaseState {
-    pub(crate) backend: Arc<dyn LockBackend>,
+    pub(crate) ctx: Arc<LeaseCtx>,
     pub(crate) key: String,
     pub(crate) token: LockToken,
     pub(crate) fencing_token: Option<FencingToken>,
@@ -28,8 +36,12 @@ pub(crate) struct LeaseState {
     /// The local deadline, published so that `lost()` waiters re-arm
     /// whenever it moves (earlier too: `extend` with a shorter TTL).
     validity: Mutex<Validity>,
-    /// Woken whenever `validity` or the loss flag changes.
+    /// Woken whenever `validity` or the loss flag changes, once watched.
     changed: Notify,
+    /// Set by the first `wait_lost` (before it reads the state): until
+    /// then nobody waits on `changed`, and a change wakes nobody (most
+    /// leases are never watched: their end then takes no `Notify` lock).
+    watched: AtomicBool,
     /// Set once the lease is lost or ended; `lost()` watchers are woken
     /// through `changed`.
     lost: AtomicBool,
@@ -46,8 +58,6 @@ pub(crate) struct LeaseState {
     /// or dropped after sending): the server may still apply it at any later
     /// moment, so no later deadline may count on more than that TTL.
     unknown_ttl: Mutex<Option<Duration>>,
-    /// The manager's lanes: the head waiter for this key is told when we release.
-    pub(crate) lanes: Option<Lanes>,
     pub(crate) observed: LeaseObs,
     /// The lease's place in its manager's renewal queue (auto-renewal only).
     pub(crate) renew_slot: Slot,
@@ -100,9 +110,9 @@ pub(crate) struct Grant {
 }
 
 impl LeaseState {
-    pub(crate) fn new(backend: Arc<dyn LockBackend>, grant: Grant, drift_factor: f64, lanes: Option<Lanes>) -> Self {
+    pub(crate) fn new(ctx: Arc<LeaseCtx>, grant: Grant, drift_factor: f64) -> Self {
         LeaseState {
-            backend,
+            ctx,
             key: grant.key,
             token: grant.token,
             fencing_token: grant.lease.fencing_token,
@@ -114,12 +124,12 @@ impl LeaseState {
                 deadline: grant.deadline,
             }),
             changed: Notify::new(),
+            watched: AtomicBool::new(false),
             lost: AtomicBool::new(false),
             lost_token: OnceLock::new(),
             loss_reason: AtomicU8::new(0),
             ttl_change: tokio::sync::Mutex::new(()),
             unknown_ttl: Mutex::new(None),
-            lanes,
             observed: Default::default(),
             renew_slot: Default::default(),
         }
@@ -142,7 +152,11 @@ impl LeaseState {
     /// shards on every change and on drop).
     fn update_validity(&self, change: impl FnOnce(&mut Validity) -> bool) {
         let changed = change(&mut self.validity());
-        if changed {
+        // SeqCst, after the change (and the loss flag, set before): either
+        // we see the watcher's flag, or it sees our change (it sets the flag
+        // before it reads the state). A `Notified` created before this
+        // `notify_waiters` completes even if it was not polled yet.
+        if changed && self.watched.load(Ordering::SeqCst) {
             self.changed.notify_waiters();
         }
     }
@@ -282,11 +296,44 @@ impl LeaseState {
             return;
         }
         // One clock read for both the deadline check and the end itself.
-        let now = Instant::now();
-        if now >= self.deadline() {
-            self.mark_lost_at(LossReason::DeadlinePassed, now);
-        } else {
-            self.mark_lost_at(reason, now);
+        self.end_at(reason, Instant::now());
+    }
+
+    /// [`LeaseState::end`] with the clock read at `now` (no later than the
+    /// end: an earlier reading only finds a passed deadline later).
+    pub(crate) fn end_at(&self, reason: LossReason, now: Instant) {
+        if self.lost.load(Ordering::SeqCst) {
+            return;
+        }
+        // `mark_lost_at`'s steps, with the deadline check under the same
+        // validity lock (one lock, not two). The flag is set under it, as a
+        // renewal checks it under it.
+        let (reason, first) = {
+            let mut v = self.validity();
+            let reason = if now >= v.deadline {
+                LossReason::DeadlinePassed
+            } else {
+                reason
+            };
+            let first = self
+                .loss_reason
+                .compare_exchange(0, reason_code(reason), Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok();
+            self.lost.store(true, Ordering::SeqCst);
+            if v.deadline > now {
+                v.deadline = now;
+            }
+            (reason, first)
+        };
+        if first {
+            self.observe_lost(reason);
+        }
+        if let Some(token) = self.lost_token.get() {
+            token.cancel();
+        }
+        // After the flag (see `update_validity`).
+        if self.watched.load(Ordering::SeqCst) {
+            self.changed.notify_waiters();
         }
     }
 
@@ -317,6 +364,7 @@ impl LeaseState {
     }
 
     pub(crate) async fn wait_lost(self: Arc<Self>) -> LossReason {
+        self.watched.store(true, Ordering::SeqCst);
         loop {
             // Registered before reading the state: a change made after the
             // read wakes us.
@@ -385,7 +433,7 @@ impl LeaseState {
         let noticed_late = now.saturating_duration_since(self.deadline());
         tracing::error!(
             key = %self.key,
-            backend = %self.backend.capabilities().name,
+            backend = %self.ctx.backend.capabilities().name,
             reason = crate::observe::reason_label(reason),
             noticed_late_us = crate::observe::micros(noticed_late),
             held_us = crate::observe::micros(now.saturating_duration_since(self.acquired_at)),
@@ -398,9 +446,12 @@ impl LeaseState {
 
     /// The guard was released or dropped.
     pub(crate) fn observe_ended(&self) {
-        if self.observed.ended.swap(true, Ordering::AcqRel) {
+        // Only the guard's owner ends a lease (its release, then its drop):
+        // never two calls at once, so a load and a store do (no swap).
+        if self.observed.ended.load(Ordering::Acquire) {
             return;
         }
+        self.observed.ended.store(true, Ordering::Release);
         if !cfg!(feature = "metrics") && !tracing::enabled!(tracing::Level::TRACE) {
             return; // nobody records the hold time: no clock read
         }

@@ -1,7 +1,6 @@
 //! The lock manager: acquire with timeout and backoff, try-lock, scoped
 //! critical sections, and renewal.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,7 +11,7 @@ use crate::engine::{AtOnce, Attempt, Call, Engine, Identity};
 use crate::error::{Error, Result};
 use crate::guard::{LeaseHandle, LockGuard};
 use crate::lane::Lanes;
-use crate::lease::{Grant, LeaseState};
+use crate::lease::{Grant, LeaseCtx, LeaseState};
 use crate::options::{LockOptions, Renewal};
 use crate::renewer::{Plan, Renewer};
 
@@ -43,21 +42,38 @@ struct Inner {
     /// One renewer per tokio runtime with auto-renewed guards, started with
     /// the first of them: a lease's renewals run on the runtime it was
     /// acquired on, never on another runtime that may be idle or gone.
-    renewers: std::sync::Mutex<HashMap<tokio::runtime::Id, Renewer>>,
+    /// A list, not a map: it holds one entry or a few, and a scan of one
+    /// costs less than hashing the id.
+    renewers: std::sync::Mutex<Vec<(tokio::runtime::Id, Renewer)>>,
+    /// The default options' TTL less its drift (see `Engine`).
+    validity: std::time::Duration,
+    /// The backend and lanes again, as every lease holds them.
+    lease_ctx: Arc<LeaseCtx>,
+    /// The first renewer started, also in `renewers`: found without the
+    /// lock while it is alive (most managers live on one runtime).
+    first_renewer: std::sync::OnceLock<(tokio::runtime::Id, Renewer)>,
 }
 
 impl Inner {
     fn new(backend: Arc<dyn LockBackend>, options: LockOptions) -> Self {
+        let lanes = Lanes::default();
+        let lease_ctx = Arc::new(LeaseCtx {
+            backend: backend.clone(),
+            lanes: lanes.clone(),
+        });
         Inner {
             backend,
+            validity: crate::engine::validity(&options),
             options,
             shut_down: AtomicBool::new(false),
-            lanes: Lanes::default(),
+            lanes,
+            lease_ctx,
             renewers: std::sync::Mutex::default(),
+            first_renewer: std::sync::OnceLock::new(),
         }
     }
 
-    fn renewers(&self) -> std::sync::MutexGuard<'_, HashMap<tokio::runtime::Id, Renewer>> {
+    fn renewers(&self) -> std::sync::MutexGuard<'_, Vec<(tokio::runtime::Id, Renewer)>> {
         match self.renewers.lock() {
             Ok(s) => s,
             Err(poisoned) => poisoned.into_inner(),
@@ -66,26 +82,36 @@ impl Inner {
 
     /// The renewer of `runtime`, or `None` after `shutdown`.
     fn renewer(&self, runtime: &tokio::runtime::Handle) -> Option<Renewer> {
+        let id = runtime.id();
+        // The lock-free path: `shutdown` sets the flag before it stops the
+        // renewers, and a renewer stopped since then renews nothing (its
+        // `start` checks, under its queue's lock).
+        if let Some((first, renewer)) = self.first_renewer.get()
+            && *first == id
+            && renewer.is_alive()
+            && !self.shut_down.load(Ordering::Acquire)
+        {
+            return Some(renewer.clone());
+        }
         let mut renewers = self.renewers();
         // Checked under the map's lock, which `shutdown` takes after setting
         // the flag: no renewer is started past a shutdown.
         if self.shut_down.load(Ordering::Acquire) {
             return None;
         }
-        let id = runtime.id();
-        if let Some(renewer) = renewers.get(&id)
+        if let Some((_, renewer)) = renewers.iter().find(|(i, _)| *i == id)
             && renewer.is_alive()
         {
             return Some(renewer.clone());
         }
-        // Forget the renewers of runtimes that shut down.
-        renewers.retain(|_, r| r.is_alive());
-        Some(
-            renewers
-                .entry(id)
-                .or_insert_with(|| Renewer::spawn(self.backend.clone(), runtime))
-                .clone(),
-        )
+        // Forget the renewers of runtimes that shut down (and this runtime's,
+        // if its driver is gone).
+        renewers.retain(|(i, r)| *i != id && r.is_alive());
+        let renewer = Renewer::spawn(self.backend.clone(), runtime);
+        renewers.push((id, renewer.clone()));
+        // Only the first one ever: a later renewer is found under the lock.
+        let _ = self.first_renewer.set((id, renewer.clone()));
+        Some(renewer)
     }
 }
 
@@ -162,7 +188,11 @@ impl LockManager {
     /// at their TTL unless released).
     pub fn shutdown(&self) {
         self.inner.shut_down.store(true, Ordering::Release);
-        let renewers: Vec<Renewer> = self.inner.renewers().drain().map(|(_, r)| r).collect();
+        let renewers: Vec<Renewer> = self.inner.renewers().drain(..).map(|(_, r)| r).collect();
+        // Also in the list while alive; stopping it twice is harmless.
+        if let Some((_, first)) = self.inner.first_renewer.get() {
+            first.shutdown();
+        }
         for renewer in renewers {
             renewer.shutdown();
         }
@@ -412,7 +442,12 @@ impl LockManager {
     pub(crate) async fn acquire_observed(&self, call: &Call<'_>) -> Result<Option<LockGuard>> {
         let span = crate::observe::lock_span(call.key, call.wait);
         let started = crate::observe::lock_started(&span);
-        let engine = Engine::new(&self.inner.backend, &self.inner.lanes, &self.inner.options);
+        let engine = Engine::new(
+            &self.inner.backend,
+            &self.inner.lanes,
+            &self.inner.options,
+            self.inner.validity,
+        );
         let finish = |grant| self.guard(grant, call.options);
         let attempted = match engine.acquire_at_once(call, finish) {
             AtOnce::Done(result) => {
@@ -472,10 +507,9 @@ impl LockManager {
 
     pub(crate) fn guard(&self, grant: Grant, options: &LockOptions) -> Result<LockGuard> {
         let state = Arc::new(LeaseState::new(
-            self.inner.backend.clone(),
+            self.inner.lease_ctx.clone(),
             grant,
             options.drift_factor,
-            Some(self.inner.lanes.clone()),
         ));
         let mut guard = LockGuard {
             handle: LeaseHandle { state: state.clone() },

@@ -132,13 +132,16 @@ pub(crate) fn record_lock<G: Fenced>(
         Err(Error::Timeout { .. }) => "timeout",
         Err(_) => "error",
     };
-    span.record("attempts", attempts);
-    span.record("wait_us", micros(waited));
-    span.record("outcome", outcome);
-    if let Ok(Some(guard)) = result
-        && let Some(token) = guard.fencing_token()
-    {
-        span.record("fencing_token", token.0);
+    // Recording looks each field up by name: skipped when nobody listens.
+    if !span.is_disabled() {
+        span.record("attempts", attempts);
+        span.record("wait_us", micros(waited));
+        span.record("outcome", outcome);
+        if let Ok(Some(guard)) = result
+            && let Some(token) = guard.fencing_token()
+        {
+            span.record("fencing_token", token.0);
+        }
     }
     #[cfg(feature = "metrics")]
     metrics::histogram!(LOCK_WAIT_SECONDS, "outcome" => outcome).record(waited.as_secs_f64());

@@ -19,6 +19,7 @@ mod rw;
 mod semaphore;
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry as MapEntry;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -121,6 +122,31 @@ impl State {
             },
         );
         fence
+    }
+
+    /// Take `key` for `token` unless it is held: one hash lookup for both
+    /// (the key is copied before it: a wasted copy when the key is held).
+    /// `Err` carries the holder's expiry.
+    fn try_insert_lock(
+        &mut self,
+        key: &str,
+        token: LockToken,
+        expires_at: Instant,
+    ) -> std::result::Result<u64, Instant> {
+        match self.locks.entry(Arc::from(key)) {
+            MapEntry::Occupied(held) => Err(held.get().expires_at),
+            MapEntry::Vacant(free) => {
+                self.fence_seq += 1;
+                let fence = self.fence_seq;
+                self.lock_expiries.insert(expires_at, fence, free.key().clone());
+                free.insert(HeldLock {
+                    token,
+                    expires_at,
+                    fence,
+                });
+                Ok(fence)
+            }
+        }
     }
 
     fn remove_lock(&mut self, key: &str) {
@@ -290,30 +316,43 @@ fn expires(expiry: Expiry, now: Instant, current: Option<Instant>) -> Option<Ins
 
 impl InstantLockBackend for MemoryBackend {
     fn try_acquire_now(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
-        validate_key(key)?;
-        validate_ttl(ttl)?;
-        let now = Instant::now();
-        let mut s = self.state_at(now);
-        if let Some(held) = s.locks.get(key) {
-            return Ok(AcquireOutcome::Held {
-                retry_after: Some(held.expires_at - now),
-            });
-        }
-        let fence = s.insert_lock(key, *token, now + ttl);
-        Ok(AcquireOutcome::Acquired(
-            Lease::new().with_fencing_token(Some(FencingToken(fence))),
-        ))
+        self.try_acquire_at(key, token, ttl, Instant::now())
     }
 
     fn release_now(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
+        self.release_at(key, token, Instant::now())
+    }
+
+    /// Answered as of `now` (the caller's reading, taken before the call):
+    /// the lock expires at `now + ttl`, and what expired by `now` is freed.
+    fn try_acquire_at(&self, key: &str, token: &LockToken, ttl: Duration, now: Instant) -> Result<AcquireOutcome> {
         validate_key(key)?;
-        let mut s = self.state_at(Instant::now());
-        match s.locks.get(key) {
+        validate_ttl(ttl)?;
+        let mut s = self.state_at(now);
+        match s.try_insert_lock(key, *token, now + ttl) {
+            Ok(fence) => Ok(AcquireOutcome::Acquired(
+                Lease::new().with_fencing_token(Some(FencingToken(fence))),
+            )),
+            Err(expires_at) => Ok(AcquireOutcome::Held {
+                retry_after: Some(expires_at.saturating_duration_since(now)),
+            }),
+        }
+    }
+
+    /// Answered as of `now`: a lock that expired by then is gone.
+    fn release_at(&self, key: &str, token: &LockToken, now: Instant) -> Result<ReleaseOutcome> {
+        validate_key(key)?;
+        let mut s = self.state_at(now);
+        // One lookup: taken out, and put back if another token holds it.
+        match s.locks.remove_entry(key) {
             None => Ok(ReleaseOutcome::Missing),
-            Some(held) if held.token != *token => Ok(ReleaseOutcome::HeldByOther),
-            Some(_) => {
-                s.remove_lock(key);
-                s.notify_release(key);
+            Some((key, held)) if held.token != *token => {
+                s.locks.insert(key, held);
+                Ok(ReleaseOutcome::HeldByOther)
+            }
+            Some((key, held)) => {
+                s.lock_expiries.remove(held.expires_at, held.fence);
+                s.notify_release(&key);
                 Ok(ReleaseOutcome::Released)
             }
         }

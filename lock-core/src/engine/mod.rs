@@ -100,13 +100,22 @@ enum Answer {
 }
 
 /// Sort one attempt's reply: the grant's local deadline is `sent_at` plus
-/// the validity (the backend's own, when shorter).
-fn sort(reply: Result<AcquireOutcome>, key: &str, token: LockToken, sent_at: Instant, validity: Duration) -> Answer {
+/// the validity (the backend's own, when shorter). A grant whose reply came
+/// past that deadline is `Late`; `replied` says whether a reply can be late
+/// at all (see [`Engine::acquire_at_once`]).
+fn sort(
+    reply: Result<AcquireOutcome>,
+    key: &str,
+    token: LockToken,
+    sent_at: Instant,
+    validity: Duration,
+    replied: Replied,
+) -> Answer {
     match reply {
         Ok(AcquireOutcome::Acquired(lease)) => {
             let validity = lease.validity.map_or(validity, |v| v.min(validity));
             let deadline = crate::clock::later(sent_at, validity);
-            if Instant::now() >= deadline {
+            if replied == Replied::Later && Instant::now() >= deadline {
                 return Answer::Late;
             }
             Answer::Granted(Grant {
@@ -120,6 +129,25 @@ fn sort(reply: Result<AcquireOutcome>, key: &str, token: LockToken, sent_at: Ins
         Ok(AcquireOutcome::Held { retry_after }) => Answer::Held(retry_after),
         Err(e) => Answer::Failed(e),
     }
+}
+
+/// When an attempt's reply came, for [`sort`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Replied {
+    /// After an await (a server's reply, a timeout): it may come past the
+    /// grant's deadline, and is then checked against the clock.
+    Later,
+    /// In the same call, with nothing awaited in between: not checked (one
+    /// clock read less). The thread can still be held up right after the
+    /// grant, as after any check: the guard's deadline counts from
+    /// `sent_at` either way, and `is_lost()` reports a passed one.
+    AtOnce,
+}
+
+/// How long a grant under `options` is valid from its request on: the TTL
+/// less the drift allowance.
+pub(crate) fn validity(options: &LockOptions) -> Duration {
+    options.ttl.saturating_sub(options.drift(options.ttl))
 }
 
 /// What [`Engine::acquire_at_once`] made of a call.
@@ -161,14 +189,32 @@ pub(crate) struct Engine<'a> {
     backend: &'a Arc<dyn LockBackend>,
     lanes: &'a Lanes,
     defaults: &'a LockOptions,
+    /// `defaults`' TTL less its drift, worked out once by the manager (the
+    /// drift is floating-point arithmetic).
+    default_validity: Duration,
 }
 
 impl<'a> Engine<'a> {
-    pub(crate) fn new(backend: &'a Arc<dyn LockBackend>, lanes: &'a Lanes, defaults: &'a LockOptions) -> Self {
+    pub(crate) fn new(
+        backend: &'a Arc<dyn LockBackend>,
+        lanes: &'a Lanes,
+        defaults: &'a LockOptions,
+        default_validity: Duration,
+    ) -> Self {
         Engine {
             backend,
             lanes,
             defaults,
+            default_validity,
+        }
+    }
+
+    /// How long a grant under `options` is valid from its request on.
+    fn validity(&self, options: &LockOptions) -> Duration {
+        if std::ptr::eq(options, self.defaults) {
+            self.default_validity
+        } else {
+            validity(options)
         }
     }
 
@@ -194,13 +240,15 @@ impl<'a> Engine<'a> {
             Ok(token) => token,
             Err(e) => return AtOnce::Done(Err(e)),
         };
-        let validity = options.ttl.saturating_sub(options.drift(options.ttl));
+        let validity = self.validity(options);
         match sort(
-            instant.try_acquire_now(key, &token, options.ttl),
+            // The backend answers as of `sent_at`: one clock read for both.
+            instant.try_acquire_at(key, &token, options.ttl, sent_at),
             key,
             token,
             sent_at,
             validity,
+            Replied::AtOnce,
         ) {
             Answer::Granted(grant) => AtOnce::Done(finish(grant).map(Some)),
             Answer::Late => {
@@ -299,7 +347,7 @@ impl<'a> Engine<'a> {
     ) -> Result<Answer> {
         let (backend, key, options) = (self.backend, call.key, call.options);
         let ttl = options.ttl;
-        let validity = ttl.saturating_sub(options.drift(ttl));
+        let validity = self.validity(options);
         let token = match kept {
             Some(token) => token,
             None => LockToken::generate()?,
@@ -315,7 +363,7 @@ impl<'a> Engine<'a> {
                 tokio::time::timeout(limit, backend.try_acquire_fair(key, &token, ttl, waiter)).await
             }
             // Answered at once: no future to box, no timeout to arm.
-            (None, Pace::Line { .. }, Some(instant)) => Ok(instant.try_acquire_now(key, &token, ttl)),
+            (None, Pace::Line { .. }, Some(instant)) => Ok(instant.try_acquire_at(key, &token, ttl, sent_at)),
             (None, Pace::Line { .. }, None) => tokio::time::timeout(limit, backend.try_acquire(key, &token, ttl)).await,
         };
         let reply = reply.unwrap_or_else(|_| {
@@ -324,7 +372,7 @@ impl<'a> Engine<'a> {
                 format!("acquire timed out after {limit:?}"),
             ))
         });
-        let answer = sort(reply, key, token, sent_at, validity);
+        let answer = sort(reply, key, token, sent_at, validity, Replied::Later);
         let settled = match &answer {
             Answer::Granted(_) | Answer::Held(_) => true,
             Answer::Late => false,

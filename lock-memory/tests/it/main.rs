@@ -5,6 +5,7 @@
 
 mod conformance;
 mod election_conformance;
+mod instant_at;
 mod multi_conformance;
 mod rw_conformance;
 mod semaphore_conformance;
