@@ -190,8 +190,14 @@ impl Listener {
     /// free: no point waiting), then the wake. Without `mark` (the waiter
     /// registered itself before: a fair waiter), a wait that had to
     /// subscribe first returns at once: a wake may have gone by unheard.
-    /// Refused, or with a failed subscription, the wait is the timer. The
-    /// waiter leaves its board when the wait ends or is cancelled.
+    /// Refused, or with a failed subscription, the wait is the timer, but
+    /// the waiter still registers (`mark`): a release then reserves the key
+    /// for it once it has waited the starvation bound
+    /// ([`crate::wake::STARVING_MS`]), and its next look claims it
+    /// (`mark` answers false, or the backend's recheck), where a waiter
+    /// unknown to the server would only win by chance against barging
+    /// holders. The waiter leaves its board when the wait ends or is
+    /// cancelled.
     pub async fn wait<E: std::fmt::Display>(
         &self,
         boards: &impl Boards,
@@ -202,7 +208,15 @@ impl Listener {
         mark: Option<impl Future<Output = bool>>,
     ) {
         if self.is_refused() {
-            tokio::time::sleep(max_wait).await;
+            let registered = async {
+                if let Some(mark) = mark
+                    && !mark.await
+                {
+                    return;
+                }
+                std::future::pending::<()>().await;
+            };
+            let _ = tokio::time::timeout(max_wait, registered).await;
             return;
         }
         let Some(woken) = boards.join(channel, id) else {
@@ -221,7 +235,14 @@ impl Listener {
                         return;
                     }
                 }
-                Err(e) => tracing::debug!(error = %e, "release notifications unavailable; waiting on the timer"),
+                Err(e) => {
+                    tracing::debug!(error = %e, "release notifications unavailable; waiting on the timer");
+                    if let Some(mark) = mark
+                        && !mark.await
+                    {
+                        return;
+                    }
+                }
             }
             woken.notified().await;
         })
@@ -311,6 +332,47 @@ mod tests {
             board.wake(&waiter_id(&[b'p'; 32], &own));
         }
         assert_eq!(board.announced.len(), ANNOUNCED);
+    }
+
+    struct OneBoard(std::sync::Mutex<WaiterBoard>);
+
+    impl Boards for OneBoard {
+        fn join(&self, _channel: &str, id: WaiterId) -> Option<Arc<Notify>> {
+            self.0.lock().ok()?.join(id)
+        }
+        fn leave(&self, _channel: &str, id: &WaiterId) {
+            if let Ok(mut b) = self.0.lock() {
+                b.leave(id);
+            }
+        }
+    }
+
+    /// Without notifications (refused, or a failed subscription) a waiter
+    /// still registers, so that a release can reserve the key for it.
+    #[tokio::test]
+    async fn a_waiter_without_notifications_still_registers() {
+        let boards = OneBoard(std::sync::Mutex::new(WaiterBoard::default()));
+        let id = waiter_id(&[b'a'; 32], &[b'b'; 32]);
+        let marked = std::sync::atomic::AtomicU32::new(0);
+        let mark = || async {
+            marked.fetch_add(1, Ordering::SeqCst);
+            false // the key is free: the wait ends at once
+        };
+        let long = Duration::from_secs(60);
+        let failed = async { Err::<bool, String>("no pub/sub connection".to_owned()) };
+        Listener::default()
+            .wait(&boards, "c", id, long, failed, Some(mark()))
+            .await;
+        assert_eq!(
+            marked.load(Ordering::SeqCst),
+            1,
+            "registered despite the failed subscription"
+        );
+        let refused = Listener::default();
+        refused.refuse("test", &"SUBSCRIBE refused");
+        let unused = async { Ok::<bool, String>(false) };
+        refused.wait(&boards, "c", id, long, unused, Some(mark())).await;
+        assert_eq!(marked.load(Ordering::SeqCst), 2, "registered though refused");
     }
 
     #[test]

@@ -6,14 +6,60 @@
 //!
 //! For backend authors; applications never need this module.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use const_format::concatcp;
 use lock_core::token::FencingToken;
+use tokio::time::Instant;
 
 /// How much longer than its wait a waiter's marker lives, ms: the round
 /// trips between the waiter and the server. [`FUNCTIONS`] uses the same.
 pub const WAITING_MARGIN_MS: u64 = 100;
+
+/// Starvation bound of barging (default-mode) waiters, ms since the
+/// waiter's acquire first waited on the key (the backend counts it,
+/// [`Waits`], across the acquire's waits; [`MARK_WAITING`] records it in
+/// server time). A
+/// mutex release ([`FUNCTIONS`]' `hand_off`) wakes a waiter only once it
+/// has waited this long, and then reserves the key for it
+/// ([`RESERVATION_MS`]), so the releaser cannot barge back past it. A
+/// waiter that has not waited this long is not woken: the releaser (or a
+/// newcomer) may take the key right back, which keeps a hot key with its
+/// holder instead of paying a hand-off per release; the next release after
+/// the bound, its recheck ([`RECHECK_MS`]) or its timer covers it.
+pub const STARVING_MS: u64 = 15;
+
+/// How long a release's reservation of the key for a starving waiter lives,
+/// ms: the wake-up's delivery and the waiter's claim. Nobody else can take
+/// the key meanwhile; a reservation nobody claims (the waiter gave up or
+/// its process died) expires, costing the key at most this long.
+pub const RESERVATION_MS: u64 = 25;
+
+/// After this long without a wake-up, a barging waiter looks once whether
+/// the key is free (a release that found nobody starving yet wakes nobody,
+/// and no further release may come), ms; then it sleeps the rest of its
+/// wait.
+pub const RECHECK_MS: u64 = STARVING_MS;
+
+/// A reserved lock key's value starts with this, then the waiter's id (its
+/// process id, then its own: 64 hex digits). Tokens are hex digits only,
+/// so a reservation never matches a holder's token: a stale holder's
+/// release or renewal sees the key held by another. Any waiter of the named
+/// process may claim it (one waiter per key and manager waits at a time).
+pub const RESERVED_PREFIX: &str = "verrou:reserved:";
+
+/// The value prefix that lets `process`'s waiters claim a reserved key:
+/// [`RESERVED_PREFIX`] and the process id.
+#[must_use]
+pub fn reservation_of(process: &[u8; 32]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(RESERVED_PREFIX.len() + 32);
+    v.extend_from_slice(RESERVED_PREFIX.as_bytes());
+    v.extend_from_slice(process);
+    v
+}
 
 /// The functions the scripts below share: the server clock in ms
 /// (`now_ms`), the head of a fair queue once the waiters whose entry
@@ -26,7 +72,15 @@ pub const WAITING_MARGIN_MS: u64 = 100;
 /// ends last and the fair queue's head, then sets the marker again while
 /// waiters remain), `release_and_wake(key, marker, wakes, q, e)` (deletes
 /// the key and its marker in one `DEL`; wakes only when the marker was
-/// there), and `extend(key, ms)`.
+/// there), `hand_off(key, marker, wakes, since, q, e, bound, hold, stale)`
+/// (a mutex release that found the marker, the key already deleted or
+/// taken again: takes the releaser's own last registration `stale` (or
+/// `''`, [`Waits::take_stale`]) out of the wake set, then reserves a free
+/// key for `hold` ms ([`RESERVATION_MS`]) for the live barging waiter that
+/// started waiting first, if it has waited `bound` ms ([`STARVING_MS`]),
+/// and wakes it; else wakes nobody barging; wakes the fair queue's head
+/// when nothing was reserved; sets the marker again while waiters remain),
+/// and `extend(key, ms)`.
 ///
 /// Defining them costs every run of a script: a script whose common path
 /// needs none (an uncontended release) defines them inside the branch
@@ -50,16 +104,7 @@ local function wake(w)
     crate::board::CHANNEL_PREFIX,
     r"' .. string.sub(w, 1, 32), w)
 end
-local function wake_after_release(marker, wakes, q, e)
-  local now = now_ms()
-  redis.call('ZREMRANGEBYSCORE', wakes, '-inf', now)
-  local w = redis.call('ZRANGE', wakes, -1, -1)[1]
-  if w then
-    redis.call('ZREM', wakes, w)
-    wake(w)
-  end
-  local h = fair_head(q, e, now)
-  if h then wake(h) end
+local function mark_again(marker, wakes, e, now)
   local last = 0
   for _, z in ipairs({wakes, e}) do
     local top = redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')[2]
@@ -71,8 +116,55 @@ local function wake_after_release(marker, wakes, q, e)
     WAITING_MARGIN_MS,
     r") end
 end
+local function wake_after_release(marker, wakes, q, e)
+  local now = now_ms()
+  redis.call('ZREMRANGEBYSCORE', wakes, '-inf', now)
+  local w = redis.call('ZRANGE', wakes, -1, -1)[1]
+  if w then
+    redis.call('ZREM', wakes, w)
+    wake(w)
+  end
+  local h = fair_head(q, e, now)
+  if h then wake(h) end
+  mark_again(marker, wakes, e, now)
+end
 local function release_and_wake(key, marker, wakes, q, e)
   if redis.call('DEL', key, marker) == 2 then wake_after_release(marker, wakes, q, e) end
+end
+local function starving(wakes, since, now, bound)
+  -- The live waiter whose acquire started waiting first, if it has waited
+  -- the bound;
+  -- entries no longer in the wake set (woken, or their wait is over) go.
+  for _ = 1, 64 do
+    local first = redis.call('ZRANGE', since, 0, 0, 'WITHSCORES')
+    if not first[1] then return nil end
+    if redis.call('ZSCORE', wakes, first[1]) then
+      if now - tonumber(first[2]) >= bound then return first[1] end
+      return nil
+    end
+    redis.call('ZREM', since, first[1])
+  end
+  return nil
+end
+local function hand_off(key, marker, wakes, since, q, e, bound, hold, stale)
+  local now = now_ms()
+  if stale and stale ~= '' then
+    redis.call('ZREM', wakes, stale)
+    redis.call('ZREM', since, stale)
+  end
+  redis.call('ZREMRANGEBYSCORE', wakes, '-inf', now)
+  local w = starving(wakes, since, now, tonumber(bound))
+  if w and redis.call('SET', key, '",
+    RESERVED_PREFIX,
+    r"' .. w, 'PX', hold, 'NX') then
+    redis.call('ZREM', wakes, w)
+    redis.call('ZREM', since, w)
+    wake(w)
+  else
+    local h = fair_head(q, e, now)
+    if h then wake(h) end
+  end
+  mark_again(marker, wakes, e, now)
 end
 local function extend(key, ms)
   if redis.call('PTTL', key) < tonumber(ms) then redis.call('PEXPIRE', key, ms) end
@@ -80,18 +172,30 @@ end
 "
 );
 
-/// `KEYS[1]` lock, `KEYS[2]` its waiter marker, `KEYS[3]` its wake set; `ARGV[1]`
+/// `KEYS[1]` lock, `KEYS[2]` its waiter marker, `KEYS[3]` its wake set,
+/// `KEYS[4]` when its waiters registered (waiter id → server ms); `ARGV[1]`
 /// how long the marker lives, ms, `ARGV[2]` the waiter's id, `ARGV[3]` how long
-/// it waits, ms. Sent by a (barging) waiter once subscribed: 0 when the
-/// lock is already free (do not wait), else 1 after joining the wake set
-/// until its wait ends (its entry expires with its timer, so a release
-/// never wakes a wait that is over).
+/// it waits, ms, `ARGV[4]` how long its acquire has waited before, ms
+/// ([`Waits::start`]). Sent by a (barging) waiter once subscribed: 0 when the
+/// lock is already free or reserved for the waiter's process (do not wait:
+/// claim it), else 1 after joining the wake set until its wait ends (its
+/// entry expires with its timer, so a release never wakes a wait that is
+/// over) with the time its acquire started waiting (a release reserves the
+/// key for it once that is [`STARVING_MS`] ago).
 pub const MARK_WAITING: &str = concatcp!(
     FUNCTIONS,
     r"
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('ZADD', KEYS[3], now_ms() + tonumber(ARGV[3]), ARGV[2])
+local cur = redis.call('GET', KEYS[1])
+if not cur then return 0 end
+local mine = '",
+    RESERVED_PREFIX,
+    r"' .. string.sub(ARGV[2], 1, 32)
+if string.sub(cur, 1, #mine) == mine then return 0 end
+local now = now_ms()
+redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[2])
 extend(KEYS[3], ARGV[1])
+redis.call('ZADD', KEYS[4], now - tonumber(ARGV[4]), ARGV[2])
+extend(KEYS[4], ARGV[1])
 if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[1]) then
   redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])
 end
@@ -192,3 +296,175 @@ end
 return 1
 "
 );
+
+/// A wait that ended this long ago no longer counts: the acquire gave up
+/// (or was cancelled) without a grant.
+const WAIT_FORGOTTEN: Duration = Duration::from_secs(1);
+
+/// Keys with this many waits remembered: forgotten ones are dropped.
+const WAITS_KEPT: usize = 4096;
+
+/// One key's wait, as this backend saw it.
+#[derive(Debug, Clone, Copy)]
+struct Wait {
+    /// When the key's waiter first waited in its acquire.
+    since: Instant,
+    /// When it last started or ended a wait.
+    last: Instant,
+    /// Its last wait ended early: woken (a reservation for this process,
+    /// most likely), or the key was free.
+    woken: bool,
+    /// The id of its last registration.
+    id: crate::board::WaiterId,
+    /// The acquire was granted: the next wait is another acquire's.
+    granted: bool,
+    /// The last registration of the acquire that holds the key now, for
+    /// its release to take out of the wake set ([`Waits::take_stale`]).
+    stale: Option<crate::board::WaiterId>,
+}
+
+/// How long a backend's waiter on each key has waited across the waits of
+/// one acquire (the manager's line lets one waiter per key and manager
+/// wait at a time), and whether its last wait was cut short by a wake-up.
+/// Client-side bookkeeping only: a waiter that re-registers after its
+/// timer keeps its age, so it becomes starving ([`STARVING_MS`]) however
+/// short each of its waits is. A grant ([`Waits::acquired`]) ends the
+/// key's wait.
+#[derive(Debug, Default)]
+pub struct Waits {
+    waits: Mutex<HashMap<String, Wait>>,
+    /// Entries in `waits`, so that a grant with none costs no lock.
+    len: AtomicUsize,
+}
+
+impl Waits {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Wait>> {
+        // Each update leaves the map consistent: a poisoned lock is usable.
+        match self.waits.lock() {
+            Ok(w) => w,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// A wait on `key` by waiter `id` starts: how long the key's waiter has
+    /// waited so far in its acquire, ms (0 for a first wait).
+    pub fn start(&self, key: &str, id: crate::board::WaiterId) -> u64 {
+        let now = Instant::now();
+        let mut w = self.lock();
+        if w.len() >= WAITS_KEPT && !w.contains_key(key) {
+            w.retain(|_, e| now.duration_since(e.last) < WAIT_FORGOTTEN);
+        }
+        let entry = w.entry(key.to_owned()).or_insert(Wait {
+            since: now,
+            last: now,
+            woken: false,
+            id,
+            granted: false,
+            stale: None,
+        });
+        if entry.granted || now.duration_since(entry.last) >= WAIT_FORGOTTEN {
+            entry.since = now;
+            entry.granted = false;
+        }
+        entry.last = now;
+        entry.woken = false;
+        entry.id = id;
+        let waited = now.duration_since(entry.since);
+        self.len.store(w.len(), Ordering::Relaxed);
+        u64::try_from(waited.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// The wait on `key` ended: `woken`, before its timer.
+    pub fn end(&self, key: &str, woken: bool) {
+        if let Some(e) = self.lock().get_mut(key) {
+            e.last = Instant::now();
+            e.woken = woken;
+        }
+    }
+
+    /// Whether the last wait on `key` was cut short by a wake-up (asked
+    /// once: the answer is cleared), so the next attempt may claim a
+    /// reservation at once.
+    pub fn take_woken(&self, key: &str) -> bool {
+        if self.len.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        self.lock().get_mut(key).is_some_and(|e| std::mem::take(&mut e.woken))
+    }
+
+    /// `key` was granted to this backend: its wait is over. The id of its
+    /// last registration is kept for the release ([`Waits::take_stale`]).
+    pub fn acquired(&self, key: &str) {
+        if self.len.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        if let Some(e) = self.lock().get_mut(key)
+            && !e.granted
+        {
+            e.granted = true;
+            e.woken = false;
+            e.stale = Some(e.id);
+        }
+    }
+
+    /// `key` is being released by this backend: the id of the registration
+    /// its holder last made while waiting for it, if it waited. That entry
+    /// may still be live in the wake set (a grant by the waiter's timer,
+    /// not by a reservation, leaves it there), and the release takes it
+    /// out, or a later release would reserve the key for a waiter that
+    /// waits no more (whose process would then take the key back through
+    /// its own reservation, past the starving waiters).
+    pub fn take_stale(&self, key: &str) -> Option<crate::board::WaiterId> {
+        if self.len.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let mut w = self.lock();
+        let e = w.get_mut(key)?;
+        let stale = e.stale.take();
+        if e.granted {
+            // Nobody of this backend waits for the key now.
+            w.remove(key);
+            self.len.store(w.len(), Ordering::Relaxed);
+        }
+        stale
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_acquire_keeps_its_age_across_waits_and_its_release_takes_its_registration() {
+        let waits = Waits::default();
+        let (first, second, other) = ([b'1'; 64], [b'2'; 64], [b'3'; 64]);
+        waits.start("k", first);
+        waits.end("k", false);
+        std::thread::sleep(Duration::from_millis(5));
+        // The timer's attempt failed: the next wait keeps the acquire's age
+        // (at least the 5 ms slept: the clock is monotonic).
+        assert!(waits.start("k", second) >= 5);
+        waits.end("k", true);
+        assert!(waits.take_woken("k"));
+        assert!(!waits.take_woken("k"), "asked once");
+        waits.acquired("k");
+        // Another waiter of this backend starts afresh while the holder
+        // holds; the holder's release takes the holder's registration.
+        assert!(waits.start("k", other) < 5, "a new acquire's age");
+        assert_eq!(waits.take_stale("k"), Some(second));
+        assert_eq!(waits.take_stale("k"), None);
+        waits.acquired("k");
+        assert_eq!(waits.take_stale("k"), Some(other));
+        assert_eq!(waits.len.load(Ordering::Relaxed), 0);
+        // A backend that never waited has nothing to take.
+        waits.acquired("k");
+        assert_eq!(waits.take_stale("k"), None);
+    }
+
+    #[test]
+    fn a_reservation_never_looks_like_a_token() {
+        let reservation = reservation_of(&[b'a'; 32]);
+        assert!(reservation.starts_with(RESERVED_PREFIX.as_bytes()));
+        assert!(!reservation.iter().all(u8::is_ascii_hexdigit));
+    }
+}

@@ -51,7 +51,8 @@ impl Inner {
         };
         match value {
             Value::Nil => self.granted(key, token, None, replication).await.map(Some),
-            Value::BulkString(held) if held == hex => Ok(None),
+            // Ours (a re-sent acquire), or reserved for this process's waiters.
+            Value::BulkString(held) if held == hex || self.reserved_for_us(&held) => Ok(None),
             Value::BulkString(_) => Ok(Some(AcquireOutcome::Held { retry_after: None })),
             other => Err(unexpected_reply("acquire", key, &other)),
         }
@@ -71,16 +72,16 @@ impl Inner {
         }
         let hex = token.hex_bytes();
         let mut ms = itoa::Buffer::new();
-        let args: [&[u8]; 2] = [&hex, ms.format(ttl_millis(ttl)).as_bytes()];
+        let ms = ms.format(ttl_millis(ttl)).as_bytes();
+        let args: &[&[u8]] = match &self.reservation {
+            Some(r) => &[&hex, ms, r],
+            None => &[&hex, ms],
+        };
         let (script, keys): (&LuaScript, &[&str]) = match &fence_key {
             Some(f) => (&self.scripts.acquire_fenced, &[key, f.as_str()]),
             None => (&self.scripts.acquire, &[key]),
         };
-        let call = Call::Script {
-            script,
-            keys,
-            args: &args,
-        };
+        let call = Call::Script { script, keys, args };
         let acquired = |v: &Value| status(v) == Some(1);
         let (value, replication) = match &self.replica_ack {
             Some(ack) => {

@@ -32,6 +32,9 @@ pub(crate) enum Helper {
     Waiting,
     /// Barging waiters to wake, one per release (id → deadline).
     Wake,
+    /// When the barging waiters registered (id → server ms): a release
+    /// reserves the key for one that has waited long enough.
+    WakeSince,
     /// The fair queue (waiter id → ticket).
     Queue,
     /// The fair queue's entry deadlines (waiter id → server ms).
@@ -48,6 +51,7 @@ impl Helper {
             Helper::Fence => "fence",
             Helper::Waiting => "waiting",
             Helper::Wake => "wake",
+            Helper::WakeSince => "wake-since",
             Helper::Queue => "queue",
             Helper::QueueDeadlines => "queue-deadlines",
             Helper::Released => "released",

@@ -55,12 +55,21 @@
 //! backoff never sleeps past the holder's expiry. On a standalone URL
 //! source, releases are also announced: a waiter subscribes, then joins the
 //! key's wake set (`verrou:lua:wake:{key}`, its id with a deadline) and leaves
-//! a marker (`verrou:lua:waiting:{key}`, see [`RESERVED_KEY_PREFIX`]); the
-//! release script, finding the marker, takes the earliest live waiter out of
-//! the wake set and `PUBLISH`es its id, and only that waiter wakes (see
-//! [`RedisLuaBuilder::release_notifications`]; `a_release_wakes_one_waiter_not_the_herd`
-//! in `tests/it/hot_path.rs`). A lost message costs the timer, never
-//! correctness.
+//! a marker (`verrou:lua:waiting:{key}`, see [`RESERVED_KEY_PREFIX`]), with
+//! when its acquire started waiting (`verrou:lua:wake-since:{key}`). The
+//! release script, finding the marker, hands the key off with a bound on
+//! starvation: if the live waiter that started waiting first has waited
+//! `lock_redis_family::wake::STARVING_MS`, the key is set to a short
+//! reservation naming it (`verrou:reserved:<waiter id>`, which no token
+//! matches and only its process's acquire takes) and its id is
+//! `PUBLISH`ed, so only that waiter wakes and the releaser cannot barge
+//! back past it; a waiter that has not waited that long is not woken, and
+//! the releaser may take the key right back (a hot key mostly stays with
+//! its holder, as with a plain `SET NX` loop, without starving the others).
+//! A waiter not woken looks once after `RECHECK_MS` whether the key is free
+//! (see [`RedisLuaBuilder::release_notifications`]; `hand_off_tests.rs`,
+//! and `a_release_wakes_one_waiter_not_the_herd` in `tests/it/hot_path.rs`).
+//! A lost message costs the timer, never correctness.
 //!
 //! # Fair mode
 //!
@@ -118,6 +127,8 @@ mod builder;
 mod connection;
 mod error;
 mod fair;
+#[cfg(test)]
+mod hand_off_tests;
 mod in_flight;
 mod keys;
 mod kinds;
@@ -260,6 +271,16 @@ pub(crate) struct Inner {
     native_renew: AtomicBool,
     /// Acquires without a reply, for their clean-up to follow them.
     in_flight: InFlight,
+    /// How long this backend's waiters have waited per key (release
+    /// notifications: the starvation bound counts from their first wait).
+    waits: lock_redis_family::wake::Waits,
+    /// The value prefix of keys reserved for this process's waiters (with
+    /// release notifications).
+    reservation: Option<Vec<u8>>,
+    /// The starvation bound a release applies and how long its reservation
+    /// lives, ms (as text: script arguments).
+    starving_ms: String,
+    reservation_ms: String,
 }
 
 /// One command or script call.
@@ -299,7 +320,6 @@ impl Inner {
             cluster,
             shared,
             dedicated,
-            notifier,
             scripts: Scripts::new(),
             fencing,
             replica_ack,
@@ -309,6 +329,13 @@ impl Inner {
             native_acquire: AtomicBool::new(false),
             native_renew: AtomicBool::new(false),
             in_flight: InFlight::default(),
+            waits: lock_redis_family::wake::Waits::default(),
+            reservation: notifier
+                .as_ref()
+                .map(|n| lock_redis_family::wake::reservation_of(n.process())),
+            starving_ms: lock_redis_family::wake::STARVING_MS.to_string(),
+            reservation_ms: lock_redis_family::wake::RESERVATION_MS.to_string(),
+            notifier,
         })
     }
 
@@ -448,12 +475,20 @@ impl LockBackend for RedisLuaBackend {
         check_key(key)?;
         validate_ttl(ttl)?;
         let i = &self.inner;
-        if i.native_acquire.load(Ordering::Relaxed)
-            && let Some(outcome) = i.acquire_native(key, token, ttl).await?
-        {
-            return Ok(outcome);
+        // After a wake-up the key is most likely reserved for us: the
+        // script claims it in one round trip.
+        let woken = i.waits.take_woken(key);
+        let outcome = match i.native_acquire.load(Ordering::Relaxed) && !woken {
+            true => match i.acquire_native(key, token, ttl).await? {
+                Some(outcome) => outcome,
+                None => i.acquire_script(key, token, ttl).await?,
+            },
+            false => i.acquire_script(key, token, ttl).await?,
+        };
+        if matches!(outcome, AcquireOutcome::Acquired(_)) {
+            i.waits.acquired(key);
         }
-        i.acquire_script(key, token, ttl).await
+        Ok(outcome)
     }
 
     async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
@@ -474,12 +509,38 @@ impl LockBackend for RedisLuaBackend {
         self.inner.renew_many(items, ttl).await
     }
 
+    /// With release notifications: registered (with how long its acquire
+    /// has waited), the waiter sleeps until a release reserves the key for
+    /// it and wakes it (once it has waited `wake::STARVING_MS`), or its
+    /// timer; after `wake::RECHECK_MS` without a wake-up it looks once
+    /// whether the key is free (a release that found nobody starving woke
+    /// nobody).
     async fn wait_for_release(&self, key: &str, max_wait: Duration) {
-        match (&self.inner.notifier, LockToken::generate()) {
+        let i = &self.inner;
+        match (&i.notifier, LockToken::generate()) {
             (Some(n), Ok(own)) => {
                 let id = notify::waiter_id(n.process(), &own.hex_bytes());
-                n.wait(id, max_wait, Some(self.inner.mark_waiting(key, &id, max_wait)))
+                let waited = i.waits.start(key, id);
+                let started = tokio::time::Instant::now();
+                let first = max_wait.min(Duration::from_millis(lock_redis_family::wake::RECHECK_MS));
+                n.wait(id, first, Some(i.mark_waiting(key, &id, max_wait, waited)))
                     .await;
+                if started.elapsed() < first {
+                    i.waits.end(key, true);
+                    return;
+                }
+                if first < max_wait {
+                    if i.free_or_ours(key).await {
+                        i.waits.end(key, true);
+                        return;
+                    }
+                    let none: Option<std::future::Ready<bool>> = None;
+                    let rest = max_wait.saturating_sub(started.elapsed());
+                    n.wait(id, rest, none).await;
+                    i.waits.end(key, started.elapsed() < max_wait);
+                    return;
+                }
+                i.waits.end(key, false);
             }
             _ => tokio::time::sleep(max_wait).await,
         }

@@ -21,16 +21,25 @@ impl Inner {
         check_key(key)?;
         let hex = token.hex_bytes();
         let notify = self.notifier.as_ref().map(|_| WakeKeys::new(key));
+        let since = notify.as_ref().map(|_| keys::helper(key, Helper::WakeSince));
+        // The holder's own registration from its wait, if any: the release
+        // takes it out of the wake set.
+        let stale = notify.as_ref().and_then(|_| self.waits.take_stale(key));
+        let stale: &[u8] = stale.as_ref().map_or(b"", |id| &id[..]);
         let tombstone = self.tombstone(key, Helper::Released);
         let id = tombstone.as_ref().map(|_| self.write_ids.next());
         let mut ms = itoa::Buffer::new();
         let ms = ms.format(ttl_millis(self.resend_window())).as_bytes();
-        let notify_keys = notify.as_ref().map(|w| {
+        let notify_keys = notify.as_ref().zip(since.as_deref()).map(|(w, since)| {
             let [m, w, q, e] = w.names();
-            [key, m, w, q, e]
+            [key, m, w, q, e, since]
         });
         let (script, keys, args): (&LuaScript, &[&str], &[&[u8]]) = match (&notify_keys, &tombstone, &id) {
-            (Some(keys), _, _) => (&self.scripts.release_notify, keys, &[&hex]),
+            (Some(keys), _, _) => (
+                &self.scripts.release_notify,
+                keys,
+                &[&hex, self.starving_ms.as_bytes(), self.reservation_ms.as_bytes(), stale],
+            ),
             (None, Some(tombstone), Some(id)) => (
                 &self.scripts.release_resendable,
                 &[key, tombstone.as_str()],
@@ -92,11 +101,16 @@ impl Inner {
     }
 
     /// Puts waiter `id` in `key`'s wake set for `max_wait` (and leaves the
-    /// marker) so that a release wakes it; false when the lock is already
-    /// free (no point waiting). A failure only costs the waiter its timer.
-    pub(crate) async fn mark_waiting(&self, key: &str, id: &WaiterId, max_wait: Duration) -> bool {
+    /// marker) so that a release wakes it, with how long its acquire has
+    /// `waited` before, ms; false when the lock is already free or reserved
+    /// for this process (no point waiting). A failure only costs the waiter
+    /// its timer.
+    pub(crate) async fn mark_waiting(&self, key: &str, id: &WaiterId, max_wait: Duration, waited: u64) -> bool {
         let helpers = WakeKeys::new(key);
         let [marker, wake, _, _] = helpers.names();
+        let since = keys::helper(key, Helper::WakeSince);
+        let mut waited_ms = itoa::Buffer::new();
+        let waited = waited_ms.format(waited).as_bytes();
         let (mut ms, mut wait_ms) = (itoa::Buffer::new(), itoa::Buffer::new());
         // The margin covers the round trips between the waiter and the server.
         let ms = ms
@@ -105,8 +119,8 @@ impl Inner {
         let wait_ms = wait_ms.format(ttl_millis(max_wait)).as_bytes();
         let call = Call::Script {
             script: &self.scripts.mark_waiting,
-            keys: &[key, marker, wake],
-            args: &[ms, id, wait_ms],
+            keys: &[key, marker, wake, &since],
+            args: &[ms, id, wait_ms, waited],
         };
         match self.exec("wait for release", key, Access::Write, call).await {
             Ok(Value::Int(0)) => false,
@@ -116,5 +130,26 @@ impl Inner {
                 true
             }
         }
+    }
+
+    /// Whether `key` is free or reserved for this process's waiters (a
+    /// waiter's look after its recheck delay). A failure says no: the
+    /// waiter keeps waiting.
+    pub(crate) async fn free_or_ours(&self, key: &str) -> bool {
+        let mut cmd = deadpool_redis::redis::Cmd::with_capacity(2, 3 + key.len());
+        cmd.arg("GET").arg(key);
+        match self
+            .exec("wait for release", key, Access::Read, Call::Command(cmd))
+            .await
+        {
+            Ok(Value::Nil) => true,
+            Ok(Value::BulkString(v)) => self.reserved_for_us(&v),
+            _ => false,
+        }
+    }
+
+    /// Whether a lock key's value is a reservation for this process's waiters.
+    pub(crate) fn reserved_for_us(&self, value: &[u8]) -> bool {
+        self.reservation.as_ref().is_some_and(|r| value.starts_with(r))
     }
 }

@@ -103,13 +103,17 @@ impl Scripts {
     }
 }
 
-/// KEYS[1] lock; ARGV[1] token, ARGV[2] ttl ms.
-/// `{1}` acquired; `{0, pttl}` held by another token. Used on servers
-/// before 7.0 (no `SET NX GET`) and after a plain `SET NX GET` found our own
-/// token (a re-sent acquire: the TTL is refreshed from now).
+/// KEYS[1] lock; ARGV[1] token, ARGV[2] ttl ms, ARGV[3] (with release
+/// notifications) the reservation prefix of this backend's process
+/// ([`wake_lua::reservation_of`]): a key reserved for one of its waiters
+/// is taken as a free one.
+/// `{1}` acquired; `{0, pttl}` held by another token (or reserved for
+/// another process's waiter). Used on servers before 7.0 (no `SET NX GET`)
+/// and after a plain `SET NX GET` found our own token (a re-sent acquire:
+/// the TTL is refreshed from now) or our process's reservation.
 const ACQUIRE: &str = r"
 local cur = redis.call('GET', KEYS[1])
-if not cur then
+if not cur or (ARGV[3] and string.sub(cur, 1, #ARGV[3]) == ARGV[3]) then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return {1}
 end
@@ -120,7 +124,8 @@ end
 return {0, redis.call('PTTL', KEYS[1])}
 ";
 
-/// KEYS[1] lock, KEYS[2] fence (same slot, no TTL); ARGV as [`ACQUIRE`].
+/// KEYS[1] lock, KEYS[2] fence (same slot, no TTL); ARGV as [`ACQUIRE`]
+/// (a key reserved for this process's waiters is taken as a free one).
 /// Both keys are read before anything is written. `{1, fence}` acquired
 /// (the fence: [`GRANT_FENCE`]'s rule, increasing per grant even if the
 /// fence key was lost); `{1, last}` already ours (the TTL refreshed);
@@ -133,7 +138,9 @@ if cur == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, last}
 end
-if cur then return {0, redis.call('PTTL', KEYS[1])} end
+if cur and not (ARGV[3] and string.sub(cur, 1, #ARGV[3]) == ARGV[3]) then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 local fence_key = KEYS[2]
 ",
@@ -172,18 +179,26 @@ return 2
 /// KEYS[1] lock, KEYS[2] its waiter marker, KEYS[3] its wake set (waiter
 /// id → deadline, [`wake_lua::MARK_WAITING`]), KEYS[4] its fair queue (waiter →
 /// ticket), KEYS[5] the fair queue's deadlines (waiter → deadline, server
-/// ms); ARGV[1] token. As [`RELEASE`], and wakes one waiter when the marker
-/// says some wait: the live one of the wake set whose wait ends last (the
-/// one that would sleep longest; taken out of it)
-/// and the head of the fair queue (which stays in it until granted), by
-/// publishing its id on its process's channel (`verrou:wake:` and the id's
-/// first 32 characters, see `notify`; a refused `PUBLISH`, e.g. an ACL without channel
-/// rights, only costs the waiter its timer). The key and the marker go in
-/// one `DEL` (2 deleted: someone waits; the marker is set again while
-/// waiters remain), so an uncontended release costs what [`RELEASE`]
-/// costs, and a contended one wakes one waiter per process instead of
-/// every waiter. The shared functions are defined only once someone waits:
-/// defining them costs every run of the script, the uncontended ones too.
+/// ms), KEYS[6] the wake set's registration times (waiter id → server ms);
+/// ARGV[1] token, ARGV[2] the starvation bound, ms ([`wake_lua::STARVING_MS`]),
+/// ARGV[3] how long a reservation lives, ms ([`wake_lua::RESERVATION_MS`]),
+/// ARGV[4] the releaser's own last registration (it waited for the key; a
+/// grant by its timer leaves it in the wake set) or `''`, taken out first.
+/// As [`RELEASE`], and when the marker says some wait, hands
+/// the key off (`hand_off` in [`wake_lua::FUNCTIONS`]): the live barging
+/// waiter that started waiting first, once it has waited the bound, gets the key reserved for it
+/// ([`wake_lua::RESERVED_PREFIX`] and its id, for
+/// ARGV[3] ms; taken out of the wake set) and is woken;
+/// a waiter that has not waited that long is not woken (the releaser may
+/// barge back); without a reservation the head of the fair queue (which
+/// stays in it until granted) is woken. A wake publishes the id on its
+/// process's channel (`verrou:wake:` and the id's first 32 characters, see
+/// `notify`; a refused `PUBLISH`, e.g. an ACL without channel rights, only
+/// costs the waiter its timer). The key and the marker go in one `DEL` (2
+/// deleted: someone waits; the marker is set again while waiters remain),
+/// so an uncontended release costs what [`RELEASE`] costs. The shared
+/// functions are defined only once someone waits: defining them costs
+/// every run of the script, the uncontended ones too.
 const RELEASE_NOTIFY: &str = concatcp!(
     r"
 local cur = redis.call('GET', KEYS[1])
@@ -193,7 +208,7 @@ if redis.call('DEL', KEYS[1], KEYS[2]) == 2 then
 ",
     wake_lua::FUNCTIONS,
     r"
-  wake_after_release(KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+  hand_off(KEYS[1], KEYS[2], KEYS[3], KEYS[6], KEYS[4], KEYS[5], ARGV[2], ARGV[3], ARGV[4])
 end
 return 1
 "
@@ -354,6 +369,9 @@ mod tests {
                 .contains("if redis.call('DEL', key, marker) == 2 then wake_after_release(marker, wakes, q, e)")
         );
         assert!(RELEASE_NOTIFY.contains("if redis.call('DEL', KEYS[1], KEYS[2]) == 2 then"));
-        assert!(RELEASE_NOTIFY.contains("wake_after_release(KEYS[2], KEYS[3], KEYS[4], KEYS[5])"));
+        assert!(
+            RELEASE_NOTIFY
+                .contains("hand_off(KEYS[1], KEYS[2], KEYS[3], KEYS[6], KEYS[4], KEYS[5], ARGV[2], ARGV[3], ARGV[4])")
+        );
     }
 }

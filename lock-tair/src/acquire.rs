@@ -17,13 +17,20 @@ use crate::{TairBackend, keys};
 
 /// Fenced acquire: refuse a held key (answering its PTTL as a retry hint),
 /// else set the lock and hand out the next fence ([`GRANT_FENCE`], the
-/// rule of every Redis-family grant). Every read (and the only command
+/// rule of every Redis-family grant). `ARGV[3]` (with release
+/// notifications): the reservation prefix of this backend's process
+/// ([`lock_redis_family::wake::reservation_of`]); a key reserved for one of
+/// its waiters is taken as a free one. Every read (and the only commands
 /// that can fail, `GET` on a counter of the wrong type) comes before the
 /// first write.
 pub(crate) const FENCED_ACQUIRE: &str = concatcp!(
     r"
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  return {0, redis.call('PTTL', KEYS[1])}
+  local ours = false
+  if ARGV[3] and redis.call('TYPE', KEYS[1]).ok == 'string' then
+    ours = string.sub(redis.call('GET', KEYS[1]), 1, #ARGV[3]) == ARGV[3]
+  end
+  if not ours then return {0, redis.call('PTTL', KEYS[1])} end
 end
 local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -59,13 +66,16 @@ impl TairBackend {
                  its slot; give the key a hash tag such as {{name}}"
             )));
         }
-        let tail: Vec<Value> = vec![
+        let mut tail: Vec<Value> = vec![
             2i64.into(),
             key.into(),
             fence_key.as_str().into(),
             token.into(),
             px.into(),
         ];
+        if let Some(wake) = &self.inner.wake {
+            tail.push(wake.reservation_arg());
+        }
         let mut args: Vec<Value> = vec![self.inner.script_sha.as_str().into()];
         args.extend(tail.iter().cloned());
         let slot = ClusterHash::Custom(redis_keyslot(key.as_bytes()));

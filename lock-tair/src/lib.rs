@@ -34,9 +34,17 @@
 //! and leaves a marker (`verrou:tair:waiting:<key>`), both only while the
 //! lock key exists (one script). The release is the native `CAD` with an
 //! `EXISTS` of the marker pipelined behind it (one round trip, no Lua); only
-//! when the marker was there does a second script take the waiter whose wait
-//! ends last out of the wake set and `PUBLISH` its id, so one waiter wakes
-//! per release, not the herd. A waiter that registers after the `CAD` finds
+//! when the marker was there does a second script hand the key off: if the
+//! waiter whose acquire started waiting first has waited
+//! `lock_redis_family::wake::STARVING_MS`, the key (if still free) is set to a
+//! short reservation naming it (`verrou:reserved:<waiter id>`, which no
+//! token matches and only its process's acquire takes) and its id is
+//! `PUBLISH`ed, so one waiter wakes per release, not the herd; a waiter
+//! that has not waited that long is not woken, and the releaser may take
+//! the key right back (starvation-bounded barging: a hot key mostly stays
+//! with its holder). A woken waiter claims the reservation with one script;
+//! a waiter not woken looks once after `RECHECK_MS` whether the key is
+//! free. A waiter that registers after the `CAD` finds
 //! the key gone (or held by a newer holder, whose release sees the marker)
 //! and does not sleep on this release, so no wake-up is lost. A lost
 //! message costs the waiter its timer, never correctness. An ACL user
@@ -377,7 +385,26 @@ impl LockBackend for TairBackend {
         // Until the server answers, a clean-up release must follow this
         // write on its connection: see the `unsettled` module.
         let pending = Pending::new(&self.inner.unsettled, *token, writer.client, self.unsettled_for(ttl));
+        // After a wake-up the key is most likely reserved for us.
+        let claiming = self
+            .inner
+            .wake
+            .as_ref()
+            .filter(|w| w.usable() && w.waits.take_woken(key));
         let fence = match &self.inner.fence_prefix {
+            None if let Some(wake) = claiming => {
+                let taken = self.claim(wake, writer.client, key, token, px).await;
+                pending.settle();
+                match taken {
+                    Ok(true) => None,
+                    Ok(false) => {
+                        return Ok(AcquireOutcome::Held {
+                            retry_after: self.retry_after(key).await,
+                        });
+                    }
+                    Err(e) => return Err(map_error("EVAL (claim)", key, Access::Script, e)),
+                }
+            }
             None => {
                 let args: Vec<Value> = vec![
                     key.into(),
@@ -413,6 +440,9 @@ impl LockBackend for TairBackend {
                 }
             }
         };
+        if let Some(wake) = &self.inner.wake {
+            wake.waits.acquired(key);
+        }
         let replication = self.confirm_acquire(&mut writer, key, token).await?;
         Ok(AcquireOutcome::Acquired(
             Lease::new().with_fencing_token(fence).with_replication(replication),
@@ -498,7 +528,8 @@ impl LockBackend for TairBackend {
     }
 
     /// With release notifications (a single server), subscribed and in the
-    /// key's wake set: the release wakes one waiter. Else the timer.
+    /// key's wake set: a release reserves the key for it and wakes it once
+    /// it has waited the starvation bound. Else the timer.
     async fn wait_for_release(&self, key: &str, max_wait: Duration) {
         match &self.inner.wake {
             Some(wake) => self.wait_woken(wake, key, max_wait).await,

@@ -33,27 +33,49 @@ const WAKE_PREFIX: &str = "verrou:tair:wake:";
 const QUEUE_PREFIX: &str = "verrou:tair:queue:";
 /// Prefix of the fair queues' deadlines (waiter → server ms).
 const QUEUED_PREFIX: &str = "verrou:tair:queued:";
+/// Prefix of the wake sets' start times (waiter → when its acquire started
+/// waiting, server ms).
+const SINCE_PREFIX: &str = "verrou:tair:wake-since:";
 
 /// KEYS[1] a lock's waiter marker, KEYS[2] its wake set, KEYS[3] its fair
-/// queue, KEYS[4] the queue's deadlines (see `fair`). Sent only after a `CAD`
-/// that released the lock and, pipelined behind it, an `EXISTS` that found
-/// the marker: deletes the marker and, when it was still there, takes out
-/// the live waiter whose wait ends last (it would sleep longest) and
-/// publishes its id on its process's channel (`verrou:wake:` and the id's
-/// first 32 characters; a refused `PUBLISH`, e.g. an ACL without channel
-/// rights, only costs the waiter its timer, so it is a `pcall`), wakes the
-/// head of the fair queue (which stays in it until granted) the same way,
-/// then sets the marker again while waiters remain. So an uncontended
-/// release is `CAD` and `EXISTS` in one round trip, and no Lua.
+/// queue, KEYS[4] the queue's deadlines (see `fair`), KEYS[5] the lock,
+/// KEYS[6] the wake set's start times; ARGV[1] the starvation bound, ms
+/// ([`wake_lua::STARVING_MS`]), ARGV[2] how long a reservation lives, ms
+/// ([`wake_lua::RESERVATION_MS`]), ARGV[3] the releaser's own last
+/// registration (it waited for the key) or `''`, taken out first. Sent only after a `CAD` that released the
+/// lock and, pipelined behind it, an `EXISTS` that found the marker:
+/// deletes the marker and, when it was still there, hands the key off
+/// (`hand_off` in [`wake_lua::FUNCTIONS`]): the live barging waiter that
+/// started waiting first, once it has waited the bound, gets the key
+/// reserved for it if the key is still free (`SET NX`, for ARGV[2] ms)
+/// and is woken by publishing its id on its
+/// process's channel (`verrou:wake:` and the id's first 32 characters; a
+/// refused `PUBLISH`, e.g. an ACL without channel rights, only costs the
+/// waiter its timer, so it is a `pcall`); a waiter that has not waited
+/// that long is not woken; without a reservation the head of the fair
+/// queue (which stays in it until granted) is woken the same way; then the
+/// marker is set again while waiters remain. So an uncontended release is
+/// `CAD` and `EXISTS` in one round trip, and no Lua.
 const WAKE_AFTER_RELEASE: &str = concatcp!(
     wake_lua::FUNCTIONS,
     "
 if redis.call('DEL', KEYS[1]) == 1 then
-  wake_after_release(KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+  hand_off(KEYS[5], KEYS[1], KEYS[2], KEYS[6], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3])
 end
 return 1
 "
 );
+
+/// KEYS[1] lock; ARGV[1] token, ARGV[2] ttl ms, ARGV[3] the reservation
+/// prefix of this backend's process ([`wake_lua::reservation_of`]). The
+/// acquire of a waiter that a release woke: takes the key when it is free
+/// or reserved for this process's waiters (1), else 0 (held).
+const CLAIM: &str = "
+local cur = redis.call('GET', KEYS[1])
+if cur and string.sub(cur, 1, #ARGV[3]) ~= ARGV[3] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+";
 
 /// Release notifications of one backend: its pub/sub connection and the
 /// scripts.
@@ -61,6 +83,11 @@ pub(crate) struct Notifications {
     pub(crate) notifier: Arc<Notifier>,
     wake_after_release: Script,
     mark_waiting: Script,
+    claim: Script,
+    /// How long this backend's waiters have waited per key.
+    pub(crate) waits: wake_lua::Waits,
+    /// The value prefix of keys reserved for this process's waiters.
+    reservation: Vec<u8>,
     /// Set when the server refused the scripts (an ACL without `EVALSHA`, a
     /// renamed command): releases stop reading the marker, waiters use their
     /// timers.
@@ -70,9 +97,12 @@ pub(crate) struct Notifications {
 impl Notifications {
     pub(crate) fn new(notifier: Arc<Notifier>) -> Self {
         Notifications {
+            reservation: wake_lua::reservation_of(notifier.process()),
             notifier,
             wake_after_release: Script::new(WAKE_AFTER_RELEASE),
             mark_waiting: Script::new(wake_lua::MARK_WAITING),
+            claim: Script::new(CLAIM),
+            waits: wake_lua::Waits::default(),
             refused: AtomicBool::new(false),
         }
     }
@@ -97,6 +127,11 @@ impl Notifications {
         }
         refused
     }
+
+    /// The reservation prefix as a script argument.
+    pub(crate) fn reservation_arg(&self) -> Value {
+        Value::from(String::from_utf8_lossy(&self.reservation).into_owned())
+    }
 }
 
 /// `key`'s waiter marker, wake set, fair queue and the queue's deadlines.
@@ -107,6 +142,11 @@ pub(crate) fn helper_keys(key: &str) -> [String; 4] {
         format!("{QUEUE_PREFIX}{key}"),
         format!("{QUEUED_PREFIX}{key}"),
     ]
+}
+
+/// `key`'s wake set's start times.
+fn since_key(key: &str) -> String {
+    format!("{SINCE_PREFIX}{key}")
 }
 
 impl TairBackend {
@@ -143,14 +183,20 @@ impl TairBackend {
         let mut replies = pipeline.try_all::<Value>().await.into_iter();
         let outcome = release_outcome(key, replies.next())?;
         let marked = matches!(replies.next(), Some(Ok(ref v)) if v.as_i64() == Some(1));
+        let stale = wake.waits.take_stale(key);
         if outcome == ReleaseOutcome::Released && marked {
-            let keys = [&marker[..], &set, &queue, &deadlines];
+            let since = since_key(key);
+            let keys = [&marker[..], &set, &queue, &deadlines, key, &since];
             let woke = self
                 .run_script_on(
                     self.inner.commands.next(),
                     &wake.wake_after_release,
                     &keys,
-                    Vec::new(),
+                    vec![
+                        Value::from(wake_lua::STARVING_MS.to_string()),
+                        Value::from(wake_lua::RESERVATION_MS.to_string()),
+                        stale.map_or_else(|| Value::from(""), |id| Value::from(&id[..])),
+                    ],
                     false,
                 )
                 .await;
@@ -163,32 +209,96 @@ impl TairBackend {
     }
 
     /// Waits until `key` may be free, or `max_wait` passes: subscribed, the
-    /// waiter joins the key's wake set and a release wakes it.
+    /// waiter joins the key's wake set (with how long its acquire has
+    /// waited) and a release that reserves the key for it wakes it (once it
+    /// has waited `STARVING_MS`); after `RECHECK_MS` without a wake-up it
+    /// looks once whether the key is free (a release that found nobody
+    /// starving woke nobody).
     pub(crate) async fn wait_woken(&self, wake: &Notifications, key: &str, max_wait: Duration) {
         if !wake.usable() {
             tokio::time::sleep(max_wait).await;
             return;
         }
         let id = wake.notifier.waiter_id();
+        let waited = wake.waits.start(key, id);
+        let started = tokio::time::Instant::now();
+        let first = max_wait.min(Duration::from_millis(wake_lua::RECHECK_MS));
         wake.notifier
-            .wait(id, max_wait, Some(self.mark_waiting(wake, key, &id, max_wait)))
+            .wait(id, first, Some(self.mark_waiting(wake, key, &id, max_wait, waited)))
             .await;
+        if started.elapsed() < first {
+            wake.waits.end(key, true);
+            return;
+        }
+        if first < max_wait {
+            if self.free_or_ours(wake, key).await {
+                wake.waits.end(key, true);
+                return;
+            }
+            let none: Option<std::future::Ready<bool>> = None;
+            wake.notifier
+                .wait(id, max_wait.saturating_sub(started.elapsed()), none)
+                .await;
+            wake.waits.end(key, started.elapsed() < max_wait);
+            return;
+        }
+        wake.waits.end(key, false);
+    }
+
+    /// Whether `key` is free or reserved for this process's waiters. A
+    /// failure says no: the waiter keeps waiting.
+    async fn free_or_ours(&self, wake: &Notifications, key: &str) -> bool {
+        let get = fred::types::CustomCommand::new_static("GET", fred::types::ClusterHash::FirstKey, false);
+        match conn::send(self.inner.commands.next(), &get, vec![key.into()]).await {
+            Ok(Value::Null) => true,
+            Ok(Value::String(v)) => v.as_bytes().starts_with(&wake.reservation),
+            Ok(Value::Bytes(v)) => v.starts_with(&wake.reservation),
+            _ => false,
+        }
+    }
+
+    /// The acquire of a waiter that a release woke: takes `key` if it is
+    /// free or reserved for this process's waiters. `Some(true)` taken,
+    /// `Some(false)` held, `None` the script failed (the caller falls back
+    /// to `SET NX`).
+    pub(crate) async fn claim(
+        &self,
+        wake: &Notifications,
+        client: &OptionsClient,
+        key: &str,
+        token: &LockToken,
+        px: i64,
+    ) -> std::result::Result<bool, fred::error::Error> {
+        let args = vec![token_arg(token), px.into(), wake.reservation_arg()];
+        let reply = self.run_script_on(client, &wake.claim, &[key], args, false).await?;
+        Ok(reply.as_i64() == Some(1))
     }
 
     /// Puts waiter `id` in `key`'s wake set for `max_wait` (and leaves the
-    /// marker) so that a release wakes it; false when the lock is already
-    /// free (no point waiting). A failure only costs the waiter its timer.
-    async fn mark_waiting(&self, wake: &Notifications, key: &str, id: &WaiterId, max_wait: Duration) -> bool {
+    /// marker) so that a release wakes it, with how long its acquire has
+    /// `waited` before, ms; false when the lock is already free or reserved
+    /// for this process (no point waiting). A failure only costs the waiter
+    /// its timer.
+    async fn mark_waiting(
+        &self,
+        wake: &Notifications,
+        key: &str,
+        id: &WaiterId,
+        max_wait: Duration,
+        waited: u64,
+    ) -> bool {
         let [marker, set, _, _] = helper_keys(key);
+        let since = since_key(key);
         let wait_ms = ttl_millis(max_wait);
         let args: Vec<Value> = vec![
             wait_ms.saturating_add(wake_lua::WAITING_MARGIN_MS).to_string().into(),
             Value::from(&id[..]),
             wait_ms.to_string().into(),
+            waited.to_string().into(),
         ];
         let client = self.inner.commands.next();
         match self
-            .run_script_on(client, &wake.mark_waiting, &[key, &marker, &set], args, false)
+            .run_script_on(client, &wake.mark_waiting, &[key, &marker, &set, &since], args, false)
             .await
         {
             Ok(reply) => reply.as_i64() != Some(0),

@@ -109,6 +109,9 @@ async fn uncontended_pair_is_set_nx_and_a_release_script_without_publish() {
         assert!(Instant::now() < subscribed, "the waiter never subscribed");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    // A release wakes only a waiter that has waited the starvation bound
+    // (a precondition, not a timing assertion).
+    tokio::time::sleep(Duration::from_millis(3 * lock_redis_family::wake::STARVING_MS)).await;
     assert_eq!(backend.release("hot", &holder).await.unwrap(), ReleaseOutcome::Released);
     let waited = tokio::time::timeout(Duration::from_secs(4), waiter)
         .await
@@ -202,6 +205,9 @@ async fn a_release_wakes_one_waiter_not_the_herd() {
         assert!(Instant::now() < registered, "the waiters never registered");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    // A release wakes only a waiter that has waited the starvation bound:
+    // let them all get there (a precondition, not a timing assertion).
+    tokio::time::sleep(Duration::from_millis(3 * lock_redis_family::wake::STARVING_MS)).await;
     assert!(server.cmd(&["CONFIG", "RESETSTAT"]).await.unwrap().is_ok());
     let released = Instant::now();
     assert_eq!(holder.release("herd", &mine).await.unwrap(), ReleaseOutcome::Released);
@@ -212,14 +218,16 @@ async fn a_release_wakes_one_waiter_not_the_herd() {
         released.elapsed() < Duration::from_secs(8),
         "the hand-offs came from releases, not the 8 s timers"
     );
-    // Three acquires, plus the marker set again by the two releases that
-    // left waiters behind (it goes with the key in one DEL). A herd would
-    // add every woken waiter's failed SET NX: 3 + 2 + 1 tries.
+    // Three acquires (each claiming the reservation a release left for
+    // it), three reservations, and the marker set again by the two releases
+    // that left waiters behind (it goes with the key in one DEL). A herd
+    // would add every woken waiter's failed try.
     assert_eq!(
         calls(&server, "set").await,
-        3 + 2,
+        3 + 3 + 2,
         "one acquire per waiter: nobody woke in vain"
     );
+    assert_eq!(calls(&server, "publish").await, 3, "one wake-up per release");
 }
 
 /// A multi-key lock holds the mutex's own keys, so its release must wake a

@@ -112,8 +112,9 @@ async fn a_release_the_waiter_never_hears_of_costs_latency_not_correctness() {
         let channels = server.cmd(&["PUBSUB", "CHANNELS"]).await.unwrap();
         let subscribed = channels.as_array().is_some_and(|c| !c.is_empty());
         let keys = server.cmd(&["DBSIZE"]).await.unwrap().as_int();
-        // The lock, the waiter's marker and the wake set it joined.
-        if subscribed && keys == Some(3) {
+        // The lock, the waiter's marker, the wake set it joined and the
+        // set of when its acquire started waiting.
+        if subscribed && keys == Some(4) {
             break;
         }
         assert!(Instant::now() < give_up, "the waiter never subscribed");
