@@ -222,12 +222,16 @@ async fn a_release_wakes_one_waiter_not_the_herd() {
     // it), three reservations, and the marker set again by the two releases
     // that left waiters behind (it goes with the key in one DEL). A herd
     // would add every woken waiter's failed try.
-    assert_eq!(
-        calls(&server, "set").await,
-        3 + 3 + 2,
-        "one acquire per waiter: nobody woke in vain"
+    // At most: a waiter whose own look after RECHECK_MS (or whose timer)
+    // finds the key free takes it with no reservation, no wake-up and no
+    // marker set again, so fewer is fine; a herd would be more.
+    let sets = calls(&server, "set").await;
+    assert!(
+        sets <= 3 + 3 + 2,
+        "one acquire per waiter: nobody woke in vain ({sets} SETs)"
     );
-    assert_eq!(calls(&server, "publish").await, 3, "one wake-up per release");
+    let publishes = calls(&server, "publish").await;
+    assert!(publishes <= 3, "at most one wake-up per release ({publishes})");
 }
 
 /// A multi-key lock holds the mutex's own keys, so its release must wake a
