@@ -44,6 +44,48 @@ pub const RESERVATION_MS: u64 = 25;
 /// wait.
 pub const RECHECK_MS: u64 = STARVING_MS;
 
+/// Wraps a waiter's registration (`mark`, true when it registered): a
+/// registration that succeeded sends when its reply came on `answered`.
+/// See [`wait_or_recheck`].
+pub async fn noting_reply(mark: impl Future<Output = bool>, answered: tokio::sync::oneshot::Sender<Instant>) -> bool {
+    let registered = mark.await;
+    if registered {
+        let _ = answered.send(Instant::now());
+    }
+    registered
+}
+
+/// A barging waiter's wait: `wait` (up to `max_wait` on the board, woken by
+/// a release that reserved the key for it) and, once its registration was
+/// answered ([`noting_reply`]) and [`RECHECK_MS`] more have passed, one look
+/// whether the key is free (`free`), which ends the wait when it is. Timed
+/// from the reply, the look comes after the server counts the waiter as
+/// starving (its registration time, less its earlier waits, is before the
+/// reply): a release before the look that found it not yet starving freed
+/// the key, which the look sees; a release after the look wakes it. True
+/// when the wait ended early (woken, or the key free).
+pub async fn wait_or_recheck(
+    max_wait: Duration,
+    wait: impl Future<Output = ()>,
+    answered: tokio::sync::oneshot::Receiver<Instant>,
+    free: impl Future<Output = bool>,
+) -> bool {
+    let started = Instant::now();
+    let recheck = async {
+        if let Ok(at) = answered.await {
+            tokio::time::sleep_until(at + Duration::from_millis(RECHECK_MS)).await;
+            if free.await {
+                return;
+            }
+        }
+        std::future::pending::<()>().await;
+    };
+    tokio::select! {
+        () = wait => started.elapsed() < max_wait,
+        () = recheck => true,
+    }
+}
+
 /// A reserved lock key's value starts with this, then the waiter's id (its
 /// process id, then its own: 64 hex digits). Tokens are hex digits only,
 /// so a reservation never matches a holder's token: a stale holder's

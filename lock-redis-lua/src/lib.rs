@@ -521,26 +521,12 @@ impl LockBackend for RedisLuaBackend {
             (Some(n), Ok(own)) => {
                 let id = notify::waiter_id(n.process(), &own.hex_bytes());
                 let waited = i.waits.start(key, id);
-                let started = tokio::time::Instant::now();
-                let first = max_wait.min(Duration::from_millis(lock_redis_family::wake::RECHECK_MS));
-                n.wait(id, first, Some(i.mark_waiting(key, &id, max_wait, waited)))
-                    .await;
-                if started.elapsed() < first {
-                    i.waits.end(key, true);
-                    return;
-                }
-                if first < max_wait {
-                    if i.free_or_ours(key).await {
-                        i.waits.end(key, true);
-                        return;
-                    }
-                    let none: Option<std::future::Ready<bool>> = None;
-                    let rest = max_wait.saturating_sub(started.elapsed());
-                    n.wait(id, rest, none).await;
-                    i.waits.end(key, started.elapsed() < max_wait);
-                    return;
-                }
-                i.waits.end(key, false);
+                let (answered, replied) = tokio::sync::oneshot::channel();
+                let mark = lock_redis_family::wake::noting_reply(i.mark_waiting(key, &id, max_wait, waited), answered);
+                let wait = n.wait(id, max_wait, Some(mark));
+                let woken =
+                    lock_redis_family::wake::wait_or_recheck(max_wait, wait, replied, i.free_or_ours(key)).await;
+                i.waits.end(key, woken);
             }
             _ => tokio::time::sleep(max_wait).await,
         }

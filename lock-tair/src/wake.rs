@@ -221,28 +221,11 @@ impl TairBackend {
         }
         let id = wake.notifier.waiter_id();
         let waited = wake.waits.start(key, id);
-        let started = tokio::time::Instant::now();
-        let first = max_wait.min(Duration::from_millis(wake_lua::RECHECK_MS));
-        wake.notifier
-            .wait(id, first, Some(self.mark_waiting(wake, key, &id, max_wait, waited)))
-            .await;
-        if started.elapsed() < first {
-            wake.waits.end(key, true);
-            return;
-        }
-        if first < max_wait {
-            if self.free_or_ours(wake, key).await {
-                wake.waits.end(key, true);
-                return;
-            }
-            let none: Option<std::future::Ready<bool>> = None;
-            wake.notifier
-                .wait(id, max_wait.saturating_sub(started.elapsed()), none)
-                .await;
-            wake.waits.end(key, started.elapsed() < max_wait);
-            return;
-        }
-        wake.waits.end(key, false);
+        let (answered, replied) = tokio::sync::oneshot::channel();
+        let mark = wake_lua::noting_reply(self.mark_waiting(wake, key, &id, max_wait, waited), answered);
+        let wait = wake.notifier.wait(id, max_wait, Some(mark));
+        let woken = wake_lua::wait_or_recheck(max_wait, wait, replied, self.free_or_ours(wake, key)).await;
+        wake.waits.end(key, woken);
     }
 
     /// Whether `key` is free or reserved for this process's waiters. A
