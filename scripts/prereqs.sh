@@ -144,13 +144,25 @@ ensure_postgres_user() {
   fi
 }
 
-# Prints "protobuf-compiler <why>" unless protoc runs: etcd-client's build
-# script (lock-etcd) calls `$PROTOC` or `protoc`. Detected by running it (a
-# file named protoc that does not run does not count).
+# Prints what etcd-client's build script (lock-etcd) needs from protoc: it
+# calls `$PROTOC` or `protoc` on etcd's .proto files, which import Google's
+# well-known types (descriptor.proto, struct.proto). Debian ships those in
+# libprotobuf-dev, not with protobuf-compiler, so a protoc that runs can still
+# fail the build. Detected by what the build does: protoc compiling a file
+# that imports both (a file named protoc that does not run does not count).
 protoc_plan() {
-  if ! "${PROTOC:-protoc}" --version >/dev/null 2>&1; then
+  local protoc=${PROTOC:-protoc} dir
+  if ! "$protoc" --version >/dev/null 2>&1; then
     printf 'protobuf-compiler protoc, which etcd-client (lock-etcd) runs at build time\n'
+    printf 'libprotobuf-dev the well-known .proto files etcd-client'"'"'s protos import\n'
+    return 0
   fi
+  dir=$(mktemp -d)
+  printf 'syntax = "proto3";\nimport "google/protobuf/descriptor.proto";\nimport "google/protobuf/struct.proto";\n' > "$dir/verrou_probe.proto"
+  if ! "$protoc" -I "$dir" --descriptor_set_out=/dev/null "$dir/verrou_probe.proto" >/dev/null 2>&1; then
+    printf 'libprotobuf-dev the well-known .proto files etcd-client'"'"'s protos import (google/protobuf/descriptor.proto)\n'
+  fi
+  rm -rf "$dir"
 }
 
 # openssl-sys (sqlx's native-tls, which the bench's distributed-lock-postgres

@@ -115,7 +115,7 @@ sudo apt-get install -y -qq --no-install-recommends pkg-a pkg-b (DEBIAN_FRONTEND
 expect_apt "apt-get directly as root" 0 "apt-get update -qq (DEBIAN_FRONTEND=noninteractive)
 apt-get install -y -qq --no-install-recommends pkg-a pkg-b (DEBIAN_FRONTEND=noninteractive)"
 
-# protoc: detected by running it, through PATH or $PROTOC.
+# protoc: detected by running it on a file importing the well-known types, through PATH or $PROTOC.
 expect_protoc() { # name, protoc script body (empty: none), expected plan
   local name=$1 body=$2 want=$3 dir="$tmp/protoc-$RANDOM" got
   mkdir -p "$dir"
@@ -128,9 +128,11 @@ expect_protoc() { # name, protoc script body (empty: none), expected plan
     failures=$((failures + 1))
   fi
 }
-expect_protoc "protoc runs" 'echo "libprotoc 3.21.12"' ""
-expect_protoc "no protoc" "" "protobuf-compiler"
-expect_protoc "a protoc that does not run" 'exit 127' "protobuf-compiler"
+expect_protoc "protoc runs and finds the well-known types" 'echo "libprotoc 3.21.12"' ""
+expect_protoc "no protoc" "" "protobuf-compiler libprotobuf-dev"
+expect_protoc "a protoc that does not run" 'exit 127' "protobuf-compiler libprotobuf-dev"
+# The fresh Debian machine: protobuf-compiler installed, libprotobuf-dev not.
+expect_protoc "protoc without the well-known types (the fresh machine)" 'case "$*" in *--version*) echo "libprotoc 3.21.12" ;; *) echo "google/protobuf/descriptor.proto: File not found." >&2; exit 1 ;; esac' "libprotobuf-dev"
 
 # OpenSSL for openssl-sys: pkg-config must run and know openssl.
 expect_openssl() { # name, pkg-config script body (empty: none), expected plan
