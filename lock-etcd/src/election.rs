@@ -85,7 +85,11 @@ impl ElectionBackend for EtcdBackend {
         }
         match first_kv(&leased.resp) {
             // Leading already (a re-sent campaign): the term stays.
-            Some(kv) if kv.value().starts_with(&hex) => leased.grant(inner, Some(kv.create_revision()), sent_at),
+            Some(kv) if kv.value().starts_with(&hex) => {
+                leased
+                    .grant_found(inner, &kv, Some(kv.create_revision()), sent_at)
+                    .await
+            }
             _ => Ok(AcquireOutcome::Held { retry_after: None }),
         }
     }

@@ -248,32 +248,40 @@ impl Inner {
         if lease_gone {
             return Err(Error::backend(NAME, "the lease expired during the renewal"));
         }
-        // Taken (or last renewed) with another TTL: move it to this TTL's
-        // lease, still ours (same value, same create revision: same fence).
+        // Taken (or last renewed) with another TTL, or on a retired lease:
+        // move it to this TTL's lease, still ours (same fence).
+        Ok(if self.move_entry(&kv, session.lease, "renew").await? {
+            RenewOutcome::Renewed
+        } else if self.get_entry(&k).await?.0.is_some() {
+            RenewOutcome::HeldByOther
+        } else {
+            RenewOutcome::Missing
+        })
+    }
+
+    /// Moves `kv`, an entry its holder holds, to `lease`: the same value and
+    /// the same create revision (the same fence), in one transaction that
+    /// holds only while neither changed. `false` when the entry is gone or
+    /// was replaced meanwhile.
+    pub(crate) async fn move_entry(&self, kv: &KeyValue, lease: i64, what: &str) -> Result<bool> {
+        let k = kv.key().to_vec();
         let txn = Txn::new()
             .when([
                 Compare::value(k.clone(), CompareOp::Equal, kv.value().to_vec()),
                 Compare::create_revision(k.clone(), CompareOp::Equal, kv.create_revision()),
             ])
             .and_then([TxnOp::put(
-                k.clone(),
+                k,
                 kv.value().to_vec(),
-                Some(PutOptions::new().with_lease(session.lease)),
-            )])
-            .or_else([TxnOp::get(k, None)]);
+                Some(PutOptions::new().with_lease(lease)),
+            )]);
         let resp = self
             .client
             .kv_client()
             .txn(txn)
             .await
-            .map_err(|e| write_failed("renew", e))?;
-        if resp.succeeded() {
-            return Ok(RenewOutcome::Renewed);
-        }
-        Ok(match first_kv(&resp) {
-            None => RenewOutcome::Missing,
-            Some(_) => RenewOutcome::HeldByOther,
-        })
+            .map_err(|e| write_failed(what, e))?;
+        Ok(resp.succeeded())
     }
 
     /// Reads `keys` in transactions of at most [`MAX_TXN_OPS`] gets (one
@@ -339,6 +347,30 @@ impl Leased {
         Ok(AcquireOutcome::Acquired(
             Lease::new().with_fencing_token(fence).with_validity(Some(validity)),
         ))
+    }
+
+    /// The grant of an entry the holder holds already, found by this
+    /// transaction (a re-sent acquire). The grant's validity counts on this
+    /// transaction's lease, so an entry on another lease (taken with another
+    /// TTL, or on a lease retired after a write of unknown outcome, which
+    /// nothing keeps alive) moves to it first; not granted (`Held`) when the
+    /// entry ended or changed meanwhile.
+    pub(crate) async fn grant_found(
+        &self,
+        inner: &Inner,
+        kv: &KeyValue,
+        fence: Option<i64>,
+        sent_at: Instant,
+    ) -> Result<AcquireOutcome> {
+        if !self.gone
+            && kv.lease() != self.session.lease
+            && !inner
+                .move_entry(kv, self.session.lease, "moving a held entry to the live lease")
+                .await?
+        {
+            return Ok(AcquireOutcome::Held { retry_after: None });
+        }
+        self.grant(inner, fence, sent_at)
     }
 
     /// The revision the transaction ran at.

@@ -60,9 +60,13 @@ impl RwLockBackend for EtcdBackend {
                             .or_else([TxnOp::get(mine.clone(), None)])
                     })
                     .await?;
-                // Granted, or held already (a re-sent acquire).
-                if leased.resp.succeeded() || first_kv(&leased.resp).is_some() {
+                // Granted (the entry written on this lease), or held
+                // already (a re-sent acquire).
+                if leased.resp.succeeded() {
                     return leased.grant(inner, None, sent_at);
+                }
+                if let Some(kv) = first_kv(&leased.resp) {
+                    return leased.grant_found(inner, &kv, None, sent_at).await;
                 }
                 Ok(AcquireOutcome::Held { retry_after: None })
             }
@@ -110,7 +114,9 @@ impl RwLockBackend for EtcdBackend {
                 }
                 if let Some(kv) = first_kv(&leased.resp) {
                     // Held already (a re-sent acquire): its token stays.
-                    return leased.grant(inner, Some(kv.create_revision()), sent_at);
+                    return leased
+                        .grant_found(inner, &kv, Some(kv.create_revision()), sent_at)
+                        .await;
                 }
                 if waiting && intent_lease.is_none() {
                     // First refusal of a waiting writer: its intent, on a

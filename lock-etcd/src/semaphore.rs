@@ -220,7 +220,12 @@ impl SemaphoreBackend for EtcdBackend {
             };
             let view = View::read(&p, &kvs);
             match view.decide(&me, request) {
-                Decision::Holds(fence) => return leased.grant(inner, Some(fence), sent_at),
+                Decision::Holds(fence) => {
+                    return match kvs.iter().find(|kv| kv.key() == mine.as_slice()) {
+                        Some(kv) => leased.grant_found(inner, kv, Some(fence), sent_at).await,
+                        None => Err(no_header("semaphore acquire (the holder's entry is not in the range)")),
+                    };
+                }
                 Decision::SizeMismatch(stored) => return Err(size_mismatch(name, request.size, stored)),
                 Decision::Refuse(None) => {
                     if request.waiting && view.reservation.as_ref().is_some_and(|(o, _)| o.as_slice() == me) {
