@@ -50,8 +50,10 @@
 //! gave up) may still commit later, and a key on a shared lease lives as
 //! long as that lease, which every other lock on it keeps alive. So such a
 //! write retires the lease: the backend takes a new one, the locks it holds
-//! move to it at their next renewal, and whatever the write may have left
-//! ends within its TTL, as a lost lock does on the Redis backends.
+//! move to it at their next renewal (or at a retried acquire of a lock kind
+//! that finds its entry already there, before that acquire counts on the
+//! new lease), and whatever the write may have left ends within its TTL, as
+//! a lost lock does on the Redis backends.
 //!
 //! Keys live under a namespace (default `verrou/`): locks under
 //! `verrou/lock/<key>`, values under `verrou/value/<key>`, fair queues under
