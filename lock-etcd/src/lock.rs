@@ -212,7 +212,7 @@ impl Inner {
         };
         let mut out = Vec::with_capacity(entries.len());
         for entry in entries {
-            let (k, owner) = match entry {
+            let (_, owner) = match entry {
                 Ok(e) => e,
                 Err(e) => {
                     out.push(Err(e));
@@ -220,14 +220,13 @@ impl Inner {
                 }
             };
             let current = read.next().flatten();
-            out.push(self.renew_one(k, &owner, current, &session, gone).await);
+            out.push(self.renew_one(&owner, current, &session, gone).await);
         }
         out
     }
 
     async fn renew_one(
         &self,
-        k: Vec<u8>,
         owner: &[u8],
         current: Option<KeyValue>,
         session: &Arc<Session>,
@@ -250,20 +249,23 @@ impl Inner {
         }
         // Taken (or last renewed) with another TTL, or on a retired lease:
         // move it to this TTL's lease, still ours (same fence).
-        Ok(if self.move_entry(&kv, session.lease, "renew").await? {
-            RenewOutcome::Renewed
-        } else if self.get_entry(&k).await?.0.is_some() {
-            RenewOutcome::HeldByOther
-        } else {
-            RenewOutcome::Missing
+        Ok(match self.move_entry(&kv, session.lease, "renew").await? {
+            Ok(()) => RenewOutcome::Renewed,
+            Err(Some(_)) => RenewOutcome::HeldByOther,
+            Err(None) => RenewOutcome::Missing,
         })
     }
 
     /// Moves `kv`, an entry its holder holds, to `lease`: the same value and
     /// the same create revision (the same fence), in one transaction that
-    /// holds only while neither changed. `false` when the entry is gone or
-    /// was replaced meanwhile.
-    pub(crate) async fn move_entry(&self, kv: &KeyValue, lease: i64, what: &str) -> Result<bool> {
+    /// holds only while neither changed. `Ok(())` when moved, else what is
+    /// there now (read in the same transaction).
+    pub(crate) async fn move_entry(
+        &self,
+        kv: &KeyValue,
+        lease: i64,
+        what: &str,
+    ) -> Result<std::result::Result<(), Option<KeyValue>>> {
         let k = kv.key().to_vec();
         let txn = Txn::new()
             .when([
@@ -271,17 +273,18 @@ impl Inner {
                 Compare::create_revision(k.clone(), CompareOp::Equal, kv.create_revision()),
             ])
             .and_then([TxnOp::put(
-                k,
+                k.clone(),
                 kv.value().to_vec(),
                 Some(PutOptions::new().with_lease(lease)),
-            )]);
+            )])
+            .or_else([TxnOp::get(k, None)]);
         let resp = self
             .client
             .kv_client()
             .txn(txn)
             .await
             .map_err(|e| write_failed(what, e))?;
-        Ok(resp.succeeded())
+        Ok(if resp.succeeded() { Ok(()) } else { Err(first_kv(&resp)) })
     }
 
     /// Reads `keys` in transactions of at most [`MAX_TXN_OPS`] gets (one
@@ -364,9 +367,10 @@ impl Leased {
     ) -> Result<AcquireOutcome> {
         if !self.gone
             && kv.lease() != self.session.lease
-            && !inner
+            && inner
                 .move_entry(kv, self.session.lease, "moving a held entry to the live lease")
                 .await?
+                .is_err()
         {
             return Ok(AcquireOutcome::Held { retry_after: None });
         }

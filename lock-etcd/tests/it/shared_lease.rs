@@ -128,14 +128,7 @@ async fn revoke_lease_of(admin: &lock_etcd::EtcdBackend, key: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_acquire_after_its_caller_gave_up_ends_within_its_ttl() {
     let etcd = common::single().await;
-    let proxy = lock_testkit::server::TcpProxy::start(etcd.endpoint(0).parse().expect("an address"))
-        .await
-        .expect("proxy");
-    let backend = lock_etcd::EtcdBackend::builder([proxy.addr().to_string()])
-        .response_timeout(Duration::from_millis(300))
-        .build()
-        .await
-        .expect("connect through the proxy");
+    let (proxy, backend) = through_proxy(etcd).await;
     let admin = common::connect(etcd.endpoints()).await;
     let ttl = Duration::from_secs(3).max(backend.min_ttl());
     let manager = LockManager::with_options(backend.clone(), LockOptions::with_ttl(ttl)).expect("manager");
@@ -185,6 +178,22 @@ async fn a_late_acquire_after_its_caller_gave_up_ends_within_its_ttl() {
     assert_ne!(moved_to, lease, "the held lock moved to a new lease");
     assert!(!value.is_empty());
     held.release().await.expect("release");
+}
+
+/// A backend connected to `etcd`'s first member through a proxy that can
+/// blackhole it, with a short response timeout.
+async fn through_proxy(
+    etcd: &lock_testkit::server::EtcdCluster,
+) -> (lock_testkit::server::TcpProxy, lock_etcd::EtcdBackend) {
+    let proxy = lock_testkit::server::TcpProxy::start(etcd.endpoint(0).parse().expect("an address"))
+        .await
+        .expect("proxy");
+    let backend = lock_etcd::EtcdBackend::builder([proxy.addr().to_string()])
+        .response_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .expect("connect through the proxy");
+    (proxy, backend)
 }
 
 /// Which kind's acquire a re-sent-acquire case drives.
@@ -247,14 +256,7 @@ async fn a_resent_kind_acquire_moves_its_entry_off_a_retired_lease() {
     let etcd = common::single().await;
     let admin = common::connect(etcd.endpoints()).await;
     for kind in [Resent::Semaphore, Resent::Election, Resent::Read, Resent::Write] {
-        let proxy = lock_testkit::server::TcpProxy::start(etcd.endpoint(0).parse().expect("an address"))
-            .await
-            .expect("proxy");
-        let backend = lock_etcd::EtcdBackend::builder([proxy.addr().to_string()])
-            .response_timeout(Duration::from_millis(300))
-            .build()
-            .await
-            .expect("connect through the proxy");
+        let (proxy, backend) = through_proxy(etcd).await;
         let ttl = backend.min_ttl().max(Duration::from_secs(3));
         let token = LockToken::generate().unwrap();
         let first_sent = tokio::time::Instant::now();
