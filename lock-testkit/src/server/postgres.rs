@@ -253,10 +253,16 @@ impl PostgresServer {
     pub fn pause(&self) -> HarnessResult<()> {
         let mut st = self.lock();
         let pid = running_pid(&mut st).ok_or(HarnessError::NotRunning { port: self.port })?;
+        spawn::signal_process(pid, libc::SIGSTOP).map_err(|e| HarnessError::io(format!("SIGSTOP to pid {pid}"), e))?;
         let mut all = vec![pid];
-        all.extend(children_of(pid));
-        for p in &all {
-            spawn::signal_process(*p, libc::SIGSTOP).map_err(|e| HarnessError::io(format!("SIGSTOP to pid {p}"), e))?;
+        for p in children_of(pid) {
+            match spawn::signal_process(p, libc::SIGSTOP) {
+                Ok(()) => all.push(p),
+                // A backend whose connection ended after the listing: gone,
+                // nothing to stop (the soak's pause failed on one).
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                Err(e) => return Err(HarnessError::io(format!("SIGSTOP to pid {p}"), e)),
+            }
         }
         st.paused = all;
         Ok(())
