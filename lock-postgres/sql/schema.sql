@@ -113,9 +113,12 @@ BEGIN
         END IF;
     END IF;
     fence := NULL;
-    IF NOT EXISTS (SELECT 1 FROM "verrou".queue AS q WHERE q.key = k AND q.ticket < my_ticket) THEN
-        -- Next in line and the key held: 0 tells the caller to poll on its
-        -- backoff (nothing may wake it) rather than wait out the holder.
+    IF (SELECT count(*) FROM (SELECT 1 FROM "verrou".queue AS q
+            WHERE q.key = k AND q.ticket < my_ticket LIMIT 2) AS ahead) < 2 THEN
+        -- The head, or right behind it, and the key held: 0 tells the
+        -- caller to poll on its backoff (nothing may wake it) rather than
+        -- wait out the holder. Behind the head too: once the head takes
+        -- the key, nothing tells the next one that it heads the queue.
         retry_ms := 0;
     ELSE
         SELECT GREATEST(1, CEIL(EXTRACT(EPOCH FROM h.expires_at - clock_timestamp()) * 1000))::int8 INTO retry_ms

@@ -69,9 +69,10 @@
 //! `acquire_fair` function grants a free key only to the live head of its
 //! queue and drops dead entries, in one statement per attempt. Without
 //! notifications nothing wakes the head when the holder releases, so the
-//! head is told it is next and polls on the manager's backoff (restarted
-//! when it became the head); the waiters behind it poll only to keep their
-//! entries alive, once per third of the claim.
+//! head and the waiter right behind it (nothing tells it either when the
+//! head takes the key) are told they are next and poll on the manager's
+//! backoff; the waiters further back poll only to keep their entries
+//! alive, once per third of the claim.
 //!
 //! # Keys
 //!

@@ -1,9 +1,11 @@
 //! Fair mode without release notifications: nothing wakes the head of a
 //! key's queue when the holder releases, so the backend tells it that it is
-//! next (a zero `retry_after`) and the manager polls it on its backoff; the
-//! waiters behind it keep their entries at the claim's pace. Before this,
-//! the head was told the holder's remaining TTL and slept up to a third of
-//! its claim after each release (3 acquisitions/s on a hot key).
+//! next (a zero `retry_after`) and the manager polls it on its backoff. The
+//! waiter right behind it is told the same: when the head takes the key,
+//! nothing tells the next one that it now heads the queue (told the
+//! holder's remaining TTL, it slept up to a third of its claim after each
+//! hand-off: 5 acquisitions/s on a hot key). The waiters further back keep
+//! their entries at the claim's pace.
 #![allow(clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::time::Duration;
@@ -26,6 +28,7 @@ async fn the_head_of_the_queue_is_told_it_is_next() {
 
     let first = FairWaiter::new(LockToken::generate().expect("token"), claim);
     let second = FairWaiter::new(LockToken::generate().expect("token"), claim);
+    let third = FairWaiter::new(LockToken::generate().expect("token"), claim);
     let try_fair = |waiter: FairWaiter| {
         let backend = backend.clone();
         async move {
@@ -36,25 +39,21 @@ async fn the_head_of_the_queue_is_told_it_is_next() {
                 .expect("an answer")
         }
     };
-    let head = try_fair(first).await;
-    let behind = try_fair(second).await;
-    assert_eq!(
-        head,
-        AcquireOutcome::Held {
-            retry_after: Some(Duration::ZERO)
-        },
-        "the head"
-    );
-    match behind {
+    let next = AcquireOutcome::Held {
+        retry_after: Some(Duration::ZERO),
+    };
+    assert_eq!(try_fair(first).await, next, "the head");
+    assert_eq!(try_fair(second).await, next, "right behind the head");
+    match try_fair(third).await {
         AcquireOutcome::Held {
             retry_after: Some(left),
         } => {
             assert!(
                 left > Duration::ZERO && left <= ttl,
-                "behind the head: the holder's remaining TTL, {left:?}"
+                "further back: the holder's remaining TTL, {left:?}"
             );
         }
-        other => panic!("behind the head: {other:?}"),
+        other => panic!("further back: {other:?}"),
     }
     // Once the holder is gone, the head gets the key, the second waits on.
     backend.release("fair-head", &holder).await.expect("release");
