@@ -126,3 +126,42 @@ BEGIN
     END IF;
     RETURN NEXT;
 END $$;
+
+-- The payload of a release notification for key k: 'h', the hex id of the
+-- live head of k's fair queue (other than `leaving`, a waiter that is
+-- leaving it; NULL for none) and ':', then k; or 'k' and k when nobody heads
+-- the queue. Listeners wake one plain waiter of k and the named head only.
+-- PL/pgSQL keeps the query's plan for the session.
+CREATE OR REPLACE FUNCTION "verrou".wake_payload(k text, leaving bytea)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE head bytea;
+BEGIN
+    SELECT q.waiter INTO head FROM "verrou".queue AS q
+     WHERE q.key = k AND q.expires_at > clock_timestamp() AND q.waiter IS DISTINCT FROM leaving
+     ORDER BY q.ticket LIMIT 1;
+    IF FOUND THEN RETURN 'h' || encode(head, 'hex') || ':' || k; END IF;
+    RETURN 'k' || k;
+END $$;
+
+-- Release with notifications: delete k if tok holds it and, when that freed
+-- a live lease, notify `channel` (wake_payload). 0 released, 1 held by
+-- another, 2 missing (our own expired row is deleted too, but answers
+-- missing), as the plain release statement.
+CREATE OR REPLACE FUNCTION "verrou".release_notify(k text, tok bytea, channel text)
+RETURNS int LANGUAGE plpgsql AS $$
+DECLARE live boolean;
+BEGIN
+    DELETE FROM "verrou".locks AS l WHERE l.key = k AND l.owner = tok
+    RETURNING l.expires_at > clock_timestamp() INTO live;
+    IF FOUND THEN
+        IF live THEN
+            PERFORM pg_notify(channel, "verrou".wake_payload(k, NULL));
+            RETURN 0;
+        END IF;
+        RETURN 2;
+    END IF;
+    IF EXISTS (SELECT 1 FROM "verrou".locks AS l WHERE l.key = k AND l.expires_at > clock_timestamp()) THEN
+        RETURN 1;
+    END IF;
+    RETURN 2;
+END $$;

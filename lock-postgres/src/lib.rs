@@ -55,8 +55,9 @@
 //! [`PostgresBuilder::release_notifications`] a release also sends
 //! `pg_notify` (in the release statement), and each backend keeps one
 //! `LISTEN` connection: a release wakes one local waiter of the key
-//! instead of its timer (every local fair waiter in fair mode, where the
-//! queue's head must look). `LISTEN` is session state, so that connection
+//! instead of its timer, and in fair mode the queue's head, which the
+//! release names (a wake-up that comes while the head's attempt is in
+//! flight is kept for its next wait). `LISTEN` is session state, so that connection
 //! must be direct, never through PgBouncer's transaction mode: name it
 //! with [`PostgresBuilder::listen_url`] (URL parameter `listen_url`) when
 //! the pool goes through PgBouncer. Without notifications, waiters use
@@ -412,14 +413,27 @@ impl LockBackend for PostgresBackend {
             (&id, Type::BYTEA),
             (&claim, Type::INT8),
         ];
-        let rows = self.query(&self.inner.sql.acquire_fair, &params, true).await?;
-        match acquire_outcome(&rows)? {
+        let notifier = self.inner.notifier.as_ref();
+        if let Some(n) = notifier {
+            // Before the attempt: a release that names it the head while
+            // the attempt is in flight still wakes its next wait.
+            n.expect_fair(key, waiter);
+        }
+        let outcome = acquire_outcome(&self.query(&self.inner.sql.acquire_fair, &params, true).await?)?;
+        match (outcome, notifier) {
+            (AcquireOutcome::Acquired(lease), Some(n)) => {
+                n.forget_fair(key, waiter);
+                Ok(AcquireOutcome::Acquired(lease))
+            }
             // Next in line: with notifications the release wakes it, and
             // the claim's pace keeps its entry (no need to poll faster).
-            AcquireOutcome::Held {
-                retry_after: Some(Duration::ZERO),
-            } if self.inner.notifier.is_some() => Ok(AcquireOutcome::Held { retry_after: None }),
-            outcome => Ok(outcome),
+            (
+                AcquireOutcome::Held {
+                    retry_after: Some(Duration::ZERO),
+                },
+                Some(_),
+            ) => Ok(AcquireOutcome::Held { retry_after: None }),
+            (outcome, _) => Ok(outcome),
         }
     }
 
@@ -427,7 +441,8 @@ impl LockBackend for PostgresBackend {
         check_key(key)?;
         let id: &[u8] = waiter.id.as_bytes();
         let channel = self.inner.channel.as_str();
-        if self.inner.notifier.is_some() {
+        if let Some(n) = &self.inner.notifier {
+            n.forget_fair(key, waiter);
             let params: [Param<'_>; 3] = [(&key, Type::TEXT), (&id, Type::BYTEA), (&channel, Type::TEXT)];
             self.query(&self.inner.sql.leave_queue_notify, &params, true)
                 .await
@@ -440,16 +455,15 @@ impl LockBackend for PostgresBackend {
 
     async fn wait_for_release(&self, key: &str, max_wait: Duration) {
         match &self.inner.notifier {
-            Some(n) => n.wait(key, max_wait, false).await,
+            Some(n) => n.wait(key, max_wait).await,
             None => tokio::time::sleep(max_wait).await,
         }
     }
 
     async fn wait_fair(&self, key: &str, waiter: &FairWaiter, max_wait: Duration) {
-        let _ = waiter;
         match &self.inner.notifier {
-            // Every local fair waiter of the key looks: the head may be any.
-            Some(n) => n.wait(key, max_wait, true).await,
+            // Woken when a release names it the queue's head.
+            Some(n) => n.wait_fair(key, waiter, max_wait).await,
             None => tokio::time::sleep(max_wait).await,
         }
     }

@@ -1,13 +1,17 @@
 //! Release notifications: `LISTEN` on one dedicated connection, a local
 //! wake-up per key.
 //!
-//! A backend with notifications on sends `pg_notify(channel, key)` in the
-//! same statement as a release that freed a live lease (and when a fair
-//! waiter leaves its queue). Each listening process wakes **one** of its
-//! waiters of that key (`Notify::notify_one`); the others keep their
-//! timers. A lost notification (the listening connection down, or a
-//! release by a client with notifications off) costs the waiter its timer,
-//! never correctness.
+//! A backend with notifications on sends `pg_notify` in the same statement
+//! as a release that freed a live lease (and when a fair waiter leaves a
+//! free key's queue), naming the key and the head of its fair queue, if
+//! any (`wake_payload` in `sql/schema.sql`). Each listening process wakes
+//! **one** of its waiters of that key (`Notify::notify_one`), the others
+//! keep their timers, and the named fair waiter if it is one of its own:
+//! only the head polls. A fair waiter's wake-up is kept from its attempt
+//! on ([`Notifier::expect_fair`]), so a release between its attempt and
+//! its wait still wakes it. A lost notification (the listening connection
+//! down, or a release by a client with notifications off) costs the waiter
+//! its timer, never correctness.
 //!
 //! `LISTEN` is session state: the listening connection must be a direct
 //! one (or PgBouncer in *session* mode), never PgBouncer's transaction
@@ -19,18 +23,55 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
+use lock_core::raw::FairWaiter;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::Notify;
 use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::time::Instant;
 use tokio_postgres::AsyncMessage;
 pub(crate) use tokio_util_free::AbortOnDrop;
 
 /// Time between two attempts to (re)open the listening connection.
 const RECONNECT: Duration = Duration::from_secs(1);
 
+/// Fair waiters kept before the expired ones are looked for.
+const FAIR_KEPT: usize = 1024;
+
+/// A payload's key and the fair waiter it names (`wake_payload` in
+/// `sql/schema.sql`); a payload without the tag is a key alone.
+fn parse(payload: &str) -> (&str, Option<[u8; 32]>) {
+    if let Some(key) = payload.strip_prefix('k') {
+        return (key, None);
+    }
+    if let Some(rest) = payload.strip_prefix('h')
+        && let Some((id, key)) = rest.split_once(':')
+        && let Ok(id) = <[u8; 32]>::try_from(id.as_bytes())
+    {
+        return (key, Some(id));
+    }
+    (payload, None)
+}
+
+/// A fair waiter's wake-up, kept until it is granted, leaves, or its claim
+/// runs out.
+struct FairEntry {
+    notify: Arc<Notify>,
+    until: Instant,
+}
+
+/// This process's waiters: plain ones by key (they share one `Notify`,
+/// woken one at a time), fair ones by key and waiter id.
+#[derive(Default)]
+struct Waiters {
+    plain: HashMap<String, Weak<Notify>>,
+    fair: HashMap<(String, [u8; 32]), FairEntry>,
+}
+
+type Shared = Mutex<Waiters>;
+
 /// The local side: waiters per key, and the task that listens.
 pub(crate) struct Notifier {
-    waiters: Arc<Mutex<HashMap<String, Weak<Notify>>>>,
+    waiters: Arc<Shared>,
     _listener: AbortOnDrop,
 }
 
@@ -44,7 +85,7 @@ impl Notifier {
     /// Starts listening on `channel` with `config`; reconnects forever (the
     /// task ends when the notifier is dropped).
     pub(crate) fn start(config: tokio_postgres::Config, channel: String) -> Notifier {
-        let waiters: Arc<Mutex<HashMap<String, Weak<Notify>>>> = Arc::default();
+        let waiters: Arc<Shared> = Arc::default();
         let map = Arc::downgrade(&waiters);
         let task = tokio::spawn(async move {
             loop {
@@ -63,55 +104,89 @@ impl Notifier {
         }
     }
 
-    /// Wait until a release of `key` is announced or `max_wait` passes.
-    /// A plain waiter is one of those woken one at a time; a `fair` one is
-    /// woken with every other fair waiter of the key.
-    pub(crate) async fn wait(&self, key: &str, max_wait: Duration, fair: bool) {
-        // Keys hold no NUL: the fair entry cannot be another key's.
-        let key = if fair { format!("{key}\0fair") } else { key.to_owned() };
+    fn lock(&self) -> std::sync::MutexGuard<'_, Waiters> {
+        // Each update leaves the maps consistent: a poisoned lock is usable.
+        self.waiters.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Wait until a release of `key` is announced or `max_wait` passes
+    /// (one of the key's plain waiters wakes per release).
+    pub(crate) async fn wait(&self, key: &str, max_wait: Duration) {
         let notify = {
-            let mut map = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
-            map.retain(|_, w| w.strong_count() > 0);
-            match map.get(&key).and_then(Weak::upgrade) {
+            let mut w = self.lock();
+            w.plain.retain(|_, n| n.strong_count() > 0);
+            match w.plain.get(key).and_then(Weak::upgrade) {
                 Some(n) => n,
                 None => {
                     let n = Arc::new(Notify::new());
-                    map.insert(key.clone(), Arc::downgrade(&n));
+                    w.plain.insert(key.to_owned(), Arc::downgrade(&n));
                     n
                 }
             }
         };
         let _ = tokio::time::timeout(max_wait, notify.notified()).await;
     }
+
+    /// `waiter` is about to try `key`: from now on, a release naming it as
+    /// the queue's head is kept for its next [`Notifier::wait_fair`] (for
+    /// its claim, unless granted or gone before).
+    pub(crate) fn expect_fair(&self, key: &str, waiter: &FairWaiter) -> Arc<Notify> {
+        let now = Instant::now();
+        let mut w = self.lock();
+        let id = (key.to_owned(), waiter.id.hex_bytes());
+        if w.fair.len() >= FAIR_KEPT && !w.fair.contains_key(&id) {
+            w.fair.retain(|_, e| e.until > now);
+        }
+        let entry = w.fair.entry(id).or_insert_with(|| FairEntry {
+            notify: Arc::new(Notify::new()),
+            until: now,
+        });
+        entry.until = now + waiter.claim;
+        entry.notify.clone()
+    }
+
+    /// Wait until a release names `waiter` as `key`'s head (since its last
+    /// attempt) or `max_wait` passes.
+    pub(crate) async fn wait_fair(&self, key: &str, waiter: &FairWaiter, max_wait: Duration) {
+        let notify = self.expect_fair(key, waiter);
+        let _ = tokio::time::timeout(max_wait, notify.notified()).await;
+    }
+
+    /// `waiter` no longer waits for `key` (granted, or it left).
+    pub(crate) fn forget_fair(&self, key: &str, waiter: &FairWaiter) {
+        self.lock().fair.remove(&(key.to_owned(), waiter.id.hex_bytes()));
+    }
 }
 
-fn wake(map: &Weak<Mutex<HashMap<String, Weak<Notify>>>>, key: &str) {
+/// Wakes one plain waiter of the payload's key and the fair waiter it names.
+fn wake(map: &Weak<Shared>, payload: &str) {
     let Some(map) = map.upgrade() else { return };
-    let (one, all) = {
-        let map = map.lock().unwrap_or_else(|e| e.into_inner());
-        let fair = format!("{key}\0fair");
+    let (key, head) = parse(payload);
+    let (one, fair) = {
+        let w = map.lock().unwrap_or_else(|e| e.into_inner());
         (
-            map.get(key).and_then(Weak::upgrade),
-            map.get(&fair).and_then(Weak::upgrade),
+            w.plain.get(key).and_then(Weak::upgrade),
+            head.and_then(|id| w.fair.get(&(key.to_owned(), id)).map(|e| e.notify.clone())),
         )
     };
     if let Some(n) = one {
         n.notify_one();
     }
-    if let Some(n) = all {
-        n.notify_waiters();
+    if let Some(n) = fair {
+        // Kept as a permit when it is not waiting yet (between attempts).
+        n.notify_one();
     }
 }
 
 async fn listen_once(
     config: &tokio_postgres::Config,
     channel: &str,
-    map: &Weak<Mutex<HashMap<String, Weak<Notify>>>>,
+    map: &Weak<Shared>,
 ) -> Result<(), tokio_postgres::Error> {
     let (client, mut keys, _pump) = crate::builder::connect_listener(config).await?;
     client.batch_execute(&format!("LISTEN \"{channel}\"")).await?;
-    while let Some(key) = keys.recv().await {
-        wake(map, &key);
+    while let Some(payload) = keys.recv().await {
+        wake(map, &payload);
         if map.strong_count() == 0 {
             break;
         }
@@ -119,8 +194,8 @@ async fn listen_once(
     Ok(())
 }
 
-/// Drives a listening connection, sending each notification's payload (a
-/// key) to the receiver; the receiver ends when the connection does.
+/// Drives a listening connection, sending each notification's payload
+/// (see [`parse`]) to the receiver; the receiver ends when the connection does.
 pub(crate) fn pump<S, T>(mut connection: tokio_postgres::Connection<S, T>) -> (UnboundedReceiver<String>, AbortOnDrop)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -152,5 +227,22 @@ mod tokio_util_free {
         fn drop(&mut self) {
             self.0.abort();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    #[test]
+    fn a_payload_names_its_key_and_maybe_the_fair_head() {
+        let id = [b'a'; 32];
+        let tagged = format!("h{}:some:key", "a".repeat(32));
+        assert_eq!(parse(&tagged), ("some:key", Some(id)));
+        assert_eq!(parse("khello"), ("hello", None));
+        assert_eq!(parse("k"), ("", None));
+        // Untagged, or a malformed head: the whole payload, or its key.
+        assert_eq!(parse("plain"), ("plain", None));
+        assert_eq!(parse("hshort:key"), ("hshort:key", None));
     }
 }

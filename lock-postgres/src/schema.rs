@@ -180,17 +180,9 @@ impl Statements {
         Ok(Statements {
             schema: schema.to_owned(),
             acquire,
-            // The release, announcing a freed live lease on channel $3 (a
-            // CTE runs only when referenced: hence the count).
-            release_notify: format!(
-                "WITH gone AS (DELETE FROM {s}.locks WHERE key = $1 AND owner = $2 \
-                   RETURNING expires_at > clock_timestamp() AS live), \
-                 sent AS (SELECT pg_notify($3, $1) FROM gone WHERE live) \
-                 SELECT CASE WHEN EXISTS (SELECT 1 FROM gone WHERE live) THEN 0 \
-                   WHEN EXISTS (SELECT 1 FROM gone) THEN 2 \
-                   WHEN EXISTS (SELECT 1 FROM {s}.locks WHERE key = $1 AND expires_at > clock_timestamp()) THEN 1 \
-                   ELSE 2 END, (SELECT count(*) FROM sent)"
-            ),
+            // The release, announcing a freed live lease on channel $3
+            // (`sql/schema.sql`: the payload names the fair queue's head).
+            release_notify: format!("SELECT {s}.release_notify($1, $2, $3)"),
             release,
             renew,
             renew_many: format!(
@@ -224,10 +216,11 @@ impl Statements {
             kv_delete: format!("SELECT kind, version FROM {s}.kv_delete($1, $2)"),
             acquire_fair: format!("SELECT fence, retry_ms FROM {s}.acquire_fair($1, $2, $3, $4, $5)"),
             leave_queue: format!("DELETE FROM {s}.queue WHERE key = $1 AND waiter = $2"),
-            // A waiter leaving a free key's queue wakes the next one.
+            // A waiter leaving a free key's queue wakes the next one (the
+            // statement still sees the leaving waiter: skipped by name).
             leave_queue_notify: format!(
                 "WITH left_queue AS (DELETE FROM {s}.queue WHERE key = $1 AND waiter = $2 RETURNING 1) \
-                 SELECT pg_notify($3, $1) FROM left_queue WHERE NOT EXISTS \
+                 SELECT pg_notify($3, {s}.wake_payload($1, $2)) FROM left_queue WHERE NOT EXISTS \
                    (SELECT 1 FROM {s}.locks WHERE key = $1 AND expires_at > clock_timestamp())"
             ),
             kinds: crate::kinds::KindStatements::new(&s),
@@ -239,6 +232,8 @@ impl Statements {
                    AND to_regprocedure('{s}.kv_cas(text, bigint, bytea, bigint)') IS NOT NULL \
                    AND to_regprocedure('{s}.kv_delete(text, bigint)') IS NOT NULL \
                    AND to_regprocedure('{s}.acquire_fair(text, bytea, bigint, bytea, bigint)') IS NOT NULL \
+                   AND to_regprocedure('{s}.release_notify(text, bytea, text)') IS NOT NULL \
+                   AND to_regprocedure('{s}.wake_payload(text, bytea)') IS NOT NULL \
                    AND to_regclass('{s}.leaders') IS NOT NULL \
                    AND to_regprocedure('{s}.multi_acquire(text[], bytea, bigint)') IS NOT NULL"
             ),

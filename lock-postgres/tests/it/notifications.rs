@@ -1,14 +1,16 @@
 //! Release notifications: `LISTEN` on a direct connection wakes a waiter
 //! at the release, long before its timer; also when the pool goes through
-//! PgBouncer in transaction mode and the listener connects directly. The
-//! suites pass with notifications on.
+//! PgBouncer in transaction mode and the listener connects directly. In
+//! fair mode a release wakes the queue's head only, also when it comes
+//! while the head's attempt is in flight. The suites pass with
+//! notifications on.
 #![allow(clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::time::Duration;
 
 use lock_core::{LockBackend, LockToken};
 
-use lock_core::raw::{AcquireOutcome, ReleaseOutcome};
+use lock_core::raw::{AcquireOutcome, FairWaiter, ReleaseOutcome};
 use lock_postgres::PostgresBackend;
 use lock_testkit::LockSuite;
 use lock_testkit::server::{PgBouncer, PostgresServer};
@@ -97,6 +99,60 @@ async fn notifications_over_an_application_pool_need_a_listen_url() {
         .await
         .expect_err("refused");
     assert!(err.to_string().contains("listen_url"), "{err}");
+}
+
+/// Two fair waiters queue behind a holder; the release comes after the
+/// head's attempt and before its wait (the race of a hot key). The head's
+/// wait ends at once, on the wake-up kept since its attempt; the waiter
+/// behind it is not woken (its wait runs on after the head's ended).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_the_fair_head_only_even_between_its_attempt_and_its_wait() {
+    let backend = notified_direct().await;
+    let key = "notify:fair-head";
+    let ttl = Duration::from_secs(60);
+    let claim = Duration::from_secs(60);
+    let holder = LockToken::generate().expect("token");
+    assert!(matches!(
+        backend.try_acquire(key, &holder, ttl).await.expect("acquire"),
+        AcquireOutcome::Acquired(_)
+    ));
+    let head = FairWaiter::new(LockToken::generate().expect("token"), claim);
+    let behind = FairWaiter::new(LockToken::generate().expect("token"), claim);
+    for waiter in [&head, &behind] {
+        let token = LockToken::generate().expect("token");
+        let got = backend
+            .try_acquire_fair(key, &token, ttl, waiter)
+            .await
+            .expect("attempt");
+        assert!(matches!(got, AcquireOutcome::Held { .. }), "{got:?}");
+    }
+    let behind_waits = {
+        let backend = backend.clone();
+        tokio::spawn(async move { backend.wait_fair(key, &behind, Duration::from_secs(60)).await })
+    };
+    // The LISTEN connection is up well before this.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        backend.release(key, &holder).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    // The notification arrives while the head is not waiting yet.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        backend.wait_fair(key, &head, Duration::from_secs(60)),
+    )
+    .await
+    .expect("the head wakes on the release it missed, not on its 60 s timer");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!behind_waits.is_finished(), "the waiter behind the head was woken");
+    behind_waits.abort();
+    let token = LockToken::generate().expect("token");
+    let got = backend
+        .try_acquire_fair(key, &token, ttl, &head)
+        .await
+        .expect("attempt");
+    assert!(matches!(got, AcquireOutcome::Acquired(_)), "{got:?}");
 }
 
 mod suites_with_notifications {
