@@ -57,6 +57,17 @@ pub trait LockBackend: Send + Sync + 'static {
         tokio::time::sleep(max_wait).await;
     }
 
+    /// [`LockBackend::wait_for_release`] for a named waiter: a wrapper that
+    /// spreads one waiter's wait over several backends (Redlock's nodes)
+    /// gives each the same [`Waiter`], so that backends which wake one
+    /// waiter per release (the one that has waited longest) pick the same
+    /// waiter on every node. A hint, as `wait_for_release`.
+    ///
+    /// The default ignores the waiter and calls `wait_for_release`.
+    async fn wait_for_release_opts(&self, key: &str, options: &WaitOptions) {
+        self.wait_for_release(key, options.max_wait).await;
+    }
+
     /// [`LockBackend::try_acquire`] in a first-come, first-served queue
     /// ([`crate::Fairness::Fifo`]): take `key` only if it is free and
     /// `waiter` heads the key's queue of live waiters (or the queue is
@@ -160,6 +171,49 @@ impl FairWaiter {
     /// A waiter `id` whose entry lives `claim` after each attempt.
     pub fn new(id: LockToken, claim: Duration) -> Self {
         FairWaiter { id, claim }
+    }
+}
+
+/// A wait for a release ([`LockBackend::wait_for_release_opts`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WaitOptions {
+    /// The longest wait.
+    pub max_wait: Duration,
+    /// Who waits, when the caller names the waiter.
+    pub waiter: Option<Waiter>,
+}
+
+impl WaitOptions {
+    /// A wait of at most `max_wait` by an unnamed waiter (the backend
+    /// names it, as in [`LockBackend::wait_for_release`]).
+    pub fn new(max_wait: Duration) -> Self {
+        WaitOptions { max_wait, waiter: None }
+    }
+
+    /// The same wait by `waiter`.
+    #[must_use]
+    pub fn waiter(mut self, waiter: Waiter) -> Self {
+        self.waiter = Some(waiter);
+        self
+    }
+}
+
+/// A named waiter ([`WaitOptions::waiter`]): the same on every backend its
+/// wait is spread over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Waiter {
+    /// Unpredictable id of the waiting acquire, kept across its waits.
+    pub id: LockToken,
+    /// How long the acquire has waited for the key before this wait.
+    pub waited: Duration,
+}
+
+impl Waiter {
+    /// Waiter `id`, whose acquire has waited `waited` so far.
+    pub fn new(id: LockToken, waited: Duration) -> Self {
+        Waiter { id, waited }
     }
 }
 
@@ -432,6 +486,9 @@ impl<B: LockBackend + ?Sized> LockBackend for std::sync::Arc<B> {
     }
     async fn wait_for_release(&self, key: &str, max_wait: Duration) {
         (**self).wait_for_release(key, max_wait).await;
+    }
+    async fn wait_for_release_opts(&self, key: &str, options: &WaitOptions) {
+        (**self).wait_for_release_opts(key, options).await;
     }
     async fn try_acquire_fair(
         &self,

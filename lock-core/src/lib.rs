@@ -47,7 +47,9 @@ pub use versioned::{
 /// nothing here: it uses managers, guards, options and errors from the
 /// crate root.
 pub mod raw {
-    pub use crate::backend::{AcquireOutcome, FairWaiter, InstantLockBackend, Lease, ReleaseOutcome, RenewOutcome};
+    pub use crate::backend::{
+        AcquireOutcome, FairWaiter, InstantLockBackend, Lease, ReleaseOutcome, RenewOutcome, WaitOptions, Waiter,
+    };
     pub use crate::batch::RenewBatch;
     pub use crate::kinds::election::{ElectionBackend, validate_identity};
     pub use crate::kinds::multi::MultiLockBackend;

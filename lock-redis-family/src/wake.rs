@@ -223,7 +223,10 @@ end
 /// claim it), else 1 after joining the wake set until its wait ends (its
 /// entry expires with its timer, so a release never wakes a wait that is
 /// over) with the time its acquire started waiting (a release reserves the
-/// key for it once that is [`STARVING_MS`] ago).
+/// key for it once that is [`STARVING_MS`] ago). Within one millisecond,
+/// waiters are ordered by their own id (a fraction of a ms taken from it),
+/// not by their process's: a waiter named the same on several servers
+/// (Redlock's nodes) is ordered the same on each.
 pub const MARK_WAITING: &str = concatcp!(
     FUNCTIONS,
     r"
@@ -236,7 +239,8 @@ if string.sub(cur, 1, #mine) == mine then return 0 end
 local now = now_ms()
 redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[2])
 extend(KEYS[3], ARGV[1])
-redis.call('ZADD', KEYS[4], now - tonumber(ARGV[4]), ARGV[2])
+local tie = (tonumber(string.sub(ARGV[2], 33, 35), 16) or 0) / 4096
+redis.call('ZADD', KEYS[4], now - tonumber(ARGV[4]) + tie, ARGV[2])
 extend(KEYS[4], ARGV[1])
 if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[1]) then
   redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])

@@ -146,7 +146,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_redis::redis::{self, Cmd, Value};
-use lock_core::raw::{AcquireOutcome, FairWaiter, ReleaseOutcome, RenewOutcome};
+use lock_core::raw::{AcquireOutcome, FairWaiter, ReleaseOutcome, RenewOutcome, WaitOptions};
 use lock_core::raw::{validate_key, validate_ttl};
 use lock_core::{Capabilities, Error, LockBackend, LockToken, Result};
 use lock_redis_family::board::Subscriber;
@@ -516,11 +516,27 @@ impl LockBackend for RedisLuaBackend {
     /// whether the key is free (a release that found nobody starving woke
     /// nobody).
     async fn wait_for_release(&self, key: &str, max_wait: Duration) {
+        self.wait_for_release_opts(key, &WaitOptions::new(max_wait)).await;
+    }
+
+    /// [`LockBackend::wait_for_release`] by the named waiter, when there is
+    /// one: its id and its age (the caller's count of how long its acquire
+    /// has waited) instead of this backend's, so that nodes given the same
+    /// waiter reserve the key for the same one.
+    async fn wait_for_release_opts(&self, key: &str, options: &WaitOptions) {
         let i = &self.inner;
-        match (&i.notifier, LockToken::generate()) {
+        let max_wait = options.max_wait;
+        let own = match options.waiter {
+            Some(w) => Ok(w.id),
+            None => LockToken::generate(),
+        };
+        match (&i.notifier, own) {
             (Some(n), Ok(own)) => {
                 let id = notify::waiter_id(n.process(), &own.hex_bytes());
-                let waited = i.waits.start(key, id);
+                let counted = i.waits.start(key, id);
+                let waited = options
+                    .waiter
+                    .map_or(counted, |w| u64::try_from(w.waited.as_millis()).unwrap_or(u64::MAX));
                 let (answered, replied) = tokio::sync::oneshot::channel();
                 let mark = lock_redis_family::wake::noting_reply(i.mark_waiting(key, &id, max_wait, waited), answered);
                 let wait = n.wait(id, max_wait, Some(mark));

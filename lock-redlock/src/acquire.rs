@@ -31,6 +31,7 @@ impl Redlock {
         let mut round = attempt.disarm();
         let elapsed = sent_at.elapsed();
         if reached && elapsed < validity {
+            inner.waiters.acquired(key);
             // Nodes still in flight may grant too: their follow-up settles them.
             let holders = round.answered(Vote::may_have_written);
             inner

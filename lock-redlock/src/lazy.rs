@@ -290,6 +290,13 @@ impl LockBackend for LazyNode {
         }
     }
 
+    async fn wait_for_release_opts(&self, key: &str, options: &lock_core::raw::WaitOptions) {
+        match self.node() {
+            Ok(node) => node.wait_for_release_opts(key, options).await,
+            Err(_) => tokio::time::sleep(options.max_wait).await,
+        }
+    }
+
     async fn try_acquire_fair(
         &self,
         key: &str,

@@ -118,7 +118,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::raw::{AcquireOutcome, FairWaiter, InstantLockBackend, ReleaseOutcome, RenewOutcome};
+use lock_core::raw::{AcquireOutcome, FairWaiter, InstantLockBackend, ReleaseOutcome, RenewOutcome, WaitOptions};
 use lock_core::raw::{validate_key, validate_ttl};
 use lock_core::{Capabilities, Error, LockBackend, LockToken, Result};
 
@@ -137,6 +137,7 @@ mod round;
 mod rw;
 mod semaphore;
 mod splits;
+mod waiters;
 
 pub use lazy::{LAZY_RETRY_MAX, LAZY_RETRY_MIN, LazyNode};
 pub use options::{DEFAULT_MAX_NODE_TIMEOUT, DEFAULT_MIN_NODE_TIMEOUT, DEFAULT_NODE_TIMEOUT_FACTOR, RedlockOptions};
@@ -147,6 +148,7 @@ use holdings::Holdings;
 use inflight::Inflight;
 use round::Round;
 use splits::SplitVotes;
+use waiters::Waiters;
 
 /// The backend name used in errors and logs.
 const NAME: &str = "redlock";
@@ -171,6 +173,8 @@ struct Inner {
     holdings: Holdings,
     /// Keys that recently had a split vote.
     splits: SplitVotes,
+    /// Each waiting acquire's id and age, the same on every node.
+    waiters: Waiters,
 }
 
 impl std::fmt::Debug for Redlock {
@@ -241,6 +245,7 @@ impl Redlock {
                 inflight: Inflight::default(),
                 holdings: Holdings::default(),
                 splits: SplitVotes::default(),
+                waiters: Waiters::default(),
             }),
         })
     }
@@ -329,7 +334,13 @@ impl LockBackend for Redlock {
     }
 
     async fn wait_for_release(&self, key: &str, max_wait: Duration) {
-        self.wait_for_quorum_release(key, max_wait).await;
+        self.wait_for_quorum_release(key, &WaitOptions::new(max_wait)).await;
+    }
+
+    /// The waiter named by the caller, or else by this Redlock (one id and
+    /// one age per waiting acquire): the same on every node.
+    async fn wait_for_release_opts(&self, key: &str, options: &WaitOptions) {
+        self.wait_for_quorum_release(key, options).await;
     }
 
     /// No fair queue across independent nodes: refused.
@@ -349,7 +360,7 @@ impl LockBackend for Redlock {
 
     async fn wait_fair(&self, key: &str, waiter: &FairWaiter, max_wait: Duration) {
         let _ = waiter;
-        self.wait_for_quorum_release(key, max_wait).await;
+        self.wait_for_quorum_release(key, &WaitOptions::new(max_wait)).await;
     }
 
     /// Never queued (fair locking is refused).

@@ -1,18 +1,19 @@
 //! Waiting for a release: `M` signals from the nodes with release
 //! notifications, or a random delay just after a split vote.
 
-use std::time::Duration;
-
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use lock_core::raw::WaitOptions;
 
 use crate::{Redlock, splits};
 
 impl Redlock {
     /// [`LockBackend::wait_for_release`]: `M` release signals, or a random
-    /// delay just after a split vote.
-    pub(crate) async fn wait_for_quorum_release(&self, key: &str, max_wait: Duration) {
+    /// delay just after a split vote. Every node sees the same waiter
+    /// (`options`' or this Redlock's, see the `waiters` module).
+    pub(crate) async fn wait_for_quorum_release(&self, key: &str, options: &WaitOptions) {
         let inner = &self.inner;
+        let max_wait = options.max_wait;
         if inner.splits.recent(key) {
             // Soon after a split vote, a release signal is most likely a
             // contender giving its grants back: waking on it would retry in
@@ -20,11 +21,16 @@ impl Redlock {
             tokio::time::sleep(splits::jittered(max_wait)).await;
             return;
         }
+        let named = match options.waiter.or_else(|| inner.waiters.start(key)) {
+            Some(waiter) => WaitOptions::new(max_wait).waiter(waiter),
+            None => WaitOptions::new(max_wait),
+        };
+        let named = &named;
         let mut waits: FuturesUnordered<_> = inner
             .notifying
             .iter()
             .filter_map(|&i| inner.nodes.get(i))
-            .map(|node| node.wait_for_release(key, max_wait))
+            .map(|node| node.wait_for_release_opts(key, named))
             .collect();
         // A holder releases all its nodes (at least M) at once: wait for M
         // signals, not the first, or the retry would race the holder's other

@@ -163,7 +163,7 @@ use fred::interfaces::ClientLike;
 use fred::types::Value;
 use fred::types::config::Options;
 use fred::util::redis_keyslot;
-use lock_core::raw::{AcquireOutcome, FairWaiter, Lease, ReleaseOutcome, RenewOutcome};
+use lock_core::raw::{AcquireOutcome, FairWaiter, Lease, ReleaseOutcome, RenewOutcome, WaitOptions};
 use lock_core::raw::{ttl_millis, validate_key, validate_ttl};
 use lock_core::{Capabilities, Error, FencingToken, LockBackend, LockToken, Result};
 
@@ -531,9 +531,15 @@ impl LockBackend for TairBackend {
     /// key's wake set: a release reserves the key for it and wakes it once
     /// it has waited the starvation bound. Else the timer.
     async fn wait_for_release(&self, key: &str, max_wait: Duration) {
+        self.wait_for_release_opts(key, &WaitOptions::new(max_wait)).await;
+    }
+
+    /// A named waiter keeps its id and its age (see
+    /// [`LockBackend::wait_for_release_opts`]).
+    async fn wait_for_release_opts(&self, key: &str, options: &WaitOptions) {
         match &self.inner.wake {
-            Some(wake) => self.wait_woken(wake, key, max_wait).await,
-            None => tokio::time::sleep(max_wait).await,
+            Some(wake) => self.wait_woken(wake, key, options).await,
+            None => tokio::time::sleep(options.max_wait).await,
         }
     }
 

@@ -142,6 +142,11 @@ impl Notifier {
         self.listener.fresh_waiter_id()
     }
 
+    /// This backend's id for the waiter whose own id is `own`.
+    pub(crate) fn named_waiter_id(&self, own: &lock_core::LockToken) -> WaiterId {
+        lock_redis_family::board::waiter_id(self.listener.process(), &own.hex_bytes())
+    }
+
     /// Connects and subscribes to this backend's channel, once: true when
     /// it just did. The attempt runs on its own task, which waits whose
     /// timers end first do not cut short: cut short after SUBSCRIBE, the

@@ -13,8 +13,8 @@ use std::time::Duration;
 use const_format::concatcp;
 use fred::interfaces::ClientLike;
 use fred::types::Value;
-use lock_core::raw::ReleaseOutcome;
 use lock_core::raw::ttl_millis;
+use lock_core::raw::{ReleaseOutcome, WaitOptions};
 use lock_core::{LockToken, Result};
 use lock_redis_family::board::Subscriber;
 use lock_redis_family::wake as wake_lua;
@@ -214,13 +214,21 @@ impl TairBackend {
     /// has waited `STARVING_MS`); after `RECHECK_MS` without a wake-up it
     /// looks once whether the key is free (a release that found nobody
     /// starving woke nobody).
-    pub(crate) async fn wait_woken(&self, wake: &Notifications, key: &str, max_wait: Duration) {
+    pub(crate) async fn wait_woken(&self, wake: &Notifications, key: &str, options: &WaitOptions) {
+        let max_wait = options.max_wait;
         if !wake.usable() {
             tokio::time::sleep(max_wait).await;
             return;
         }
-        let id = wake.notifier.waiter_id();
-        let waited = wake.waits.start(key, id);
+        // A named waiter (one waiter across Redlock's nodes) keeps its id
+        // and its age on every node.
+        let id = options
+            .waiter
+            .map_or_else(|| wake.notifier.waiter_id(), |w| wake.notifier.named_waiter_id(&w.id));
+        let counted = wake.waits.start(key, id);
+        let waited = options
+            .waiter
+            .map_or(counted, |w| u64::try_from(w.waited.as_millis()).unwrap_or(u64::MAX));
         let (answered, replied) = tokio::sync::oneshot::channel();
         let mark = wake_lua::noting_reply(self.mark_waiting(wake, key, &id, max_wait, waited), answered);
         let wait = wake.notifier.wait(id, max_wait, Some(mark));

@@ -138,6 +138,10 @@ macro_rules! observing_lock_backend {
                 self.inner.wait_for_release(key, max_wait).await;
             }
 
+            async fn wait_for_release_opts(&self, key: &str, options: &$crate::backend::WaitOptions) {
+                self.inner.wait_for_release_opts(key, options).await;
+            }
+
             async fn try_acquire_fair(
                 &self,
                 key: &str,

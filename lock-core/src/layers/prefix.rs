@@ -6,6 +6,7 @@ use async_trait::async_trait;
 
 use crate::backend::{
     AcquireOutcome, Capabilities, FairWaiter, InstantLockBackend, LockBackend, ReleaseOutcome, RenewOutcome,
+    WaitOptions,
 };
 use crate::error::Result;
 use crate::token::LockToken;
@@ -103,6 +104,13 @@ impl<B: LockBackend> LockBackend for PrefixLayer<B> {
         match self.server_key(key) {
             Ok(full) => self.inner.wait_for_release(&full, max_wait).await,
             Err(_) => tokio::time::sleep(max_wait).await,
+        }
+    }
+
+    async fn wait_for_release_opts(&self, key: &str, options: &WaitOptions) {
+        match self.server_key(key) {
+            Ok(full) => self.inner.wait_for_release_opts(&full, options).await,
+            Err(_) => tokio::time::sleep(options.max_wait).await,
         }
     }
 

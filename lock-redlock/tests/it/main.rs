@@ -8,6 +8,7 @@ mod conformance_real;
 mod faults_memory;
 mod faults_real;
 mod kinds_unsupported;
+mod one_waiter;
 mod release_count;
 mod safety;
 mod start_during_outage;

@@ -53,6 +53,9 @@ impl LockBackend for Counted {
     async fn wait_for_release(&self, key: &str, max_wait: Duration) {
         self.inner.wait_for_release(key, max_wait).await;
     }
+    async fn wait_for_release_opts(&self, key: &str, options: &lock_core::raw::WaitOptions) {
+        self.inner.wait_for_release_opts(key, options).await;
+    }
     async fn try_acquire_fair(
         &self,
         key: &str,

@@ -78,6 +78,9 @@ impl<B: LockBackend + ?Sized> LockBackend for Hanging<B> {
     async fn wait_for_release(&self, key: &str, max_wait: Duration) {
         self.inner.wait_for_release(key, max_wait).await;
     }
+    async fn wait_for_release_opts(&self, key: &str, options: &lock_core::raw::WaitOptions) {
+        self.inner.wait_for_release_opts(key, options).await;
+    }
     async fn try_acquire_fair(
         &self,
         key: &str,
