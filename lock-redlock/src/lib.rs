@@ -64,12 +64,15 @@
 //! - **Waiting** wakes once `M` nodes with release notifications signalled
 //!   a release (or all of them, when fewer than `M` have notifications),
 //!   bounded by the manager's delay: a holder releases all its nodes at once,
-//!   and retrying on the first signal would race its other deletes. For a
-//!   second after a split vote on the key (some grants, no quorum, too few
-//!   refusals for anyone else to hold one) it ignores the signals and sleeps
-//!   a random `½..1 ×` the manager's delay: the signals then mostly come
-//!   from contenders giving their partial grants back, and waking on them
-//!   retries in step and splits again.
+//!   and retrying on the first signal would race its other deletes. The
+//!   waiting acquire is the same waiter on every node (one id, one age, kept
+//!   across its waits): nodes that reserve a released key for their longest
+//!   waiter pick the same one. For a second after a split vote on the key
+//!   (some grants, no quorum, too few refusals for anyone else to hold one)
+//!   it ignores the signals and sleeps a random `½..1 ×` the manager's
+//!   delay, at most 25 ms: the signals then mostly come from contenders
+//!   giving their partial grants back, and waking on them retries in step
+//!   and splits again.
 //!
 //! # What it guarantees, and what it does not
 //!
