@@ -73,7 +73,10 @@
 //! head and the waiter right behind it (nothing tells it either when the
 //! head takes the key) are told they are next and poll on the manager's
 //! backoff; the waiters further back poll only to keep their entries
-//! alive, once per third of the claim.
+//! alive, once per third of the claim, so they learn that they moved up
+//! only then. For a hot key in fair mode, turn release notifications on:
+//! each release then wakes the head it names (BENCHMARKS.md, hot key, has
+//! both rows).
 //!
 //! # Keys
 //!
