@@ -420,6 +420,15 @@ impl Waits {
         u64::try_from(waited.as_millis()).unwrap_or(u64::MAX)
     }
 
+    /// [`Waits::start`] for a wait whose caller may name the waiter
+    /// (`LockBackend::wait_for_release_opts`): the named waiter's age
+    /// (`named`, the same on every node it waits on) instead of this
+    /// backend's count, which is still kept for the release's clean-up.
+    pub fn start_named(&self, key: &str, id: crate::board::WaiterId, named: Option<Duration>) -> u64 {
+        let counted = self.start(key, id);
+        named.map_or(counted, |age| u64::try_from(age.as_millis()).unwrap_or(u64::MAX))
+    }
+
     /// The wait on `key` ended: `woken`, before its timer.
     pub fn end(&self, key: &str, woken: bool) {
         if let Some(e) = self.lock().get_mut(key) {

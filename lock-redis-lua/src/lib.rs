@@ -533,10 +533,7 @@ impl LockBackend for RedisLuaBackend {
         match (&i.notifier, own) {
             (Some(n), Ok(own)) => {
                 let id = notify::waiter_id(n.process(), &own.hex_bytes());
-                let counted = i.waits.start(key, id);
-                let waited = options
-                    .waiter
-                    .map_or(counted, |w| u64::try_from(w.waited.as_millis()).unwrap_or(u64::MAX));
+                let waited = i.waits.start_named(key, id, options.waiter.map(|w| w.waited));
                 let (answered, replied) = tokio::sync::oneshot::channel();
                 let mark = lock_redis_family::wake::noting_reply(i.mark_waiting(key, &id, max_wait, waited), answered);
                 let wait = n.wait(id, max_wait, Some(mark));

@@ -225,10 +225,7 @@ impl TairBackend {
         let id = options
             .waiter
             .map_or_else(|| wake.notifier.waiter_id(), |w| wake.notifier.named_waiter_id(&w.id));
-        let counted = wake.waits.start(key, id);
-        let waited = options
-            .waiter
-            .map_or(counted, |w| u64::try_from(w.waited.as_millis()).unwrap_or(u64::MAX));
+        let waited = wake.waits.start_named(key, id, options.waiter.map(|w| w.waited));
         let (answered, replied) = tokio::sync::oneshot::channel();
         let mark = wake_lua::noting_reply(self.mark_waiting(wake, key, &id, max_wait, waited), answered);
         let wait = wake.notifier.wait(id, max_wait, Some(mark));
