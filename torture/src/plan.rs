@@ -36,6 +36,11 @@ impl Backend {
             Backend::Etcd => "etcd",
         }
     }
+
+    /// Whether its servers are Redis-family (redis-lua, Tair, Redlock's nodes).
+    pub fn is_redis_family(self) -> bool {
+        matches!(self, Backend::Lua | Backend::Tair | Backend::Redlock)
+    }
 }
 
 /// The fault injected during contention.

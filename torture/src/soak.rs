@@ -42,6 +42,9 @@ const WARM_UP_TTLS: u32 = 8;
 /// late a rare path loads its script.
 const LUA_SCRIPTS_PER_SERVER: usize = 6;
 
+/// A lock key and its helper keys on one Redis-family server, at most.
+const KEY_FAMILY: usize = 8;
+
 /// One resource's samples.
 struct Series {
     name: &'static str,
@@ -131,6 +134,9 @@ fn open_fds() -> f64 {
 struct ServerCounts {
     connections: f64,
     keys: f64,
+    /// Keys without a TTL (Redis family: `INFO keyspace`'s keys minus
+    /// expires): the only keys that can leak, since the rest expire.
+    persistent: Option<f64>,
     scripts: Option<f64>,
 }
 
@@ -154,6 +160,7 @@ async fn server_counts(env: &Env) -> Option<ServerCounts> {
             Some(ServerCounts {
                 connections: figures.next()??,
                 keys: figures.next()??,
+                persistent: None,
                 scripts: None,
             })
         }
@@ -170,6 +177,7 @@ async fn server_counts(env: &Env) -> Option<ServerCounts> {
             Some(ServerCounts {
                 connections: fds,
                 keys,
+                persistent: None,
                 scripts: None,
             })
         }
@@ -178,21 +186,36 @@ async fn server_counts(env: &Env) -> Option<ServerCounts> {
             if servers.is_empty() {
                 return None;
             }
-            let (mut connections, mut keys, mut scripts) = (0.0, 0.0, 0.0);
+            let (mut connections, mut keys, mut persistent, mut scripts) = (0.0, 0.0, 0.0, 0.0);
             for s in servers {
                 let info = s.info("clients").await.ok()?;
                 connections += info.get("connected_clients")?.parse::<f64>().ok()?;
                 let memory = s.info("memory").await.ok()?;
                 scripts += memory.get("number_of_cached_scripts")?.parse::<f64>().ok()?;
-                keys += s.cmd(&["DBSIZE"]).await.ok()?.as_int()? as f64;
+                let space = s.info("keyspace").await.ok()?;
+                let (n, expiring) = space.get("db0").map_or(Some((0.0, 0.0)), |db| db_keys(db))?;
+                keys += n;
+                persistent += n - expiring;
             }
             Some(ServerCounts {
                 connections,
                 keys,
+                persistent: Some(persistent),
                 scripts: Some(scripts),
             })
         }
     }
+}
+
+/// `INFO keyspace`'s line for a database (`keys=5,expires=3,avg_ttl=0`):
+/// its keys and those with a TTL.
+fn db_keys(line: &str) -> Option<(f64, f64)> {
+    let field = |name: &str| {
+        line.split(',')
+            .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    Some((field("keys")?, field("expires")?))
 }
 
 /// One backend's scenario: the topology and the periodic fault.
@@ -275,7 +298,22 @@ async fn soak_backend(backend: Backend, length: Duration, p: &Params) -> BoxResu
         Backend::Postgres => Series::new("server client backends", "", 2.0),
         _ => Series::new("server connected_clients", "", 2.0),
     };
-    let mut keys_n = Series::new("server keys", "", (KEYS * 2) as f64);
+    // Keys that expire come and go with the waiters; their count is summed
+    // over the servers (each Redlock node holds its own copy), and so is
+    // its noise.
+    let keys_tolerance = (KEYS * 2 * env.servers().len().max(1)) as f64;
+    // A Redis-family server holds at most each lock key and its helper keys
+    // (fence, waiter marker, wake set and its registration times, the fair
+    // queue and its deadlines, the last release's id): growth within that
+    // is flat, and a helper key that outlives its waiters shows in the
+    // keys-without-a-TTL row.
+    let key_bound = backend
+        .is_redis_family()
+        .then(|| (KEYS * KEY_FAMILY * env.servers().len()) as f64);
+    let mut keys_n = Series::new("server keys", "", keys_tolerance).bounded(key_bound);
+    // Keys without a TTL never go away by themselves: the fence counters,
+    // one per lock key, made during the warm-up; one more later is a leak.
+    let mut persistent = Series::new("server keys without a TTL", "", 0.5);
     let script_bound = matches!(backend, Backend::Lua | Backend::Redlock)
         .then(|| (LUA_SCRIPTS_PER_SERVER * env.servers().len()) as f64);
     let mut scripts = Series::new("server cached scripts", "", 2.0).bounded(script_bound);
@@ -290,6 +328,9 @@ async fn soak_backend(backend: Backend, length: Duration, p: &Params) -> BoxResu
         if let Some(c) = server_counts(&env).await {
             conns.points.push((t, c.connections));
             keys_n.points.push((t, c.keys));
+            if let Some(n) = c.persistent {
+                persistent.points.push((t, n));
+            }
             if let Some(n) = c.scripts {
                 scripts.points.push((t, n));
             }
@@ -304,7 +345,7 @@ async fn soak_backend(backend: Backend, length: Duration, p: &Params) -> BoxResu
     for c in clients {
         let _ = tokio::time::timeout(p.hang_bound, c).await;
     }
-    Ok([rss, fds, conns, keys_n, scripts]
+    Ok([rss, fds, conns, keys_n, persistent, scripts]
         .into_iter()
         .filter(|s| !s.points.is_empty())
         .collect())
@@ -361,7 +402,9 @@ pub async fn soak(total: Duration, out: &Path, only: Option<&str>) -> BoxResult<
          etcd's leader paused, with etcd's 1 s TTL floor), sampled every {} ms after {WARM_UP_TTLS} TTLs of unsampled load. \
          A resource grows when the mean of the last third of the samples (after a quarter of warm-up) exceeds \
          the first third's by more than its tolerance. The server rows: Redis-family servers' INFO \
-         (connected clients, cached scripts) and DBSIZE; PostgreSQL's client backends (`pg_stat_activity`, the \
+         (connected clients, cached scripts, keys and keys without a TTL, summed over the servers; \
+         the keys' tolerance is {} per server and their bound {} per server, each lock key and its helper keys: \
+         waiter markers come and go, and only keys without a TTL can pile up); PostgreSQL's client backends (`pg_stat_activity`, the \
          sampling psql among them) and rows of its lock, queue and value tables; etcd's open file descriptors \
          summed over the members (client connections among them) and its keys plus leases. Each client's first hold \
          outlasts the renew interval (so the renew script is cached during the warm-up); a script cache cannot \
@@ -371,7 +414,9 @@ pub async fn soak(total: Duration, out: &Path, only: Option<&str>) -> BoxResult<
          | backend | resource | after warm-up → last | growth | tolerance | slope / min | result |\n|---|---|---|---|---|---|---|\n",
         humantime::format_duration(total),
         share.as_secs_f64(),
-        SAMPLE_EVERY.as_millis()
+        SAMPLE_EVERY.as_millis(),
+        KEYS * 2,
+        KEYS * KEY_FAMILY
     );
     let mut ok = true;
     for backend in backends {
@@ -463,5 +508,11 @@ mod tests {
         assert!(!series(&step).bounded(None).within_bound());
         let past: Vec<f64> = (0..40).map(|i| if i < 25 { 15.0 } else { 31.0 }).collect();
         assert!(series(&past).bounded(Some(30.0)).grows());
+    }
+
+    #[test]
+    fn a_keyspace_line_gives_keys_and_expiring_keys() {
+        assert_eq!(db_keys("keys=5,expires=3,avg_ttl=120,subexpiry=0"), Some((5.0, 3.0)));
+        assert_eq!(db_keys("keys=5"), None);
     }
 }
