@@ -253,7 +253,7 @@ impl Lab {
                 admin(s, &["FLUSHALL"]).await?;
             }
         }
-        Ok(())
+        self.pg.end_peer_sessions().await
     }
 }
 

@@ -18,7 +18,7 @@ async fn peer_subjects(lab: &mut Lab, s: &Settings, problems: &mut Vec<String>) 
             // Built through the backend, so that the schema exists and the
             // statements are the backend's own.
             let backend = lab.pg.backend(false).await?;
-            let url = lab.pg.url().await?;
+            let url = lab.pg.peer_url().await?;
             let raw = RawTokioPostgres::new(&backend, &url, TTL)?;
             Ok(Subject::new(RAW_TOKIO_PG, Kind::Raw, Pairs(raw), Probe::none()))
         }
@@ -27,7 +27,7 @@ async fn peer_subjects(lab: &mut Lab, s: &Settings, problems: &mut Vec<String>) 
     }
     if s.runs(ADVISORY) {
         let subject = async {
-            let url = lab.pg.url().await?;
+            let url = lab.pg.peer_url().await?;
             let held = AdvisoryHeld::connect(&url, false).await?;
             Ok(Subject::new(ADVISORY, Kind::Raw, Pairs(held), Probe::none()))
         }
@@ -36,7 +36,7 @@ async fn peer_subjects(lab: &mut Lab, s: &Settings, problems: &mut Vec<String>) 
     }
     if s.runs(SQLX) {
         let subject = async {
-            let url = lab.pg.url().await?;
+            let url = lab.pg.peer_url().await?;
             let sqlx = SqlxAdvisory::connect(&url).await?;
             Ok(Subject::new(SQLX, Kind::Peer, Pairs(sqlx), Probe::none()))
         }
@@ -45,7 +45,7 @@ async fn peer_subjects(lab: &mut Lab, s: &Settings, problems: &mut Vec<String>) 
     }
     if s.runs(DLP) {
         let subject = async {
-            let url = lab.pg.url().await?;
+            let url = lab.pg.peer_url().await?;
             let dlp = DistributedLockPg::connect(&url).await?;
             Ok(Subject::new(DLP, Kind::Peer, Pairs(dlp), Probe::none()))
         }
@@ -83,7 +83,7 @@ pub async fn latency_subjects(
     let mut out = Vec::new();
     if s.runs(PING_PG) {
         let subject = async {
-            let url = lab.pg.url().await?;
+            let url = lab.pg.peer_url().await?;
             Ok(Subject::new(
                 PING_PG,
                 Kind::Reference,
@@ -109,6 +109,13 @@ pub async fn latency_subjects(
     out
 }
 
+/// Ends the sessions a peer row left (see [`crate::pg::PgLab::end_peer_sessions`]).
+async fn end_peer_sessions(lab: &Lab, problems: &mut Vec<String>) {
+    if let Err(e) = lab.pg.end_peer_sessions().await {
+        problems.push(format!("postgres peers: {e}"));
+    }
+}
+
 /// Scenario 3: the PostgreSQL peers on one hot key. Session advisory locks
 /// need a connection per contender (a session's locks are re-entrant), so
 /// that row is independent only; sqlx and distributed-lock-postgres take a
@@ -118,7 +125,7 @@ pub async fn hot_peers(lab: &mut Lab, s: &Settings, problems: &mut Vec<String>) 
     let mut rows = Vec::new();
     if s.runs(ADVISORY_BLOCKING) {
         let row = async {
-            let url = lab.pg.url().await?;
+            let url = lab.pg.peer_url().await?;
             let mut lockers = Vec::with_capacity(n);
             for _ in 0..n {
                 lockers.push(Arc::new(AdvisoryHeld::connect(&url, true).await?));
@@ -134,10 +141,11 @@ pub async fn hot_peers(lab: &mut Lab, s: &Settings, problems: &mut Vec<String>) 
         }
         .await;
         rows.extend(keep(problems, ADVISORY_BLOCKING, row));
+        end_peer_sessions(lab, problems).await;
     }
     if s.runs(SQLX) {
         let row = async {
-            let url = lab.pg.url().await?;
+            let url = lab.pg.peer_url().await?;
             let one = Arc::new(SqlxAdvisory::connect(&url).await?);
             let lockers = (0..n).map(|_| one.clone()).collect();
             let r = run_hot_key(lockers, "hot:pg:sqlx", s.hot, &mut Probe::none()).await?;
@@ -151,10 +159,11 @@ pub async fn hot_peers(lab: &mut Lab, s: &Settings, problems: &mut Vec<String>) 
         }
         .await;
         rows.extend(keep(problems, SQLX, row));
+        end_peer_sessions(lab, problems).await;
     }
     if s.runs(DLP) {
         let row = async {
-            let url = lab.pg.url().await?;
+            let url = lab.pg.peer_url().await?;
             let one = Arc::new(DistributedLockPg::connect(&url).await?);
             let lockers = (0..n).map(|_| one.clone()).collect();
             let r = run_hot_key(lockers, "hot:pg:dlp", s.hot, &mut Probe::none()).await?;
@@ -168,6 +177,7 @@ pub async fn hot_peers(lab: &mut Lab, s: &Settings, problems: &mut Vec<String>) 
         }
         .await;
         rows.extend(keep(problems, DLP, row));
+        end_peer_sessions(lab, problems).await;
     }
     rows
 }
