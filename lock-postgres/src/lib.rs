@@ -9,7 +9,7 @@
 //! | acquire | `INSERT … ON CONFLICT (key) DO UPDATE … WHERE expired OR ours RETURNING fence`, plus the holder's remaining TTL when held | 1 |
 //! | release | `DELETE … WHERE key AND owner`, then which of released / held by another / missing | 1 |
 //! | renew | `UPDATE … SET expires_at WHERE key AND owner AND live` | 1 |
-//! | renew many | one `UPDATE … FROM unnest($keys, $owners)` per batch | 1 |
+//! | renew many | `SELECT … FROM schema.renew_many($keys, $owners, …)` per batch: a primary-key update per key (PL/pgSQL), so a batch never joins the table on statistics that call it empty | 1 |
 //! | versioned get / create | `SELECT` / `INSERT … ON CONFLICT` | 1 |
 //! | semaphore / read-write acquire | `SELECT * FROM schema.sem_acquire(…)` / `rw_acquire(…)`: the name's row locked `FOR UPDATE`, then the decision | 1 |
 //! | multi-key acquire | `multi_acquire(keys, …)`: every key's row in sorted order, or none (a rolled-back block) | 1 |

@@ -185,17 +185,10 @@ impl Statements {
             release_notify: format!("SELECT {s}.release_notify($1, $2, $3)"),
             release,
             renew,
+            // Primary-key lookups whatever the statistics (`sql/schema.sql`).
             renew_many: format!(
-                "WITH items AS (SELECT * FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS i(key, owner, n)), \
-                 renewed AS (UPDATE {s}.locks l SET expires_at = {} FROM items i \
-                   WHERE l.key = i.key AND l.owner = i.owner AND l.expires_at > clock_timestamp() \
-                   RETURNING l.key, l.owner) \
-                 SELECT CASE WHEN EXISTS (SELECT 1 FROM renewed r WHERE r.key = i.key AND r.owner = i.owner) THEN 0 \
-                   WHEN EXISTS (SELECT 1 FROM {s}.locks l WHERE l.key = i.key AND l.owner <> i.owner \
-                     AND l.expires_at > clock_timestamp()) THEN 1 \
-                   ELSE 2 END \
-                 FROM items i ORDER BY i.n",
-                from_now!("$3")
+                "SELECT code FROM {s}.renew_many($1::text[], $2::bytea[], $3::int8) WITH ORDINALITY AS r(code, n) \
+                 ORDER BY n"
             ),
             kv_get: format!(
                 "SELECT value, version FROM {s}.kv WHERE key = $1 \
@@ -234,6 +227,7 @@ impl Statements {
                    AND to_regprocedure('{s}.acquire_fair(text, bytea, bigint, bytea, bigint)') IS NOT NULL \
                    AND to_regprocedure('{s}.release_notify(text, bytea, text)') IS NOT NULL \
                    AND to_regprocedure('{s}.wake_payload(text, bytea)') IS NOT NULL \
+                   AND to_regprocedure('{s}.renew_many(text[], bytea[], bigint)') IS NOT NULL \
                    AND to_regclass('{s}.leaders') IS NOT NULL \
                    AND to_regprocedure('{s}.multi_acquire(text[], bytea, bigint)') IS NOT NULL"
             ),

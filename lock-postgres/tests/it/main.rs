@@ -12,5 +12,6 @@ mod fencing_order;
 mod kinds_conformance;
 mod notifications;
 mod pgbouncer;
+mod renewal_plan;
 mod replication;
 mod setup_errors;
