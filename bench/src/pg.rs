@@ -82,11 +82,11 @@ impl PgLab {
     /// started). A row's window closes by dropping its tasks: a peer
     /// waiting in `pg_advisory_lock`, or holding a lock in an open
     /// transaction, keeps its session in a pool the dropped task cannot
-    /// close (measured: sqlx's and distributed-lock-postgres's sessions
-    /// were still waiting 20 s later). A waiting statement holds a
-    /// snapshot, so no dead row version in the database could be removed
-    /// while it waited: the renewal of 10,000 locks two rows later scanned
-    /// ever longer version chains and lost most of them.
+    /// close (measured: distributed-lock-postgres's sessions were still
+    /// waiting 20 s later, into the renewal scenario). A waiting statement
+    /// holds a snapshot, which keeps every dead row version in the database
+    /// from being removed: the rows after it would be measured on a server
+    /// the peers still burden.
     pub async fn end_peer_sessions(&self) -> BoxResult<()> {
         let Some(server) = &self.server else { return Ok(()) };
         let others = format!(
@@ -415,8 +415,7 @@ mod tests {
     /// A row's window closes by leaving its tasks. A distributed-lock-postgres
     /// peer's task waiting in `pg_advisory_lock` keeps its session waiting,
     /// with a snapshot, past the row (its holder's handle was dropped, its
-    /// transaction left open in the pool) (the renewal row that ran two
-    /// rows later lost 8,160 of 10,000 leases); ending the peers' sessions
+    /// transaction left open in the pool); ending the peers' sessions
     /// between rows leaves none.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_peer_row_leaves_no_session_holding_a_snapshot() {
