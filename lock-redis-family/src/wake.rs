@@ -181,7 +181,8 @@ local function starving(wakes, since, now, bound)
     local first = redis.call('ZRANGE', since, 0, 0, 'WITHSCORES')
     if not first[1] then return nil end
     if redis.call('ZSCORE', wakes, first[1]) then
-      if now - tonumber(first[2]) >= bound then return first[1] end
+      -- Whole ms: the fraction only orders waiters within one.
+      if now - math.floor(tonumber(first[2])) >= bound then return first[1] end
       return nil
     end
     redis.call('ZREM', since, first[1])
