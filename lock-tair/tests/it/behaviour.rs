@@ -770,6 +770,10 @@ async fn a_contended_release_is_cad_then_one_wake_script() {
         .unwrap()
         .into_iter()
         .map(|args| args[0].clone())
+        // The waiter's one look at the key (a `GET`, RECHECK_MS after its
+        // registration) can land among the release's commands on a loaded
+        // machine; the release itself sends no `GET`.
+        .filter(|command| command != "get")
         .collect();
     assert_eq!(commands[..3], ["cad", "exists", "evalsha"], "{commands:?}");
 }
