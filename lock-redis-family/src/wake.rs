@@ -384,6 +384,11 @@ pub struct Waits {
     len: AtomicUsize,
 }
 
+/// A wait's age as the scripts take it: whole ms, saturating.
+fn whole_ms(waited: Duration) -> u64 {
+    u64::try_from(waited.as_millis()).unwrap_or(u64::MAX)
+}
+
 impl Waits {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Wait>> {
         // Each update leaves the map consistent: a poisoned lock is usable.
@@ -418,7 +423,7 @@ impl Waits {
         entry.id = id;
         let waited = now.duration_since(entry.since);
         self.len.store(w.len(), Ordering::Relaxed);
-        u64::try_from(waited.as_millis()).unwrap_or(u64::MAX)
+        whole_ms(waited)
     }
 
     /// [`Waits::start`] for a wait whose caller may name the waiter
@@ -427,7 +432,7 @@ impl Waits {
     /// backend's count, which is still kept for the release's clean-up.
     pub fn start_named(&self, key: &str, id: crate::board::WaiterId, named: Option<Duration>) -> u64 {
         let counted = self.start(key, id);
-        named.map_or(counted, |age| u64::try_from(age.as_millis()).unwrap_or(u64::MAX))
+        named.map_or(counted, whole_ms)
     }
 
     /// The wait on `key` ended: `woken`, before its timer.
