@@ -18,6 +18,7 @@
 
 pub mod conformance;
 pub mod faulty;
+pub mod redaction;
 #[cfg(feature = "harness")]
 pub mod server;
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use lock_core::{Error, Result};
 
-use super::url::{Features, Target, duration, host_port, require};
+use super::url::{Features, Target, duration, host_port, percent_decode, require};
 
 /// The etcd client port used when a host names none.
 pub const ETCD_DEFAULT_PORT: u16 = 2379;
@@ -83,7 +83,7 @@ pub(crate) fn parse_etcd(
     let user = match userinfo {
         None => None,
         Some(info) => match info.split_once(':') {
-            Some((user, password)) if !user.is_empty() => Some((decode(user), decode(password))),
+            Some((user, password)) if !user.is_empty() => Some((percent_decode(user), percent_decode(password))),
             _ => {
                 return Err(Error::invalid(format!(
                     "{scheme}:// credentials must be USER:PASSWORD@ (etcd has no password-only login)"
@@ -128,15 +128,6 @@ fn with_default_port(host: &str) -> String {
     } else {
         format!("{host}:{ETCD_DEFAULT_PORT}")
     }
-}
-
-/// Percent-decoding of a URL's user or password (`+` stays a plus).
-fn decode(text: &str) -> String {
-    let query = format!("x={}", text.replace('+', "%2B"));
-    form_urlencoded::parse(query.as_bytes())
-        .next()
-        .map(|(_, v)| v.into_owned())
-        .unwrap_or_default()
 }
 
 /// Connect the etcd backend `target` names.

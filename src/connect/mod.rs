@@ -147,7 +147,7 @@ impl Backend {
 /// Cancelling drops the connections made so far; nothing is written.
 pub async fn connect(url: &str) -> Result<Backend> {
     let target = url::parse(url, &Features::ENABLED)?;
-    build(target).await
+    build(target).await.map_err(|e| url::hide_quoted_url_text(e, url))
 }
 
 /// Check `url` without connecting: the same errors as [`connect`] for

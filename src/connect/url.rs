@@ -147,6 +147,49 @@ impl Features {
 
 /// Parse `url` for a build with `features`.
 pub(crate) fn parse(url: &str, features: &Features) -> Result<Target> {
+    parse_quoting(url, features).map_err(|e| hide_quoted_url_text(e, url))
+}
+
+/// `text` with its percent-escapes decoded (`+` and `&` kept as they are).
+pub(crate) fn percent_decode(text: &str) -> String {
+    let query = format!("x={}", text.replace('+', "%2B").replace('&', "%26"));
+    form_urlencoded::parse(query.as_bytes())
+        .next()
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_default()
+}
+
+/// `err` with every `quoted` piece of `url` hidden when `url` holds a `@`
+/// (credentials may be in it). A password with an unencoded `/`, `?`, `#`
+/// or `@` is cut by the parser into what looks like a host, a path or a
+/// parameter, and the messages quote those to say what to fix; with a `@`
+/// anywhere in the URL they say it without the quote.
+pub(crate) fn hide_quoted_url_text(err: Error, url: &str) -> Error {
+    let Error::InvalidArgument(message) = &err else {
+        return err;
+    };
+    if !url.contains('@') {
+        return err;
+    }
+    let decoded = percent_decode(url);
+    let parts: Vec<&str> = message.split('`').collect();
+    let mut shown = String::with_capacity(message.len());
+    for (i, part) in parts.iter().enumerate() {
+        if i > 0 {
+            shown.push('`');
+        }
+        // Odd parts are quoted when a closing backtick follows.
+        let quoted = i % 2 == 1 && i + 1 < parts.len();
+        if quoted && !part.is_empty() && (url.contains(part) || decoded.contains(part)) {
+            shown.push_str("***");
+        } else {
+            shown.push_str(part);
+        }
+    }
+    Error::InvalidArgument(shown)
+}
+
+fn parse_quoting(url: &str, features: &Features) -> Result<Target> {
     let Some((scheme, rest)) = url.split_once("://") else {
         return Err(Error::invalid(format!(
             "URL {} has no scheme: start it with one of {SCHEMES}",

@@ -10,6 +10,7 @@ mod connect_fuzz_corpus;
 mod connect_kinds;
 mod connect_outage;
 mod connect_postgres;
+mod connect_secrets;
 mod connect_tls;
 mod examples;
 mod facade;
