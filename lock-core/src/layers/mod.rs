@@ -28,6 +28,7 @@ mod prefix;
 mod tracing;
 
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use self::metrics::MetricsLayer;
 pub use self::prefix::PrefixLayer;
 pub use self::tracing::TracingLayer;
