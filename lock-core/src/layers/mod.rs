@@ -12,7 +12,7 @@
 //! ```
 //!
 //! - [`TracingLayer`]: a span per backend call.
-//! - [`MetricsLayer`] (feature `metrics`): counters and latency histograms
+//! - `MetricsLayer` (feature `metrics`): counters and latency histograms
 //!   per backend call on the `metrics` facade.
 //! - [`PrefixLayer`]: namespaces every key.
 //!
