@@ -11,6 +11,7 @@ mod connect_kinds;
 mod connect_outage;
 mod connect_postgres;
 mod connect_tls;
+mod crate_docs;
 mod examples;
 mod facade;
 mod facade_backends;
