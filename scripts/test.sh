@@ -83,7 +83,7 @@ scripts/test-binaries.sh --valkey "$valkey"
 echo "==> benchmark smoke test (quick mode, no timing assertions)"
 cargo run --quiet -p verrou-bench -- --quick
 
-echo "==> safety checker (quick mode; fails on an overlap, a stale write accepted, a late loss signal, a non-linearizable history, lost liveness or a hang in a row the README claims safe)"
+echo "==> safety checker (quick mode; fails on an overlap, a stale write accepted, a late loss signal, a non-linearizable history, lost liveness or a hang in a row SAFETY.md claims safe)"
 cargo run --quiet -p verrou-torture -- --quick
 
 echo "==> verrou-torture --soak 60s (leaks: RSS, fds, connections, keys, script cache)"

@@ -25,9 +25,26 @@ pub struct Context<'a> {
     pub chart_file: &'a str,
 }
 
-/// Hand-written analysis of the last full run, kept next to the code so a
-/// regenerated report keeps it.
+/// Hand-written analysis of the runs, kept next to the code; the report
+/// links it and lists its sections instead of copying it.
 const ANALYSIS: &str = include_str!("../analysis.md");
+
+/// Where the analysis lives, relative to the report at the repository root.
+const ANALYSIS_LINK: &str = "bench/analysis.md";
+
+/// The report's last section: a link to the hand-written analysis and the
+/// titles of its sections.
+fn analysis_section() -> String {
+    let mut out = format!(
+        "## Where targets are missed, and why\n\n\
+         Written by hand, run by run (profiles, causes, fixes), in [{ANALYSIS_LINK}]({ANALYSIS_LINK}); \
+         its sections:\n\n"
+    );
+    for title in ANALYSIS.lines().filter_map(|l| l.strip_prefix("### ")) {
+        let _ = writeln!(out, "- {title}");
+    }
+    out
+}
 
 fn us(d: Duration) -> String {
     format!("{:.1}", d.as_secs_f64() * 1e6)
@@ -207,8 +224,7 @@ pub fn render(c: &Context<'_>) -> String {
         }
         out.push('\n');
     }
-    out.push_str(ANALYSIS.trim_end());
-    out.push('\n');
+    out.push_str(&analysis_section());
     out
 }
 
@@ -656,6 +672,35 @@ mod tests {
         assert_eq!(int(1_234_567.4), "1,234,567");
         assert_eq!(int(999.0), "999");
         assert_eq!(int(-1000.0), "-1,000");
+    }
+
+    /// The report links the analysis and lists its sections; it copies none
+    /// of its text.
+    #[test]
+    fn the_analysis_is_linked_not_copied() {
+        let section = analysis_section();
+        assert!(section.contains("[bench/analysis.md](bench/analysis.md)"), "{section}");
+        let titles: Vec<&str> = ANALYSIS.lines().filter_map(|l| l.strip_prefix("### ")).collect();
+        assert!(titles.len() > 5, "{titles:?}");
+        for title in titles {
+            assert!(section.contains(&format!("- {title}\n")), "{title}");
+        }
+        let body = ANALYSIS
+            .lines()
+            .find(|l| l.len() > 60 && !l.starts_with('#'))
+            .unwrap_or_default();
+        assert!(!body.is_empty() && !section.contains(body), "{body}");
+        assert!(section.len() < ANALYSIS.len() / 10);
+    }
+
+    /// The committed BENCHMARKS.md ends with that section (edited when the
+    /// analysis gains a section, without a full run).
+    #[test]
+    fn the_committed_report_ends_with_the_link() {
+        let committed =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../BENCHMARKS.md")).unwrap_or_default();
+        assert!(committed.ends_with(&analysis_section()), "BENCHMARKS.md's last section");
+        assert_eq!(committed.matches("## Where targets are missed").count(), 1);
     }
 
     #[test]

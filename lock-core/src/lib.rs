@@ -5,6 +5,7 @@
 //! with jittered backoff, renewal, loss detection on a local monotonic
 //! deadline, scoped critical sections, optimistic-update retries) lives here
 //! once, so every backend behaves the same.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backend;
 mod batch;

@@ -17,7 +17,7 @@
 //! | `verrou_losses_total` | counter | `reason`: `not_owner`, `deadline_passed` | once per lost lease |
 //!
 //! Backend-call metrics (acquisitions, contentions, unknown outcomes,
-//! conflicts, call latency) come from [`crate::layers::MetricsLayer`].
+//! conflicts, call latency) come from `layers::MetricsLayer` (feature `metrics`).
 //!
 //! [`metrics`]: https://docs.rs/metrics
 

@@ -70,6 +70,7 @@ impl EtcdBuilder {
 
     /// Connect over TLS with `tls` (roots, client identity).
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls(mut self, tls: etcd_client::TlsOptions) -> Self {
         self.tls = Some(tls);
         self

@@ -2,6 +2,22 @@
 //! [`LockBackend`] and [`VersionedStore`] with the same semantics as the
 //! remote backends (the conformance suite in `lock-testkit` is the proof).
 //!
+//! # Example
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> lock_core::Result<()> {
+//! use lock_core::LockManager;
+//! use lock_memory::MemoryBackend;
+//!
+//! let locks = LockManager::new(MemoryBackend::new())?;
+//! let guard = locks.lock("invoice:42").await?;
+//! let token = guard.fencing_token(); // always issued
+//! assert!(token.is_some());
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
 //! TTLs run on `tokio::time::Instant`, so tests under
 //! `#[tokio::test(start_paused = true)]` cover expiry in no wall time.
 //! Waiters are woken on release. Fencing tokens and versions come from
@@ -10,6 +26,19 @@
 //! values are purged in expiry order, so memory follows the keys in use.
 //!
 //! Clones share state: hand a clone to each "client" in a test.
+//!
+//! # Guarantees
+//!
+//! Exact within one process: it excludes nothing across processes.
+//!
+//! # URL
+//!
+//! `verrou::connect("memory://")` builds one (no parameters).
+//!
+//! # Features
+//!
+//! None.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod election;
 mod expiry;

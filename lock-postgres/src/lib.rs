@@ -2,6 +2,26 @@
 //! server in one statement per operation (tokio-postgres through
 //! deadpool-postgres).
 //!
+//! # Example
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let server = lock_testkit::server::PostgresServer::start().await?;
+//! # let url = server.url(); // a PostgreSQL server on a free loopback port
+//! use lock_core::LockManager;
+//! use lock_postgres::PostgresBackend;
+//!
+//! // `url`: "postgres://user[:pass]@host[:port]/db" (creates its schema if missing)
+//! let backend = PostgresBackend::connect(&url).await?;
+//! let locks = LockManager::new(backend)?;
+//! let guard = locks.lock("invoice:42").await?;
+//! let token = guard.fencing_token(); // always issued: hand it to the resource you write
+//! assert!(token.is_some());
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
 //! # Wire protocol
 //!
 //! | operation | statement | round trips |
@@ -92,6 +112,21 @@
 //! before its expiry by the server's clock. A failover keeps the confirmed
 //! leases only when the standby was synchronous (`synchronous_standby_names`
 //! with `synchronous_commit` `on` or `remote_apply`).
+//!
+//! # URL
+//!
+//! [`PostgresBackend::connect`] and `verrou::connect` take libpq's URL,
+//! `postgres://user[:pass]@host[:port]/db` or `postgresql://…` (its own
+//! parameters such as `sslmode` included), plus verrou's: `schema` (default
+//! `verrou`), `create_schema` (`false` leaves it to your migrations),
+//! `response_timeout`, `pool_size`, `release_notifications` and `listen_url`
+//! (a direct connection for `LISTEN` when the pool goes through PgBouncer).
+//!
+//! # Features
+//!
+//! - `tls`: TLS by `sslmode` through rustls with the platform's roots; facade
+//!   feature `postgres-tls`.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod builder;
 mod error;

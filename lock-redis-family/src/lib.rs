@@ -10,6 +10,7 @@
 //! For backend authors; applications never import this crate. `lock-core`
 //! knows no Redis: its traits and managers are the same for PostgreSQL and
 //! etcd.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod board;
 pub mod fence;

@@ -212,6 +212,7 @@ impl RedisLuaBuilder {
     /// Trust these CA certificates (PEM) instead of the platform's roots for
     /// `rediss://` URLs (feature `tls`; URL sources only).
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_root_certs(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.tls_root_certs = Some(pem.into());
         self

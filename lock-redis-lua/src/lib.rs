@@ -2,6 +2,26 @@
 //! cluster, needing only EVAL/EVALSHA (through deadpool-redis and its
 //! re-exported `redis` crate).
 //!
+//! # Example
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let server = lock_testkit::server::RedisServer::start().await?;
+//! # let url = server.url(); // a redis-server on a free loopback port
+//! use lock_core::LockManager;
+//! use lock_redis_lua::RedisLuaBackend;
+//!
+//! // `url`: "redis://[user:pass@]host[:port][/db]"
+//! let backend = RedisLuaBackend::builder(url).fencing(true).build().await?;
+//! let locks = LockManager::new(backend)?;
+//! let guard = locks.lock("invoice:42").await?;
+//! let token = guard.fencing_token(); // hand it to the resource you write
+//! assert!(token.is_some());
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
 //! # Wire protocol
 //!
 //! | operation | command | round trips |
@@ -121,6 +141,24 @@
 //! deadline. With asynchronous replication, a failover can lose a lock
 //! granted just before it (two holders): use [`ReplicaAck`] to narrow that
 //! window, fencing tokens or the versioned store where it matters.
+//!
+//! # URL
+//!
+//! `verrou::connect` builds this backend from `redis://[user:pass@]host[:port][/db]`,
+//! `rediss://…` (TLS, feature `tls`), `redis+cluster://h1[:p1],h2[:p2]…` and
+//! `rediss+cluster://…`. The query parameters are the builder's options under
+//! the same names: `connect_timeout`, `response_timeout` (`500ms`, `2s`),
+//! `fencing` (`true` for fencing tokens), `release_notifications`,
+//! `replica_ack=N` with `replica_ack_timeout=D`, `ack_connections`, `db`, and
+//! `tls_ca=/path/ca.pem` (trust this CA instead of the platform's roots). An
+//! unknown parameter is an error naming the accepted ones.
+//!
+//! # Features
+//!
+//! - `tls`: `rediss://` URLs through rustls
+//!   ([`RedisLuaBuilder::tls_root_certs`] for a private CA); facade feature
+//!   `redis-lua-tls`.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod acquire;
 mod builder;

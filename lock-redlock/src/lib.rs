@@ -3,16 +3,25 @@
 //! holding a lock while a quorum `M` of them (a majority: `2M > N`,
 //! default `N / 2 + 1`) hold it for the same token.
 //!
+//! # Example
+//!
 //! ```
-//! # async fn demo() -> lock_core::Result<()> {
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let servers = lock_testkit::server::Instances::start(3, lock_testkit::server::RedisServer::builder()).await?;
+//! # let urls = servers.urls(); // three independent redis-servers on free loopback ports
 //! use std::sync::Arc;
 //! use lock_core::{LockBackend, LockManager};
-//! use lock_memory::MemoryBackend;
+//! use lock_redis_lua::RedisLuaBackend;
 //! use lock_redlock::Redlock;
 //!
-//! let nodes: Vec<Arc<dyn LockBackend>> = (0..3).map(|_| Arc::new(MemoryBackend::new()) as _).collect();
-//! let locks = LockManager::new(Redlock::new(nodes)?)?;
+//! let mut nodes: Vec<Arc<dyn LockBackend>> = Vec::new();
+//! for url in urls { // "redis://a:6379", "redis://b:6379", "redis://c:6379"
+//!     nodes.push(Arc::new(RedisLuaBackend::connect(&url).await?));
+//! }
+//! let locks = LockManager::new(Redlock::new(nodes)?)?; // quorum 2 of 3
 //! let guard = locks.lock("invoice:42").await?;
+//! assert!(guard.fencing_token().is_none()); // Redlock issues none
 //! guard.release().await?;
 //! # Ok(()) }
 //! ```
@@ -116,6 +125,21 @@
 //! acknowledgement is not available; either way it is an efficiency lock in
 //! Kleppmann's sense, so protect correctness-critical writes with
 //! compare-and-set on the resource.
+//!
+//! # URL
+//!
+//! `verrou::connect` builds a Redlock from
+//! `redlock://?quorum=2&node=redis://a:6379&node=redis://b:6379&node=tair://c:6379`:
+//! `node` (repeated; any Redis-family URL, its own parameters
+//! percent-encoded: `node=redis://a:6379%3Ffencing%3Dtrue`), `quorum` (a
+//! majority, `2M > N`; default `N / 2 + 1`), `node_timeout`, `drift_factor`.
+//! It starts once a quorum of nodes connects ([`LazyNode`]).
+//!
+//! # Features
+//!
+//! None of its own: nodes are any [`LockBackend`], built with their crates'
+//! features.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 use std::sync::Arc;
 use std::time::Duration;

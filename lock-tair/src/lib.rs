@@ -2,6 +2,26 @@
 //! versioned store on exString (`EXGET` / `EXSET` / `EXCAS` / `EXCAD`), over
 //! [fred](https://docs.rs/fred), on one server or Redis Cluster.
 //!
+//! # Example
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let server = lock_testkit::server::RedisServer::builder().tair_module().start().await?;
+//! # let url = server.url(); // a redis-server with the TairString-compatible module
+//! use lock_core::LockManager;
+//! use lock_tair::TairBackend;
+//!
+//! // `url`: "tair://[user:pass@]host[:port][/db]" or "redis://…"
+//! let backend = TairBackend::builder(url).fencing(true).build().await?;
+//! let locks = LockManager::new(backend)?;
+//! let guard = locks.lock("invoice:42").await?;
+//! let token = guard.fencing_token(); // hand it to the resource you write
+//! assert!(token.is_some());
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
 //! One [`TairBackend`] implements both [`LockBackend`] and
 //! [`VersionedStore`](lock_core::VersionedStore). Every operation is one round trip, a native command
 //! but for the release on a single server (a small script, see *Release
@@ -137,6 +157,30 @@
 //! `target/release/libtair_module.so` (`cargo build --release -p
 //! tair-module`); point `VERROU_TAIR_MODULE` at another TairString-compatible
 //! module to run the same suite against it.
+//!
+//! # Guarantees
+//!
+//! On one server: mutual exclusion while each holder stays inside its local
+//! deadline, as on the Lua backend. With asynchronous replication a failover
+//! can lose a lock granted just before it; [`ReplicaAck`] (`WAIT` after
+//! grants and renewals) narrows that window, and Tair's semi-synchronous
+//! replication narrows it server-side but degrades to asynchronous when the
+//! replica does not answer in time. SAFETY.md measures both.
+//!
+//! # URL
+//!
+//! `verrou::connect` builds this backend from `tair://[user:pass@]host[:port][/db]`,
+//! `tairs://…` (TLS, feature `tls`), `tair+cluster://h1[:p1],h2[:p2]…` and
+//! `tairs+cluster://…`, with the same query parameters as the Lua backend's
+//! URLs: `connect_timeout`, `response_timeout`, `fencing`,
+//! `release_notifications`, `replica_ack` with `replica_ack_timeout`,
+//! `ack_connections`, `db`, `tls_ca`.
+//!
+//! # Features
+//!
+//! - `tls`: `tairs://` URLs through rustls ([`TairBuilder::tls_root_certs`]
+//!   for a private CA); facade feature `tair-tls`.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod acquire;
 mod config;

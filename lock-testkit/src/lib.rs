@@ -15,15 +15,18 @@
 //! The default feature `harness` adds [`server`], which starts real
 //! `redis-server` processes; the suite and [`FaultyBackend`] compile without
 //! it (`default-features = false`).
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod conformance;
 pub mod faulty;
 pub mod redaction;
 #[cfg(feature = "harness")]
+#[cfg_attr(docsrs, doc(cfg(feature = "harness")))]
 pub mod server;
 
 pub use conformance::{ElectionSuite, LockSuite, MultiSuite, RwSuite, SemaphoreSuite, VersionedSuite};
 #[cfg(feature = "harness")]
+#[cfg_attr(docsrs, doc(cfg(feature = "harness")))]
 pub use conformance::{RenewManySuite, RenewManyTarget};
 pub use faulty::{CallCounts, Fault, FaultControl, FaultyBackend};
 

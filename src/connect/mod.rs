@@ -45,9 +45,11 @@ use std::sync::Arc;
 use lock_core::{Error, LockBackend, LockManager, LockOptions, Result, VersionedStore};
 
 #[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub use config::ConnectConfig;
 pub use etcd::{ETCD_DEFAULT_PORT, ETCD_PARAMS};
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::POSTGRES_PARAMS;
 #[cfg(feature = "redlock")]
 use url::RedlockTarget;

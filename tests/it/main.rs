@@ -12,6 +12,7 @@ mod connect_outage;
 mod connect_postgres;
 mod connect_secrets;
 mod connect_tls;
+mod crate_docs;
 mod examples;
 mod facade;
 mod facade_backends;

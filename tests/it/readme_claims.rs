@@ -1,6 +1,8 @@
-//! README claims checked against the code: the defaults table against
-//! `LockOptions::default()`, and "the tests never use the default Redis port"
-//! against the test sources and the harness's port range.
+//! Claims of the README, the guide and ARCHITECTURE.md checked against the
+//! code: the README's size and backend table against the facade's features,
+//! the guide's defaults table against `LockOptions::default()`, and "the
+//! tests never use the default Redis port" (ARCHITECTURE.md) against the test
+//! sources and the harness's port range.
 
 #![allow(clippy::expect_used, clippy::panic)]
 
@@ -11,9 +13,10 @@ use std::time::Duration;
 use support::{rust_files, workspace};
 use verrou::{Backoff, LockOptions, Renewal};
 
-/// The "verrou" column of the README's `## Defaults` table, by setting.
+/// The "verrou" column of the guide's `## Defaults` table (`src/guide.md`,
+/// `verrou::guide`), by setting.
 fn readme_defaults() -> Vec<(String, String)> {
-    let readme = std::fs::read_to_string(workspace().join("README.md")).expect("README.md");
+    let readme = std::fs::read_to_string(workspace().join("src/guide.md")).expect("src/guide.md");
     let section = readme.split("\n## Defaults\n").nth(1).expect("a Defaults section");
     section
         .lines()
@@ -134,4 +137,44 @@ fn no_test_names_the_default_redis_port() {
             file.display()
         );
     }
+}
+
+/// The README stays a front page (under 12 KB) whose backend table has a row
+/// for every backend feature of the facade, each naming its feature.
+#[test]
+fn the_readme_is_short_and_its_table_names_every_backend_feature() {
+    let readme = std::fs::read_to_string(workspace().join("README.md")).expect("README.md");
+    assert!(readme.len() < 12 * 1024, "README.md is {} bytes", readme.len());
+    let table: Vec<&str> = readme
+        .split("\n## Choose a backend\n")
+        .nth(1)
+        .expect("a Choose a backend section")
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2)
+        .collect();
+    let manifest = std::fs::read_to_string(workspace().join("Cargo.toml")).expect("Cargo.toml");
+    let backends = ["memory", "redis-lua", "tair", "postgres", "etcd", "redlock"];
+    for feature in backends {
+        assert!(
+            manifest.contains(&format!("\n{feature} = [\"dep:lock-")),
+            "{feature} is a backend feature of the facade"
+        );
+        let rows: Vec<&&str> = table
+            .iter()
+            .filter(|row| {
+                row.split('|')
+                    .nth(6)
+                    .is_some_and(|cell| cell.contains(&format!("`{feature}`")))
+            })
+            .collect();
+        assert_eq!(rows.len(), 1, "one row with feature `{feature}`: {table:#?}");
+    }
+    assert_eq!(table.len(), backends.len(), "one row per backend");
+    assert_eq!(
+        manifest.matches(" = [\"dep:lock-").count(),
+        backends.len(),
+        "every backend feature is in the list above"
+    );
 }

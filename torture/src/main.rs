@@ -23,6 +23,7 @@ mod client;
 mod clock;
 mod kinds;
 mod linearize;
+mod matrix;
 mod netrows;
 mod plan;
 mod probe;
@@ -47,6 +48,7 @@ pub type BoxResult<T> = Result<T, BoxError>;
 const USAGE: &str = "\
 usage: verrou-torture [--quick] [--seed N] [--out DIR] [--only TEXT] [--url URL [--backend lua|tair]]
        verrou-torture --soak DURATION [--out DIR]
+       verrou-torture --matrix FILE
 
   --quick        CI mode: the claimed-safe rows that cover each mechanism once, short
                  rows (well under a minute); writes under target/verrou-torture/
@@ -62,6 +64,8 @@ usage: verrou-torture [--quick] [--seed N] [--out DIR] [--only TEXT] [--url URL 
                  client's connections blackholed, one client's runtime stalled);
                  keys are prefixed verrou-torture:<seed>:
   --backend B    with --url: lua (default) or tair
+  --matrix FILE  rebuild the backend × fault matrix that opens FILE (a SAFETY.md) from that
+                 file's own Results table, in place; runs nothing (every run writes it too)
   --every-row    also draw one timeline per row, under safety/rows/ (for digging into a row)
   --soak D       steady contention and periodic faults on every backend for D in all (e.g. 60s,
                  30m); samples RSS, open fds, the servers' clients, keys and script cache, and
@@ -83,6 +87,7 @@ struct Args {
     backend: Option<String>,
     every_row: bool,
     soak: Option<std::time::Duration>,
+    matrix: Option<PathBuf>,
 }
 
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -97,6 +102,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Args, String> {
                 parsed.seed = Some(s.parse().map_err(|_| format!("--seed: not a number: {s}"))?);
             }
             "--out" => parsed.out = Some(it.next().ok_or("--out needs a directory")?.into()),
+            "--matrix" => parsed.matrix = Some(it.next().ok_or("--matrix needs a SAFETY.md")?.into()),
             "--only" => parsed.only = Some(it.next().ok_or("--only needs a text")?),
             "--url" => parsed.url = Some(it.next().ok_or("--url needs a redis:// URL")?),
             "--backend" => {
@@ -174,6 +180,13 @@ async fn external(url: &str) -> BoxResult<External> {
 
 /// Runs the plan; true when every claim held.
 async fn main_async(args: Args) -> BoxResult<bool> {
+    if let Some(path) = &args.matrix {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("--matrix {}: {e}", path.display()))?;
+        let rebuilt = matrix::with_matrix(&text).map_err(|e| format!("--matrix {}: {e}", path.display()))?;
+        std::fs::write(path, rebuilt)?;
+        println!("rebuilt the matrix of {}", path.display());
+        return Ok(true);
+    }
     clock::init();
     if let Some(total) = args.soak {
         let out = args
@@ -324,6 +337,11 @@ async fn main_async(args: Args) -> BoxResult<bool> {
         .and_then(|old| soak::soak_section(&old).map(str::to_owned))
     {
         md = format!("{}\n\n{section}\n", md.trim_end());
+    }
+    // The first screen: the backend × fault matrix of the rows above (none
+    // when no lock row ran, e.g. `--only kinds/`).
+    if let Ok(with_matrix) = matrix::with_matrix(&md) {
+        md = with_matrix;
     }
     std::fs::write(&path, md)?;
     println!("wrote {}", path.display());

@@ -1,5 +1,5 @@
-//! Which scenarios run: backend × topology × fault, and what the README
-//! claims for each.
+//! Which scenarios run: backend × topology × fault, and what the docs
+//! claim for each.
 
 use std::fmt;
 
@@ -209,7 +209,7 @@ impl fmt::Display for Fault {
     }
 }
 
-/// What the README says about a row.
+/// What the docs claim about a row (SAFETY.md's claim column).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Claim {
     /// No overlap, no stale write accepted, loss signalled by the deadline,
@@ -290,7 +290,7 @@ pub struct Scenario {
     pub topology: Topology,
     /// Fault.
     pub fault: Fault,
-    /// README claim.
+    /// The docs' claim.
     pub claim: Claim,
     /// Why it is documented unsafe (for `Claim::Unsafe`).
     pub why: &'static str,

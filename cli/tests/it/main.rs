@@ -8,4 +8,5 @@ mod cli_postgres;
 mod common;
 mod deadline;
 mod kinds;
+mod readme;
 mod secrets;

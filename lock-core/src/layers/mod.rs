@@ -12,7 +12,7 @@
 //! ```
 //!
 //! - [`TracingLayer`]: a span per backend call.
-//! - [`MetricsLayer`] (feature `metrics`): counters and latency histograms
+//! - `MetricsLayer` (feature `metrics`): counters and latency histograms
 //!   per backend call on the `metrics` facade.
 //! - [`PrefixLayer`]: namespaces every key.
 //!
@@ -28,6 +28,7 @@ mod prefix;
 mod tracing;
 
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use self::metrics::MetricsLayer;
 pub use self::prefix::PrefixLayer;
 pub use self::tracing::TracingLayer;

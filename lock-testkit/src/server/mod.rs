@@ -86,12 +86,16 @@ pub use paths::{
     redis_server_binary, tair_module_path,
 };
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use pg_paths::{PG_BIN_ENV, PG_OS_USER, PGBOUNCER_ENV, pg_bin_dir, pgbouncer_binary};
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use pg_standby::PostgresPair;
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use pgbouncer::{PGBOUNCER_POOL_SIZE, PgBouncer};
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::{PG_LOG_FILE, PG_START_TIMEOUT, PG_USER, PostgresServer, PostgresServerBuilder};
 pub use process::{DEFAULT_START_TIMEOUT, LOG_FILE, NODES_FILE, RedisServer};
 pub use proxy::TcpProxy;
