@@ -1,7 +1,10 @@
 //! Leader election's Lua scripts, shared by the Lua and Tair backends. Keys
 //! of `name`, in its slot: `lead` (hash `t` token, `id` identity, `term`,
-//! with the lease's TTL) and `term` (the counter, no TTL, so terms never
-//! repeat).
+//! with the lease's TTL) and `term` (the last term, no TTL). A new term is
+//! `max(last + 1, server time in µs)`, the rule of the mutex's fencing
+//! tokens ([`crate::fence::GRANT_FENCE`]): terms only grow, even when the
+//! server lost the counter (a restart without data, eviction, a failover
+//! that lost it).
 
 #[cfg(doc)]
 use super::semaphore::SemaphoreKeys;
@@ -49,7 +52,10 @@ impl ElectionKeys {
 /// KEYS lead, term; ARGV token, identity, ttl ms, and optionally a channel
 /// on which a new leader is announced (`PUBLISH`, a `pcall`: a refusal only
 /// costs observers their poll). `{1, term}` leads (new or refreshed);
-/// `{0, pttl}` another leads.
+/// `{0, pttl}` another leads. A new term is `max(last + 1, server µs)`,
+/// stored with `%.0f` (as [`crate::fence::GRANT_FENCE`]: `tostring` would
+/// switch to exponent notation); a `GET` of a counter of another type
+/// fails the script before its first write.
 pub const LEAD: &str = r"
 local cur = redis.call('HGET', KEYS[1], 't')
 if cur == ARGV[1] then
@@ -57,9 +63,13 @@ if cur == ARGV[1] then
   return {1, tonumber(redis.call('HGET', KEYS[1], 'term'))}
 end
 if cur then return {0, redis.call('PTTL', KEYS[1])} end
-local term = redis.call('INCR', KEYS[2])
+local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local t = redis.call('TIME')
+local term = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if term <= last then term = last + 1 end
+redis.call('SET', KEYS[2], string.format('%.0f', term))
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 't', ARGV[1], 'id', ARGV[2], 'term', term)
+redis.call('HSET', KEYS[1], 't', ARGV[1], 'id', ARGV[2], 'term', string.format('%.0f', term))
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 if ARGV[4] then redis.pcall('PUBLISH', ARGV[4], '1') end
 return {1, term}

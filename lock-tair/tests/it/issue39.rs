@@ -1,0 +1,60 @@
+//! Issue 39, safety findings on the Tair backend: election terms that went
+//! backwards after a restart without data, reserved names that collided
+//! with user keys, a fence prefix that made a key its own counter.
+
+#![allow(clippy::expect_used, clippy::panic)] // test helpers
+
+use crate::common;
+
+use std::time::Duration;
+
+use lock_core::raw::{AcquireOutcome, ElectionBackend};
+use lock_core::{LockToken, Result};
+use lock_tair::TairBackend;
+
+/// Generous bound for anything a loaded machine should finish well within.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+async fn lead(backend: &TairBackend, name: &str) -> Result<u64> {
+    let token = LockToken::generate()?;
+    match backend
+        .try_lead(name, &token, b"node", Duration::from_millis(500))
+        .await?
+    {
+        AcquireOutcome::Acquired(lease) => {
+            backend.resign(name, &token).await?;
+            Ok(lease.fencing_token.expect("a term").0)
+        }
+        other => panic!("{name} should have no leader, got {other:?}"),
+    }
+}
+
+/// Issue 39 finding 1: the term counter restarted at 1 when the server
+/// lost its data, so a stalled old leader's term beat the new one's.
+#[tokio::test]
+async fn election_terms_keep_increasing_after_a_restart_without_data() {
+    let server = common::tair_server().await;
+    let backend = common::connect(common::builder(&server.url())).await;
+    let mut terms = Vec::new();
+    for _ in 0..3 {
+        terms.push(lead(&backend, "e").await.expect("campaign"));
+    }
+    assert!(terms.windows(2).all(|w| w[0] < w[1]), "not increasing: {terms:?}");
+    let highest = *terms.iter().max().expect("three terms");
+    server.restart_empty().await.expect("restart without data");
+    let give_up = tokio::time::Instant::now() + PATIENCE;
+    let next = loop {
+        match lead(&backend, "e").await {
+            Ok(term) => break term,
+            Err(e) if tokio::time::Instant::now() < give_up => {
+                eprintln!("campaign after restart failed (reconnecting): {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("no campaign after the restart: {e}"),
+        }
+    };
+    assert!(
+        next > highest,
+        "the first term after a restart without data ({next}) is not above the earlier ones {terms:?}"
+    );
+}
