@@ -114,7 +114,7 @@ impl ScriptedKinds for RedisLuaBackend {
         unexpected_reply(op, name, reply)
     }
 
-    fn check_multi_key(&self, key: &str) -> Result<()> {
+    fn check_user_key(&self, key: &str) -> Result<()> {
         keys::check_user_key(key)
     }
 

@@ -123,6 +123,10 @@ impl ScriptedKinds for TairBackend {
         fence_key(self.inner.fence_prefix.as_deref().unwrap_or(DEFAULT_FENCE_PREFIX), key)
     }
 
+    fn check_user_key(&self, key: &str) -> Result<()> {
+        self.check_key(key)
+    }
+
     fn multi_shortfall(
         &self,
         set: &[&str],

@@ -101,7 +101,7 @@ return 1
 ///
 /// # Errors
 /// [`lock_core::Error::Unsupported`] under replica acknowledgement;
-/// [`lock_core::Error::InvalidArgument`] for a bad name.
+/// [`lock_core::Error::InvalidArgument`] for a bad or reserved name.
 pub fn keys_on<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str) -> Result<ElectionKeys> {
     // Under replica acknowledgement, wins and renewals `WAIT` where the
     // backend follows kind scripts with it; refused elsewhere.
@@ -109,6 +109,7 @@ pub fn keys_on<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str) -> Result<Elect
         refuse_under_ack(kinds, "leader election with replica acknowledgement")?;
     }
     validate_key(name)?;
+    kinds.check_user_key(name)?;
     ElectionKeys::prefixed(kinds.kinds_key_prefix(), name)
 }
 

@@ -119,7 +119,7 @@ fn check_set<K: ScriptedKinds + ?Sized>(kinds: &K, set: &[&str]) -> Result<()> {
         return Err(Error::invalid("a multi-key lock needs at least one key"));
     };
     set.iter()
-        .try_for_each(|k| validate_key(k).and_then(|()| kinds.check_multi_key(k)))?;
+        .try_for_each(|k| validate_key(k).and_then(|()| kinds.check_user_key(k)))?;
     if set.iter().any(|k| !kinds.same_slot(first, k)) {
         return Err(Error::invalid(format!(
             "multi-key lock over {set:?}: on a cluster every key must be in one hash slot; give them a common \

@@ -160,6 +160,7 @@ fn keys_on<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str) -> Result<RwKeys> {
         refuse_under_ack(kinds, "read-write locks with replica acknowledgement")?;
     }
     validate_key(name)?;
+    kinds.check_user_key(name)?;
     RwKeys::prefixed(kinds.kinds_key_prefix(), name)
 }
 

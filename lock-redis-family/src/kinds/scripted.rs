@@ -198,13 +198,13 @@ pub trait ScriptedKinds: Send + Sync {
         )
     }
 
-    /// Refuses a multi-key lock's `key` the backend keeps for itself (after
-    /// [`lock_core::raw::validate_key`] accepted it); the default
-    /// refuses none.
+    /// Refuses a kind's name or a multi-key lock's key under the backend's
+    /// reserved names (after [`lock_core::raw::validate_key`] accepted it),
+    /// as the backend's mutex refuses such a key; the default refuses none.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a reserved key.
-    fn check_multi_key(&self, key: &str) -> Result<()> {
+    fn check_user_key(&self, key: &str) -> Result<()> {
         let _ = key;
         Ok(())
     }

@@ -283,6 +283,7 @@ pub fn renew_outcome(backend: &str, name: &str, reply: i64) -> Result<RenewOutco
 /// replica acknowledgement rather than grant permits a failover could lose
 /// unnoticed).
 fn keys_on<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str) -> Result<SemaphoreKeys> {
+    kinds.check_user_key(name)?;
     let keys = SemaphoreKeys::prefixed(kinds.kinds_key_prefix(), name)?;
     if kinds.kinds_replica_ack().is_some() && !kinds.semaphore_waits_for_replicas() {
         return Err(Error::Unsupported {

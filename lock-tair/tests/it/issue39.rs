@@ -58,3 +58,34 @@ async fn election_terms_keep_increasing_after_a_restart_without_data() {
         "the first term after a restart without data ({next}) is not above the earlier ones {terms:?}"
     );
 }
+
+/// Issue 39 finding 4: an empty fence prefix made a hash-tagged key its own
+/// fence counter; a prefix over the kinds' keys would make fence counters
+/// of them. Refused at build.
+#[tokio::test]
+async fn fence_prefixes_that_overlap_lock_or_kind_keys_are_refused() {
+    let server = common::tair_server().await;
+    for prefix in ["", "verrou:", "verrou:tair:", "verrou:tair:fence:"] {
+        let built = common::builder(&server.url()).fence_prefix(prefix).build().await;
+        assert!(
+            matches!(built, Err(lock_core::Error::InvalidArgument(_))),
+            "fence prefix {prefix:?}: {built:?}"
+        );
+    }
+    common::connect(common::builder(&server.url()).fence_prefix("app:fence:")).await;
+}
+
+/// Issue 39 finding 3: a held user lock named like a fence counter was
+/// overwritten by a fenced `lock` of the key it fences (value a fence
+/// number, TTL gone). Now the user key is refused.
+#[tokio::test]
+async fn a_user_key_named_like_a_fence_counter_is_refused() {
+    use lock_core::LockBackend;
+    let server = common::tair_server().await;
+    let backend = common::connect(common::builder(&server.url()).fencing(true)).await;
+    let token = LockToken::generate().expect("token");
+    let taken = backend
+        .try_acquire("verrou:fence:{x}", &token, Duration::from_secs(30))
+        .await;
+    assert!(matches!(taken, Err(lock_core::Error::InvalidArgument(_))), "{taken:?}");
+}
