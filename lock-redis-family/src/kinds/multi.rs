@@ -113,7 +113,9 @@ return 0
 );
 
 /// Checks a multi-key lock's `set`: at least one key, each valid and not
-/// reserved by the backend, and all in one slot on a cluster.
+/// reserved by the backend, and all in one slot on a cluster, with the fence
+/// counters the grant writes ([`ScriptedKinds::fence_key`]: a key with `}`
+/// and no hash tag has a counter in another slot).
 fn check_set<K: ScriptedKinds + ?Sized>(kinds: &K, set: &[&str]) -> Result<()> {
     let Some(first) = set.first() else {
         return Err(Error::invalid("a multi-key lock needs at least one key"));
@@ -124,6 +126,12 @@ fn check_set<K: ScriptedKinds + ?Sized>(kinds: &K, set: &[&str]) -> Result<()> {
         return Err(Error::invalid(format!(
             "multi-key lock over {set:?}: on a cluster every key must be in one hash slot; give them a common \
              hash tag, e.g. {{account}}:1 and {{account}}:2"
+        )));
+    }
+    if let Some(key) = set.iter().find(|k| !kinds.same_slot(first, &kinds.fence_key(k))) {
+        return Err(Error::invalid(format!(
+            "multi-key lock over {set:?}: on a cluster the key {key:?} (a '}}' without a hash tag) cannot share \
+             a hash slot with its fence counter; give the keys a hash tag, e.g. {{account}}:1"
         )));
     }
     Ok(())

@@ -56,3 +56,29 @@ async fn election_terms_keep_increasing_after_a_restart_without_data() {
         "the first term after a restart without data ({next}) is not above the earlier ones {terms:?}"
     );
 }
+
+/// Issue 39 finding 6: on a cluster, a multi-key set whose fence counters
+/// cannot share its slot (a key with `}` and no hash tag) reached the
+/// server, which answered CROSSSLOT (and `lock_all` retried it until its
+/// timeout); now `InvalidArgument` before anything is sent, as the plain
+/// fenced mutex does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_key_set_whose_fence_keys_leave_its_slot_is_refused_on_a_cluster() {
+    use lock_core::raw::MultiLockBackend;
+    let cluster = lock_testkit::server::RedisCluster::start(3, 0, RedisServer::builder())
+        .await
+        .expect("start a 3-master cluster");
+    let urls: Vec<String> = cluster.masters().iter().map(|m| m.url()).collect();
+    let backend = RedisLuaBackend::builder_cluster(urls)
+        .build()
+        .await
+        .expect("connect to the cluster");
+    for set in [["a}b"], ["x{}y"]] {
+        let token = LockToken::generate().expect("token");
+        let taken = backend.try_acquire_all(&set, &token, Duration::from_secs(5)).await;
+        assert!(
+            matches!(taken, Err(lock_core::Error::InvalidArgument(_))),
+            "{set:?}: {taken:?}"
+        );
+    }
+}

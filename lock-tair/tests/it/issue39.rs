@@ -89,3 +89,22 @@ async fn a_user_key_named_like_a_fence_counter_is_refused() {
         .await;
     assert!(matches!(taken, Err(lock_core::Error::InvalidArgument(_))), "{taken:?}");
 }
+
+/// Issue 39 finding 6: on a cluster, a multi-key set whose fence counters
+/// cannot share its slot (a key with `}` and no hash tag) reached the
+/// server, which answered CROSSSLOT; now `InvalidArgument` before anything
+/// is sent.
+#[tokio::test]
+async fn a_multi_key_set_whose_fence_keys_leave_its_slot_is_refused_on_a_cluster() {
+    use lock_core::raw::MultiLockBackend;
+    let cluster = common::shared_cluster().await;
+    let backend = common::connect(common::builder(&common::cluster_url(&cluster))).await;
+    for set in [["a}b"], ["x{}y"]] {
+        let token = LockToken::generate().expect("token");
+        let taken = backend.try_acquire_all(&set, &token, Duration::from_secs(5)).await;
+        assert!(
+            matches!(taken, Err(lock_core::Error::InvalidArgument(_))),
+            "{set:?}: {taken:?}"
+        );
+    }
+}
