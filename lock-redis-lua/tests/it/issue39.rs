@@ -82,3 +82,53 @@ async fn a_multi_key_set_whose_fence_keys_leave_its_slot_is_refused_on_a_cluster
         );
     }
 }
+
+/// Issue 39 finding 5: a user whose ACL allows only its own keys could take
+/// a lock but never release it (the release script with notifications
+/// names helper keys under `verrou:lua:`). Now every configuration either
+/// releases what it acquires, or is refused at build with
+/// `InvalidArgument` naming the missing permission.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_who_can_acquire_can_release_or_the_build_is_refused() {
+    use lock_core::LockBackend;
+    use lock_core::raw::ReleaseOutcome;
+    let server = RedisServer::builder().start().await.expect("start redis-server");
+    let reply = server
+        .cmd(&["ACL", "SETUSER", "u", "on", ">pw", "~app:*", "&*", "+@all"])
+        .await
+        .expect("ACL SETUSER");
+    assert!(reply.is_ok(), "{reply:?}");
+    let url = format!("redis://u:pw@127.0.0.1:{}", server.port());
+    let configurations = [
+        ("defaults", RedisLuaBackend::builder(url.clone())),
+        (
+            "notifications",
+            RedisLuaBackend::builder(url.clone()).release_notifications(true),
+        ),
+        (
+            "no notifications",
+            RedisLuaBackend::builder(url.clone()).release_notifications(false),
+        ),
+        ("fencing", RedisLuaBackend::builder(url.clone()).fencing(true)),
+    ];
+    let mut released = 0;
+    for (what, builder) in configurations {
+        let backend = match builder.build().await {
+            Ok(backend) => backend,
+            Err(lock_core::Error::InvalidArgument(message)) => {
+                assert!(message.contains("verrou:lua:"), "{what}: {message}");
+                continue;
+            }
+            Err(e) => panic!("{what}: build failed with {e:?}"),
+        };
+        let token = LockToken::generate().expect("token");
+        let key = "app:lock";
+        let Ok(AcquireOutcome::Acquired(_)) = backend.try_acquire(key, &token, Duration::from_secs(30)).await else {
+            continue; // cannot acquire: nothing to release
+        };
+        let outcome = backend.release(key, &token).await;
+        assert!(matches!(outcome, Ok(ReleaseOutcome::Released)), "{what}: {outcome:?}");
+        released += 1;
+    }
+    assert!(released >= 1, "without notifications the user locks and releases");
+}
