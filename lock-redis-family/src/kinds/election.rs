@@ -141,6 +141,8 @@ pub async fn try_lead<K: ScriptedKinds + ?Sized>(
             op,
             name,
             script: KindScript::Lead,
+            token,
+            ttl: Some(ttl),
             keys: &[&keys.lead, &keys.term],
             args: &args,
         })
@@ -181,6 +183,8 @@ pub async fn resign<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str, token: &Lo
             op,
             name,
             script: KindScript::Resign,
+            token,
+            ttl: None,
             keys: &[&keys.lead],
             args: &args,
         },
@@ -210,6 +214,8 @@ pub async fn renew<K: ScriptedKinds + ?Sized>(
             op,
             name,
             script: KindScript::RenewLead,
+            token,
+            ttl: Some(ttl),
             keys: &[&keys.lead],
             args: &[&token.hex_bytes(), ttl_millis(ttl).to_string().as_bytes()],
         })

@@ -164,6 +164,8 @@ pub async fn try_acquire_all<K: ScriptedKinds + ?Sized>(
             op,
             name: set[0],
             script: KindScript::MultiAcquire,
+            token,
+            ttl: Some(ttl),
             keys: &keys,
             args: &[&token.hex_bytes(), ttl_millis(ttl).to_string().as_bytes()],
         })
@@ -222,6 +224,8 @@ pub async fn release_all<K: ScriptedKinds + ?Sized>(
             op,
             name: set[0],
             script,
+            token,
+            ttl: None,
             keys,
             args: &[&token.hex_bytes()],
         },
@@ -252,6 +256,8 @@ pub async fn renew_all<K: ScriptedKinds + ?Sized>(
             op,
             name: set[0],
             script: KindScript::MultiRenew,
+            token,
+            ttl: Some(ttl),
             keys: set,
             args: &[&token.hex_bytes(), ttl_millis(ttl).to_string().as_bytes()],
         })

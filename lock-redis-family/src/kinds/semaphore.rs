@@ -321,6 +321,8 @@ pub async fn acquire<K: ScriptedKinds + ?Sized>(
             op,
             name,
             script: KindScript::SemaphoreAcquire,
+            token: holder,
+            ttl: Some(ttl),
             keys: &[&keys.holders, &keys.info, &keys.fence, &keys.gone],
             args: &[
                 &holder.hex_bytes(),
@@ -357,6 +359,8 @@ pub async fn release<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str, holder: &
             op,
             name,
             script: KindScript::SemaphoreRelease,
+            token: holder,
+            ttl: None,
             keys: &[&keys.holders, &keys.info, &keys.gone],
             args: &[&holder.hex_bytes()],
         })
@@ -391,6 +395,8 @@ pub async fn renew<K: ScriptedKinds + ?Sized>(
             op,
             name,
             script: KindScript::SemaphoreRenew,
+            token: holder,
+            ttl: Some(ttl),
             keys: &[&keys.holders, &keys.info],
             args: &[&holder.hex_bytes(), ttl_millis(ttl).to_string().as_bytes()],
         })

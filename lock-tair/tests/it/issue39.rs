@@ -108,3 +108,87 @@ async fn a_multi_key_set_whose_fence_keys_leave_its_slot_is_refused_on_a_cluster
         );
     }
 }
+
+/// Issue 39 finding 2: under `ReplicaAck` a read-write, election or
+/// multi-key grant went out on the shared WAIT connection, queued behind
+/// another grant's `WAIT`; when its caller gave up, the clean-up release
+/// went out on the command connection, ran first (finding nothing), and the
+/// grant then left a holder nobody owns for its whole TTL. Now the clean-up
+/// follows the grant on its connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kind_grant_given_up_under_replica_ack_leaves_no_ghost() {
+    use lock_core::raw::{MultiLockBackend, RwLockBackend};
+    use lock_core::{ReplicaAck, RwMode};
+    use lock_testkit::server::ReplicatedPair;
+
+    let pair = ReplicatedPair::start(common::tair())
+        .await
+        .expect("start a primary and a replica with the Tair module");
+    let primary = pair.primary();
+    let backend = common::connect(
+        common::builder(&primary.url())
+            .replica_ack(ReplicaAck::new(1, Duration::from_secs(2)))
+            .ack_connections(1),
+    )
+    .await;
+    let ttl = Duration::from_secs(30);
+    pair.replica().pause().expect("pause the replica");
+    // A grant whose WAIT holds the one WAIT connection for 2 s.
+    let blocker = {
+        let backend = backend.clone();
+        tokio::spawn(async move {
+            let token = LockToken::generate().expect("token");
+            backend.try_lead("blocker", &token, b"a", ttl).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Grants queued behind it, given up by their callers (as a manager's
+    // acquire timeout drops them), then cleaned up as the manager does.
+    let give_up = Duration::from_millis(100);
+    let (rw, lead, multi) = (
+        LockToken::generate().expect("token"),
+        LockToken::generate().expect("token"),
+        LockToken::generate().expect("token"),
+    );
+    let keys = ["{ghost}:1", "{ghost}:2"];
+    let _ = tokio::time::timeout(give_up, backend.try_acquire_rw("ghost", RwMode::Write, false, &rw, ttl)).await;
+    let _ = tokio::time::timeout(give_up, backend.try_lead("ghost", &lead, b"b", ttl)).await;
+    let _ = tokio::time::timeout(give_up, backend.try_acquire_all(&keys, &multi, ttl)).await;
+    let cleanups = {
+        let backend = backend.clone();
+        tokio::spawn(async move {
+            let _ = backend.release_rw("ghost", &rw).await;
+            let _ = backend.resign("ghost", &lead).await;
+            let _ = backend.release_all(&keys, &multi).await;
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    pair.replica().resume().expect("resume the replica");
+    let _ = blocker.await;
+    let _ = cleanups.await;
+    // Everything queued has run once the clean-ups answered (or within the
+    // WAIT timeouts): no key of "ghost" may be left.
+    let ghosts = [
+        "verrou:tair:rw:writer:{ghost}",
+        "verrou:tair:leader:{ghost}",
+        "{ghost}:1",
+        "{ghost}:2",
+    ];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut left = Vec::new();
+        for key in ghosts {
+            if primary.cmd(&["EXISTS", key]).await.expect("EXISTS").as_int() == Some(1) {
+                left.push(key);
+            }
+        }
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "keys held by nobody after every caller gave up and cleaned up: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
