@@ -87,7 +87,11 @@
 //!
 //! fred is set up with a reconnect policy, a timeout on every command, and a
 //! single attempt per command: a write is never silently re-sent after a
-//! reconnect. A write that fails in transport (timeout, connection lost) is
+//! reconnect. While the client is reconnecting, a command waits for the
+//! next connection attempt (at most its timeout) instead of queueing behind
+//! it: a dead server's refusal comes back at that attempt as a definite
+//! [`Error::Backend`] (nothing was sent). A write that fails in transport
+//! (timeout, connection lost) is
 //! [`Error::Backend`] with `outcome_unknown: true`, and so is any error of
 //! a write script (fenced acquire, batched renewals): Redis does not roll a
 //! script back, so it may have written before failing. A server without the

@@ -192,3 +192,34 @@ async fn a_kind_grant_given_up_under_replica_ack_leaves_no_ghost() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Issue 39, the note on a dead server: a release queued behind fred's
+/// reconnection waited the whole operation timeout and came back "outcome
+/// unknown" (the queued `CAD` could even run after a later reconnect). Now
+/// a command waits for the next connection attempt only, is never queued,
+/// and a dead server gives a definite error: nothing was sent.
+#[tokio::test]
+async fn a_release_with_the_server_dead_is_a_definite_error() {
+    use lock_core::LockBackend;
+    let server = common::tair_server().await;
+    for notifications in [true, false] {
+        let backend = common::connect(common::builder(&server.url()).release_notifications(notifications)).await;
+        let token = LockToken::generate().expect("token");
+        let taken = backend.try_acquire("dead", &token, Duration::from_secs(30)).await;
+        assert!(matches!(taken, Ok(AcquireOutcome::Acquired(_))), "{taken:?}");
+        server.kill().expect("kill the server");
+        // Let the client see the connection close and start reconnecting
+        // (a release racing the close fails on the dead socket instead:
+        // outcome unknown, rightly, as a write may have been cut).
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let released = backend.release("dead", &token).await;
+        match released {
+            Err(e) => assert!(
+                !e.is_outcome_unknown(),
+                "notifications {notifications}: nothing could be sent, yet the outcome is unknown: {e}"
+            ),
+            Ok(outcome) => panic!("notifications {notifications}: released with the server dead: {outcome:?}"),
+        }
+        server.restart_empty().await.expect("restart");
+    }
+}
