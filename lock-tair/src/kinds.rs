@@ -13,6 +13,12 @@
 //! followed by `WAIT` there, as the mutex's acquire and renewal are: a
 //! grant too few replicas acknowledged is handled by
 //! [`crate::OnShortfall`], a renewal counts only once confirmed.
+//!
+//! A grant whose reply did not come (its caller gave up while it was queued
+//! behind another grant's `WAIT`, say) is remembered with its connection
+//! (the `unsettled` module, as the mutex's acquire), and the kind's release
+//! of that token goes out there, after it: the clean-up cannot overtake
+//! the grant and leave a holder nobody owns.
 
 use std::sync::OnceLock;
 
