@@ -41,7 +41,7 @@ pub(crate) fn command_error(e: RedisError, op: &str, key: &str, access: Access) 
         if e.code() == Some("NOPERM") {
             return Error::backend(
                 BACKEND,
-                format!("{op} on {key:?}: the ACL user may not run this (needs EVAL, EVALSHA and the key): {text}"),
+                format!("{op} on {key:?}: {ACL_REFUSAL} (needs EVAL, EVALSHA and the key): {text}"),
             );
         }
         return Error::backend(BACKEND, format!("{op} on {key:?}: server error: {text}")).with_source(e);
@@ -57,6 +57,14 @@ pub(crate) fn command_error(e: RedisError, op: &str, key: &str, access: Access) 
     } else {
         Error::backend(BACKEND, message).with_source(e)
     }
+}
+
+/// How a `NOPERM` refusal reads in [`Error::Backend`]'s message.
+const ACL_REFUSAL: &str = "the ACL user may not run this";
+
+/// Whether `e` is the server's ACL refusal (`NOPERM`) of a command.
+pub(crate) fn is_acl_refusal(e: &Error) -> bool {
+    matches!(e, Error::Backend { message, .. } if message.contains(ACL_REFUSAL))
 }
 
 /// The error was raised by a command inside a script (Redis 7 and Valkey

@@ -88,14 +88,29 @@ impl ScriptedKinds for RedisLuaBackend {
             args: call.args,
         };
         let i = &self.inner;
+        // A grant whose reply does not come is remembered with its
+        // connection, and its clean-up release goes out after it there, as
+        // for the mutex (see `in_flight.rs`).
+        let grant = call.ttl.filter(|_| call.script.is_grant()).map(|ttl| (call.token, ttl));
+        if call.script.is_release()
+            && let Some(conn) = i.in_flight.take(call.token)
+        {
+            // Boxed: rare, and it would double the size of every release's future.
+            return Box::pin(i.release_after_acquire(key, conn, run))
+                .await
+                .map(|v| (v, None));
+        }
         match &i.replica_ack {
             // A grant WAITs like a mutex acquire.
             Some(ack) if call.script.is_grant() => {
                 let granted = |v: &Value| ints(v).is_some_and(|r| r.first() == Some(&1));
-                i.exec_acked(call.op, key, run, ack, granted, None).await
+                i.exec_acked(call.op, key, run, ack, granted, grant).await
             }
             Some(_) if call.script.is_renewal() => i.exec_renewal(call.op, key, run, |v| *v == Value::Int(1)).await,
-            _ => i.exec(call.op, key, Access::Write, run).await.map(|v| (v, None)),
+            _ => i
+                .exec_tracked(call.op, key, Access::Write, run, grant)
+                .await
+                .map(|v| (v, None)),
         }
     }
 
@@ -114,7 +129,7 @@ impl ScriptedKinds for RedisLuaBackend {
         unexpected_reply(op, name, reply)
     }
 
-    fn check_multi_key(&self, key: &str) -> Result<()> {
+    fn check_user_key(&self, key: &str) -> Result<()> {
         keys::check_user_key(key)
     }
 

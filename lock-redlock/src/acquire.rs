@@ -49,7 +49,7 @@ impl Redlock {
         }
         let answer = if reached {
             None
-        } else if round.blocked_by_failures() {
+        } else if round.blocked_by_failures() || round.refusal().is_some() {
             Some(Err(inner.unreachable(&round)))
         } else {
             // Split: some grants, and too few refusals for anyone to hold a

@@ -51,7 +51,11 @@
 //!   [`Error::QuorumUnreachable`] with one line per node (granted, held by
 //!   another, missing, timed out, failed) when failing nodes were the cause.
 //!   A failed round waits for nodes still in flight only while their
-//!   answers decide between the two. A quorum reached after the validity
+//!   answers decide between the two. A node's refusal of the arguments
+//!   ([`Error::InvalidArgument`], [`Error::Unsupported`]: a key under its
+//!   reserved prefix, say) is the caller's error, not an outage: a round
+//!   below the quorum returns it as it is, so the manager does not retry it
+//!   (renew and release likewise). A quorum reached after the validity
 //!   ran out is an [`Error::Backend`] error; the grants are given back
 //!   first.
 //! - **Renew** resets the TTL on every node and succeeds when `M` renewed
@@ -321,8 +325,14 @@ impl Inner {
         self.names.get(i).map_or("?", String::as_str)
     }
 
-    /// Error for a round that did not reach the quorum because nodes failed.
+    /// Error for a round that did not reach the quorum because nodes failed
+    /// or refused the arguments: a node's refusal (`InvalidArgument`,
+    /// `Unsupported`) is the caller's error and comes first, so that the
+    /// manager does not retry it as an outage.
     pub(crate) fn unreachable(&self, round: &Round) -> Error {
+        if let Some(refusal) = round.refusal() {
+            return refusal;
+        }
         Error::QuorumUnreachable {
             granted: round.yes(),
             required: round.quorum(),

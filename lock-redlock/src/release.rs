@@ -75,7 +75,7 @@ impl Redlock {
         }
         let outcome = if released {
             Ok(ReleaseOutcome::Released)
-        } else if round.blocked_by_failures() {
+        } else if round.blocked_by_failures() || round.refusal().is_some() {
             Err(inner.unreachable(&round))
         } else if round.count(|v| *v == Vote::HeldByOther) > 0 {
             Ok(ReleaseOutcome::HeldByOther)

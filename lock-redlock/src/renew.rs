@@ -54,7 +54,7 @@ impl Redlock {
         // matters (they never create a key), so they are dropped once they
         // cannot change the answer.
         round.until_classified().await;
-        if round.blocked_by_failures() {
+        if round.blocked_by_failures() || round.refusal().is_some() {
             Err(inner.unreachable(&round))
         } else if round.count(|v| *v == Vote::HeldByOther) > 0 {
             Ok(RenewOutcome::HeldByOther)

@@ -23,13 +23,46 @@ pub(crate) enum Vote {
     TimedOut,
     /// The node failed.
     Failed { message: String, outcome_unknown: bool },
+    /// The node refused the call's arguments (`InvalidArgument`,
+    /// `Unsupported`): the caller's error, which no retry mends, not an
+    /// outage. Nothing was written.
+    Refused(Refusal),
+}
+
+/// A node's refusal of the arguments, kept to be handed to the caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// [`Error::InvalidArgument`].
+    Invalid(String),
+    /// [`Error::Unsupported`].
+    Unsupported { backend: String, what: String },
+}
+
+impl Refusal {
+    /// The error the node answered.
+    pub(crate) fn to_error(&self) -> Error {
+        match self {
+            Refusal::Invalid(message) => Error::InvalidArgument(message.clone()),
+            Refusal::Unsupported { backend, what } => Error::Unsupported {
+                backend: backend.clone(),
+                what: what.clone(),
+            },
+        }
+    }
 }
 
 impl Vote {
     pub(crate) fn from_error(e: &Error) -> Self {
-        Vote::Failed {
-            message: e.to_string(),
-            outcome_unknown: e.is_outcome_unknown(),
+        match e {
+            Error::InvalidArgument(message) => Vote::Refused(Refusal::Invalid(message.clone())),
+            Error::Unsupported { backend, what } => Vote::Refused(Refusal::Unsupported {
+                backend: backend.clone(),
+                what: what.clone(),
+            }),
+            _ => Vote::Failed {
+                message: e.to_string(),
+                outcome_unknown: e.is_outcome_unknown(),
+            },
         }
     }
 
@@ -47,7 +80,7 @@ impl Vote {
         match self {
             Vote::Yes | Vote::TimedOut => true,
             Vote::Failed { outcome_unknown, .. } => *outcome_unknown,
-            Vote::HeldByOther | Vote::Missing => false,
+            Vote::HeldByOther | Vote::Missing | Vote::Refused(_) => false,
         }
     }
 
@@ -63,6 +96,7 @@ impl Vote {
             Vote::Missing => NodeOutcome::Missing,
             Vote::TimedOut => NodeOutcome::TimedOut,
             Vote::Failed { message, .. } => NodeOutcome::Failed(message.clone()),
+            Vote::Refused(refusal) => NodeOutcome::Failed(refusal.to_error().to_string()),
         }
     }
 }
@@ -231,6 +265,16 @@ impl Round {
     /// round: had they all said yes, the quorum would have been reached.
     pub(crate) fn blocked_by_failures(&self) -> bool {
         self.yes() + self.unknown() >= self.quorum
+    }
+
+    /// The first node's refusal of the arguments, if a node refused them:
+    /// a round below the quorum then fails with it (the caller's error, at
+    /// once) rather than as an outage.
+    pub(crate) fn refusal(&self) -> Option<Error> {
+        self.replies.iter().flatten().find_map(|r| match &r.vote {
+            Vote::Refused(refusal) => Some(refusal.to_error()),
+            _ => None,
+        })
     }
 
     /// Indices of answered nodes whose vote matches.

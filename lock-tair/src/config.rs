@@ -190,7 +190,11 @@ impl TairBuilder {
         self
     }
 
-    /// Turn fencing on with another counter key prefix (no braces).
+    /// Turn fencing on with another counter key prefix: not empty (a
+    /// hash-tagged key would be its own counter), no braces, and neither
+    /// over nor under [`crate::RESERVED_KEY_PREFIX`]; else `build` fails
+    /// with `InvalidArgument`. User keys under it are refused (see
+    /// [`crate::TairBackend::reserved_key_prefixes`]).
     #[must_use]
     pub fn fence_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.fence_prefix = Some(prefix.into());

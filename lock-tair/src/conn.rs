@@ -165,11 +165,16 @@ pub(crate) fn command_options(timeout: Duration) -> Options {
 }
 
 /// Send `command args…` (see [`Commands`] for the routing on a cluster).
+/// While the client is reconnecting, [`connected`] first: the command is
+/// then never queued behind the reconnection.
 pub(crate) async fn send(
     client: &OptionsClient,
     command: &CustomCommand,
     args: Vec<Value>,
 ) -> Result<Value, FredError> {
+    if !client.is_connected() {
+        connected(client).await?;
+    }
     client.custom(command.clone(), args).await.map_err(|e| {
         if !is_server_reply(&e) && !client.is_connected() {
             // Say why a command timed out: the server is unreachable.
@@ -181,6 +186,39 @@ pub(crate) async fn send(
             e
         }
     })
+}
+
+/// How an error of [`connected`] starts: nothing was sent.
+const NOT_SENT: &str = "not sent";
+
+/// Waits for the client's next connection attempt, bounded by its command
+/// timeout. A command queued while fred reconnects waited out its timeout
+/// when the server was down and came back outcome-unknown (and could still
+/// run after a later reconnect); this way a dead server's refusal comes
+/// back as soon as an attempt fails, as a definite error: nothing was sent.
+///
+/// # Errors
+/// The failed attempt, or no connection within the timeout ([`is_not_sent`]).
+pub(crate) async fn connected(client: &OptionsClient) -> Result<(), FredError> {
+    let timeout = client.options().timeout.unwrap_or(crate::DEFAULT_RESPONSE_TIMEOUT);
+    let attempt = tokio::time::timeout(timeout, client.wait_for_connect()).await;
+    if client.is_connected() {
+        return Ok(());
+    }
+    let why = match attempt {
+        Ok(Err(e)) => e.details().to_owned(),
+        Ok(Ok(())) => "the new connection closed at once".to_owned(),
+        Err(_) => format!("no connection within {timeout:?}"),
+    };
+    Err(FredError::new(
+        ErrorKind::IO,
+        format!("{NOT_SENT}: not connected to the server ({why}); reconnecting"),
+    ))
+}
+
+/// An error of [`connected`]: the command was never sent.
+fn is_not_sent(e: &FredError) -> bool {
+    e.details().starts_with(NOT_SENT)
 }
 
 /// True when the error is a reply from the server (the command ran and was
@@ -233,11 +271,12 @@ pub(crate) fn map_error(what: &str, key: &str, access: Access, e: FredError) -> 
             what: format!("command {command}; {MODULE_HINT}"),
         };
     }
-    let unknown = match access {
-        Access::Read => false,
-        Access::Write => !is_server_reply(&e),
-        Access::Script => true,
-    };
+    let unknown = !is_not_sent(&e)
+        && match access {
+            Access::Read => false,
+            Access::Write => !is_server_reply(&e),
+            Access::Script => true,
+        };
     let message = format!("{what} on {key:?}: {}", e.details());
     let err = if unknown {
         Error::outcome_unknown(NAME, message)

@@ -46,12 +46,45 @@ pub(crate) fn fence_key(prefix: &str, key: &str) -> String {
     }
 }
 
-/// Check a fence key prefix: braces would change the hash tag.
+/// Check a fence key prefix: braces would change the hash tag; an empty
+/// prefix would make a hash-tagged key its own fence counter; a prefix over
+/// [`KIND_PREFIX`] (or under it) would make fence counters of the kinds'
+/// keys (or user keys that are refused under it).
 pub(crate) fn validate_fence_prefix(prefix: &str) -> Result<()> {
     if prefix.contains('{') || prefix.contains('}') {
         return Err(Error::invalid(format!(
             "fence key prefix {prefix:?} must not contain braces (they would change the cluster hash tag)"
         )));
+    }
+    if prefix.is_empty() {
+        return Err(Error::invalid(
+            "the fence key prefix must not be empty: a hash-tagged key would be its own fence counter",
+        ));
+    }
+    if prefix.starts_with(KIND_PREFIX) || KIND_PREFIX.starts_with(prefix) {
+        return Err(Error::invalid(format!(
+            "fence key prefix {prefix:?} overlaps {KIND_PREFIX:?}, the prefix of the backend's own keys: fence \
+             counters could be the lock kinds' keys"
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses a user key (a lock's, a lock kind's name, a versioned key) under
+/// the backend's reserved names: [`KIND_PREFIX`] and `fence_prefix` (the
+/// fence counters'). Such a key could be another lock's helper key: a
+/// fenced acquire would overwrite it with a fence number, a kind's counter
+/// would refuse every campaign.
+pub(crate) fn check_user_key(key: &str, fence_prefix: &str) -> Result<()> {
+    for (prefix, what) in [
+        (KIND_PREFIX, "the lock kinds' keys and waiter markers"),
+        (fence_prefix, "fence counters"),
+    ] {
+        if key.starts_with(prefix) {
+            return Err(Error::invalid(format!(
+                "key {key:?} starts with {prefix:?}, which is reserved for the tair backend's {what}"
+            )));
+        }
     }
     Ok(())
 }
@@ -103,5 +136,30 @@ mod tests {
     fn braces_in_the_prefix_are_refused() {
         assert!(validate_fence_prefix("fence:").is_ok());
         assert!(validate_fence_prefix("{fence}:").is_err());
+    }
+
+    #[test]
+    fn empty_and_overlapping_prefixes_are_refused() {
+        for prefix in ["", "v", "verrou:", "verrou:tair:", "verrou:tair:fence:"] {
+            assert!(validate_fence_prefix(prefix).is_err(), "{prefix:?}");
+        }
+        assert!(validate_fence_prefix(crate::DEFAULT_FENCE_PREFIX).is_ok());
+    }
+
+    #[test]
+    fn keys_under_reserved_prefixes_are_refused_and_no_fence_key_is_a_user_key() {
+        let fence = crate::DEFAULT_FENCE_PREFIX;
+        for key in [
+            "verrou:tair:sem:{x}",
+            "verrou:tair:",
+            "verrou:fence:{x}",
+            "verrou:fence:",
+        ] {
+            assert!(check_user_key(key, fence).is_err(), "{key}");
+        }
+        for key in ["x", "{x}", "verrou:fenc", "verrou:tai", "a}b"] {
+            assert!(check_user_key(key, fence).is_ok(), "{key}");
+            assert!(check_user_key(&fence_key(fence, key), fence).is_err(), "{key}");
+        }
     }
 }

@@ -13,6 +13,12 @@
 //! followed by `WAIT` there, as the mutex's acquire and renewal are: a
 //! grant too few replicas acknowledged is handled by
 //! [`crate::OnShortfall`], a renewal counts only once confirmed.
+//!
+//! A grant whose reply did not come (its caller gave up while it was queued
+//! behind another grant's `WAIT`, say) is remembered with its connection
+//! (the `unsettled` module, as the mutex's acquire), and the kind's release
+//! of that token goes out there, after it: the clean-up cannot overtake
+//! the grant and leave a holder nobody owns.
 
 use std::sync::OnceLock;
 
@@ -27,6 +33,7 @@ use lock_redis_family::kinds::scripted::{KindCall, KindScript, ScriptedKinds};
 use crate::conn::{Access, NAME, map_error, send, unexpected_reply};
 use crate::keys::fence_key;
 use crate::script::Script;
+use crate::unsettled::Pending;
 use crate::{DEFAULT_FENCE_PREFIX, TairBackend};
 
 lock_redis_family::kind_backends!(TairBackend);
@@ -69,17 +76,42 @@ impl ScriptedKinds for TairBackend {
         } else {
             None
         };
-        let (Some(wrote), Some(_)) = (wrote, &self.inner.ack) else {
+        let first = call.keys.first().copied().unwrap_or_default();
+        if call.script.is_release() {
+            // The clean-up of a grant that may still be queued goes after
+            // it, on its connection (see the `unsettled` module).
+            let after_grant = self.inner.unsettled.take(call.token);
+            let client = after_grant.as_ref().unwrap_or_else(|| self.inner.commands.next());
+            let reply = self
+                .run_script_on(client, script, call.keys, args, false)
+                .await
+                .map_err(|e| map_error(&what(call.op), first, Access::Script, e))?;
+            return Ok((reply, None));
+        }
+        let Some(wrote) = wrote else {
             let reply = self.run_script(&what(call.op), script, call.keys, args).await?;
             return Ok((reply, None));
         };
-        // On a dedicated write connection, WAIT after the write on it.
+        // On a write connection (under acknowledgement a dedicated one,
+        // WAIT after the write on it); until the server answers, a clean-up
+        // release must follow the grant there.
         let mut writer = self.writer();
-        let first = call.keys.first().copied().unwrap_or_default();
+        let pending = match call.ttl.filter(|_| call.script.is_grant()) {
+            Some(ttl) => Some(Pending::new(
+                &self.inner.unsettled,
+                *call.token,
+                writer.client,
+                self.unsettled_for(ttl),
+            )),
+            None => None,
+        };
         let reply = self
             .run_script_on(writer.client, script, call.keys, args, false)
             .await
             .map_err(|e| map_error(&what(call.op), first, Access::Script, e))?;
+        if let Some(pending) = pending {
+            pending.settle();
+        }
         let Some(ack) = writer.ack.filter(|_| wrote(&reply)) else {
             return Ok((reply, None));
         };
@@ -121,6 +153,10 @@ impl ScriptedKinds for TairBackend {
     /// multi-key grant always carries its token.
     fn fence_key(&self, key: &str) -> String {
         fence_key(self.inner.fence_prefix.as_deref().unwrap_or(DEFAULT_FENCE_PREFIX), key)
+    }
+
+    fn check_user_key(&self, key: &str) -> Result<()> {
+        self.check_key(key)
     }
 
     fn multi_shortfall(

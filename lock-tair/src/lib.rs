@@ -107,7 +107,11 @@
 //!
 //! fred is set up with a reconnect policy, a timeout on every command, and a
 //! single attempt per command: a write is never silently re-sent after a
-//! reconnect. A write that fails in transport (timeout, connection lost) is
+//! reconnect. While the client is reconnecting, a command waits for the
+//! next connection attempt (at most its timeout) instead of queueing behind
+//! it: a dead server's refusal comes back at that attempt as a definite
+//! [`Error::Backend`] (nothing was sent). A write that fails in transport
+//! (timeout, connection lost) is
 //! [`Error::Backend`] with `outcome_unknown: true`, and so is any error of
 //! a write script (fenced acquire, batched renewals): Redis does not roll a
 //! script back, so it may have written before failing. A server without the
@@ -210,6 +214,10 @@ use fred::util::redis_keyslot;
 use lock_core::raw::{AcquireOutcome, FairWaiter, Lease, ReleaseOutcome, RenewOutcome, WaitOptions};
 use lock_core::raw::{ttl_millis, validate_key, validate_ttl};
 use lock_core::{Capabilities, Error, FencingToken, LockBackend, LockToken, Result};
+
+/// The prefix of the lock kinds' keys and the waiter markers: user keys
+/// under it are refused (see [`TairBackend::reserved_key_prefixes`]).
+pub const RESERVED_KEY_PREFIX: &str = keys::KIND_PREFIX;
 
 pub use config::{
     DEFAULT_ACK_CONNECTIONS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FENCE_PREFIX, DEFAULT_RESPONSE_TIMEOUT, OnShortfall,
@@ -319,6 +327,28 @@ impl TairBackend {
         TairBuilder::url(url)
     }
 
+    /// The key prefixes this backend keeps for its own keys: every user key
+    /// (a lock's, a lock kind's name, a versioned key) under one is refused
+    /// with [`Error::InvalidArgument`]. [`RESERVED_KEY_PREFIX`] (the lock
+    /// kinds' keys, waiter markers) and the fence counters' prefix (the
+    /// configured one, else [`DEFAULT_FENCE_PREFIX`], which multi-key
+    /// grants write whatever the mutex's fencing setting).
+    #[must_use]
+    pub fn reserved_key_prefixes(&self) -> [&str; 2] {
+        [RESERVED_KEY_PREFIX, self.fence_counter_prefix()]
+    }
+
+    /// The prefix of the fence counters this backend writes.
+    fn fence_counter_prefix(&self) -> &str {
+        self.inner.fence_prefix.as_deref().unwrap_or(DEFAULT_FENCE_PREFIX)
+    }
+
+    /// A usable user key: valid, and not under a reserved prefix.
+    pub(crate) fn check_key(&self, key: &str) -> Result<()> {
+        validate_key(key)?;
+        keys::check_user_key(key, self.fence_counter_prefix())
+    }
+
     pub(crate) async fn from_builder(builder: TairBuilder) -> Result<Self> {
         builder.validate()?;
         let longest_wait = builder.settings.replica_ack.map_or(Duration::ZERO, |a| a.timeout);
@@ -422,7 +452,7 @@ fn px(ttl: Duration) -> i64 {
 #[async_trait]
 impl LockBackend for TairBackend {
     async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
-        validate_key(key)?;
+        self.check_key(key)?;
         validate_ttl(ttl)?;
         let px = px(ttl);
         let mut writer = self.writer();
@@ -494,7 +524,7 @@ impl LockBackend for TairBackend {
     }
 
     async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
-        validate_key(key)?;
+        self.check_key(key)?;
         // The clean-up of an acquire that may still be queued goes after it.
         let after_acquire = self.inner.unsettled.take(token);
         let client = after_acquire.as_ref().unwrap_or_else(|| self.inner.commands.next());
@@ -506,7 +536,7 @@ impl LockBackend for TairBackend {
     }
 
     async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
-        validate_key(key)?;
+        self.check_key(key)?;
         validate_ttl(ttl)?;
         let hex = token_arg(token);
         // Always with PX: CAS without a TTL option (or with KEEPTTL) would
@@ -598,7 +628,7 @@ impl LockBackend for TairBackend {
         ttl: Duration,
         waiter: &FairWaiter,
     ) -> Result<AcquireOutcome> {
-        validate_key(key)?;
+        self.check_key(key)?;
         validate_ttl(ttl)?;
         self.acquire_fair(key, token, ttl, self.fair_waiter_id(waiter), waiter.claim)
             .await
@@ -610,7 +640,7 @@ impl LockBackend for TairBackend {
     }
 
     async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
-        validate_key(key)?;
+        self.check_key(key)?;
         self.leave_fair_queue(key, waiter).await
     }
 

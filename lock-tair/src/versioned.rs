@@ -4,7 +4,7 @@
 
 use async_trait::async_trait;
 use fred::types::Value;
-use lock_core::raw::{validate_key, validate_ttl};
+use lock_core::raw::validate_ttl;
 use lock_core::{CasOutcome, CreateOutcome, DeleteOutcome, Error, Expiry, Result, Versioned, VersionedStore};
 
 use crate::conn::{Access, COMMANDS, NAME, map_error, send, unexpected_reply};
@@ -37,7 +37,7 @@ pub(crate) fn version_arg(version: u64) -> Result<i64> {
 #[async_trait]
 impl VersionedStore for TairBackend {
     async fn get(&self, key: &str) -> Result<Option<Versioned>> {
-        validate_key(key)?;
+        self.check_key(key)?;
         let reply = send(self.inner.commands.next(), &COMMANDS.exget, vec![key.into()])
             .await
             .map_err(|e| map_error("EXGET", key, Access::Read, e))?;
@@ -45,7 +45,7 @@ impl VersionedStore for TairBackend {
     }
 
     async fn create(&self, key: &str, value: &[u8], expiry: Expiry) -> Result<CreateOutcome> {
-        validate_key(key)?;
+        self.check_key(key)?;
         let mut args: Vec<Value> = vec![key.into(), value.into()];
         push_expiry(&mut args, expiry)?;
         let initial = keys::random_initial_version()?;
@@ -70,7 +70,7 @@ impl VersionedStore for TairBackend {
     }
 
     async fn compare_and_set(&self, key: &str, expected: u64, value: &[u8], expiry: Expiry) -> Result<CasOutcome> {
-        validate_key(key)?;
+        self.check_key(key)?;
         let mut args: Vec<Value> = vec![key.into(), value.into(), version_arg(expected)?.into()];
         push_expiry(&mut args, expiry)?;
         let mut writer = self.writer();
@@ -85,7 +85,7 @@ impl VersionedStore for TairBackend {
     }
 
     async fn delete(&self, key: &str, expected: u64) -> Result<DeleteOutcome> {
-        validate_key(key)?;
+        self.check_key(key)?;
         let args: Vec<Value> = vec![key.into(), version_arg(expected)?.into()];
         let mut writer = self.writer();
         let reply = send(writer.client, &COMMANDS.excad, args)

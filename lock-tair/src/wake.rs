@@ -169,6 +169,11 @@ impl TairBackend {
         token: &LockToken,
     ) -> Result<ReleaseOutcome> {
         let [marker, set, queue, deadlines] = helper_keys(key);
+        if !client.is_connected() {
+            conn::connected(client)
+                .await
+                .map_err(|e| map_error("CAD", key, Access::Write, e))?;
+        }
         let pipeline = client.pipeline().with_options(client.options());
         let queued: std::result::Result<(), fred::error::Error> = async {
             let () = pipeline

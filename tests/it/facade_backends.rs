@@ -63,7 +63,7 @@ mod redis_lua_locks {
     use super::*;
     async fn suite() -> LockSuite {
         let url = redis_url().await;
-        LockSuite::new(move || redis_lua(url.clone()))
+        LockSuite::new(move || redis_lua(url.clone())).reserved_prefixes([verrou::redis_lua::RESERVED_KEY_PREFIX])
     }
     lock_testkit::lock_conformance!(real, suite());
 }
@@ -82,6 +82,7 @@ mod tair_locks {
     async fn suite() -> LockSuite {
         let url = tair_url().await;
         LockSuite::new(move || tair(url.clone()))
+            .reserved_prefixes([verrou::tair::RESERVED_KEY_PREFIX, verrou::tair::DEFAULT_FENCE_PREFIX])
     }
     lock_testkit::lock_conformance!(real, suite());
 }
@@ -99,7 +100,7 @@ mod redlock_locks {
     use super::*;
     async fn suite() -> LockSuite {
         let urls = redlock_urls().await;
-        LockSuite::new(move || redlock(urls.clone()))
+        LockSuite::new(move || redlock(urls.clone())).reserved_prefixes([verrou::redis_lua::RESERVED_KEY_PREFIX])
     }
     lock_testkit::lock_conformance!(real, suite());
 }

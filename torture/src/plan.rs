@@ -63,6 +63,10 @@ pub enum Fault {
     Failover,
     /// The same with `ReplicaAck` (WAIT 1) on acquires and versioned writes.
     FailoverAck,
+    /// The replica SIGSTOPped for 3 × TTL under `ReplicaAck` (WAIT 1):
+    /// grants wait their `WAIT` out, callers give up, their clean-ups must
+    /// not leave holders nobody owns.
+    ReplicaPausedAck,
     /// `n` Redlock nodes SIGSTOPped for 3 × TTL.
     NodesPaused(usize),
     /// `n` Redlock nodes SIGKILLed, restarted empty after the delayed-restart wait (> TTL).
@@ -127,6 +131,7 @@ impl Fault {
             Fault::Blackhole => "blackhole".into(),
             Fault::Failover => "failover".into(),
             Fault::FailoverAck => "failover-replica-ack".into(),
+            Fault::ReplicaPausedAck => "replica-paused-replica-ack".into(),
             Fault::NodesPaused(n) => format!("redlock-{n}-paused"),
             Fault::NodesKilledDelayed(n) => format!("redlock-{n}-killed-delayed-restart"),
             Fault::NodesRestartedEmpty(n) => format!("redlock-{n}-restarted-empty"),
@@ -167,6 +172,7 @@ impl fmt::Display for Fault {
                 f,
                 "replica lagging 1×TTL, primary killed, replica promoted; ReplicaAck(1)"
             ),
+            Fault::ReplicaPausedAck => write!(f, "replica paused 3×TTL; ReplicaAck(1)"),
             Fault::NodesPaused(n) => write!(f, "{n} of 5 nodes paused 3×TTL"),
             Fault::NodesKilledDelayed(n) => write!(f, "{n} of 5 nodes killed, restarted empty after TTL"),
             Fault::NodesRestartedEmpty(n) => write!(f, "{n} of 5 nodes restarted empty at once"),

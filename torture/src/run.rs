@@ -539,6 +539,11 @@ pub(crate) async fn inject(
             server.restart_keeping_data().await?;
         }
         (Fault::RestartEmpty, Env::Single { server, .. }) => server.restart_empty().await?,
+        (Fault::ReplicaPausedAck, Env::Pair { replica, .. }) => {
+            replica.pause()?;
+            tokio::time::sleep(len).await;
+            replica.resume()?;
+        }
         (Fault::Pause, Env::Pg { server, .. }) => {
             server.pause()?;
             tokio::time::sleep(len).await;
@@ -746,7 +751,7 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
     let counter = format!("{prefix}:counter");
     let ack = matches!(
         sc.fault,
-        Fault::FailoverAck | Fault::ClusterSplitAck | Fault::ClusterMasterPausedAck
+        Fault::FailoverAck | Fault::ReplicaPausedAck | Fault::ClusterSplitAck | Fault::ClusterMasterPausedAck
     )
     .then(|| ReplicaAck::new(1, p.ttl / 2));
     let options = LockOptions::with_ttl(p.ttl)

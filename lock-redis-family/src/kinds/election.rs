@@ -1,7 +1,10 @@
 //! Leader election's Lua scripts, shared by the Lua and Tair backends. Keys
 //! of `name`, in its slot: `lead` (hash `t` token, `id` identity, `term`,
-//! with the lease's TTL) and `term` (the counter, no TTL, so terms never
-//! repeat).
+//! with the lease's TTL) and `term` (the last term, no TTL). A new term is
+//! `max(last + 1, server time in µs)`, the rule of the mutex's fencing
+//! tokens ([`crate::fence::GRANT_FENCE`]): terms only grow, even when the
+//! server lost the counter (a restart without data, eviction, a failover
+//! that lost it).
 
 #[cfg(doc)]
 use super::semaphore::SemaphoreKeys;
@@ -49,7 +52,10 @@ impl ElectionKeys {
 /// KEYS lead, term; ARGV token, identity, ttl ms, and optionally a channel
 /// on which a new leader is announced (`PUBLISH`, a `pcall`: a refusal only
 /// costs observers their poll). `{1, term}` leads (new or refreshed);
-/// `{0, pttl}` another leads.
+/// `{0, pttl}` another leads. A new term is `max(last + 1, server µs)`,
+/// stored with `%.0f` (as [`crate::fence::GRANT_FENCE`]: `tostring` would
+/// switch to exponent notation); a `GET` of a counter of another type
+/// fails the script before its first write.
 pub const LEAD: &str = r"
 local cur = redis.call('HGET', KEYS[1], 't')
 if cur == ARGV[1] then
@@ -57,9 +63,13 @@ if cur == ARGV[1] then
   return {1, tonumber(redis.call('HGET', KEYS[1], 'term'))}
 end
 if cur then return {0, redis.call('PTTL', KEYS[1])} end
-local term = redis.call('INCR', KEYS[2])
+local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local t = redis.call('TIME')
+local term = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if term <= last then term = last + 1 end
+redis.call('SET', KEYS[2], string.format('%.0f', term))
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 't', ARGV[1], 'id', ARGV[2], 'term', term)
+redis.call('HSET', KEYS[1], 't', ARGV[1], 'id', ARGV[2], 'term', string.format('%.0f', term))
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 if ARGV[4] then redis.pcall('PUBLISH', ARGV[4], '1') end
 return {1, term}
@@ -91,7 +101,7 @@ return 1
 ///
 /// # Errors
 /// [`lock_core::Error::Unsupported`] under replica acknowledgement;
-/// [`lock_core::Error::InvalidArgument`] for a bad name.
+/// [`lock_core::Error::InvalidArgument`] for a bad or reserved name.
 pub fn keys_on<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str) -> Result<ElectionKeys> {
     // Under replica acknowledgement, wins and renewals `WAIT` where the
     // backend follows kind scripts with it; refused elsewhere.
@@ -99,6 +109,7 @@ pub fn keys_on<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str) -> Result<Elect
         refuse_under_ack(kinds, "leader election with replica acknowledgement")?;
     }
     validate_key(name)?;
+    kinds.check_user_key(name)?;
     ElectionKeys::prefixed(kinds.kinds_key_prefix(), name)
 }
 
@@ -130,6 +141,8 @@ pub async fn try_lead<K: ScriptedKinds + ?Sized>(
             op,
             name,
             script: KindScript::Lead,
+            token,
+            ttl: Some(ttl),
             keys: &[&keys.lead, &keys.term],
             args: &args,
         })
@@ -170,6 +183,8 @@ pub async fn resign<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str, token: &Lo
             op,
             name,
             script: KindScript::Resign,
+            token,
+            ttl: None,
             keys: &[&keys.lead],
             args: &args,
         },
@@ -199,6 +214,8 @@ pub async fn renew<K: ScriptedKinds + ?Sized>(
             op,
             name,
             script: KindScript::RenewLead,
+            token,
+            ttl: Some(ttl),
             keys: &[&keys.lead],
             args: &[&token.hex_bytes(), ttl_millis(ttl).to_string().as_bytes()],
         })

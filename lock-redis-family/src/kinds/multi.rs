@@ -113,17 +113,25 @@ return 0
 );
 
 /// Checks a multi-key lock's `set`: at least one key, each valid and not
-/// reserved by the backend, and all in one slot on a cluster.
+/// reserved by the backend, and all in one slot on a cluster, with the fence
+/// counters the grant writes ([`ScriptedKinds::fence_key`]: a key with `}`
+/// and no hash tag has a counter in another slot).
 fn check_set<K: ScriptedKinds + ?Sized>(kinds: &K, set: &[&str]) -> Result<()> {
     let Some(first) = set.first() else {
         return Err(Error::invalid("a multi-key lock needs at least one key"));
     };
     set.iter()
-        .try_for_each(|k| validate_key(k).and_then(|()| kinds.check_multi_key(k)))?;
+        .try_for_each(|k| validate_key(k).and_then(|()| kinds.check_user_key(k)))?;
     if set.iter().any(|k| !kinds.same_slot(first, k)) {
         return Err(Error::invalid(format!(
             "multi-key lock over {set:?}: on a cluster every key must be in one hash slot; give them a common \
              hash tag, e.g. {{account}}:1 and {{account}}:2"
+        )));
+    }
+    if let Some(key) = set.iter().find(|k| !kinds.same_slot(first, &kinds.fence_key(k))) {
+        return Err(Error::invalid(format!(
+            "multi-key lock over {set:?}: on a cluster the key {key:?} (a '}}' without a hash tag) cannot share \
+             a hash slot with its fence counter; give the keys a hash tag, e.g. {{account}}:1"
         )));
     }
     Ok(())
@@ -156,6 +164,8 @@ pub async fn try_acquire_all<K: ScriptedKinds + ?Sized>(
             op,
             name: set[0],
             script: KindScript::MultiAcquire,
+            token,
+            ttl: Some(ttl),
             keys: &keys,
             args: &[&token.hex_bytes(), ttl_millis(ttl).to_string().as_bytes()],
         })
@@ -214,6 +224,8 @@ pub async fn release_all<K: ScriptedKinds + ?Sized>(
             op,
             name: set[0],
             script,
+            token,
+            ttl: None,
             keys,
             args: &[&token.hex_bytes()],
         },
@@ -244,6 +256,8 @@ pub async fn renew_all<K: ScriptedKinds + ?Sized>(
             op,
             name: set[0],
             script: KindScript::MultiRenew,
+            token,
+            ttl: Some(ttl),
             keys: set,
             args: &[&token.hex_bytes(), ttl_millis(ttl).to_string().as_bytes()],
         })

@@ -160,6 +160,7 @@ fn keys_on<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str) -> Result<RwKeys> {
         refuse_under_ack(kinds, "read-write locks with replica acknowledgement")?;
     }
     validate_key(name)?;
+    kinds.check_user_key(name)?;
     RwKeys::prefixed(kinds.kinds_key_prefix(), name)
 }
 
@@ -191,6 +192,8 @@ pub async fn try_acquire<K: ScriptedKinds + ?Sized>(
             op,
             name,
             script: KindScript::RwAcquire,
+            token,
+            ttl: Some(ttl),
             keys: &[&keys.readers, &keys.writer, &keys.intent, &keys.fence],
             args: &[&token.hex_bytes(), ttl_millis(ttl).to_string().as_bytes(), mode],
         })
@@ -227,6 +230,8 @@ pub async fn release<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str, token: &L
             op,
             name,
             script: KindScript::RwRelease,
+            token,
+            ttl: None,
             keys: &[&keys.readers, &keys.writer, &keys.intent],
             args: &[&token.hex_bytes()],
         },
@@ -256,6 +261,8 @@ pub async fn renew<K: ScriptedKinds + ?Sized>(
             op,
             name,
             script: KindScript::RwRenew,
+            token,
+            ttl: Some(ttl),
             keys: &[&keys.readers, &keys.writer],
             args: &[&token.hex_bytes(), ttl_millis(ttl).to_string().as_bytes()],
         })

@@ -7,6 +7,7 @@
 //! per method.
 
 use std::fmt::Debug;
+use std::time::Duration;
 
 use async_trait::async_trait;
 
@@ -14,6 +15,7 @@ use super::{election, multi, rw, semaphore};
 use lock_core::backend::{ReleaseOutcome, RenewOutcome, ReplicaAck, Replication};
 use lock_core::error::{Error, Result};
 use lock_core::kinds::election::LeaderInfo;
+use lock_core::token::LockToken;
 
 /// One of the kinds' shared scripts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -99,6 +101,20 @@ impl KindScript {
         )
     }
 
+    /// Whether the script gives a grant back (a release, a resignation):
+    /// after a grant of the same token whose reply did not come, it must
+    /// follow that grant on its connection.
+    pub fn is_release(self) -> bool {
+        matches!(
+            self,
+            KindScript::SemaphoreRelease
+                | KindScript::RwRelease
+                | KindScript::Resign
+                | KindScript::MultiRelease
+                | KindScript::MultiReleaseNotify
+        )
+    }
+
     /// Whether the script renews: under replica acknowledgement it is
     /// followed by `WAIT` when it answers `1`.
     pub fn is_renewal(self) -> bool {
@@ -122,6 +138,13 @@ pub struct KindCall<'a> {
     pub keys: &'a [&'a str],
     /// Its arguments.
     pub args: &'a [&'a [u8]],
+    /// The token of the grant, release or renewal: a grant whose reply
+    /// did not come is remembered with its connection, so that its clean-up
+    /// release goes out after it there (the mutex's rule).
+    pub token: &'a LockToken,
+    /// A grant's or renewal's TTL (how long a grant whose reply did not come
+    /// may still matter); `None` for a release.
+    pub ttl: Option<Duration>,
 }
 
 /// What a Lua-scripting backend provides for the kinds of this module's
@@ -198,13 +221,13 @@ pub trait ScriptedKinds: Send + Sync {
         )
     }
 
-    /// Refuses a multi-key lock's `key` the backend keeps for itself (after
-    /// [`lock_core::raw::validate_key`] accepted it); the default
-    /// refuses none.
+    /// Refuses a kind's name or a multi-key lock's key under the backend's
+    /// reserved names (after [`lock_core::raw::validate_key`] accepted it),
+    /// as the backend's mutex refuses such a key; the default refuses none.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a reserved key.
-    fn check_multi_key(&self, key: &str) -> Result<()> {
+    fn check_user_key(&self, key: &str) -> Result<()> {
         let _ = key;
         Ok(())
     }

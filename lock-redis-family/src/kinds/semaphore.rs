@@ -283,6 +283,7 @@ pub fn renew_outcome(backend: &str, name: &str, reply: i64) -> Result<RenewOutco
 /// replica acknowledgement rather than grant permits a failover could lose
 /// unnoticed).
 fn keys_on<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str) -> Result<SemaphoreKeys> {
+    kinds.check_user_key(name)?;
     let keys = SemaphoreKeys::prefixed(kinds.kinds_key_prefix(), name)?;
     if kinds.kinds_replica_ack().is_some() && !kinds.semaphore_waits_for_replicas() {
         return Err(Error::Unsupported {
@@ -320,6 +321,8 @@ pub async fn acquire<K: ScriptedKinds + ?Sized>(
             op,
             name,
             script: KindScript::SemaphoreAcquire,
+            token: holder,
+            ttl: Some(ttl),
             keys: &[&keys.holders, &keys.info, &keys.fence, &keys.gone],
             args: &[
                 &holder.hex_bytes(),
@@ -356,6 +359,8 @@ pub async fn release<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str, holder: &
             op,
             name,
             script: KindScript::SemaphoreRelease,
+            token: holder,
+            ttl: None,
             keys: &[&keys.holders, &keys.info, &keys.gone],
             args: &[&holder.hex_bytes()],
         })
@@ -390,6 +395,8 @@ pub async fn renew<K: ScriptedKinds + ?Sized>(
             op,
             name,
             script: KindScript::SemaphoreRenew,
+            token: holder,
+            ttl: Some(ttl),
             keys: &[&keys.holders, &keys.info],
             args: &[&holder.hex_bytes(), ttl_millis(ttl).to_string().as_bytes()],
         })

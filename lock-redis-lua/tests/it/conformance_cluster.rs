@@ -38,7 +38,7 @@ async fn backend(urls: Vec<String>, fencing: bool) -> RedisLuaBackend {
 
 async fn lock_suite() -> LockSuite {
     let urls = seed_urls().await;
-    LockSuite::new(move || backend(urls.clone(), true))
+    LockSuite::new(move || backend(urls.clone(), true)).reserved_prefixes([lock_redis_lua::RESERVED_KEY_PREFIX])
 }
 
 async fn versioned_suite() -> VersionedSuite {
@@ -58,7 +58,7 @@ mod unfenced {
 
     async fn lock_suite() -> LockSuite {
         let urls = seed_urls().await;
-        LockSuite::new(move || backend(urls.clone(), false))
+        LockSuite::new(move || backend(urls.clone(), false)).reserved_prefixes([lock_redis_lua::RESERVED_KEY_PREFIX])
     }
 
     lock_testkit::lock_conformance!(real, lock_suite());

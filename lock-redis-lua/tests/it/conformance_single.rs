@@ -45,7 +45,7 @@ mod plain {
     async fn lock_suite() -> LockSuite {
         assert_runtime(RuntimeFlavor::CurrentThread);
         let url = server_url().await;
-        LockSuite::new(move || backend(url.clone(), false))
+        LockSuite::new(move || backend(url.clone(), false)).reserved_prefixes([lock_redis_lua::RESERVED_KEY_PREFIX])
     }
 
     async fn versioned_suite() -> VersionedSuite {
@@ -73,7 +73,7 @@ mod fenced_notified {
     async fn lock_suite() -> LockSuite {
         assert_runtime(RuntimeFlavor::MultiThread);
         let url = server_url().await;
-        LockSuite::new(move || backend(url.clone(), true))
+        LockSuite::new(move || backend(url.clone(), true)).reserved_prefixes([lock_redis_lua::RESERVED_KEY_PREFIX])
     }
 
     lock_testkit::lock_conformance!(real, lock_suite());
@@ -113,7 +113,7 @@ mod replica_ack {
 
     async fn lock_suite() -> LockSuite {
         let url = primary_url().await;
-        LockSuite::new(move || acked(url.clone()))
+        LockSuite::new(move || acked(url.clone())).reserved_prefixes([lock_redis_lua::RESERVED_KEY_PREFIX])
     }
 
     async fn versioned_suite() -> VersionedSuite {
@@ -151,7 +151,7 @@ mod script_acquire {
 
     async fn lock_suite() -> LockSuite {
         let url = url().await;
-        LockSuite::new(move || backend(url.clone(), false))
+        LockSuite::new(move || backend(url.clone(), false)).reserved_prefixes([lock_redis_lua::RESERVED_KEY_PREFIX])
     }
 
     lock_testkit::lock_conformance!(real, lock_suite());

@@ -91,17 +91,23 @@ mod semaphore {
 
     mod plain {
         use super::*;
-        lock_testkit::semaphore_conformance!(real, async { SemaphoreSuite::new(|| single(false)) });
+        lock_testkit::semaphore_conformance!(real, async {
+            SemaphoreSuite::new(|| single(false)).reserved_prefixes([lock_redis_lua::RESERVED_KEY_PREFIX])
+        });
     }
 
     mod fenced {
         use super::*;
-        lock_testkit::semaphore_conformance!(real, async { SemaphoreSuite::new(|| single(true)) });
+        lock_testkit::semaphore_conformance!(real, async {
+            SemaphoreSuite::new(|| single(true)).reserved_prefixes([lock_redis_lua::RESERVED_KEY_PREFIX])
+        });
     }
 
     mod on_cluster {
         use super::*;
-        lock_testkit::semaphore_conformance!(real, async { SemaphoreSuite::new(cluster) });
+        lock_testkit::semaphore_conformance!(real, async {
+            SemaphoreSuite::new(cluster).reserved_prefixes([lock_redis_lua::RESERVED_KEY_PREFIX])
+        });
     }
 }
 
@@ -110,12 +116,16 @@ mod multi {
 
     mod single_server {
         use super::*;
-        lock_testkit::multi_conformance!(real, async { MultiSuite::new(|| single(true)) });
+        lock_testkit::multi_conformance!(real, async {
+            MultiSuite::new(|| single(true)).reserved_prefixes([lock_redis_lua::RESERVED_KEY_PREFIX])
+        });
     }
 
     mod on_cluster {
         use super::*;
-        lock_testkit::multi_conformance!(real, async { MultiSuite::new(cluster) });
+        lock_testkit::multi_conformance!(real, async {
+            MultiSuite::new(cluster).reserved_prefixes([lock_redis_lua::RESERVED_KEY_PREFIX])
+        });
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -138,12 +148,16 @@ mod rw {
 
     mod single_server {
         use super::*;
-        lock_testkit::rw_conformance!(real, async { RwSuite::new(|| single(false)) });
+        lock_testkit::rw_conformance!(real, async {
+            RwSuite::new(|| single(false)).reserved_prefixes([lock_redis_lua::RESERVED_KEY_PREFIX])
+        });
     }
 
     mod on_cluster {
         use super::*;
-        lock_testkit::rw_conformance!(real, async { RwSuite::new(cluster) });
+        lock_testkit::rw_conformance!(real, async {
+            RwSuite::new(cluster).reserved_prefixes([lock_redis_lua::RESERVED_KEY_PREFIX])
+        });
     }
 }
 
@@ -152,12 +166,16 @@ mod election {
 
     mod single_server {
         use super::*;
-        lock_testkit::election_conformance!(real, async { ElectionSuite::new(|| single(false)) });
+        lock_testkit::election_conformance!(real, async {
+            ElectionSuite::new(|| single(false)).reserved_prefixes([lock_redis_lua::RESERVED_KEY_PREFIX])
+        });
     }
 
     mod on_cluster {
         use super::*;
-        lock_testkit::election_conformance!(real, async { ElectionSuite::new(cluster) });
+        lock_testkit::election_conformance!(real, async {
+            ElectionSuite::new(cluster).reserved_prefixes([lock_redis_lua::RESERVED_KEY_PREFIX])
+        });
     }
 }
 
@@ -168,21 +186,37 @@ mod under_replica_ack {
 
     mod semaphore {
         use super::*;
-        lock_testkit::semaphore_conformance!(real, async { SemaphoreSuite::new(acked).ttl(ACKED_TTL) });
+        lock_testkit::semaphore_conformance!(real, async {
+            SemaphoreSuite::new(acked)
+                .reserved_prefixes([lock_redis_lua::RESERVED_KEY_PREFIX])
+                .ttl(ACKED_TTL)
+        });
     }
 
     mod multi {
         use super::*;
-        lock_testkit::multi_conformance!(real, async { MultiSuite::new(acked).ttl(ACKED_TTL) });
+        lock_testkit::multi_conformance!(real, async {
+            MultiSuite::new(acked)
+                .reserved_prefixes([lock_redis_lua::RESERVED_KEY_PREFIX])
+                .ttl(ACKED_TTL)
+        });
     }
 
     mod rw {
         use super::*;
-        lock_testkit::rw_conformance!(real, async { RwSuite::new(acked).ttl(ACKED_TTL) });
+        lock_testkit::rw_conformance!(real, async {
+            RwSuite::new(acked)
+                .reserved_prefixes([lock_redis_lua::RESERVED_KEY_PREFIX])
+                .ttl(ACKED_TTL)
+        });
     }
 
     mod election {
         use super::*;
-        lock_testkit::election_conformance!(real, async { ElectionSuite::new(acked).ttl(ACKED_TTL) });
+        lock_testkit::election_conformance!(real, async {
+            ElectionSuite::new(acked)
+                .reserved_prefixes([lock_redis_lua::RESERVED_KEY_PREFIX])
+                .ttl(ACKED_TTL)
+        });
     }
 }

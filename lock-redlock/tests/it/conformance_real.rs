@@ -52,7 +52,7 @@ mod lua_five_nodes {
 
     async fn suite() -> LockSuite {
         let urls = urls().await;
-        LockSuite::new(move || client(urls.clone()))
+        LockSuite::new(move || client(urls.clone())).reserved_prefixes([lock_redis_lua::RESERVED_KEY_PREFIX])
     }
 
     lock_testkit::lock_conformance!(real, suite());
@@ -85,6 +85,7 @@ mod tair_three_nodes {
     async fn suite() -> LockSuite {
         let urls = urls().await;
         LockSuite::new(move || client(urls.clone()))
+            .reserved_prefixes(["verrou:tair:", lock_tair::DEFAULT_FENCE_PREFIX])
     }
 
     lock_testkit::lock_conformance!(real, suite());

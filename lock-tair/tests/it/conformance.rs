@@ -23,7 +23,9 @@ mod single {
     async fn lock_suite() -> LockSuite {
         let server = common::tair_server().await;
         let url = server.url();
-        LockSuite::new(move || common::connect(common::builder(&url))).keep_alive(server)
+        LockSuite::new(move || common::connect(common::builder(&url)))
+            .reserved_prefixes(["verrou:tair:", lock_tair::DEFAULT_FENCE_PREFIX])
+            .keep_alive(server)
     }
 
     async fn versioned_suite() -> VersionedSuite {
@@ -51,7 +53,9 @@ mod single_fenced {
     async fn lock_suite() -> LockSuite {
         let server = common::tair_server().await;
         let url = server.url();
-        LockSuite::new(move || common::connect(common::builder(&url).fencing(true))).keep_alive(server)
+        LockSuite::new(move || common::connect(common::builder(&url).fencing(true)))
+            .reserved_prefixes(["verrou:tair:", lock_tair::DEFAULT_FENCE_PREFIX])
+            .keep_alive(server)
     }
 
     lock_testkit::lock_conformance!(real, lock_suite());
@@ -63,7 +67,9 @@ mod cluster {
     async fn lock_suite() -> LockSuite {
         let cluster = common::shared_cluster().await;
         let url = common::cluster_url(&cluster);
-        LockSuite::new(move || common::connect(common::builder(&url).fencing(true))).keep_alive(cluster)
+        LockSuite::new(move || common::connect(common::builder(&url).fencing(true)))
+            .reserved_prefixes(["verrou:tair:", lock_tair::DEFAULT_FENCE_PREFIX])
+            .keep_alive(cluster)
     }
 
     async fn versioned_suite() -> VersionedSuite {
@@ -92,7 +98,9 @@ mod single_hinted {
     async fn lock_suite() -> LockSuite {
         let server = common::tair_server().await;
         let url = server.url();
-        LockSuite::new(move || common::connect(common::builder(&url).retry_after_hint(true))).keep_alive(server)
+        LockSuite::new(move || common::connect(common::builder(&url).retry_after_hint(true)))
+            .reserved_prefixes(["verrou:tair:", lock_tair::DEFAULT_FENCE_PREFIX])
+            .keep_alive(server)
     }
 
     lock_testkit::lock_conformance!(real, lock_suite());
@@ -104,7 +112,9 @@ mod cluster_unfenced {
     async fn lock_suite() -> LockSuite {
         let cluster = common::shared_cluster().await;
         let url = common::cluster_url(&cluster);
-        LockSuite::new(move || common::connect(common::builder(&url))).keep_alive(cluster)
+        LockSuite::new(move || common::connect(common::builder(&url)))
+            .reserved_prefixes(["verrou:tair:", lock_tair::DEFAULT_FENCE_PREFIX])
+            .keep_alive(cluster)
     }
 
     lock_testkit::lock_conformance!(real, lock_suite());
@@ -132,6 +142,7 @@ mod replica_ack {
     async fn lock_suite() -> LockSuite {
         let url = primary_url().await;
         LockSuite::new(move || common::connect(acked(&url)))
+            .reserved_prefixes(["verrou:tair:", lock_tair::DEFAULT_FENCE_PREFIX])
     }
 
     async fn versioned_suite() -> VersionedSuite {

@@ -13,7 +13,9 @@ mod single {
     async fn suite() -> ElectionSuite {
         let server = common::tair_server().await;
         let url = server.url();
-        ElectionSuite::new(move || common::connect(common::builder(&url))).keep_alive(server)
+        ElectionSuite::new(move || common::connect(common::builder(&url)))
+            .reserved_prefixes(["verrou:tair:", lock_tair::DEFAULT_FENCE_PREFIX])
+            .keep_alive(server)
     }
 
     lock_testkit::election_conformance!(real, suite());
@@ -25,7 +27,9 @@ mod cluster {
     async fn suite() -> ElectionSuite {
         let cluster = common::shared_cluster().await;
         let url = common::cluster_url(&cluster);
-        ElectionSuite::new(move || common::connect(common::builder(&url))).keep_alive(cluster)
+        ElectionSuite::new(move || common::connect(common::builder(&url)))
+            .reserved_prefixes(["verrou:tair:", lock_tair::DEFAULT_FENCE_PREFIX])
+            .keep_alive(cluster)
     }
 
     lock_testkit::election_conformance!(real, suite());

@@ -191,21 +191,37 @@ mod suites {
 
     mod semaphore {
         use super::*;
-        lock_testkit::semaphore_conformance!(real, async { SemaphoreSuite::new(suite_backend).ttl(SUITE_TTL) });
+        lock_testkit::semaphore_conformance!(real, async {
+            SemaphoreSuite::new(suite_backend)
+                .reserved_prefixes(["verrou:tair:", lock_tair::DEFAULT_FENCE_PREFIX])
+                .ttl(SUITE_TTL)
+        });
     }
 
     mod multi {
         use super::*;
-        lock_testkit::multi_conformance!(real, async { MultiSuite::new(suite_backend).ttl(SUITE_TTL) });
+        lock_testkit::multi_conformance!(real, async {
+            MultiSuite::new(suite_backend)
+                .reserved_prefixes(["verrou:tair:", lock_tair::DEFAULT_FENCE_PREFIX])
+                .ttl(SUITE_TTL)
+        });
     }
 
     mod rw {
         use super::*;
-        lock_testkit::rw_conformance!(real, async { RwSuite::new(suite_backend).ttl(SUITE_TTL) });
+        lock_testkit::rw_conformance!(real, async {
+            RwSuite::new(suite_backend)
+                .reserved_prefixes(["verrou:tair:", lock_tair::DEFAULT_FENCE_PREFIX])
+                .ttl(SUITE_TTL)
+        });
     }
 
     mod election {
         use super::*;
-        lock_testkit::election_conformance!(real, async { ElectionSuite::new(suite_backend).ttl(SUITE_TTL) });
+        lock_testkit::election_conformance!(real, async {
+            ElectionSuite::new(suite_backend)
+                .reserved_prefixes(["verrou:tair:", lock_tair::DEFAULT_FENCE_PREFIX])
+                .ttl(SUITE_TTL)
+        });
     }
 }

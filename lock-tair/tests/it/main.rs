@@ -12,6 +12,7 @@ mod conformance;
 mod election;
 mod faults;
 mod hot_path;
+mod issue39;
 mod kinds_replica_ack;
 mod multi;
 mod renew_many;

@@ -19,7 +19,9 @@ mod single {
     async fn suite() -> MultiSuite {
         let server = common::tair_server().await;
         let url = server.url();
-        MultiSuite::new(move || common::connect(common::builder(&url))).keep_alive(server)
+        MultiSuite::new(move || common::connect(common::builder(&url)))
+            .reserved_prefixes(["verrou:tair:", lock_tair::DEFAULT_FENCE_PREFIX])
+            .keep_alive(server)
     }
 
     lock_testkit::multi_conformance!(real, suite());
@@ -31,7 +33,9 @@ mod cluster {
     async fn suite() -> MultiSuite {
         let cluster = common::shared_cluster().await;
         let url = common::cluster_url(&cluster);
-        MultiSuite::new(move || common::connect(common::builder(&url))).keep_alive(cluster)
+        MultiSuite::new(move || common::connect(common::builder(&url)))
+            .reserved_prefixes(["verrou:tair:", lock_tair::DEFAULT_FENCE_PREFIX])
+            .keep_alive(cluster)
     }
 
     lock_testkit::multi_conformance!(real, suite());

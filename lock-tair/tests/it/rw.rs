@@ -13,7 +13,9 @@ mod single {
     async fn suite() -> RwSuite {
         let server = common::tair_server().await;
         let url = server.url();
-        RwSuite::new(move || common::connect(common::builder(&url))).keep_alive(server)
+        RwSuite::new(move || common::connect(common::builder(&url)))
+            .reserved_prefixes(["verrou:tair:", lock_tair::DEFAULT_FENCE_PREFIX])
+            .keep_alive(server)
     }
 
     lock_testkit::rw_conformance!(real, suite());
@@ -25,7 +27,9 @@ mod cluster {
     async fn suite() -> RwSuite {
         let cluster = common::shared_cluster().await;
         let url = common::cluster_url(&cluster);
-        RwSuite::new(move || common::connect(common::builder(&url))).keep_alive(cluster)
+        RwSuite::new(move || common::connect(common::builder(&url)))
+            .reserved_prefixes(["verrou:tair:", lock_tair::DEFAULT_FENCE_PREFIX])
+            .keep_alive(cluster)
     }
 
     lock_testkit::rw_conformance!(real, suite());

@@ -19,7 +19,9 @@ mod single {
     async fn suite() -> SemaphoreSuite {
         let server = common::tair_server().await;
         let url = server.url();
-        SemaphoreSuite::new(move || common::connect(common::builder(&url))).keep_alive(server)
+        SemaphoreSuite::new(move || common::connect(common::builder(&url)))
+            .reserved_prefixes(["verrou:tair:", lock_tair::DEFAULT_FENCE_PREFIX])
+            .keep_alive(server)
     }
 
     lock_testkit::semaphore_conformance!(real, suite());
@@ -31,7 +33,9 @@ mod single_fenced {
     async fn suite() -> SemaphoreSuite {
         let server = common::tair_server().await;
         let url = server.url();
-        SemaphoreSuite::new(move || common::connect(common::builder(&url).fencing(true))).keep_alive(server)
+        SemaphoreSuite::new(move || common::connect(common::builder(&url).fencing(true)))
+            .reserved_prefixes(["verrou:tair:", lock_tair::DEFAULT_FENCE_PREFIX])
+            .keep_alive(server)
     }
 
     lock_testkit::semaphore_conformance!(real, suite());
@@ -43,7 +47,9 @@ mod cluster {
     async fn suite() -> SemaphoreSuite {
         let cluster = common::shared_cluster().await;
         let url = common::cluster_url(&cluster);
-        SemaphoreSuite::new(move || common::connect(common::builder(&url).fencing(true))).keep_alive(cluster)
+        SemaphoreSuite::new(move || common::connect(common::builder(&url).fencing(true)))
+            .reserved_prefixes(["verrou:tair:", lock_tair::DEFAULT_FENCE_PREFIX])
+            .keep_alive(cluster)
     }
 
     lock_testkit::semaphore_conformance!(real, suite());

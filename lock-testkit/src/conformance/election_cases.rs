@@ -2,6 +2,8 @@
 //! from recorded intervals, terms increasing), reads, observers, expiry,
 //! stale leaders, loss at the local deadline.
 
+pub use super::reserved_cases::reserved_election_names_are_refused;
+
 use std::sync::atomic::Ordering;
 
 use futures::StreamExt;

@@ -1,6 +1,8 @@
 //! Lock cases. Each takes the suite and panics with a message on failure;
 //! the cases are grouped by concern in the submodules.
 
+pub use super::reserved_cases::reserved_keys_are_refused;
+
 mod cancellation;
 mod exclusion;
 mod lease;

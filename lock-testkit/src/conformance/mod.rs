@@ -24,6 +24,7 @@ pub mod multi_cases;
 pub mod paused_server;
 #[cfg(feature = "harness")]
 pub mod renew_many_cases;
+pub mod reserved_cases;
 pub mod rw_cases;
 pub mod semaphore_cases;
 pub mod versioned_cases;
@@ -43,6 +44,8 @@ struct Clients<T: ?Sized> {
     connect: Connect<T>,
     prefix: String,
     keep_alive: Vec<Box<dyn Any + Send + Sync>>,
+    /// The backend's reserved key prefixes ([`reserved_cases`]).
+    reserved: Vec<String>,
 }
 
 impl<T: ?Sized> Clients<T> {
@@ -51,7 +54,16 @@ impl<T: ?Sized> Clients<T> {
             connect,
             prefix: random_prefix(),
             keep_alive: Vec::new(),
+            reserved: Vec::new(),
         }
+    }
+
+    fn reserve<I, S>(&mut self, prefixes: I)
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.reserved.extend(prefixes.into_iter().map(Into::into));
     }
 
     fn key(&self, name: &str) -> String {
@@ -105,6 +117,19 @@ impl LockSuite {
     #[must_use]
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
+        self
+    }
+
+    /// Declare the backend's reserved key prefixes: the reserved-names case
+    /// ([`reserved_cases`]) checks that every key under them is refused
+    /// with `InvalidArgument`. None by default.
+    #[must_use]
+    pub fn reserved_prefixes<I, S>(mut self, prefixes: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.clients.reserve(prefixes);
         self
     }
 
@@ -197,6 +222,18 @@ macro_rules! kind_suite {
             #[must_use]
             pub fn ttl(mut self, ttl: Duration) -> Self {
                 self.ttl = ttl;
+                self
+            }
+
+            /// Declare the backend's reserved key prefixes (see
+            /// [`LockSuite::reserved_prefixes`]).
+            #[must_use]
+            pub fn reserved_prefixes<I, S>(mut self, prefixes: I) -> Self
+            where
+                I: IntoIterator<Item = S>,
+                S: Into<String>,
+            {
+                self.clients.reserve(prefixes);
                 self
             }
 
@@ -452,7 +489,7 @@ macro_rules! lock_conformance {
             unknown_outcome_acquire_is_cleaned_up, invalid_arguments_are_rejected, renew_many_matches_renew,
             lost_follows_an_earlier_deadline, handles_see_the_lease_end,
             dropped_acquire_leaves_no_lock,
-            dropped_release_future_still_releases]; $($args)*);
+            dropped_release_future_still_releases, reserved_keys_are_refused]; $($args)*);
     };
 }
 
@@ -506,7 +543,7 @@ macro_rules! semaphore_conformance {
             auto_renew_keeps_permits, drop_returns_permits, lost_fires_by_deadline_when_backend_hangs,
             with_permits_returns_output, fencing_tokens_increase,
             names_with_and_without_a_hash_tag_are_separate,
-            multi_permit_waiter_completes_under_single_permit_churn]; $($args)*);
+            multi_permit_waiter_completes_under_single_permit_churn, reserved_semaphore_names_are_refused]; $($args)*);
     };
 }
 
@@ -519,7 +556,7 @@ macro_rules! multi_conformance {
             no_key_held_twice, all_or_nothing, excludes_plain_locks, expiry_returns_dead_holders_keys,
             stale_holder_cannot_release_or_renew, lost_fires_by_deadline_when_backend_hangs,
             invalid_key_sets_are_rejected, with_locks_returns_output,
-            fencing_tokens_order_writes_per_key]; $($args)*);
+            fencing_tokens_order_writes_per_key, reserved_multi_keys_are_refused]; $($args)*);
     };
 }
 
@@ -533,7 +570,8 @@ macro_rules! rw_conformance {
             waiting_writer_holds_new_readers_back, expiry_returns_dead_holders_lock,
             stale_holder_cannot_release_or_renew, lost_fires_by_deadline_when_backend_hangs,
             with_rw_returns_output, names_with_and_without_a_hash_tag_are_separate,
-            writers_complete_under_a_stream_of_readers, writer_fencing_tokens_increase]; $($args)*);
+            writers_complete_under_a_stream_of_readers, writer_fencing_tokens_increase,
+            reserved_rw_names_are_refused]; $($args)*);
     };
 }
 
@@ -545,7 +583,8 @@ macro_rules! election_conformance {
         $crate::__conformance_runtime!([election_cases:
             one_leader_at_a_time, leader_reads_identity_and_term, every_observer_sees_the_change,
             expiry_hands_over, stale_leader_cannot_resign_or_renew, lost_fires_by_deadline_when_backend_hangs,
-            invalid_campaigns_are_rejected, names_with_and_without_a_hash_tag_are_separate]; $($args)*);
+            invalid_campaigns_are_rejected, names_with_and_without_a_hash_tag_are_separate,
+            reserved_election_names_are_refused]; $($args)*);
     };
 }
 

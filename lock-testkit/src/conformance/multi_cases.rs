@@ -2,6 +2,8 @@
 //! recorded intervals), all-or-nothing, exclusion of plain locks, expiry of
 //! dead holders, stale holders, loss at the local deadline.
 
+pub use super::reserved_cases::reserved_multi_keys_are_refused;
+
 use std::sync::atomic::Ordering;
 
 use lock_core::{Error, LockManager, LockToken, MultiLockManager};

@@ -2,6 +2,8 @@
 //! (checked from recorded intervals), the writer-preferring policy, expiry of
 //! dead holders, stale holders, loss at the local deadline.
 
+pub use super::reserved_cases::reserved_rw_names_are_refused;
+
 use std::sync::atomic::Ordering;
 
 use lock_core::{LockToken, RwLockManager, RwMode};

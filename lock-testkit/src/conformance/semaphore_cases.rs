@@ -2,6 +2,8 @@
 //! intervals), expiry of dead holders, stale holders, size rules, loss at
 //! the local deadline, and the scoped helper.
 
+pub use super::reserved_cases::reserved_semaphore_names_are_refused;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use super::client::{Hold, Role};
 use super::{Kind, KindOutcome, KindRow, SEMAPHORE_SIZE};
 use crate::check::{Bounds, Measured};
-use crate::plan::Claim;
+use crate::plan::{Claim, Fault};
 use crate::record::{Body, Snapshot};
 
 /// What the kind's own checker measured.
@@ -222,6 +222,14 @@ fn election(holds: &[Hold], k: &mut KindMeasured) {
 pub fn judge(row: &KindRow, m: &Measured, k: &KindMeasured) -> Vec<String> {
     let mut v = crate::run::judge(&row.scenario, m);
     if !matches!(row.scenario.claim, Claim::Safe | Claim::Fenced) {
+        // A server that lost its data forgets the leader, not the order of
+        // terms: they must keep growing.
+        if row.kind == Kind::Election && row.scenario.fault == Fault::RestartEmpty && k.terms_backwards > 0 {
+            v.push(format!(
+                "{} leaders with a term not above the previous leader's after the server lost its data",
+                k.terms_backwards
+            ));
+        }
         return v;
     }
     match row.kind {

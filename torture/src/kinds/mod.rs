@@ -158,6 +158,12 @@ pub fn rows(backend: Backend, topology: Topology, faults: &[Fault]) -> Vec<KindR
                     "asynchronous replication: a failover can lose a just-granted hold",
                 ),
                 Fault::Stall if kind.fenced() => (Claim::Fenced, ""),
+                // Holds are forgotten; the election's terms must still grow
+                // (`check::judge` checks them on this row).
+                Fault::RestartEmpty => (
+                    Claim::Unsafe,
+                    "one server that loses its data forgets every hold (terms must still grow)",
+                ),
                 _ => (Claim::Safe, ""),
             };
             out.push(KindRow {
@@ -184,6 +190,12 @@ pub fn full() -> Vec<KindRow> {
     plan.extend(rows(Backend::Postgres, Topology::Single, &[None, Pause, Stall]));
     plan.extend(rows(Backend::Lua, Topology::Pair, &[FailoverAck, Failover]));
     plan.extend(rows(Backend::Tair, Topology::Pair, &[FailoverAck]));
+    plan.extend(rows(Backend::Lua, Topology::Pair, &[ReplicaPausedAck]));
+    plan.extend(rows(Backend::Tair, Topology::Pair, &[ReplicaPausedAck]));
+    for backend in [Backend::Lua, Backend::Tair] {
+        let elections = rows(backend, Topology::Single, &[RestartEmpty]);
+        plan.extend(elections.into_iter().filter(|r| r.kind == Kind::Election));
+    }
     plan.extend(rows(Backend::Etcd, Topology::Three, &[None, LeaderPause, Stall]));
     plan
 }
@@ -238,7 +250,7 @@ pub async fn run_row(row: KindRow, idx: usize, seed: u64, p: &Params) -> BoxResu
             .map(|k| format!("{{{prefix}}}:key{k}"))
             .collect::<Vec<_>>(),
     );
-    let ack = (sc.fault == Fault::FailoverAck).then(|| ReplicaAck::new(1, p.ttl / 2));
+    let ack = matches!(sc.fault, Fault::FailoverAck | Fault::ReplicaPausedAck).then(|| ReplicaAck::new(1, p.ttl / 2));
     let options = LockOptions::with_ttl(p.ttl)
         .acquire_timeout(p.ttl * 6)
         .op_timeout(p.ttl / 2);
