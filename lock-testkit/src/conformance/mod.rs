@@ -26,6 +26,7 @@ pub mod paused_server;
 pub mod renew_many_cases;
 pub mod rw_cases;
 pub mod semaphore_cases;
+pub mod semaphore_token_cases;
 pub mod versioned_cases;
 
 type Connect<T> = Arc<dyn Fn() -> BoxFuture<'static, Arc<T>> + Send + Sync>;
@@ -507,6 +508,8 @@ macro_rules! semaphore_conformance {
             with_permits_returns_output, fencing_tokens_increase,
             names_with_and_without_a_hash_tag_are_separate,
             multi_permit_waiter_completes_under_single_permit_churn]; $($args)*);
+        $crate::__conformance_runtime!([semaphore_token_cases:
+            refreshed_holder_gets_its_own_fencing_token]; $($args)*);
     };
 }
 

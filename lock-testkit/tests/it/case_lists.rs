@@ -95,3 +95,16 @@ fn every_kind_case_is_in_its_macro_list() {
         assert_same(&format!("{module}.rs"), &case_functions(source), &listed);
     }
 }
+
+#[test]
+fn every_semaphore_token_case_is_in_the_semaphore_macro() {
+    // A case file of its own, listed in `semaphore_conformance!` after the
+    // main list (too few cases for `assert_same`'s parser check).
+    let functions = case_functions(include_str!("../../src/conformance/semaphore_token_cases.rs"));
+    let listed = listed_cases("semaphore_conformance", "semaphore_token_cases");
+    assert!(!functions.is_empty(), "the parser found no case");
+    assert_eq!(
+        functions, listed,
+        "semaphore_token_cases.rs and its list in semaphore_conformance!"
+    );
+}
