@@ -21,6 +21,7 @@ pub mod observe;
 pub mod options;
 mod redact;
 mod renewer;
+mod runtime;
 pub mod token;
 mod validate;
 mod value;

@@ -453,7 +453,8 @@ macro_rules! lock_conformance {
             unknown_outcome_acquire_is_cleaned_up, invalid_arguments_are_rejected, renew_many_matches_renew,
             lost_follows_an_earlier_deadline, handles_see_the_lease_end,
             dropped_acquire_leaves_no_lock,
-            dropped_release_future_still_releases]; $($args)*);
+            dropped_release_future_still_releases,
+            outside_a_runtime_is_a_typed_error_and_leaves_no_key]; $($args)*);
     };
 }
 
