@@ -219,6 +219,13 @@ impl LockGuard {
             return Err(not_held(state, NotHeldReason::Expired));
         }
         let sent = AtomicBool::new(false);
+        // Declared before the call, so dropped after it (and after its
+        // unknown-outcome record), also when this future is dropped.
+        let _hasten = Hasten {
+            renewer: self.renewer.as_ref(),
+            state,
+            sent: &sent,
+        };
         let call = state.change_ttl(ttl, &sent, || async {
             if state.is_lost() {
                 return Err(not_held(state, NotHeldReason::Expired));
@@ -402,6 +409,25 @@ pub(crate) fn release_without_runtime(backend: &Arc<dyn LockBackend>, key: &str,
             }
         }
         None => tracing::debug!(key, "no tokio runtime to release on; the TTL will free the key"),
+    }
+}
+
+/// Once an `extend` is over (answered, timed out or dropped) and its TTL
+/// change was sent: whatever came of it, the deadline may have moved
+/// earlier than the renewer's next visit, which it brings forward.
+struct Hasten<'a> {
+    renewer: Option<&'a crate::renewer::Renewer>,
+    state: &'a Arc<LeaseState>,
+    sent: &'a AtomicBool,
+}
+
+impl Drop for Hasten<'_> {
+    fn drop(&mut self) {
+        if let Some(renewer) = self.renewer
+            && self.sent.load(Ordering::Relaxed)
+        {
+            renewer.hasten(self.state);
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 //! link instead of many); `cargo test --test it <module>::` runs one module.
 
 mod api;
+mod extend_renewal;
 mod fair_pace;
 mod instant;
 mod kinds_engine;
@@ -12,6 +13,7 @@ mod lease_signals;
 mod lifecycle;
 mod module_graph;
 mod option_bounds;
+mod release_not_loss;
 mod runtimes;
 mod semaphore_fifo;
 mod token_fork;
