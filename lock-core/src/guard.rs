@@ -107,10 +107,11 @@ impl LeaseHandle {
     /// `run_until_cancelled`, `select!` on `cancelled()`). Cancelling it
     /// yourself only cancels your token, never the lease.
     ///
-    /// Besides a signalled loss it fires when the local deadline passes: a
-    /// small task on the current tokio runtime watches for that (called
-    /// outside a runtime, only a signalled loss cancels it). After a release
-    /// the deadline no longer moves, so the token fires at it.
+    /// Besides a signalled loss it fires when the local deadline passes: one
+    /// small task per lease, on the current tokio runtime, watches for that
+    /// until the lease ends, however many tokens are made or dropped (called
+    /// outside a runtime, only a signalled loss cancels it). A release or
+    /// drop of the guard cancels every token of the lease.
     pub fn lost_token(&self) -> CancellationToken {
         let parent = self.state.lost_token();
         // A loss marked before the token existed could not cancel it.
@@ -118,16 +119,17 @@ impl LeaseHandle {
             parent.cancel();
         }
         let token = parent.child_token();
+        // One deadline watcher per lease, not per token: the tokens are
+        // children of the lease's own, which the watcher cancels at the
+        // deadline. A dropped token then leaves no task behind, and the
+        // watcher ends with the lease (released, dropped or lost).
         if !token.is_cancelled()
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
+            && self.state.watch_deadline_once()
         {
             let state = self.state.clone();
-            let watched = token.clone();
             runtime.spawn(async move {
-                tokio::select! {
-                    _ = state.wait_lost() => {}
-                    () = watched.cancelled() => {}
-                }
+                let _ = state.wait_lost().await;
             });
         }
         token

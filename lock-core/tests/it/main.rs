@@ -11,6 +11,7 @@ mod kinds_engine;
 mod layers;
 mod lease_signals;
 mod lifecycle;
+mod lost_token_tasks;
 mod module_graph;
 mod option_bounds;
 mod release_not_loss;
