@@ -57,7 +57,7 @@ pub mod raw {
     pub use crate::kinds::rw::RwLockBackend;
     pub use crate::kinds::semaphore::{GONE_WINDOW_MS, PermitRequest, SemaphoreBackend, size_mismatch};
     pub use crate::redact::redact_url;
-    pub use crate::validate::{clock_drift, ttl_millis, validate_key, validate_ttl};
+    pub use crate::validate::{MAX_KEY_LEN, clock_drift, ttl_millis, validate_key, validate_ttl};
     /// Re-exported so that backends implement the traits with the macro
     /// version lock-core uses.
     pub use async_trait::async_trait;

@@ -468,6 +468,25 @@ impl LockManager {
         Box::pin(crate::observe::acquiring(call.wait, span, started, attempted, acquire)).await
     }
 
+    /// `lock_opts` (`wait`) or `try_lock_opts` on a kind's internal name
+    /// made of keys the kind checked one by one (a multi-key lock's
+    /// encoded set), which the limit of a single key does not bound.
+    pub(crate) async fn lock_checked_name(
+        &self,
+        name: &str,
+        options: &LockOptions,
+        wait: bool,
+    ) -> Result<Option<LockGuard>> {
+        let call = Call {
+            key_checked: true,
+            ..Call::mutex(name, options, wait)
+        };
+        match self.acquire_observed(&call).await? {
+            None if wait => Err(call.timed_out()),
+            acquired => Ok(acquired),
+        }
+    }
+
     /// A lock kind's `lock`: [`LockManager::lock_opts`] with the kind's own
     /// attempt (`None`: the backend's `try_acquire`) and token policy.
     pub(crate) async fn lock_kind(
@@ -484,6 +503,7 @@ impl LockManager {
             attempt,
             identity,
             spread: true,
+            key_checked: false,
         };
         match self.acquire_observed(&call).await? {
             Some(guard) => Ok(guard),
@@ -505,6 +525,7 @@ impl LockManager {
             attempt,
             identity: Identity::PerAttempt,
             spread: true,
+            key_checked: false,
         };
         self.acquire_observed(&call).await
     }

@@ -13,6 +13,7 @@ mod lease_signals;
 mod lifecycle;
 mod lost_token_tasks;
 mod module_graph;
+mod multi_key_limits;
 mod option_bounds;
 mod release_not_loss;
 mod runtimes;
