@@ -7,6 +7,7 @@ mod kinds;
 mod lock;
 mod store;
 mod supervise;
+mod terminal;
 
 use std::process::ExitCode;
 

@@ -8,3 +8,4 @@ mod cli_postgres;
 mod common;
 mod deadline;
 mod kinds;
+mod program_group;

@@ -1,0 +1,113 @@
+//! The program's whole process group, and its terminal: background children
+//! are stopped and waited for before the release, and an interactive
+//! program reads its terminal.
+#![allow(clippy::expect_used, clippy::panic, missing_docs)]
+
+use crate::common;
+
+use std::io::{Read, Write};
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{exit_within, file, last_stamp, now_ns, signal, stamp, verrou};
+use lock_testkit::server::RedisServer;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+
+/// The program exits at once, leaving a background loop in its group that
+/// writes a tick every 50 ms: nothing of it may tick once verrou released,
+/// and the next `--no-wait` holder is not busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn background_children_are_stopped_before_the_release() {
+    let server = RedisServer::start().await.expect("redis-server");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (out, pgid) = (file(&dir, "ticks"), file(&dir, "group"));
+    let mut first = verrou(&server.url())
+        .args(["lock", "--ttl", "10s", "bg", "--", "sh", "-c"])
+        .arg(
+            "echo group $$ > \"$GROUP\"; \
+             (while :; do echo tick $(date +%s%N) >> \"$OUT\"; sleep 0.05; done) & sleep 0.3",
+        )
+        .env("OUT", &out)
+        .env("GROUP", &pgid)
+        .spawn()
+        .expect("spawn verrou");
+    let status = exit_within(&mut first, Duration::from_secs(30)).await;
+    let released_at = now_ns();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let last = last_stamp(&out);
+    let mut second = verrou(&server.url())
+        .args(["lock", "--no-wait", "bg", "--", "true"])
+        .spawn()
+        .expect("spawn verrou");
+    let second = exit_within(&mut second, Duration::from_secs(30)).await;
+    if let Some(group) = stamp(&pgid, "group").and_then(|g| i32::try_from(g).ok()) {
+        let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
+    }
+    assert!(status.success(), "{status}");
+    assert!(last.is_some(), "the background loop never ran");
+    assert!(
+        last < Some(released_at),
+        "a background child of the program ran {} ms after verrou released the lock",
+        (last.unwrap_or(0).saturating_sub(released_at)) / 1_000_000
+    );
+    assert!(second.success(), "the next holder: {second}");
+}
+
+/// An interactive program reads the terminal verrou runs on (a pseudo-
+/// terminal here, verrou its session's foreground): it is not stopped by
+/// SIGTTIN, and verrou exits with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interactive_program_reads_its_terminal() {
+    let server = RedisServer::start().await.expect("redis-server");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = file(&dir, "read");
+    let pty = nix::pty::openpty(None, None).expect("openpty");
+    let slave = std::fs::File::from(pty.slave);
+    // `setsid -c`: a new session whose controlling terminal is the pty, with
+    // verrou its foreground process group, as under an interactive shell.
+    let mut child = tokio::process::Command::new("setsid")
+        .args(["-w", "-c", env!("CARGO_BIN_EXE_verrou")])
+        .args([
+            "lock",
+            "--ttl",
+            "10s",
+            "tty",
+            "--",
+            "sh",
+            "-c",
+            "read line; echo \"got $line\" > \"$OUT\"",
+        ])
+        .env("VERROU_URL", server.url())
+        .env("OUT", &out)
+        .stdin(Stdio::from(slave.try_clone().expect("dup")))
+        .stdout(Stdio::from(slave.try_clone().expect("dup")))
+        .stderr(Stdio::from(slave))
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn setsid verrou");
+    let mut master = std::fs::File::from(pty.master);
+    // Drain what verrou and the terminal echo write, so that they never block.
+    let mut reader = master.try_clone().expect("dup");
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 1024];
+        while matches!(reader.read(&mut buf), Ok(n) if n > 0) {}
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    master.write_all(b"hello\n").expect("type a line");
+    let status = match tokio::time::timeout(Duration::from_secs(20), child.wait()).await {
+        Ok(status) => status.expect("wait"),
+        Err(_) => {
+            signal(&child, Signal::SIGKILL);
+            panic!(
+                "verrou hangs: the program never read its terminal ({:?})",
+                std::fs::read_to_string(&out).ok()
+            );
+        }
+    };
+    assert!(status.success(), "{status}");
+    assert_eq!(
+        std::fs::read_to_string(&out).expect("the program's output").trim(),
+        "got hello"
+    );
+}
