@@ -388,7 +388,7 @@ pub(crate) fn spawn_release(
         }
         return;
     };
-    handle.spawn(async move {
+    crate::background::spawn(&handle, async move {
         match tokio::time::timeout(timeout, backend.release(&key, &token)).await {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => tracing::debug!(key, error = %e, "background release failed; the TTL will free the key"),

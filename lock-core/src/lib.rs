@@ -7,6 +7,7 @@
 //! once, so every backend behaves the same.
 
 pub mod backend;
+mod background;
 mod batch;
 mod clock;
 mod engine;
@@ -28,6 +29,7 @@ mod value;
 pub mod versioned;
 
 pub use backend::{Capabilities, LockBackend, OnShortfall, ReplicaAck, Replication};
+pub use background::wait_for_background_releases;
 pub use error::{BoxError, Error, LossReason, NodeOutcome, NodeReports, NotHeldReason, Result};
 pub use guard::{LeaseHandle, LockGuard};
 pub use kinds::election::{ElectionManager, LeaderInfo, Leadership};

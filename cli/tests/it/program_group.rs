@@ -1,6 +1,7 @@
 //! The program's whole process group, and its terminal: background children
-//! are stopped and waited for before the release, and an interactive
-//! program reads its terminal.
+//! are stopped and waited for before the release, a command interrupted
+//! while it waits on a stalled server still cleans up its attempt, and an
+//! interactive program reads its terminal.
 #![allow(clippy::expect_used, clippy::panic, missing_docs)]
 
 use crate::common;
@@ -9,7 +10,7 @@ use std::io::{Read, Write};
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{exit_within, file, last_stamp, now_ns, signal, stamp, verrou};
+use common::{BUSY, exit_within, file, last_stamp, now_ns, signal, stamp, verrou};
 use lock_testkit::server::RedisServer;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -52,6 +53,68 @@ async fn background_children_are_stopped_before_the_release() {
         (last.unwrap_or(0).saturating_sub(released_at)) / 1_000_000
     );
     assert!(second.success(), "the next holder: {second}");
+}
+
+/// Ctrl-C while an attempt is stuck on a stalled server: verrou exits only
+/// after the attempt's clean-up release ran, so when the server resumes and
+/// applies the late attempt, the release that follows it deletes the key.
+/// Three rounds: a round where the waiter was between attempts (looking at
+/// the key) when the server stalled has no attempt to clean up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_while_waiting_on_a_stalled_server_leaves_no_lease() {
+    let server = RedisServer::start().await.expect("redis-server");
+    let attempts = async || {
+        server.command_calls("set").await.expect("INFO") + server.command_calls("evalsha").await.expect("INFO")
+    };
+    let mut leaked = Vec::new();
+    for round in 0..3 {
+        let key = format!("stall-{round}");
+        // Held by another client for 2 s: verrou waits, retrying at its expiry.
+        server
+            .cmd(&["SET", key.as_str(), "someone-else", "PX", "2000"])
+            .await
+            .expect("SET");
+        let held_at = tokio::time::Instant::now();
+        let before = attempts().await;
+        let mut waiter = verrou(&server.url())
+            .args(["lock", "--ttl", "60s", key.as_str(), "--", "true"])
+            .spawn()
+            .expect("spawn verrou");
+        // Its first attempt found the key held.
+        for _ in 0..100 {
+            if attempts().await > before {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        server.pause().expect("SIGSTOP the server");
+        // Past the other holder's expiry: verrou's next attempt is in flight.
+        tokio::time::sleep_until(held_at + Duration::from_millis(2_800)).await;
+        signal(&waiter, Signal::SIGINT);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        server.resume().expect("SIGCONT the server");
+        let status = exit_within(&mut waiter, Duration::from_secs(30)).await;
+        assert_eq!(status.code(), Some(128 + 2), "{status}");
+        let pttl = server.cmd(&["PTTL", key.as_str()]).await.expect("PTTL");
+        if pttl != lock_testkit::server::RespValue::Integer(-2) {
+            leaked.push((key, pttl));
+        }
+    }
+    assert!(
+        leaked.is_empty(),
+        "interrupted attempts left leases nobody owns: {leaked:?}"
+    );
+    let mut next = verrou(&server.url())
+        .args(["lock", "--no-wait", "stall-0", "--", "true"])
+        .spawn()
+        .expect("spawn verrou");
+    let next = exit_within(&mut next, Duration::from_secs(30)).await;
+    assert_ne!(
+        next.code(),
+        Some(BUSY),
+        "the interrupted attempt left a lease nobody owns"
+    );
+    assert!(next.success(), "{next}");
 }
 
 /// An interactive program reads the terminal verrou runs on (a pseudo-
