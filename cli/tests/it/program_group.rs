@@ -117,18 +117,17 @@ async fn sigint_while_waiting_on_a_stalled_server_leaves_no_lease() {
     assert!(next.success(), "{next}");
 }
 
-/// An interactive program reads the terminal verrou runs on (a pseudo-
-/// terminal here, verrou its session's foreground): it is not stopped by
-/// SIGTTIN, and verrou exits with it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_interactive_program_reads_its_terminal() {
+/// `verrou lock tty -- sh -c 'read line; …'` in a new session whose
+/// controlling terminal is a pseudo-terminal (`setsid -c`), verrou its
+/// foreground process group as under an interactive shell; `typed` is
+/// written to the terminal half a second in. The exit status and what the
+/// program read.
+async fn under_a_terminal(typed: &[&[u8]]) -> (std::process::ExitStatus, Option<String>) {
     let server = RedisServer::start().await.expect("redis-server");
     let dir = tempfile::tempdir().expect("tempdir");
     let out = file(&dir, "read");
     let pty = nix::pty::openpty(None, None).expect("openpty");
     let slave = std::fs::File::from(pty.slave);
-    // `setsid -c`: a new session whose controlling terminal is the pty, with
-    // verrou its foreground process group, as under an interactive shell.
     let mut child = tokio::process::Command::new("setsid")
         .args(["-w", "-c", env!("CARGO_BIN_EXE_verrou")])
         .args([
@@ -156,8 +155,10 @@ async fn an_interactive_program_reads_its_terminal() {
         let mut buf = [0u8; 1024];
         while matches!(reader.read(&mut buf), Ok(n) if n > 0) {}
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    master.write_all(b"hello\n").expect("type a line");
+    for bytes in typed {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        master.write_all(bytes).expect("type");
+    }
     let status = match tokio::time::timeout(Duration::from_secs(20), child.wait()).await {
         Ok(status) => status.expect("wait"),
         Err(_) => {
@@ -168,9 +169,25 @@ async fn an_interactive_program_reads_its_terminal() {
             );
         }
     };
+    (status, std::fs::read_to_string(&out).ok())
+}
+
+/// An interactive program reads the terminal verrou runs on: it is not
+/// stopped by SIGTTIN, and verrou exits with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interactive_program_reads_its_terminal() {
+    let (status, read) = under_a_terminal(&[b"hello\n"]).await;
     assert!(status.success(), "{status}");
-    assert_eq!(
-        std::fs::read_to_string(&out).expect("the program's output").trim(),
-        "got hello"
-    );
+    assert_eq!(read.as_deref().map(str::trim), Some("got hello"));
+}
+
+/// Ctrl-Z stops the program (its group has the terminal); verrou sees the
+/// stop, takes the terminal back and suspends itself, which the kernel
+/// skips here (its session has no shell to resume it: an orphaned group),
+/// then hands the terminal back and continues the program: no hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_z_on_the_terminal_never_leaves_verrou_hanging() {
+    let (status, read) = under_a_terminal(&[b"\x1a", b"hello\n"]).await;
+    assert!(status.success(), "{status}");
+    assert_eq!(read.as_deref().map(str::trim), Some("got hello"));
 }
