@@ -4,6 +4,7 @@
 //! link instead of many); `cargo test --test it <module>::` runs one module.
 
 mod api;
+mod background_releases;
 mod extend_renewal;
 mod fair_pace;
 mod instant;
