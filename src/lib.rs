@@ -21,7 +21,7 @@ pub use lock_core::{
     NodeReports, NotHeldReason, OnShortfall, Permit, Renewal, ReplicaAck, Replication, Result, RwLockGuard,
     RwLockManager, RwMode, Semaphore, SemaphoreManager, UpdateOptions, Versioned, VersionedStore, VersionedStoreExt,
 };
-pub use lock_core::{layers, observe, raw};
+pub use lock_core::{layers, observe, raw, wait_for_background_releases};
 
 pub mod connect;
 #[cfg(feature = "serde")]

@@ -51,7 +51,19 @@ tokens, VERROU_FENCING_TOKEN in its environment. It runs in its own process
 group; SIGINT, SIGTERM and SIGHUP sent to verrou are forwarded to that group,
 and ",
             $what,
-            " is given back once the program exits.
+            " is given back once the program exits and nothing is left of
+its group: what the program left running there (background children) gets
+SIGTERM when it exits, SIGKILL --kill-grace later (at the lease's deadline
+at the latest), and verrou waits for it. A daemon that leaves the group
+(setsid, setpgid) is not followed: it may run on after the release.
+
+When standard input is the terminal verrou runs in the foreground of, the
+program's group gets the terminal for as long as it runs: an interactive
+program reads it, and Ctrl-C and Ctrl-Z reach the program as they would
+from a shell (Ctrl-Z suspends verrou with it; renewals pause meanwhile, so a
+long suspension can lose the lease). A program stopped for using a terminal
+it does not own (SIGTTIN, SIGTTOU: verrou in the background) cannot go on:
+it gets SIGTERM, then SIGKILL --kill-grace later.
 
 The program never runs past the lease's local deadline, which passes before
 the server can let another client in: once renewals are failing, the

@@ -7,6 +7,7 @@ mod kinds;
 mod lock;
 mod store;
 mod supervise;
+mod terminal;
 
 use std::process::ExitCode;
 
@@ -26,7 +27,16 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => return Failure::new(exit::SOFTWARE, format!("cannot start the async runtime: {e}")).report(),
     };
-    match runtime.block_on(run(cli)) {
+    let outcome = runtime.block_on(async {
+        let outcome = run(cli).await;
+        // An acquire given up on a signal (or a guard dropped on an error)
+        // left its clean-up release to the runtime: exiting now would drop
+        // it, and a grant that lands late would stay held for the whole TTL.
+        // Each release is bounded by its operation timeout.
+        verrou::wait_for_background_releases().await;
+        outcome
+    });
+    match outcome {
         Ok(code) => ExitCode::from(code),
         Err(failure) => failure.report(),
     }

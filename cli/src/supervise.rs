@@ -17,6 +17,8 @@ use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
+
+use crate::terminal::Terminal;
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
@@ -188,14 +190,28 @@ pub async fn run_program<G: Held>(
     grace: Duration,
 ) -> Result<u8, Failure> {
     let lease = held.lease();
-    let child = match spawn(&lease, program) {
+    // Orphans of the program's group become our children (not init's), so
+    // that we can reap them and see the group empty.
+    #[cfg(target_os = "linux")]
+    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        eprintln!("verrou: cannot become the subreaper of the program's processes ({e})");
+    }
+    let terminal = Terminal::foreground();
+    let child = match spawn(&lease, program, terminal.as_ref()) {
         Ok(child) => child,
         Err(failure) => {
             release(held, what).await;
             return Err(failure);
         }
     };
-    let (status, stopped) = supervise(child, &lease, &mut signals, what, grace).await;
+    let group = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
+    if let (Some(terminal), Some(group)) = (&terminal, group) {
+        terminal.give_to(group);
+    }
+    let (status, stopped) = supervise(child, group, &lease, &mut signals, what, grace, terminal.as_ref()).await;
+    if let Some(terminal) = &terminal {
+        terminal.take_back();
+    }
     let status = status.map_err(|e| Failure::new(SOFTWARE, format!("cannot wait for the program: {e}")))?;
     if stopped {
         // It may still hold (renewals came back after SIGTERM): let the
@@ -219,7 +235,7 @@ pub async fn run_program<G: Held>(
     }
 }
 
-fn spawn(lease: &LeaseHandle, program: &[OsString]) -> Result<Child, Failure> {
+fn spawn(lease: &LeaseHandle, program: &[OsString], terminal: Option<&Terminal>) -> Result<Child, Failure> {
     let (name, rest) = program
         .split_first()
         .ok_or_else(|| Failure::new(CONFIG, "no PROGRAM after --"))?;
@@ -228,6 +244,11 @@ fn spawn(lease: &LeaseHandle, program: &[OsString]) -> Result<Child, Failure> {
     command.args(rest).env("VERROU_KEY", lease.key()).process_group(0);
     #[cfg(target_os = "linux")]
     die_with_verrou(&mut command);
+    if let Some(terminal) = terminal {
+        // Also from the child, before it runs anything: it must not read
+        // the terminal before the parent hands it over.
+        terminal.take_in_child(&mut command);
+    }
     match lease.fencing_token() {
         Some(token) => command.env("VERROU_FENCING_TOKEN", token.0.to_string()),
         None => command.env_remove("VERROU_FENCING_TOKEN"),
@@ -266,30 +287,87 @@ fn die_with_verrou(command: &mut Command) {
     }
 }
 
-/// Wait for the program, forwarding signals, and run the kill sequence.
-/// Returns its status and whether the kill sequence started.
+/// Wait for the program, forwarding signals, and run the kill sequence;
+/// once it exited, stop and wait for whatever is left of its process group
+/// (background children), so that none of it runs once the lease is given
+/// back. Returns its status and whether the kill sequence started.
 async fn supervise(
     mut child: Child,
+    group: Option<Pid>,
     lease: &LeaseHandle,
     signals: &mut Signals,
     what: &str,
     grace: Duration,
+    terminal: Option<&Terminal>,
 ) -> (std::io::Result<ExitStatus>, bool) {
-    let group = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
     // Renewals move the deadline later (the timers below then wake early
     // and are armed again) and a loss is signalled by `lost`; looking again
-    // now and then also covers a deadline moved earlier by other means.
+    // now and then also covers a deadline moved earlier by other means, a
+    // stopped program, and the group emptying once the program exited.
     let recheck = (grace / 4).clamp(Duration::from_millis(5), Duration::from_millis(250));
+    let drain_poll = recheck.min(Duration::from_millis(20));
     let lost = lease.lost();
     tokio::pin!(lost);
     let mut lost_at: Option<Instant> = None;
+    // SIGKILL comes no later than this without the lease being the reason
+    // (a program stopped by the terminal).
+    let mut kill_by: Option<Instant> = None;
     let (mut termed, mut killed) = (false, false);
+    // The program's status once it exited; then the rest of its group is
+    // stopped (SIGTERM now, SIGKILL at `drain_kill_at`) and waited for.
+    let mut exited: Option<std::io::Result<ExitStatus>> = None;
+    let mut drain_kill_at: Option<Instant> = None;
+    let mut drain_given_up_at: Option<Instant> = None;
     loop {
         let now = Instant::now();
         let deadline = match lost_at {
             Some(at) => lease.deadline().min(at),
             None => lease.deadline(),
         };
+        // Stopped because of the lease (not a terminal stop): exit 79.
+        let for_lease = lost_at.is_some() || (termed && kill_by.is_none());
+        let deadline = kill_by.map_or(deadline, |at| deadline.min(at));
+        if exited.is_some() {
+            if group_is_empty(group) {
+                let status = exited.take().unwrap_or_else(|| Err(std::io::Error::other("no status")));
+                return (status, for_lease);
+            }
+            // A loss during the drain moves the deadline, and SIGKILL with it.
+            let kill_at = deadline.min(*drain_kill_at.get_or_insert_with(|| {
+                eprintln!(
+                    "verrou: {what}: the program exited; stopping what is left of its process group \
+                     (SIGTERM, SIGKILL in {:?}) before giving the lease back",
+                    round_ms(grace.min(deadline.saturating_duration_since(now)))
+                );
+                send(group, Signal::SIGTERM);
+                send(group, Signal::SIGCONT);
+                now + grace
+            }));
+            if !killed && now >= kill_at {
+                send(group, Signal::SIGKILL);
+                killed = true;
+            }
+            if killed {
+                // Only processes nobody can reap (zombies whose parent left
+                // the group and never waits) can keep it from emptying.
+                let give_up = *drain_given_up_at.get_or_insert(now + Duration::from_secs(5));
+                if now >= give_up {
+                    eprintln!(
+                        "verrou: {what}: the program's process group is not empty after SIGKILL; giving the lease back"
+                    );
+                    let status = exited.take().unwrap_or_else(|| Err(std::io::Error::other("no status")));
+                    return (status, for_lease);
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(drain_poll) => {}
+                sig = signals.next() => {
+                    send(group, sig);
+                    send(group, Signal::SIGCONT);
+                }
+            }
+            continue;
+        }
         let term_at = deadline.checked_sub(grace).unwrap_or(deadline);
         if !termed && now >= term_at {
             if lost_at.is_some() {
@@ -302,6 +380,7 @@ async fn supervise(
                 );
             }
             send(group, Signal::SIGTERM);
+            send(group, Signal::SIGCONT);
             termed = true;
         }
         if !killed && now >= deadline {
@@ -311,6 +390,40 @@ async fn supervise(
             send(group, Signal::SIGKILL);
             killed = true;
         }
+        if let Some(stop) = stopped_by(&child) {
+            match stop {
+                // Ctrl-Z on the terminal we handed over: suspend verrou with
+                // it, as a shell's job would be, and carry on when resumed.
+                Signal::SIGTSTP if terminal.is_some() => {
+                    if let Some(terminal) = terminal {
+                        terminal.take_back();
+                        suspend_self();
+                        if !lease.is_lost()
+                            && let Some(group) = group
+                        {
+                            terminal.give_to(group);
+                        }
+                    }
+                    send(group, Signal::SIGCONT);
+                }
+                // It touched a terminal it does not own (verrou runs in the
+                // background, or stdin is another terminal): it cannot go on,
+                // and would hold the lease stopped forever.
+                Signal::SIGTTIN | Signal::SIGTTOU if !termed => {
+                    eprintln!(
+                        "verrou: {what}: the program was stopped by {stop} (it used a terminal it does not \
+                         own): sending SIGTERM, SIGKILL in {:?}",
+                        round_ms(grace)
+                    );
+                    send(group, Signal::SIGTERM);
+                    send(group, Signal::SIGCONT);
+                    termed = true;
+                    kill_by = Some(now + grace);
+                }
+                _ => {}
+            }
+            continue;
+        }
         let next = if !termed {
             term_at
         } else if !killed {
@@ -319,15 +432,54 @@ async fn supervise(
             now + Duration::from_secs(3600)
         };
         tokio::select! {
-            status = child.wait() => return (status, termed || lost_at.is_some()),
+            status = child.wait() => exited = Some(status),
             reason = &mut lost, if lost_at.is_none() => {
                 eprintln!("verrou: {what}: lease lost ({reason})");
                 lost_at = Some(Instant::now());
             }
             () = tokio::time::sleep_until(next.min(now + recheck)) => {}
-            sig = signals.next() => send(group, sig),
+            sig = signals.next() => {
+                send(group, sig);
+                // A stopped program acts on it only once continued.
+                send(group, Signal::SIGCONT);
+            }
         }
     }
+}
+
+/// The signal that stopped `child` since the last look, if it stopped
+/// (each stop is reported once; its exit is left to `Child::wait`).
+fn stopped_by(child: &Child) -> Option<Signal> {
+    use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+    let pid = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw)?;
+    match waitid(Id::Pid(pid), WaitPidFlag::WSTOPPED | WaitPidFlag::WNOHANG) {
+        Ok(WaitStatus::Stopped(_, sig)) => Some(sig),
+        _ => None,
+    }
+}
+
+/// Stop verrou itself (SIGTSTP), as the shell's job it is; returns once
+/// continued (`fg`, `bg`, SIGCONT).
+fn suspend_self() {
+    if let Err(e) = nix::sys::signal::kill(nix::unistd::getpid(), Signal::SIGTSTP) {
+        eprintln!("verrou: cannot suspend: {e}");
+    }
+}
+
+/// Whether no process is left in `group`, reaping those of its members that
+/// became our children (orphans, with verrou their subreaper) and died.
+fn group_is_empty(group: Option<Pid>) -> bool {
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+    let Some(group) = group else {
+        return true;
+    };
+    loop {
+        match waitpid(Pid::from_raw(-group.as_raw()), Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    matches!(killpg(group, None::<Signal>), Err(nix::errno::Errno::ESRCH))
 }
 
 /// Signal the program's process group.

@@ -107,10 +107,11 @@ impl LeaseHandle {
     /// `run_until_cancelled`, `select!` on `cancelled()`). Cancelling it
     /// yourself only cancels your token, never the lease.
     ///
-    /// Besides a signalled loss it fires when the local deadline passes: a
-    /// small task on the current tokio runtime watches for that (called
-    /// outside a runtime, only a signalled loss cancels it). After a release
-    /// the deadline no longer moves, so the token fires at it.
+    /// Besides a signalled loss it fires when the local deadline passes: one
+    /// small task per lease, on the current tokio runtime, watches for that
+    /// until the lease ends, however many tokens are made or dropped (called
+    /// outside a runtime, only a signalled loss cancels it). A release or
+    /// drop of the guard cancels every token of the lease.
     pub fn lost_token(&self) -> CancellationToken {
         let parent = self.state.lost_token();
         // A loss marked before the token existed could not cancel it.
@@ -118,16 +119,17 @@ impl LeaseHandle {
             parent.cancel();
         }
         let token = parent.child_token();
+        // One deadline watcher per lease, not per token: the tokens are
+        // children of the lease's own, which the watcher cancels at the
+        // deadline. A dropped token then leaves no task behind, and the
+        // watcher ends with the lease (released, dropped or lost).
         if !token.is_cancelled()
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
+            && self.state.watch_deadline_once()
         {
             let state = self.state.clone();
-            let watched = token.clone();
             runtime.spawn(async move {
-                tokio::select! {
-                    _ = state.wait_lost() => {}
-                    () = watched.cancelled() => {}
-                }
+                let _ = state.wait_lost().await;
             });
         }
         token
@@ -137,8 +139,9 @@ impl LeaseHandle {
 /// An acquired lock. Owned and `'static`: move it into tasks freely.
 ///
 /// Dropping it stops the renewer and hands a best-effort release to the tokio
-/// runtime (never blocks, never panics without a runtime: the TTL is then the
-/// safety net). Call [`LockGuard::release`] to learn the outcome.
+/// runtime (never blocks, never panics; outside a runtime a backend that
+/// answers at once releases at once, and otherwise the TTL is the safety
+/// net). Call [`LockGuard::release`] to learn the outcome.
 #[must_use = "dropping the guard releases the lock"]
 pub struct LockGuard {
     pub(crate) handle: LeaseHandle,
@@ -187,7 +190,8 @@ impl LockGuard {
     /// # Errors
     ///
     /// [`Error::NotHeld`] if the lease is lost or released;
-    /// [`Error::InvalidArgument`] for a TTL out of range; a backend error
+    /// [`Error::InvalidArgument`] for a TTL out of range, or outside a tokio
+    /// runtime (nothing sent); a backend error
     /// (outcome unknown if the renewal was sent and timed out, known if it
     /// was never sent because another TTL change of this lease was still in
     /// flight) leaves the deadline as it was.
@@ -208,6 +212,7 @@ impl LockGuard {
     /// ```
     pub async fn extend(&self, ttl: Duration) -> Result<()> {
         validate_ttl(ttl)?;
+        crate::runtime::current()?;
         let state = &self.handle.state;
         if self.released {
             return Err(not_held(state, NotHeldReason::Missing));
@@ -216,6 +221,13 @@ impl LockGuard {
             return Err(not_held(state, NotHeldReason::Expired));
         }
         let sent = AtomicBool::new(false);
+        // Declared before the call, so dropped after it (and after its
+        // unknown-outcome record), also when this future is dropped.
+        let _hasten = Hasten {
+            renewer: self.renewer.as_ref(),
+            state,
+            sent: &sent,
+        };
         let call = state.change_ttl(ttl, &sent, || async {
             if state.is_lost() {
                 return Err(not_held(state, NotHeldReason::Expired));
@@ -262,7 +274,9 @@ impl LockGuard {
     /// A backend error (outcome unknown on a timeout after `op_timeout`; the
     /// release is not capped by the remaining validity, since a late release
     /// harms nobody): the guard's drop then schedules the release again, and
-    /// the TTL frees the key at the latest.
+    /// the TTL frees the key at the latest. [`Error::InvalidArgument`]
+    /// outside a tokio runtime on a backend that needs one (a server): the
+    /// key is then freed by its TTL.
     ///
     /// # Cancel safety
     ///
@@ -291,6 +305,9 @@ impl LockGuard {
                 (instant.release_at(&state.key, &state.token, now), now)
             }
             None => {
+                // Its timeout needs a runtime; outside one the guard's drop
+                // cannot release either, and the TTL frees the key.
+                crate::runtime::current()?;
                 let call = state.ctx.backend.release(&state.key, &state.token);
                 let result = match tokio::time::timeout(self.op_timeout, call).await {
                     Ok(r) => r,
@@ -353,8 +370,9 @@ impl Drop for LockGuard {
     }
 }
 
-/// Best-effort release on the current tokio runtime, if any. Owner-checked, so
-/// it is safe even if we never held the key.
+/// Best-effort release on the current tokio runtime, if any (outside one, at
+/// once on a backend that answers at once; else the TTL frees the key).
+/// Owner-checked, so it is safe even if we never held the key.
 /// `lanes`, if given, wake the key's head waiter once the release is done.
 pub(crate) fn spawn_release(
     backend: Arc<dyn LockBackend>,
@@ -363,17 +381,55 @@ pub(crate) fn spawn_release(
     timeout: Duration,
     lanes: Option<Lanes>,
 ) {
-    if let Ok(handle) = tokio::runtime::Handle::try_current() {
-        handle.spawn(async move {
-            match tokio::time::timeout(timeout, backend.release(&key, &token)).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => tracing::debug!(key, error = %e, "background release failed; the TTL will free the key"),
-                Err(_) => tracing::debug!(key, "background release timed out; the TTL will free the key"),
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        release_without_runtime(&backend, &key, &token);
+        if let Some(lanes) = lanes {
+            lanes.notify_released(&key);
+        }
+        return;
+    };
+    crate::background::spawn(&handle, async move {
+        match tokio::time::timeout(timeout, backend.release(&key, &token)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::debug!(key, error = %e, "background release failed; the TTL will free the key"),
+            Err(_) => tracing::debug!(key, "background release timed out; the TTL will free the key"),
+        }
+        if let Some(lanes) = lanes {
+            lanes.notify_released(&key);
+        }
+    });
+}
+
+/// Release `token`'s hold of `key` with no runtime to run a future on: at
+/// once on a backend that answers at once, else nothing (the TTL frees the
+/// key; it is logged).
+pub(crate) fn release_without_runtime(backend: &Arc<dyn LockBackend>, key: &str, token: &LockToken) {
+    match backend.instant() {
+        Some(instant) => {
+            if let Err(e) = instant.release_now(key, token) {
+                tracing::debug!(key, error = %e, "release outside a runtime failed; the TTL will free the key");
             }
-            if let Some(lanes) = lanes {
-                lanes.notify_released(&key);
-            }
-        });
+        }
+        None => tracing::debug!(key, "no tokio runtime to release on; the TTL will free the key"),
+    }
+}
+
+/// Once an `extend` is over (answered, timed out or dropped) and its TTL
+/// change was sent: whatever came of it, the deadline may have moved
+/// earlier than the renewer's next visit, which it brings forward.
+struct Hasten<'a> {
+    renewer: Option<&'a crate::renewer::Renewer>,
+    state: &'a Arc<LeaseState>,
+    sent: &'a AtomicBool,
+}
+
+impl Drop for Hasten<'_> {
+    fn drop(&mut self) {
+        if let Some(renewer) = self.renewer
+            && self.sent.load(Ordering::Relaxed)
+        {
+            renewer.hasten(self.state);
+        }
     }
 }
 

@@ -47,6 +47,8 @@ pub(crate) struct LeaseState {
     lost: AtomicBool,
     /// Created by the first `lost_token()` only (most leases never need one).
     lost_token: OnceLock<CancellationToken>,
+    /// Set once a task watches the deadline for `lost_token` (one per lease).
+    deadline_watched: AtomicBool,
     /// The first loss reason ([`reason_code`]; 0 until lost): an atomic,
     /// not a `OnceLock`, since every lease sets it once (at its end).
     loss_reason: AtomicU8,
@@ -127,6 +129,7 @@ impl LeaseState {
             watched: AtomicBool::new(false),
             lost: AtomicBool::new(false),
             lost_token: OnceLock::new(),
+            deadline_watched: AtomicBool::new(false),
             loss_reason: AtomicU8::new(0),
             ttl_change: tokio::sync::Mutex::new(()),
             unknown_ttl: Mutex::new(None),
@@ -390,6 +393,12 @@ impl LeaseState {
     /// Set once the lease is lost or ended (no clock read).
     pub(crate) fn is_marked_lost(&self) -> bool {
         self.lost.load(Ordering::SeqCst)
+    }
+
+    /// True for the first caller only: it starts the lease's one deadline
+    /// watcher for `lost_token`.
+    pub(crate) fn watch_deadline_once(&self) -> bool {
+        !self.deadline_watched.swap(true, Ordering::AcqRel)
     }
 
     /// The lease's cancellation token, created by the first call.

@@ -8,6 +8,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backend;
+mod background;
 mod batch;
 mod clock;
 mod engine;
@@ -22,12 +23,14 @@ pub mod observe;
 pub mod options;
 mod redact;
 mod renewer;
+mod runtime;
 pub mod token;
 mod validate;
 mod value;
 pub mod versioned;
 
 pub use backend::{Capabilities, LockBackend, OnShortfall, ReplicaAck, Replication};
+pub use background::wait_for_background_releases;
 pub use error::{BoxError, Error, LossReason, NodeOutcome, NodeReports, NotHeldReason, Result};
 pub use guard::{LeaseHandle, LockGuard};
 pub use kinds::election::{ElectionManager, LeaderInfo, Leadership};
@@ -57,7 +60,7 @@ pub mod raw {
     pub use crate::kinds::rw::RwLockBackend;
     pub use crate::kinds::semaphore::{GONE_WINDOW_MS, PermitRequest, SemaphoreBackend, size_mismatch};
     pub use crate::redact::redact_url;
-    pub use crate::validate::{clock_drift, ttl_millis, validate_key, validate_ttl};
+    pub use crate::validate::{MAX_KEY_LEN, clock_drift, ttl_millis, validate_key, validate_ttl};
     /// Re-exported so that backends implement the traits with the macro
     /// version lock-core uses.
     pub use async_trait::async_trait;

@@ -208,8 +208,8 @@ impl LockManager {
     /// [`Error::Timeout`] when the key stayed held for the whole acquire
     /// timeout; the last backend error when the backend kept failing until
     /// then; [`Error::InvalidArgument`] for a bad key;
-    /// [`Error::InvalidArgument`] when automatic renewal is on outside a tokio
-    /// runtime.
+    /// [`Error::InvalidArgument`] when called outside a tokio runtime (with
+    /// or without automatic renewal; nothing is sent to the backend).
     ///
     /// # Cancel safety
     ///
@@ -440,6 +440,10 @@ impl LockManager {
     /// `lock` (`wait`) or `try_lock`, in its span: the fast path first,
     /// then the engine's loop.
     pub(crate) async fn acquire_observed(&self, call: &Call<'_>) -> Result<Option<LockGuard>> {
+        // Before anything reaches the backend: outside a runtime, no timer,
+        // renewal or clean-up release could run, and a grant would be left
+        // held with nobody to release it.
+        crate::runtime::current()?;
         let span = crate::observe::lock_span(call.key, call.wait);
         let started = crate::observe::lock_started(&span);
         let engine = Engine::new(
@@ -464,6 +468,25 @@ impl LockManager {
         Box::pin(crate::observe::acquiring(call.wait, span, started, attempted, acquire)).await
     }
 
+    /// `lock_opts` (`wait`) or `try_lock_opts` on a kind's internal name
+    /// made of keys the kind checked one by one (a multi-key lock's
+    /// encoded set), which the limit of a single key does not bound.
+    pub(crate) async fn lock_checked_name(
+        &self,
+        name: &str,
+        options: &LockOptions,
+        wait: bool,
+    ) -> Result<Option<LockGuard>> {
+        let call = Call {
+            key_checked: true,
+            ..Call::mutex(name, options, wait)
+        };
+        match self.acquire_observed(&call).await? {
+            None if wait => Err(call.timed_out()),
+            acquired => Ok(acquired),
+        }
+    }
+
     /// A lock kind's `lock`: [`LockManager::lock_opts`] with the kind's own
     /// attempt (`None`: the backend's `try_acquire`) and token policy.
     pub(crate) async fn lock_kind(
@@ -480,6 +503,7 @@ impl LockManager {
             attempt,
             identity,
             spread: true,
+            key_checked: false,
         };
         match self.acquire_observed(&call).await? {
             Some(guard) => Ok(guard),
@@ -501,11 +525,23 @@ impl LockManager {
             attempt,
             identity: Identity::PerAttempt,
             spread: true,
+            key_checked: false,
         };
         self.acquire_observed(&call).await
     }
 
     pub(crate) fn guard(&self, grant: Grant, options: &LockOptions) -> Result<LockGuard> {
+        // Checked before the guard exists: a guard whose runtime check fails
+        // would be dropped with no runtime to release on, leaving the key
+        // held for its TTL. The grant is given back here instead (at once on
+        // a backend that answers at once; else the TTL frees it).
+        let runtime = match crate::runtime::current() {
+            Ok(runtime) => runtime,
+            Err(e) => {
+                crate::guard::release_without_runtime(&self.inner.backend, &grant.key, &grant.token);
+                return Err(e);
+            }
+        };
         let state = Arc::new(LeaseState::new(
             self.inner.lease_ctx.clone(),
             grant,
@@ -518,18 +554,16 @@ impl LockManager {
             renewer: None,
             released: false,
         };
-        if let Renewal::Auto { interval } = options.renewal {
-            let runtime = tokio::runtime::Handle::try_current()
-                .map_err(|_| Error::invalid("automatic renewal needs a tokio runtime"))?;
-            if let Some(renewer) = self.inner.renewer(&runtime) {
-                let plan = Plan {
-                    ttl: options.ttl,
-                    interval,
-                    op_timeout: options.op_timeout,
-                };
-                renewer.start(state, plan);
-                guard.renewer = Some(renewer);
-            }
+        if let Renewal::Auto { interval } = options.renewal
+            && let Some(renewer) = self.inner.renewer(&runtime)
+        {
+            let plan = Plan {
+                ttl: options.ttl,
+                interval,
+                op_timeout: options.op_timeout,
+            };
+            renewer.start(state, plan);
+            guard.renewer = Some(renewer);
         }
         Ok(guard)
     }

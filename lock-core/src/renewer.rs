@@ -66,6 +66,17 @@ fn instant_of(position: u64) -> Instant {
     crate::clock::later(grid_origin(), Duration::from_nanos(position))
 }
 
+/// The latest a lease's next renewal may come, counted from `from` (when
+/// its last TTL change was sent, or now): one renew interval later if that
+/// is before its current deadline (always so after a renewal with the
+/// manager's TTL: the options keep the interval below the validity), else
+/// halfway to that deadline (an `extend` may have set a TTL shorter than
+/// the interval, or a TTL change of unknown outcome may cap it).
+fn renew_by(lease: &LeaseState, interval: Duration, from: Instant) -> Instant {
+    let left = lease.deadline().saturating_duration_since(from);
+    crate::clock::later(from, if interval < left { interval } else { left / 2 })
+}
+
 /// How one lease is renewed.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Plan {
@@ -130,6 +141,13 @@ impl Shared {
             Ok(q) => q,
             Err(poisoned) => poisoned.into_inner(),
         }
+    }
+
+    /// Whether `lease`'s guard stopped its renewals (read under the queue's
+    /// lock, where `Renewer::stop` sets it).
+    fn is_stopped(&self, lease: &LeaseState) -> bool {
+        let _q = self.queue();
+        lease.renew_slot.stopped.load(Ordering::Relaxed)
     }
 
     fn schedule(&self, entry: Entry, at: Instant) {
@@ -202,6 +220,50 @@ impl Renewer {
         }
         drop(q);
         drop(swept); // outside the lock: dropping a lease may run its Drop
+    }
+
+    /// After a TTL change of `lease` by its guard (an `extend`, which may
+    /// have moved the deadline earlier, or whose outcome is unknown), bring
+    /// its next renewal forward to [`renew_by`] if it was due later, so that
+    /// it comes before the lease's current deadline.
+    pub(crate) fn hasten(&self, lease: &Arc<LeaseState>) {
+        let now = Instant::now();
+        let mut q = self.shared.queue();
+        if q.stopped || lease.renew_slot.stopped.load(Ordering::Relaxed) {
+            return;
+        }
+        let at = lease.renew_slot.scheduled.load(Ordering::Relaxed);
+        let by = if at != UNSCHEDULED {
+            let key = (at, Arc::as_ptr(lease) as usize);
+            let Some(interval) = q.due.get(&key).map(|e| e.plan.interval) else {
+                return;
+            };
+            let by = position(renew_by(lease, interval, now));
+            if by >= at {
+                return;
+            }
+            let Some(entry) = q.due.remove(&key) else {
+                return;
+            };
+            lease.renew_slot.scheduled.store(by, Ordering::Relaxed);
+            q.due.insert(entry.key(by), entry);
+            by
+        } else if let Some((due, entry)) = q.arrivals.iter_mut().find(|(_, e)| Arc::ptr_eq(&e.lease, lease)) {
+            let by = position(renew_by(lease, entry.plan.interval, now));
+            if by >= *due {
+                return;
+            }
+            *due = by;
+            by
+        } else {
+            // Being renewed right now (between the driver and its batch):
+            // the batch schedules the next renewal from the new deadline.
+            return;
+        };
+        if q.armed.is_none_or(|armed| by < armed) {
+            q.armed = Some(by);
+            self.shared.wake.notify_one();
+        }
     }
 
     /// Renew `lease` no more (its guard released or dropped it).
@@ -383,7 +445,8 @@ async fn renew_batch(shared: Arc<Shared>, batch: Vec<Entry>) {
                     crate::clock::later(sent_at, entry.plan.interval),
                     entry.plan.interval,
                     crate::clock::later(sent_at, entry.plan.interval / 2),
-                );
+                )
+                .min(renew_by(lease, entry.plan.interval, sent_at));
                 shared.schedule(
                     Entry {
                         lease: lease.clone(),
@@ -393,6 +456,12 @@ async fn renew_batch(shared: Arc<Shared>, batch: Vec<Entry>) {
                 );
             }
             Some(Ok(RenewOutcome::HeldByOther | RenewOutcome::Missing)) => {
+                // The guard stops the renewer before it sends its release:
+                // a renewal that answers after that may have found the key
+                // our own release deleted. The lease ended on purpose.
+                if shared.is_stopped(lease) {
+                    continue;
+                }
                 tracing::warn!(key = %lease.key, "lease lost: renewal found another owner or no key");
                 lease.mark_lost(LossReason::NotOwner);
             }

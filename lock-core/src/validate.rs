@@ -38,13 +38,20 @@ pub fn validate_ttl(ttl: Duration) -> Result<()> {
     Ok(())
 }
 
-/// Check a key: non-empty, at most 64 KiB.
+/// The longest key verrou accepts, in bytes (64 KiB). A multi-key lock
+/// applies it to each of its keys, not to the set.
+pub const MAX_KEY_LEN: usize = 65_536;
+
+/// Check a key: non-empty, at most [`MAX_KEY_LEN`] bytes.
 pub fn validate_key(key: &str) -> Result<()> {
     if key.is_empty() {
         return Err(Error::invalid("key must not be empty"));
     }
-    if key.len() > 65_536 {
-        return Err(Error::invalid("key is longer than 64 KiB"));
+    if key.len() > MAX_KEY_LEN {
+        return Err(Error::invalid(format!(
+            "a key is {} bytes, above the limit of {MAX_KEY_LEN} bytes (64 KiB) per key",
+            key.len()
+        )));
     }
     Ok(())
 }

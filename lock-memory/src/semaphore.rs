@@ -50,6 +50,9 @@ struct Held {
 struct Holder {
     permits: u32,
     expires_at: Instant,
+    /// This grant's fencing token: a re-sent acquire of the holder (the
+    /// refresh path) answers with it, not with the name's latest.
+    fence: u64,
 }
 
 impl Semaphores {
@@ -102,9 +105,8 @@ impl SemaphoreBackend for MemoryBackend {
             }
             if let Some(h) = held.holders.get_mut(holder) {
                 h.expires_at = now + ttl;
-                let fence = s.fences.get(name).copied().unwrap_or(0);
                 return Ok(AcquireOutcome::Acquired(
-                    Lease::new().with_fencing_token(Some(FencingToken(fence))),
+                    Lease::new().with_fencing_token(Some(FencingToken(h.fence))),
                 ));
             }
         }
@@ -139,6 +141,9 @@ impl SemaphoreBackend for MemoryBackend {
                 retry_after: Some(Duration::from_millis(1)),
             });
         }
+        let fence = s.fences.entry(name.to_owned()).or_insert(0);
+        *fence += 1;
+        let fence = *fence;
         let held = s.by_name.entry(name.to_owned()).or_insert_with(|| Held {
             size: request.size,
             holders: HashMap::new(),
@@ -148,11 +153,9 @@ impl SemaphoreBackend for MemoryBackend {
             Holder {
                 permits: request.permits,
                 expires_at: now + ttl,
+                fence,
             },
         );
-        let fence = s.fences.entry(name.to_owned()).or_insert(0);
-        *fence += 1;
-        let fence = *fence;
         Ok(AcquireOutcome::Acquired(
             Lease::new().with_fencing_token(Some(FencingToken(fence))),
         ))

@@ -88,7 +88,7 @@ impl Drop for LeaveOnDrop<'_> {
             && let Ok(handle) = tokio::runtime::Handle::try_current()
         {
             let (backend, key, timeout) = (self.backend.clone(), self.key.to_owned(), self.timeout);
-            handle.spawn(async move {
+            crate::background::spawn(&handle, async move {
                 if !matches!(
                     tokio::time::timeout(timeout, backend.leave_queue(&key, &waiter)).await,
                     Ok(Ok(()))

@@ -66,6 +66,10 @@ pub(crate) struct Call<'a> {
     /// different instants. Off for the mutex, whose waiters retry right at
     /// the holder's expiry (its local line already keeps them from herding).
     pub(crate) spread: bool,
+    /// `key` is a kind's internal name built from keys it checked one by
+    /// one (a multi-key lock's encoded set): the limit of one key does not
+    /// apply to it.
+    pub(crate) key_checked: bool,
 }
 
 impl<'a> Call<'a> {
@@ -78,6 +82,7 @@ impl<'a> Call<'a> {
             attempt: None,
             identity: Identity::PerAttempt,
             spread: false,
+            key_checked: false,
         }
     }
 
@@ -266,7 +271,9 @@ impl<'a> Engine<'a> {
     }
 
     fn validate(&self, call: &Call<'_>) -> Result<()> {
-        validate_key(call.key)?;
+        if !call.key_checked {
+            validate_key(call.key)?;
+        }
         if !std::ptr::eq(call.options, self.defaults) {
             call.options.validate()?;
         }

@@ -216,8 +216,14 @@ impl MultiLockManager {
     /// As [`MultiLockManager::lock`].
     pub async fn lock_opts<S: AsRef<str>>(&self, keys: &[S], options: &LockOptions) -> Result<MultiLockGuard> {
         let keys = key_set(keys)?;
-        let guard = self.locks.lock_opts(&encode(&keys), options).await?;
-        Ok(KindGuard::new(guard, KeySet(keys)))
+        let guard = self.locks.lock_checked_name(&encode(&keys), options, true).await?;
+        match guard {
+            Some(guard) => Ok(KindGuard::new(guard, KeySet(keys))),
+            None => Err(Error::Timeout {
+                key: format!("{} keys", keys.len()),
+                waited: options.acquire_timeout,
+            }),
+        }
     }
 
     /// One attempt, no waiting: `Ok(None)` when some key is held.
@@ -244,7 +250,7 @@ impl MultiLockManager {
         options: &LockOptions,
     ) -> Result<Option<MultiLockGuard>> {
         let keys = key_set(keys)?;
-        let guard = self.locks.try_lock_opts(&encode(&keys), options).await?;
+        let guard = self.locks.lock_checked_name(&encode(&keys), options, false).await?;
         Ok(guard.map(|guard| KindGuard::new(guard, KeySet(keys))))
     }
 

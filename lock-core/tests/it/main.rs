@@ -4,14 +4,19 @@
 //! link instead of many); `cargo test --test it <module>::` runs one module.
 
 mod api;
+mod background_releases;
+mod extend_renewal;
 mod fair_pace;
 mod instant;
 mod kinds_engine;
 mod layers;
 mod lease_signals;
 mod lifecycle;
+mod lost_token_tasks;
 mod module_graph;
+mod multi_key_limits;
 mod option_bounds;
+mod release_not_loss;
 mod runtimes;
 mod semaphore_fifo;
 mod token_fork;

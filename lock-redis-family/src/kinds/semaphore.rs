@@ -5,7 +5,9 @@
 //! Keys of semaphore `name`, all in `name`'s cluster slot (see
 //! [`SemaphoreKeys::new`]):
 //! - `holders`: sorted set, holder token (hex) → lease deadline, server ms;
-//! - `info`: hash, holder token → its permits, plus `_size` and `_used`;
+//! - `info`: hash, holder token → its permits, holder token + `:f` → its
+//!   grant's fencing token (a re-sent acquire answers with it), plus
+//!   `_size` and `_used`;
 //! - `fence`: the fencing counter (no TTL, so tokens never repeat);
 //! - `gone`: sorted set, holder token → server ms until which an acquire for
 //!   it is refused: written by a release that found nothing to release.
@@ -109,7 +111,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
 for _, h in ipairs(dead) do
   local n = tonumber(redis.call('HGET', KEYS[2], h) or '0') or 0
-  redis.call('HDEL', KEYS[2], h)
+  redis.call('HDEL', KEYS[2], h, h .. ':f')
   redis.call('HINCRBY', KEYS[2], '_used', -n)
 end
 if #dead > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now) end
@@ -139,7 +141,8 @@ end
 /// holder, `_rsvk` permits, `_rsvt` expiry ms) or `t` (`try_acquire`).
 /// Another holder's live reservation counts as taken permits; a waiter
 /// asking for more permits than the live reservation takes it over.
-/// `{1, fence}` granted (or refreshed, for a re-sent request);
+/// `{1, fence}` granted (or refreshed, for a re-sent request: the holder's
+/// own grant's fence);
 /// `{0, retry_ms}` not enough free (or the token was already released);
 /// `{-1, stored_size}` size mismatch.
 pub const ACQUIRE: &str = concat!(
@@ -155,7 +158,8 @@ if redis.call('ZSCORE', KEYS[4], ARGV[1]) then return {0, 1} end
 if redis.call('HGET', KEYS[2], ARGV[1]) then
   redis.call('ZADD', KEYS[1], 'XX', now + ttl, ARGV[1])
   expire_with_last()
-  return {1, tonumber(redis.call('GET', KEYS[3]) or '0') or 0}
+  local own = redis.call('HGET', KEYS[2], ARGV[1] .. ':f') or redis.call('GET', KEYS[3]) or '0'
+  return {1, tonumber(own) or 0}
 end
 local used = tonumber(redis.call('HGET', KEYS[2], '_used') or '0') or 0
 local rsv = redis.call('HMGET', KEYS[2], '_rsv', '_rsvk', '_rsvt')
@@ -181,6 +185,7 @@ local last = tonumber(redis.call('GET', KEYS[3]) or '0') or 0
 local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
 if fence <= last then fence = last + 1 end
 redis.call('SET', KEYS[3], string.format('%.0f', fence))
+redis.call('HSET', KEYS[2], ARGV[1] .. ':f', string.format('%.0f', fence))
 return {1, fence}
 "
 );
@@ -201,7 +206,7 @@ if not n then
   return 0
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1], ARGV[1] .. ':f')
 redis.call('HINCRBY', KEYS[2], '_used', -tonumber(n))
 if redis.call('ZCARD', KEYS[1]) == 0 then drop_info() end
 return 1

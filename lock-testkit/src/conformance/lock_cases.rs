@@ -6,7 +6,9 @@ pub use super::reserved_cases::reserved_keys_are_refused;
 mod cancellation;
 mod exclusion;
 mod lease;
+mod outside_runtime;
 
 pub use self::cancellation::*;
 pub use self::exclusion::*;
 pub use self::lease::*;
+pub use self::outside_runtime::*;

@@ -27,6 +27,7 @@ pub mod renew_many_cases;
 pub mod reserved_cases;
 pub mod rw_cases;
 pub mod semaphore_cases;
+pub mod semaphore_token_cases;
 pub mod versioned_cases;
 
 type Connect<T> = Arc<dyn Fn() -> BoxFuture<'static, Arc<T>> + Send + Sync>;
@@ -489,7 +490,8 @@ macro_rules! lock_conformance {
             unknown_outcome_acquire_is_cleaned_up, invalid_arguments_are_rejected, renew_many_matches_renew,
             lost_follows_an_earlier_deadline, handles_see_the_lease_end,
             dropped_acquire_leaves_no_lock,
-            dropped_release_future_still_releases, reserved_keys_are_refused]; $($args)*);
+            dropped_release_future_still_releases, reserved_keys_are_refused,
+            outside_a_runtime_is_a_typed_error_and_leaves_no_key]; $($args)*);
     };
 }
 
@@ -544,6 +546,8 @@ macro_rules! semaphore_conformance {
             with_permits_returns_output, fencing_tokens_increase,
             names_with_and_without_a_hash_tag_are_separate,
             multi_permit_waiter_completes_under_single_permit_churn, reserved_semaphore_names_are_refused]; $($args)*);
+        $crate::__conformance_runtime!([semaphore_token_cases:
+            refreshed_holder_gets_its_own_fencing_token]; $($args)*);
     };
 }
 

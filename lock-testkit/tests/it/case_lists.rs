@@ -64,6 +64,7 @@ fn every_lock_case_is_in_the_macro_list() {
         include_str!("../../src/conformance/lock_cases/exclusion.rs"),
         include_str!("../../src/conformance/lock_cases/lease.rs"),
         include_str!("../../src/conformance/lock_cases/cancellation.rs"),
+        include_str!("../../src/conformance/lock_cases/outside_runtime.rs"),
     ]
     .into_iter()
     .flat_map(case_functions)
@@ -100,4 +101,17 @@ fn every_kind_case_is_in_its_macro_list() {
         let listed = listed_cases(&format!("{kind}_conformance"), &module);
         assert_same(&format!("{module}.rs"), &case_functions(source), &listed);
     }
+}
+
+#[test]
+fn every_semaphore_token_case_is_in_the_semaphore_macro() {
+    // A case file of its own, listed in `semaphore_conformance!` after the
+    // main list (too few cases for `assert_same`'s parser check).
+    let functions = case_functions(include_str!("../../src/conformance/semaphore_token_cases.rs"));
+    let listed = listed_cases("semaphore_conformance", "semaphore_token_cases");
+    assert!(!functions.is_empty(), "the parser found no case");
+    assert_eq!(
+        functions, listed,
+        "semaphore_token_cases.rs and its list in semaphore_conformance!"
+    );
 }
