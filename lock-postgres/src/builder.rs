@@ -220,6 +220,7 @@ impl PostgresBuilder {
             replication: std::sync::OnceLock::new(),
             notifier,
             channel,
+            set_aside: Default::default(),
         };
         ensure_schema(&inner, self.create_schema).await?;
         let backend = PostgresBackend { inner: Arc::new(inner) };

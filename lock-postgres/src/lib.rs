@@ -94,6 +94,7 @@
 //! with `synchronous_commit` `on` or `remote_apply`).
 
 mod builder;
+mod conn;
 mod error;
 mod kinds;
 mod notify;
@@ -121,7 +122,8 @@ pub use schema::{DEFAULT_SCHEMA, LockStatements, SCHEMA_SQL, schema_sql, validat
 /// The tokio-postgres crate the backend is built on.
 pub use tokio_postgres;
 
-use error::{BACKEND, bad_reply, pool_error, statement_error};
+use conn::Op;
+use error::{BACKEND, bad_reply};
 use schema::Statements;
 
 /// Longest key accepted, in bytes (a btree index entry must fit in a third
@@ -150,6 +152,8 @@ pub(crate) struct Inner {
     notifier: Option<notify::Notifier>,
     /// The `NOTIFY` channel of this schema.
     channel: String,
+    /// Connections of grants whose reply did not come, by token (`conn`).
+    set_aside: conn::SetAside,
 }
 
 impl std::fmt::Debug for PostgresBackend {
@@ -214,38 +218,12 @@ impl PostgresBackend {
         }
     }
 
-    /// Runs one statement on a pooled connection within the response
-    /// timeout. A connection whose reply did not come in time is closed
-    /// rather than handed to the next caller (it may belong to a stalled
-    /// server, or still carry the late reply).
+    /// Runs one statement (a write in its own READ COMMITTED, durable
+    /// transaction) on a pooled connection within the response timeout. A
+    /// connection whose reply did not come in time, or whose caller went
+    /// away first, is never handed to the next caller (see `conn`).
     pub(crate) async fn query(&self, sql: &str, params: &[Param<'_>], write: bool) -> Result<Vec<Row>> {
-        let timeout = self.inner.response_timeout;
-        let started = tokio::time::Instant::now();
-        let client = match tokio::time::timeout(timeout, self.inner.pool.get()).await {
-            Ok(Ok(client)) => client,
-            Ok(Err(e)) => return Err(pool_error(e)),
-            Err(_) => return Err(Error::backend(BACKEND, "no connection within the response timeout")),
-        };
-        let left = timeout.saturating_sub(started.elapsed()).max(Duration::from_millis(1));
-        match tokio::time::timeout(left, client.query_typed(sql, params)).await {
-            Ok(Ok(rows)) => Ok(rows),
-            Ok(Err(e)) => {
-                let err = statement_error(e, write, &self.inner.sql.schema);
-                if client.is_closed() {
-                    drop(deadpool_postgres::Object::take(client));
-                }
-                Err(err)
-            }
-            Err(_) => {
-                drop(deadpool_postgres::Object::take(client));
-                let message = format!("no reply within {timeout:?}");
-                Err(if write {
-                    Error::outcome_unknown(BACKEND, message)
-                } else {
-                    Error::backend(BACKEND, message)
-                })
-            }
-        }
+        self.run(sql, params, if write { Op::Write } else { Op::Read }).await
     }
 }
 
@@ -321,7 +299,7 @@ impl LockBackend for PostgresBackend {
         let ms = ttl_param(ttl)?;
         let owner: &[u8] = token.as_bytes();
         let params: [Param<'_>; 3] = [(&key, Type::TEXT), (&owner, Type::BYTEA), (&ms, Type::INT8)];
-        let rows = self.query(&self.inner.sql.acquire, &params, true).await?;
+        let rows = self.run(&self.inner.sql.acquire, &params, Op::Grant(owner)).await?;
         acquire_outcome(&rows)
     }
 
@@ -331,10 +309,11 @@ impl LockBackend for PostgresBackend {
         let channel = self.inner.channel.as_str();
         let rows = if self.inner.notifier.is_some() {
             let params: [Param<'_>; 3] = [(&key, Type::TEXT), (&owner, Type::BYTEA), (&channel, Type::TEXT)];
-            self.query(&self.inner.sql.release_notify, &params, true).await?
+            self.run(&self.inner.sql.release_notify, &params, Op::Cleanup(owner))
+                .await?
         } else {
             let params: [Param<'_>; 2] = [(&key, Type::TEXT), (&owner, Type::BYTEA)];
-            self.query(&self.inner.sql.release, &params, true).await?
+            self.run(&self.inner.sql.release, &params, Op::Cleanup(owner)).await?
         };
         outcome_code(&rows, "release").map(release_outcome)
     }
@@ -422,7 +401,11 @@ impl LockBackend for PostgresBackend {
             // the attempt is in flight still wakes its next wait.
             n.expect_fair(key, waiter);
         }
-        let outcome = acquire_outcome(&self.query(&self.inner.sql.acquire_fair, &params, true).await?)?;
+        let outcome = acquire_outcome(
+            &self
+                .run(&self.inner.sql.acquire_fair, &params, Op::Grant(owner))
+                .await?,
+        )?;
         match (outcome, notifier) {
             (AcquireOutcome::Acquired(lease), Some(n)) => {
                 n.forget_fair(key, waiter);
