@@ -1,8 +1,11 @@
-//! The schema over its life: a build bounded by the response timeout.
+//! The schema over its life: a build bounded by the response timeout, and a
+//! re-created schema that never repeats a token or a version.
 #![allow(clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::time::Duration;
 
+use lock_core::raw::AcquireOutcome;
+use lock_core::{CreateOutcome, Expiry, LockBackend, LockToken, VersionedStore};
 use lock_postgres::PostgresBackend;
 use lock_postgres::tokio_postgres::{self, NoTls};
 use lock_testkit::server::PostgresServer;
@@ -30,4 +33,43 @@ async fn a_build_is_bounded_by_the_response_timeout() {
     }
     client.batch_execute("ROLLBACK").await.expect("release");
     PostgresBackend::connect(&server.url()).await.expect("builds once free");
+}
+
+fn fence(outcome: AcquireOutcome) -> u64 {
+    match outcome {
+        AcquireOutcome::Acquired(lease) => lease.fencing_token.expect("fence").0,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The schema dropped and re-created by the next build: the fencing tokens
+/// and the store's versions it issues are above every earlier one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recreated_schema_never_repeats_a_token_or_version() {
+    let server = PostgresServer::start().await.expect("start postgres");
+    let backend = PostgresBackend::connect(&server.url()).await.expect("connect");
+    let ttl = Duration::from_secs(30);
+    let mut top = 0;
+    for i in 0..5 {
+        let token = LockToken::generate().expect("token");
+        top = top.max(fence(
+            backend
+                .try_acquire(&format!("k{i}"), &token, ttl)
+                .await
+                .expect("acquire"),
+        ));
+    }
+    let version = match backend.create("v", b"x", Expiry::Keep).await.expect("create") {
+        CreateOutcome::Created { version } => version,
+        other => panic!("{other:?}"),
+    };
+    server.psql("DROP SCHEMA verrou CASCADE").await.expect("drop");
+    let again = PostgresBackend::connect(&server.url()).await.expect("re-create");
+    let token = LockToken::generate().expect("token");
+    let next = fence(again.try_acquire("k0", &token, ttl).await.expect("acquire"));
+    assert!(next > top, "fence {next} after {top}");
+    match again.create("v", b"x", Expiry::Keep).await.expect("create") {
+        CreateOutcome::Created { version: v } => assert!(v > version, "version {v} after {version}"),
+        other => panic!("{other:?}"),
+    }
 }
