@@ -228,6 +228,7 @@ impl PostgresBuilder {
         if let Ok(mode) = backend.replication().await {
             let _ = backend.inner.replication.set(mode);
         }
+        crate::sweep::spawn(Arc::downgrade(&backend.inner));
         Ok(backend)
     }
 }

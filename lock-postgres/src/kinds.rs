@@ -56,12 +56,9 @@ impl KindStatements {
             sem_release: format!("SELECT {s}.sem_release($1, $2, $3)"),
             sem_renew: holder_renew("s", "'s'"),
             rw_acquire: format!("SELECT fence, retry_ms FROM {s}.rw_acquire($1, $2, $3, $4, $5)"),
-            // Drops the intent too; released only when a live hold went.
-            rw_release: format!(
-                "WITH gone AS (DELETE FROM {s}.holders WHERE kind = 'w' AND name = $1 AND holder = $2 \
-                   RETURNING role, expires_at > clock_timestamp() AS live) \
-                 SELECT CASE WHEN EXISTS (SELECT 1 FROM gone WHERE live AND role IN ('r', 'w')) THEN 0 ELSE 2 END"
-            ),
+            // Drops the intent too; released only when a live hold went;
+            // the name's row goes when nobody holds it any more.
+            rw_release: format!("SELECT {s}.rw_release($1, $2)"),
             rw_renew: holder_renew("w", "'r', 'w'"),
             multi_acquire: format!("SELECT fence, retry_ms FROM {s}.multi_acquire($1, $2, $3)"),
             multi_release: format!(

@@ -100,6 +100,7 @@ mod kinds;
 mod notify;
 mod replication;
 mod schema;
+mod sweep;
 mod versioned;
 
 use std::sync::Arc;
@@ -119,6 +120,7 @@ pub use error::{Refusal, refusal};
 pub use kinds::GONE_WINDOW;
 pub use replication::ReplicationMode;
 pub use schema::{DEFAULT_SCHEMA, LockStatements, SCHEMA_SQL, schema_sql, validate_identifier};
+pub use sweep::{SWEEP_INTERVAL, SWEEP_LIMIT};
 /// The tokio-postgres crate the backend is built on.
 pub use tokio_postgres;
 

@@ -15,7 +15,7 @@ mod notifications;
 mod pending_replies;
 mod pgbouncer;
 mod renewal_plan;
-mod schema_lifecycle;
 mod replication;
+mod schema_lifecycle;
 mod server_settings;
 mod setup_errors;

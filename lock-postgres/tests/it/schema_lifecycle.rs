@@ -1,11 +1,12 @@
-//! The schema over its life: a build bounded by the response timeout, and a
-//! re-created schema that never repeats a token or a version.
+//! The schema over its life: a build bounded by the response timeout, a
+//! re-created schema that never repeats a token or a version, and tables
+//! that do not keep rows of names nobody holds.
 #![allow(clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::time::Duration;
 
-use lock_core::raw::AcquireOutcome;
-use lock_core::{CreateOutcome, Expiry, LockBackend, LockToken, VersionedStore};
+use lock_core::raw::{AcquireOutcome, PermitRequest, RwLockBackend, SemaphoreBackend};
+use lock_core::{CreateOutcome, Expiry, LockBackend, LockToken, RwMode, VersionedStore};
 use lock_postgres::PostgresBackend;
 use lock_postgres::tokio_postgres::{self, NoTls};
 use lock_testkit::server::PostgresServer;
@@ -71,5 +72,73 @@ async fn a_recreated_schema_never_repeats_a_token_or_version() {
     match again.create("v", b"x", Expiry::Keep).await.expect("create") {
         CreateOutcome::Created { version: v } => assert!(v > version, "version {v} after {version}"),
         other => panic!("{other:?}"),
+    }
+}
+
+async fn count(server: &PostgresServer, table: &str) -> u64 {
+    server
+        .psql(&format!("SELECT count(*) FROM verrou.{table}"))
+        .await
+        .expect("count")
+        .parse()
+        .expect("a number")
+}
+
+/// 200 read-write locks and 200 semaphores, each acquired and released:
+/// no row of theirs is left in `names` (nor in `holders`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn released_names_leave_no_rows() {
+    let server = PostgresServer::start().await.expect("start postgres");
+    let backend = PostgresBackend::connect(&server.url()).await.expect("connect");
+    let ttl = Duration::from_secs(30);
+    for i in 0..200 {
+        let token = LockToken::generate().expect("token");
+        let name = format!("rw-{i}");
+        backend
+            .try_acquire_rw(&name, RwMode::Write, false, &token, ttl)
+            .await
+            .expect("acquire");
+        backend.release_rw(&name, &token).await.expect("release");
+        let name = format!("sem-{i}");
+        backend
+            .acquire_permits(&name, &token, PermitRequest::new(2, 1), ttl)
+            .await
+            .expect("acquire");
+        backend.release_permits(&name, &token).await.expect("release");
+    }
+    assert_eq!(count(&server, "names").await, 0);
+    assert_eq!(count(&server, "holders").await, 0);
+}
+
+/// Rows that expired (locks, store keys, queue entries, holders and their
+/// names) of keys never used again are swept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_rows_are_swept() {
+    let server = PostgresServer::start().await.expect("start postgres");
+    let backend = PostgresBackend::connect(&server.url()).await.expect("connect");
+    let short = Duration::from_millis(50);
+    for i in 0..20 {
+        let token = LockToken::generate().expect("token");
+        backend
+            .try_acquire(&format!("l{i}"), &token, short)
+            .await
+            .expect("acquire");
+        backend
+            .create(&format!("v{i}"), b"x", Expiry::After(short))
+            .await
+            .expect("create");
+        backend
+            .try_acquire_rw(&format!("rw{i}"), RwMode::Read, false, &token, short)
+            .await
+            .expect("acquire");
+    }
+    server
+        .psql("INSERT INTO verrou.queue SELECT 'q' || i, '\\x00', i, clock_timestamp() FROM generate_series(1, 20) i")
+        .await
+        .expect("queue rows");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    backend.sweep().await.expect("sweep");
+    for table in ["locks", "kv", "queue", "holders", "names"] {
+        assert_eq!(count(&server, table).await, 0, "{table}");
     }
 }
