@@ -47,7 +47,8 @@ pub(crate) enum Op<'a> {
     /// reply does not come, its connection is set aside under the token.
     Grant(&'a [u8]),
     /// A write that cleans `token` up: sent on the connection of the
-    /// token's unanswered grant, if there is one.
+    /// token's unanswered grant, if there is one (as is a grant re-sent
+    /// with the token).
     Cleanup(&'a [u8]),
 }
 
@@ -177,15 +178,16 @@ pub(crate) async fn exchange(
 }
 
 impl PostgresBackend {
-    /// A connection for `op`: the set-aside connection of a clean-up's
-    /// grant, else one from the pool (within `timeout`).
+    /// A connection for `op`: the set-aside connection of its token's
+    /// unanswered grant (a clean-up, or a grant re-sent with the same token,
+    /// runs after it), else one from the pool (within `timeout`).
     pub(crate) async fn busy(&self, op: Op<'_>, timeout: Duration) -> Result<Busy> {
         let set_aside = self.inner.set_aside.clone();
         let token = match op {
             Op::Grant(t) | Op::Cleanup(t) => Some(t.to_vec()),
             Op::Read | Op::Write => None,
         };
-        if let Op::Cleanup(t) = op {
+        if let Op::Grant(t) | Op::Cleanup(t) = op {
             let found = lock(&set_aside).get(t).cloned();
             if let Some(client) = found {
                 if !client.is_closed() {
@@ -196,7 +198,7 @@ impl PostgresBackend {
                     });
                 }
                 // Broken: its grant may still run on the server; cancel it
-                // before the clean-up goes out on another connection.
+                // before this statement goes out on another connection.
                 lock(&set_aside).remove(t);
                 cancel(&client).await;
             }
