@@ -126,9 +126,10 @@ impl PostgresBuilder {
         self
     }
 
-    /// Time for a pooled connection plus one reply (default 2 s). A write
-    /// without a reply in time fails as outcome-unknown and its connection
-    /// is closed (never handed to the next caller).
+    /// Time for a pooled connection plus one reply (default 2 s), and for
+    /// each round trip of [`build`](Self::build). A write without a reply in
+    /// time fails as outcome-unknown; its connection is never handed to the
+    /// next caller (kept aside until the reply comes, then closed).
     #[must_use]
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
@@ -170,7 +171,9 @@ impl PostgresBuilder {
     /// [`Error::InvalidArgument`] for bad settings; [`Error::Backend`] when
     /// the server cannot be reached or refuses (see [`Refusal`]: missing
     /// schema, privilege, or a read-only server when the schema must be
-    /// created).
+    /// created), or when a round trip (the schema check, its creation, which
+    /// waits for another session creating it) takes longer than the
+    /// response timeout.
     ///
     /// # Cancel safety
     /// Dropping the future drops the connections made so far; the schema is

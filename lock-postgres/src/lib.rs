@@ -16,6 +16,9 @@
 //! | election | the lock's statements on the `leaders` table (the term is the fencing token) | 1 |
 //! | versioned CAS / delete | `SELECT * FROM schema.kv_cas(…)` / `kv_delete(…)` (PL/pgSQL) | 1 |
 //!
+//! Every write is sent inside its own transaction (see *Server settings*):
+//! `BEGIN`, the statement and `COMMIT` pipelined, one round trip.
+//!
 //! Every expiry is computed by the server from `clock_timestamp()` (the
 //! current time, not the transaction's start `now()`); client clocks never
 //! count. Fencing tokens come from a sequence (`fence_seq`), so they only
@@ -28,14 +31,37 @@
 //!
 //! # Pools and PgBouncer
 //!
-//! Each operation is one autocommit statement sent with the extended
-//! protocol's *unnamed* statement (tokio-postgres `query_typed`: Parse,
-//! Bind, Execute, Sync in one round trip), and nothing is left on the
-//! session: no prepared statement, no `SET`, no session lock. So the
-//! backend works through any pool and through PgBouncer in transaction
-//! mode, whose server connections change between transactions (named
-//! prepared statements would break there before PgBouncer 1.21, which is
-//! why deadpool-postgres's statement cache is not used).
+//! Each operation is one statement sent with the extended protocol's
+//! *unnamed* statement (tokio-postgres `query_typed`: Parse, Bind, Execute,
+//! Sync), a write wrapped in its own transaction (`BEGIN … ; COMMIT`
+//! pipelined with it: one round trip), and nothing is left on the session:
+//! no prepared statement, no session-level `SET` (the transaction's
+//! settings end with it), no session lock. So the backend works through
+//! any pool and through PgBouncer in transaction mode, whose server
+//! connections change between transactions (named prepared statements
+//! would break there before PgBouncer 1.21, which is why
+//! deadpool-postgres's statement cache is not used). PgBouncer's
+//! *statement* mode refuses transactions: not supported.
+//!
+//! A connection whose reply did not come (the response timeout, or the
+//! caller's future dropped) is never handed to another caller: it leaves
+//! the pool and is kept aside until its replies come (at most a minute,
+//! then a cancel request is sent and it is closed). When it carried a
+//! grant (an acquire of any kind), the clean-up of that grant's token (the
+//! release the manager sends after an unknown outcome) goes out on the same
+//! connection, so the server runs it after the grant, never before.
+//!
+//! # Server settings
+//!
+//! The claims below hold whatever the server, database, role or URL sets
+//! for `default_transaction_isolation` and `synchronous_commit`: every
+//! write runs at READ COMMITTED (a REPEATABLE READ snapshot, taken before a
+//! kind's function waits for its name's row lock, would miss the previous
+//! holder's grant), with `synchronous_commit` raised to `on` for its
+//! transaction when the session says `off` (a crash would lose a confirmed
+//! grant and hand its fencing token out again); `local`, `remote_write`
+//! and `remote_apply` are kept. They need `fsync` on (the default) and, for
+//! a failover, a synchronous standby (see *Guarantees*).
 //!
 //! # Schema
 //!
@@ -47,6 +73,12 @@
 //! leaves that to your migrations and fails the build when it is not there.
 //! A missing table, a missing privilege or a read-only server is an
 //! [`Error::Backend`] whose source is a [`Refusal`] ([`refusal`] finds it).
+//! Every round trip of the build is bounded by the response timeout. The
+//! sequences start at the server's time in microseconds, so a schema
+//! dropped and created again does not repeat a fencing token or a version.
+//! A release removes its name's row (semaphores, read-write locks) when it
+//! was the last holder; every backend sweeps expired rows of every table in
+//! the background ([`PostgresBackend::sweep`], every [`SWEEP_INTERVAL`]).
 //!
 //! # Waiting
 //!

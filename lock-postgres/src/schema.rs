@@ -49,9 +49,11 @@ pub fn schema_sql(name: &str) -> Result<String> {
 }
 
 /// The statements of a plain lock, as the backend sends them (each one
-/// autocommit statement, unprepared, with typed parameters): what a client
-/// without verrou would send to do the same; the benchmark's raw
-/// tokio-postgres rows send exactly these.
+/// statement, unprepared, with typed parameters; the backend wraps each in
+/// a READ COMMITTED transaction with `synchronous_commit` at least `local`,
+/// see the crate's *Server settings*): what a client without verrou would
+/// send to do the same; the benchmark's raw tokio-postgres rows send
+/// exactly these, as autocommit statements.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockStatements {
