@@ -135,15 +135,17 @@ BEGIN
 END $$;
 
 -- Read-write release: drops the holder's hold and intent; 0 released when a
--- live hold went, else 2.
+-- live hold went, else 2. It does not wait for the name's row lock (a
+-- release queued behind acquires could outlive its lease): the name's row
+-- goes only when that lock is free now, else the sweep takes it later.
 CREATE OR REPLACE FUNCTION "verrou".rw_release(n text, h bytea) RETURNS int LANGUAGE plpgsql AS $$
 DECLARE live boolean;
 BEGIN
-    PERFORM "verrou".lock_name('w', n);
     WITH g AS (DELETE FROM "verrou".holders AS t WHERE t.kind = 'w' AND t.name = n AND t.holder = h
         RETURNING t.role, t.expires_at > clock_timestamp() AS live)
     SELECT bool_or(g.live AND g.role IN ('r', 'w')) INTO live FROM g;
-    PERFORM "verrou".forget_name('w', n);
+    PERFORM 1 FROM "verrou".names AS t WHERE t.kind = 'w' AND t.name = n FOR UPDATE SKIP LOCKED;
+    IF FOUND THEN PERFORM "verrou".forget_name('w', n); END IF;
     RETURN CASE WHEN live THEN 0 ELSE 2 END;
 END $$;
 
