@@ -45,14 +45,29 @@ CREATE TABLE IF NOT EXISTS "verrou".leaders (
     identity   bytea NOT NULL
 );
 
--- Lock the row of (kind, name), creating it first when needed.
+-- Lock the row of (kind, name), creating it first when needed (again when
+-- a release or the sweep removed it while this call waited for it). The
+-- backend runs every write at READ COMMITTED, so each statement after this
+-- one sees what the previous holder of the row lock committed.
 CREATE OR REPLACE FUNCTION "verrou".lock_name(k "char", n text) RETURNS int LANGUAGE plpgsql AS $$
 DECLARE s int;
 BEGIN
-    INSERT INTO "verrou".names (kind, name) VALUES (k, n) ON CONFLICT DO NOTHING;
-    SELECT t.size INTO s FROM "verrou".names AS t WHERE t.kind = k AND t.name = n FOR UPDATE;
+    LOOP
+        INSERT INTO "verrou".names (kind, name) VALUES (k, n) ON CONFLICT DO NOTHING;
+        SELECT t.size INTO s FROM "verrou".names AS t WHERE t.kind = k AND t.name = n FOR UPDATE;
+        EXIT WHEN FOUND;
+    END LOOP;
     DELETE FROM "verrou".holders AS h WHERE h.kind = k AND h.name = n AND h.expires_at <= clock_timestamp();
     RETURN s;
+END $$;
+
+-- Under the name's row lock: remove the name's row when nobody holds,
+-- reserves or waits for it any more.
+CREATE OR REPLACE FUNCTION "verrou".forget_name(k "char", n text) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM "verrou".holders AS h WHERE h.kind = k AND h.name = n) THEN
+        DELETE FROM "verrou".names AS t WHERE t.kind = k AND t.name = n;
+    END IF;
 END $$;
 
 -- Semaphore acquire: fence when granted (or refreshed), else retry_ms, or
@@ -108,14 +123,71 @@ CREATE OR REPLACE FUNCTION "verrou".sem_release(n text, h bytea, gone_ms bigint)
 BEGIN
     PERFORM "verrou".lock_name('s', n);
     DELETE FROM "verrou".holders AS t WHERE t.kind = 's' AND t.name = n AND t.holder = h AND t.role = 's';
-    IF FOUND THEN RETURN 0; END IF;
+    IF FOUND THEN PERFORM "verrou".forget_name('s', n); RETURN 0; END IF;
     -- A waiter giving up: its reservation goes, and its token is remembered
     -- as gone so a delayed acquire of it cannot take a permit later.
     DELETE FROM "verrou".holders AS t WHERE t.kind = 's' AND t.name = n AND t.holder = h AND t.role = 'v';
     INSERT INTO "verrou".gone (name, holder, expires_at)
     VALUES (n, h, clock_timestamp() + gone_ms * interval '1 millisecond')
     ON CONFLICT (name, holder) DO UPDATE SET expires_at = excluded.expires_at;
+    PERFORM "verrou".forget_name('s', n);
     RETURN 2;
+END $$;
+
+-- Read-write release: drops the holder's hold and intent; 0 released when a
+-- live hold went, else 2. It does not wait for the name's row lock (a
+-- release queued behind acquires could outlive its lease): the name's row
+-- goes only when that lock is free now, else the sweep takes it later.
+CREATE OR REPLACE FUNCTION "verrou".rw_release(n text, h bytea) RETURNS int LANGUAGE plpgsql AS $$
+DECLARE live boolean;
+BEGIN
+    WITH g AS (DELETE FROM "verrou".holders AS t WHERE t.kind = 'w' AND t.name = n AND t.holder = h
+        RETURNING t.role, t.expires_at > clock_timestamp() AS live)
+    SELECT bool_or(g.live AND g.role IN ('r', 'w')) INTO live FROM g;
+    PERFORM 1 FROM "verrou".names AS t WHERE t.kind = 'w' AND t.name = n FOR UPDATE SKIP LOCKED;
+    IF FOUND THEN PERFORM "verrou".forget_name('w', n); END IF;
+    RETURN CASE WHEN live THEN 0 ELSE 2 END;
+END $$;
+
+-- Remove up to lim rows of each table that no longer mean anything: expired
+-- locks, leaders, store keys, queue entries and gone records, and names
+-- whose holders all expired (with those holders). Each row is taken with
+-- SKIP LOCKED, so the sweep never waits for a decision, and a name is
+-- re-checked under its row lock. Answers the number of rows removed.
+CREATE OR REPLACE FUNCTION "verrou".sweep(lim int) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE total bigint := 0; c bigint; r record;
+BEGIN
+    DELETE FROM "verrou".locks AS l WHERE l.key IN (SELECT x.key FROM "verrou".locks AS x
+        WHERE x.expires_at <= clock_timestamp() LIMIT lim FOR UPDATE SKIP LOCKED)
+      AND l.expires_at <= clock_timestamp();
+    GET DIAGNOSTICS c = ROW_COUNT; total := total + c;
+    DELETE FROM "verrou".leaders AS l WHERE l.key IN (SELECT x.key FROM "verrou".leaders AS x
+        WHERE x.expires_at <= clock_timestamp() LIMIT lim FOR UPDATE SKIP LOCKED)
+      AND l.expires_at <= clock_timestamp();
+    GET DIAGNOSTICS c = ROW_COUNT; total := total + c;
+    DELETE FROM "verrou".kv AS t WHERE t.key IN (SELECT x.key FROM "verrou".kv AS x
+        WHERE x.expires_at <= clock_timestamp() LIMIT lim FOR UPDATE SKIP LOCKED)
+      AND t.expires_at <= clock_timestamp();
+    GET DIAGNOSTICS c = ROW_COUNT; total := total + c;
+    DELETE FROM "verrou".queue AS q WHERE (q.key, q.waiter) IN (SELECT x.key, x.waiter FROM "verrou".queue AS x
+        WHERE x.expires_at <= clock_timestamp() LIMIT lim FOR UPDATE SKIP LOCKED)
+      AND q.expires_at <= clock_timestamp();
+    GET DIAGNOSTICS c = ROW_COUNT; total := total + c;
+    DELETE FROM "verrou".gone AS g WHERE g.expires_at <= clock_timestamp();
+    GET DIAGNOSTICS c = ROW_COUNT; total := total + c;
+    FOR r IN SELECT t.kind, t.name FROM "verrou".names AS t
+        WHERE NOT EXISTS (SELECT 1 FROM "verrou".holders AS h
+            WHERE h.kind = t.kind AND h.name = t.name AND h.expires_at > clock_timestamp())
+        LIMIT lim FOR UPDATE SKIP LOCKED
+    LOOP
+        DELETE FROM "verrou".holders AS h WHERE h.kind = r.kind AND h.name = r.name AND h.expires_at <= clock_timestamp();
+        GET DIAGNOSTICS c = ROW_COUNT; total := total + c;
+        IF NOT EXISTS (SELECT 1 FROM "verrou".holders AS h WHERE h.kind = r.kind AND h.name = r.name) THEN
+            DELETE FROM "verrou".names AS t WHERE t.kind = r.kind AND t.name = r.name;
+            total := total + 1;
+        END IF;
+    END LOOP;
+    RETURN total;
 END $$;
 
 -- Read-write acquire (writer-preferring): fence (0) when granted, else the

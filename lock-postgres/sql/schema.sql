@@ -8,8 +8,16 @@
 CREATE SCHEMA IF NOT EXISTS "verrou";
 
 -- Fencing tokens and election terms: a sequence only grows (values taken by
--- a failed attempt leave gaps, which fencing does not mind).
-CREATE SEQUENCE IF NOT EXISTS "verrou".fence_seq;
+-- a failed attempt leave gaps, which fencing does not mind). It starts at
+-- the server's time in microseconds, so a schema dropped and created again
+-- issues tokens above the old ones (unless those were drawn faster than a
+-- million a second on average, far beyond what one server grants).
+DO $$ BEGIN
+    IF to_regclass('"verrou".fence_seq') IS NULL THEN
+        EXECUTE format('CREATE SEQUENCE "verrou".fence_seq START WITH %s',
+            (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+    END IF;
+END $$;
 
 -- One row per lock key: the holder's 16-byte token, its fencing token and
 -- its expiry. An expired row is free; the next acquire takes it over.
@@ -32,8 +40,15 @@ CREATE TABLE IF NOT EXISTS "verrou".queue (
 CREATE INDEX IF NOT EXISTS queue_by_ticket ON "verrou".queue (key, ticket);
 
 -- The versioned store: versions come from a sequence, so a key deleted and
--- created again never gets a version it had before.
-CREATE SEQUENCE IF NOT EXISTS "verrou".version_seq;
+-- created again never gets a version it had before; it starts at the
+-- server's time in microseconds, as fence_seq, so a schema created again
+-- does not repeat versions either.
+DO $$ BEGIN
+    IF to_regclass('"verrou".version_seq') IS NULL THEN
+        EXECUTE format('CREATE SEQUENCE "verrou".version_seq START WITH %s',
+            (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+    END IF;
+END $$;
 CREATE TABLE IF NOT EXISTS "verrou".kv (
     key        text PRIMARY KEY,
     value      bytea NOT NULL,

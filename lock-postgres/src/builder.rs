@@ -8,7 +8,8 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use lock_core::{Error, Result};
 use tokio_postgres::config::SslMode;
 
-use crate::error::{BACKEND, Refusal, pool_error, statement_error};
+use crate::conn::Op;
+use crate::error::{BACKEND, Refusal, statement_error};
 use crate::schema::{DEFAULT_SCHEMA, Statements, schema_sql};
 use crate::{Inner, PostgresBackend};
 
@@ -125,9 +126,10 @@ impl PostgresBuilder {
         self
     }
 
-    /// Time for a pooled connection plus one reply (default 2 s). A write
-    /// without a reply in time fails as outcome-unknown and its connection
-    /// is closed (never handed to the next caller).
+    /// Time for a pooled connection plus one reply (default 2 s), and for
+    /// each round trip of [`build`](Self::build). A write without a reply in
+    /// time fails as outcome-unknown; its connection is never handed to the
+    /// next caller (kept aside until the reply comes, then closed).
     #[must_use]
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
@@ -169,7 +171,9 @@ impl PostgresBuilder {
     /// [`Error::InvalidArgument`] for bad settings; [`Error::Backend`] when
     /// the server cannot be reached or refuses (see [`Refusal`]: missing
     /// schema, privilege, or a read-only server when the schema must be
-    /// created).
+    /// created), or when a round trip (the schema check, its creation, which
+    /// waits for another session creating it) takes longer than the
+    /// response timeout.
     ///
     /// # Cancel safety
     /// Dropping the future drops the connections made so far; the schema is
@@ -220,12 +224,14 @@ impl PostgresBuilder {
             replication: std::sync::OnceLock::new(),
             notifier,
             channel,
+            set_aside: Default::default(),
         };
-        ensure_schema(&inner, self.create_schema).await?;
         let backend = PostgresBackend { inner: Arc::new(inner) };
+        ensure_schema(&backend, self.create_schema).await?;
         if let Ok(mode) = backend.replication().await {
             let _ = backend.inner.replication.set(mode);
         }
+        crate::sweep::spawn(Arc::downgrade(&backend.inner));
         Ok(backend)
     }
 }
@@ -316,15 +322,13 @@ fn tls_manager(config: tokio_postgres::Config, manager_config: ManagerConfig) ->
 
 /// Check that the tables exist; create them (under a transaction-scoped
 /// advisory lock, so concurrent first uses do not collide) when allowed.
-async fn ensure_schema(inner: &Inner, create: bool) -> Result<()> {
+/// Each round trip is bounded by the response timeout: a session holding
+/// the creation lock, or a stalled server, fails the build.
+async fn ensure_schema(backend: &PostgresBackend, create: bool) -> Result<()> {
+    let inner = &backend.inner;
     let schema = inner.sql.schema.as_str();
-    let client = tokio::time::timeout(inner.response_timeout, inner.pool.get())
-        .await
-        .map_err(|_| Error::backend(BACKEND, "no connection within the response timeout"))?
-        .map_err(pool_error)?;
-    let present = |rows: Vec<tokio_postgres::Row>| rows.first().and_then(|r| r.try_get::<_, bool>(0).ok());
-    let check = client.query_typed(&inner.sql.exists, &[]).await;
-    if check.map(present).map_err(|e| statement_error(e, false, schema))? == Some(true) {
+    let rows = backend.query(&inner.sql.exists, &[], false).await?;
+    if rows.first().and_then(|r| r.try_get::<_, bool>(0).ok()) == Some(true) {
         return Ok(());
     }
     if !create {
@@ -342,8 +346,25 @@ async fn ensure_schema(inner: &Inner, create: bool) -> Result<()> {
         "SELECT pg_advisory_xact_lock(hashtext('verrou schema {schema}')); {}",
         schema_sql(schema)?
     );
-    client
-        .batch_execute(&script)
-        .await
-        .map_err(|e| statement_error(e, false, schema))
+    let timeout = inner.response_timeout;
+    let started = tokio::time::Instant::now();
+    let busy = backend.busy(Op::Write, timeout).await?;
+    let left = timeout.saturating_sub(started.elapsed()).max(Duration::from_millis(1));
+    let Some(client) = busy.client() else {
+        return Err(Error::backend(BACKEND, "no connection"));
+    };
+    match tokio::time::timeout(left, client.batch_execute(&script)).await {
+        Ok(result) => {
+            busy.finish();
+            result.map_err(|e| statement_error(e, false, schema))
+        }
+        // The connection, its script still running, is set aside.
+        Err(_) => Err(Error::backend(
+            BACKEND,
+            format!(
+                "the schema {schema:?} was not created within the response timeout ({timeout:?}): \
+                 another session holds its creation lock, or the server is stalled"
+            ),
+        )),
+    }
 }

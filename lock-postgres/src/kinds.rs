@@ -13,6 +13,7 @@ use lock_core::raw::{
 use lock_core::{Error, LeaderInfo, LockToken, Result, RwMode};
 use tokio_postgres::types::Type;
 
+use crate::conn::Op;
 use crate::error::bad_reply;
 use crate::schema::lease_sql;
 use crate::{
@@ -55,12 +56,9 @@ impl KindStatements {
             sem_release: format!("SELECT {s}.sem_release($1, $2, $3)"),
             sem_renew: holder_renew("s", "'s'"),
             rw_acquire: format!("SELECT fence, retry_ms FROM {s}.rw_acquire($1, $2, $3, $4, $5)"),
-            // Drops the intent too; released only when a live hold went.
-            rw_release: format!(
-                "WITH gone AS (DELETE FROM {s}.holders WHERE kind = 'w' AND name = $1 AND holder = $2 \
-                   RETURNING role, expires_at > clock_timestamp() AS live) \
-                 SELECT CASE WHEN EXISTS (SELECT 1 FROM gone WHERE live AND role IN ('r', 'w')) THEN 0 ELSE 2 END"
-            ),
+            // Drops the intent too; released only when a live hold went;
+            // the name's row goes when nobody holds it any more.
+            rw_release: format!("SELECT {s}.rw_release($1, $2)"),
             rw_renew: holder_renew("w", "'r', 'w'"),
             multi_acquire: format!("SELECT fence, retry_ms FROM {s}.multi_acquire($1, $2, $3)"),
             multi_release: format!(
@@ -96,12 +94,22 @@ impl PostgresBackend {
         &self.inner.sql.kinds
     }
 
-    async fn holder_call(&self, sql: &str, name: &str, token: &LockToken, ttl: Option<i64>) -> Result<i32> {
+    /// One statement about `token` on `name`: a clean-up (a release) goes
+    /// on the connection of the token's unanswered grant, if any.
+    async fn holder_call(
+        &self,
+        sql: &str,
+        name: &str,
+        token: &LockToken,
+        ttl: Option<i64>,
+        cleanup: bool,
+    ) -> Result<i32> {
         check_key(name)?;
         let owner: &[u8] = token.as_bytes();
         let ms = ttl.unwrap_or_default();
         let params: [Param<'_>; 3] = [(&name, Type::TEXT), (&owner, Type::BYTEA), (&ms, Type::INT8)];
-        let rows = self.query(sql, &params, true).await?;
+        let op = if cleanup { Op::Cleanup(owner) } else { Op::Write };
+        let rows = self.run(sql, &params, op).await?;
         outcome_code(&rows, "the statement")
     }
 }
@@ -144,7 +152,7 @@ impl SemaphoreBackend for PostgresBackend {
             (&waiting, Type::BOOL),
             (&ms, Type::INT8),
         ];
-        let rows = self.query(&self.kinds().sem_acquire, &params, true).await?;
+        let rows = self.run(&self.kinds().sem_acquire, &params, Op::Grant(owner)).await?;
         let row = rows.first().ok_or_else(|| bad_reply("acquire_permits"))?;
         if let Some(stored) = row
             .try_get::<_, Option<i32>>(2)
@@ -158,7 +166,7 @@ impl SemaphoreBackend for PostgresBackend {
     async fn release_permits(&self, name: &str, holder: &LockToken) -> Result<ReleaseOutcome> {
         let gone = i64::try_from(GONE_WINDOW.as_millis()).unwrap_or(i64::MAX);
         let code = self
-            .holder_call(&self.kinds().sem_release, name, holder, Some(gone))
+            .holder_call(&self.kinds().sem_release, name, holder, Some(gone), true)
             .await?;
         Ok(release_outcome(code))
     }
@@ -166,7 +174,7 @@ impl SemaphoreBackend for PostgresBackend {
     async fn renew_permits(&self, name: &str, holder: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
         let ms = ttl_param(ttl)?;
         let code = self
-            .holder_call(&self.kinds().sem_renew, name, holder, Some(ms))
+            .holder_call(&self.kinds().sem_renew, name, holder, Some(ms), false)
             .await?;
         Ok(renew_outcome(code))
     }
@@ -200,7 +208,7 @@ impl RwLockBackend for PostgresBackend {
             (&waiting, Type::BOOL),
             (&ms, Type::INT8),
         ];
-        let rows = self.query(&self.kinds().rw_acquire, &params, true).await?;
+        let rows = self.run(&self.kinds().rw_acquire, &params, Op::Grant(owner)).await?;
         // Writers carry a fencing token; readers none (their fence column is 0).
         Ok(match acquire_outcome(&rows)? {
             AcquireOutcome::Acquired(_) if mode == RwMode::Read => AcquireOutcome::Acquired(Lease::new()),
@@ -209,13 +217,17 @@ impl RwLockBackend for PostgresBackend {
     }
 
     async fn release_rw(&self, name: &str, token: &LockToken) -> Result<ReleaseOutcome> {
-        let code = self.holder_call(&self.kinds().rw_release, name, token, None).await?;
+        let code = self
+            .holder_call(&self.kinds().rw_release, name, token, None, true)
+            .await?;
         Ok(release_outcome(code))
     }
 
     async fn renew_rw(&self, name: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
         let ms = ttl_param(ttl)?;
-        let code = self.holder_call(&self.kinds().rw_renew, name, token, Some(ms)).await?;
+        let code = self
+            .holder_call(&self.kinds().rw_renew, name, token, Some(ms), false)
+            .await?;
         Ok(renew_outcome(code))
     }
 }
@@ -227,7 +239,7 @@ impl MultiLockBackend for PostgresBackend {
         let ms = ttl_param(ttl)?;
         let owner: &[u8] = token.as_bytes();
         let params: [Param<'_>; 3] = [(&keys, Type::TEXT_ARRAY), (&owner, Type::BYTEA), (&ms, Type::INT8)];
-        let rows = self.query(&self.kinds().multi_acquire, &params, true).await?;
+        let rows = self.run(&self.kinds().multi_acquire, &params, Op::Grant(owner)).await?;
         // The set's token is the highest of its keys' (see multi_acquire).
         acquire_outcome(&rows)
     }
@@ -236,7 +248,9 @@ impl MultiLockBackend for PostgresBackend {
         let keys = key_list(keys)?;
         let owner: &[u8] = token.as_bytes();
         let params: [Param<'_>; 2] = [(&keys, Type::TEXT_ARRAY), (&owner, Type::BYTEA)];
-        let rows = self.query(&self.kinds().multi_release, &params, true).await?;
+        let rows = self
+            .run(&self.kinds().multi_release, &params, Op::Cleanup(owner))
+            .await?;
         outcome_code(&rows, "release_all").map(release_outcome)
     }
 
@@ -263,7 +277,7 @@ impl ElectionBackend for PostgresBackend {
             (&ms, Type::INT8),
             (&identity, Type::BYTEA),
         ];
-        let rows = self.query(&self.kinds().lead[0], &params, true).await?;
+        let rows = self.run(&self.kinds().lead[0], &params, Op::Grant(owner)).await?;
         acquire_outcome(&rows)
     }
 
@@ -271,13 +285,15 @@ impl ElectionBackend for PostgresBackend {
         check_key(name)?;
         let owner: &[u8] = token.as_bytes();
         let params: [Param<'_>; 2] = [(&name, Type::TEXT), (&owner, Type::BYTEA)];
-        let rows = self.query(&self.kinds().lead[1], &params, true).await?;
+        let rows = self.run(&self.kinds().lead[1], &params, Op::Cleanup(owner)).await?;
         outcome_code(&rows, "resign").map(release_outcome)
     }
 
     async fn renew_lead(&self, name: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
         let ms = ttl_param(ttl)?;
-        let code = self.holder_call(&self.kinds().lead[2], name, token, Some(ms)).await?;
+        let code = self
+            .holder_call(&self.kinds().lead[2], name, token, Some(ms), false)
+            .await?;
         Ok(renew_outcome(code))
     }
 

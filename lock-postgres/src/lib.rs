@@ -36,6 +36,9 @@
 //! | election | the lock's statements on the `leaders` table (the term is the fencing token) | 1 |
 //! | versioned CAS / delete | `SELECT * FROM schema.kv_cas(…)` / `kv_delete(…)` (PL/pgSQL) | 1 |
 //!
+//! Every write is sent inside its own transaction (see *Server settings*):
+//! `BEGIN`, the statement and `COMMIT` pipelined, one round trip.
+//!
 //! Every expiry is computed by the server from `clock_timestamp()` (the
 //! current time, not the transaction's start `now()`); client clocks never
 //! count. Fencing tokens come from a sequence (`fence_seq`), so they only
@@ -48,14 +51,37 @@
 //!
 //! # Pools and PgBouncer
 //!
-//! Each operation is one autocommit statement sent with the extended
-//! protocol's *unnamed* statement (tokio-postgres `query_typed`: Parse,
-//! Bind, Execute, Sync in one round trip), and nothing is left on the
-//! session: no prepared statement, no `SET`, no session lock. So the
-//! backend works through any pool and through PgBouncer in transaction
-//! mode, whose server connections change between transactions (named
-//! prepared statements would break there before PgBouncer 1.21, which is
-//! why deadpool-postgres's statement cache is not used).
+//! Each operation is one statement sent with the extended protocol's
+//! *unnamed* statement (tokio-postgres `query_typed`: Parse, Bind, Execute,
+//! Sync), a write wrapped in its own transaction (`BEGIN … ; COMMIT`
+//! pipelined with it: one round trip), and nothing is left on the session:
+//! no prepared statement, no session-level `SET` (the transaction's
+//! settings end with it), no session lock. So the backend works through
+//! any pool and through PgBouncer in transaction mode, whose server
+//! connections change between transactions (named prepared statements
+//! would break there before PgBouncer 1.21, which is why
+//! deadpool-postgres's statement cache is not used). PgBouncer's
+//! *statement* mode refuses transactions: not supported.
+//!
+//! A connection whose reply did not come (the response timeout, or the
+//! caller's future dropped) is never handed to another caller: it leaves
+//! the pool and is kept aside until its replies come (at most a minute,
+//! then a cancel request is sent and it is closed). When it carried a
+//! grant (an acquire of any kind), the clean-up of that grant's token (the
+//! release the manager sends after an unknown outcome) goes out on the same
+//! connection, so the server runs it after the grant, never before.
+//!
+//! # Server settings
+//!
+//! The claims below hold whatever the server, database, role or URL sets
+//! for `default_transaction_isolation` and `synchronous_commit`: every
+//! write runs at READ COMMITTED (a REPEATABLE READ snapshot, taken before a
+//! kind's function waits for its name's row lock, would miss the previous
+//! holder's grant), with `synchronous_commit` raised to `on` for its
+//! transaction when the session says `off` (a crash would lose a confirmed
+//! grant and hand its fencing token out again); `local`, `remote_write`
+//! and `remote_apply` are kept. They need `fsync` on (the default) and, for
+//! a failover, a synchronous standby (see *Guarantees*).
 //!
 //! # Schema
 //!
@@ -67,6 +93,12 @@
 //! leaves that to your migrations and fails the build when it is not there.
 //! A missing table, a missing privilege or a read-only server is an
 //! [`Error::Backend`] whose source is a [`Refusal`] ([`refusal`] finds it).
+//! Every round trip of the build is bounded by the response timeout. The
+//! sequences start at the server's time in microseconds, so a schema
+//! dropped and created again does not repeat a fencing token or a version.
+//! A release removes its name's row (semaphores, read-write locks) when it
+//! was the last holder; every backend sweeps expired rows of every table in
+//! the background ([`PostgresBackend::sweep`], every [`SWEEP_INTERVAL`]).
 //!
 //! # Waiting
 //!
@@ -129,11 +161,13 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod builder;
+mod conn;
 mod error;
 mod kinds;
 mod notify;
 mod replication;
 mod schema;
+mod sweep;
 mod versioned;
 
 use std::sync::Arc;
@@ -153,10 +187,12 @@ pub use error::{Refusal, refusal};
 pub use kinds::GONE_WINDOW;
 pub use replication::ReplicationMode;
 pub use schema::{DEFAULT_SCHEMA, LockStatements, SCHEMA_SQL, schema_sql, validate_identifier};
+pub use sweep::{SWEEP_INTERVAL, SWEEP_LIMIT};
 /// The tokio-postgres crate the backend is built on.
 pub use tokio_postgres;
 
-use error::{BACKEND, bad_reply, pool_error, statement_error};
+use conn::Op;
+use error::{BACKEND, bad_reply};
 use schema::Statements;
 
 /// Longest key accepted, in bytes (a btree index entry must fit in a third
@@ -185,6 +221,8 @@ pub(crate) struct Inner {
     notifier: Option<notify::Notifier>,
     /// The `NOTIFY` channel of this schema.
     channel: String,
+    /// Connections of grants whose reply did not come, by token (`conn`).
+    set_aside: conn::SetAside,
 }
 
 impl std::fmt::Debug for PostgresBackend {
@@ -249,38 +287,12 @@ impl PostgresBackend {
         }
     }
 
-    /// Runs one statement on a pooled connection within the response
-    /// timeout. A connection whose reply did not come in time is closed
-    /// rather than handed to the next caller (it may belong to a stalled
-    /// server, or still carry the late reply).
+    /// Runs one statement (a write in its own READ COMMITTED, durable
+    /// transaction) on a pooled connection within the response timeout. A
+    /// connection whose reply did not come in time, or whose caller went
+    /// away first, is never handed to the next caller (see `conn`).
     pub(crate) async fn query(&self, sql: &str, params: &[Param<'_>], write: bool) -> Result<Vec<Row>> {
-        let timeout = self.inner.response_timeout;
-        let started = tokio::time::Instant::now();
-        let client = match tokio::time::timeout(timeout, self.inner.pool.get()).await {
-            Ok(Ok(client)) => client,
-            Ok(Err(e)) => return Err(pool_error(e)),
-            Err(_) => return Err(Error::backend(BACKEND, "no connection within the response timeout")),
-        };
-        let left = timeout.saturating_sub(started.elapsed()).max(Duration::from_millis(1));
-        match tokio::time::timeout(left, client.query_typed(sql, params)).await {
-            Ok(Ok(rows)) => Ok(rows),
-            Ok(Err(e)) => {
-                let err = statement_error(e, write, &self.inner.sql.schema);
-                if client.is_closed() {
-                    drop(deadpool_postgres::Object::take(client));
-                }
-                Err(err)
-            }
-            Err(_) => {
-                drop(deadpool_postgres::Object::take(client));
-                let message = format!("no reply within {timeout:?}");
-                Err(if write {
-                    Error::outcome_unknown(BACKEND, message)
-                } else {
-                    Error::backend(BACKEND, message)
-                })
-            }
-        }
+        self.run(sql, params, if write { Op::Write } else { Op::Read }).await
     }
 }
 
@@ -356,7 +368,7 @@ impl LockBackend for PostgresBackend {
         let ms = ttl_param(ttl)?;
         let owner: &[u8] = token.as_bytes();
         let params: [Param<'_>; 3] = [(&key, Type::TEXT), (&owner, Type::BYTEA), (&ms, Type::INT8)];
-        let rows = self.query(&self.inner.sql.acquire, &params, true).await?;
+        let rows = self.run(&self.inner.sql.acquire, &params, Op::Grant(owner)).await?;
         acquire_outcome(&rows)
     }
 
@@ -366,10 +378,11 @@ impl LockBackend for PostgresBackend {
         let channel = self.inner.channel.as_str();
         let rows = if self.inner.notifier.is_some() {
             let params: [Param<'_>; 3] = [(&key, Type::TEXT), (&owner, Type::BYTEA), (&channel, Type::TEXT)];
-            self.query(&self.inner.sql.release_notify, &params, true).await?
+            self.run(&self.inner.sql.release_notify, &params, Op::Cleanup(owner))
+                .await?
         } else {
             let params: [Param<'_>; 2] = [(&key, Type::TEXT), (&owner, Type::BYTEA)];
-            self.query(&self.inner.sql.release, &params, true).await?
+            self.run(&self.inner.sql.release, &params, Op::Cleanup(owner)).await?
         };
         outcome_code(&rows, "release").map(release_outcome)
     }
@@ -457,7 +470,11 @@ impl LockBackend for PostgresBackend {
             // the attempt is in flight still wakes its next wait.
             n.expect_fair(key, waiter);
         }
-        let outcome = acquire_outcome(&self.query(&self.inner.sql.acquire_fair, &params, true).await?)?;
+        let outcome = acquire_outcome(
+            &self
+                .run(&self.inner.sql.acquire_fair, &params, Op::Grant(owner))
+                .await?,
+        )?;
         match (outcome, notifier) {
             (AcquireOutcome::Acquired(lease), Some(n)) => {
                 n.forget_fair(key, waiter);

@@ -49,9 +49,11 @@ pub fn schema_sql(name: &str) -> Result<String> {
 }
 
 /// The statements of a plain lock, as the backend sends them (each one
-/// autocommit statement, unprepared, with typed parameters): what a client
-/// without verrou would send to do the same; the benchmark's raw
-/// tokio-postgres rows send exactly these.
+/// statement, unprepared, with typed parameters; the backend wraps each in
+/// a READ COMMITTED transaction with `synchronous_commit` at least `local`,
+/// see the crate's *Server settings*): what a client without verrou would
+/// send to do the same; the benchmark's raw tokio-postgres rows send
+/// exactly these, as autocommit statements.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockStatements {
@@ -90,6 +92,7 @@ pub(crate) struct Statements {
     pub leave_queue: String,
     pub leave_queue_notify: String,
     pub exists: String,
+    pub sweep: String,
     pub kinds: crate::kinds::KindStatements,
 }
 
@@ -217,6 +220,7 @@ impl Statements {
                    (SELECT 1 FROM {s}.locks WHERE key = $1 AND expires_at > clock_timestamp())"
             ),
             kinds: crate::kinds::KindStatements::new(&s),
+            sweep: format!("SELECT {s}.sweep($1)"),
             // Everything the backend needs, present? (First use and errors.)
             exists: format!(
                 "SELECT to_regclass('{s}.locks') IS NOT NULL AND to_regclass('{s}.queue') IS NOT NULL \
@@ -229,7 +233,10 @@ impl Statements {
                    AND to_regprocedure('{s}.wake_payload(text, bytea)') IS NOT NULL \
                    AND to_regprocedure('{s}.renew_many(text[], bytea[], bigint)') IS NOT NULL \
                    AND to_regclass('{s}.leaders') IS NOT NULL \
-                   AND to_regprocedure('{s}.multi_acquire(text[], bytea, bigint)') IS NOT NULL"
+                   AND to_regprocedure('{s}.multi_acquire(text[], bytea, bigint)') IS NOT NULL \
+                   AND to_regprocedure('{s}.rw_release(text, bytea)') IS NOT NULL \
+                   AND to_regprocedure('{s}.forget_name(\"char\", text)') IS NOT NULL \
+                   AND to_regprocedure('{s}.sweep(integer)') IS NOT NULL"
             ),
         })
     }

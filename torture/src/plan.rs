@@ -267,6 +267,11 @@ pub enum Topology {
     NetCluster,
     /// One PostgreSQL server behind PgBouncer in transaction mode.
     PgBouncer,
+    /// One PostgreSQL server with `synchronous_commit = off` (and a WAL
+    /// writer that waits 10 s, so a crash loses what it did not flush).
+    PgAsyncCommit,
+    /// One PostgreSQL server whose default isolation is REPEATABLE READ.
+    PgRepeatableRead,
 }
 
 impl Topology {
@@ -283,6 +288,8 @@ impl Topology {
             Topology::NetFive => "5 servers on 5 hosts (netns)",
             Topology::NetCluster => "cluster, 3 masters + 1 replica each, 6 hosts (netns)",
             Topology::PgBouncer => "1 server behind PgBouncer (transaction mode)",
+            Topology::PgAsyncCommit => "1 server, synchronous_commit = off",
+            Topology::PgRepeatableRead => "1 server, default isolation REPEATABLE READ",
         }
     }
 }
@@ -398,6 +405,8 @@ pub fn quick() -> Vec<Scenario> {
         row(Backend::Redlock, Topology::Five, NodesKilledDelayed(1), Safe, ""),
         row(Backend::Redlock, Topology::Five, NodesDownAtStart(2), Safe, ""),
         row(Backend::Postgres, Topology::Single, KillRestart, Safe, ""),
+        row(Backend::Postgres, Topology::PgAsyncCommit, KillRestart, Safe, ""),
+        row(Backend::Postgres, Topology::PgRepeatableRead, None, Safe, ""),
         row(Backend::Postgres, Topology::PgBouncer, None, Safe, ""),
         row(Backend::Postgres, Topology::Pair, SyncStandbyPromoted, Safe, ""),
     ]
@@ -418,6 +427,8 @@ fn postgres_rows() -> Vec<Scenario> {
         row(b, t, KillRestart, Safe, ""),
         row(b, t, Blackhole, Safe, ""),
         row(b, t, Stall, Fenced, ""),
+        row(b, Topology::PgAsyncCommit, KillRestart, Safe, ""),
+        row(b, Topology::PgRepeatableRead, None, Safe, ""),
         row(b, Topology::PgBouncer, None, Safe, ""),
         row(b, Topology::Pair, SyncStandbyPromoted, Safe, ""),
         row(

@@ -35,6 +35,17 @@ pub struct Cells {
     pub result: String,
 }
 
+/// The server settings the PostgreSQL claims need (a paragraph of SAFETY.md).
+const PG_SETTINGS: &str = "PostgreSQL servers run with `fsync` on. The PostgreSQL backend's claims need no other server \
+     setting: each of its writes runs in its own READ COMMITTED transaction, with `synchronous_commit` \
+     raised to `on` when the session says `off`, whatever the server, database, role or URL sets; the \
+     rows *1 server, synchronous_commit = off* (killed and restarted, its WAL writer waiting 10 s) and *1 \
+     server, default isolation REPEATABLE READ* check it. Beyond the claims: `fsync = off` (a crash can \
+     lose confirmed leases and repeat fencing tokens), and a failover to a standby that is not \
+     synchronous (`synchronous_standby_names` with `synchronous_commit` `on`, `remote_write` or \
+     `remote_apply`; the backend raises only `off`, so `local` stays local), which the \
+     asynchronous-standby row shows.";
+
 /// Format one outcome.
 pub fn cells(o: &Outcome) -> Cells {
     let m = &o.measured;
@@ -163,6 +174,7 @@ pub fn markdown(outcomes: &[Outcome], p: &Params, seed: u64, command: &str, svgs
         p.max_duration.as_secs_f64(),
         p.fault_at.as_secs_f64()
     );
+    let _ = writeln!(md, "{PG_SETTINGS}\n");
     let _ = writeln!(md, "## Columns\n");
     let (killed_section, or_process, killed_recovery, and_stop, or_stopped) = if processes {
         (

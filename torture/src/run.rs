@@ -271,8 +271,20 @@ fn server_builder(backend: Backend) -> RedisServerBuilder {
 pub(crate) async fn setup(sc: &Scenario, clients: usize, ext: Option<&External>) -> BoxResult<Env> {
     Ok(match sc.topology {
         Topology::InProcess => Env::Memory(MemoryBackend::new()),
-        Topology::Single if sc.backend == Backend::Postgres => {
-            let server = PostgresServer::start().await?;
+        Topology::Single | Topology::PgAsyncCommit | Topology::PgRepeatableRead if sc.backend == Backend::Postgres => {
+            let server = match sc.topology {
+                // A crash loses every commit of the last 10 s the backend
+                // did not make durable itself.
+                Topology::PgAsyncCommit => PostgresServer::builder()
+                    .setting("synchronous_commit", "off")
+                    .setting("wal_writer_delay", "10000ms"),
+                Topology::PgRepeatableRead => {
+                    PostgresServer::builder().setting("default_transaction_isolation", "repeatable read")
+                }
+                _ => PostgresServer::builder(),
+            }
+            .start()
+            .await?;
             let mut proxies = Vec::with_capacity(clients);
             for _ in 0..clients {
                 proxies.push(TcpProxy::start(server.addr()).await?);
@@ -352,6 +364,9 @@ pub(crate) async fn setup(sc: &Scenario, clients: usize, ext: Option<&External>)
                 promoted: false,
                 _new_replica: None,
             }
+        }
+        Topology::PgAsyncCommit | Topology::PgRepeatableRead => {
+            return Err(format!("{} is a PostgreSQL topology", sc.topology.label()).into());
         }
         Topology::NetSingle | Topology::NetFive | Topology::NetCluster => {
             Env::Net(Box::new(crate::netrows::NetEnv::setup(sc, clients).await?))

@@ -142,7 +142,8 @@ struct ServerCounts {
 
 /// The servers' counts: Redis-family servers from INFO and DBSIZE;
 /// PostgreSQL's client backends (`pg_stat_activity`, the sampling psql
-/// among them) and the rows of its lock, queue and value tables; etcd's
+/// among them) and the rows of every table of its schema (locks, queue,
+/// values, names, holders, gone records, leaders); etcd's
 /// open file descriptors per member (its client connections among them)
 /// and its keys plus leases. None when a server does not answer (paused).
 async fn server_counts(env: &Env) -> Option<ServerCounts> {
@@ -152,7 +153,9 @@ async fn server_counts(env: &Env) -> Option<ServerCounts> {
                 .psql(
                     "SELECT (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend') \
                      || ' ' || (SELECT count(*) FROM verrou.locks) + (SELECT count(*) FROM verrou.queue) \
-                     + (SELECT count(*) FROM verrou.kv)",
+                     + (SELECT count(*) FROM verrou.kv) + (SELECT count(*) FROM verrou.names) \
+                     + (SELECT count(*) FROM verrou.holders) + (SELECT count(*) FROM verrou.gone) \
+                     + (SELECT count(*) FROM verrou.leaders)",
                 )
                 .await
                 .ok()?;
