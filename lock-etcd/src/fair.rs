@@ -53,9 +53,7 @@ impl Inner {
                 return Ok(lease);
             }
         }
-        let claim = claim.max(self.min_ttl);
-        let secs = i64::try_from(claim.as_secs() + u64::from(claim.subsec_nanos() > 0))
-            .map_err(|_| Error::invalid("a waiter's claim is too long for etcd"))?;
+        let secs = crate::whole_secs(claim.max(self.min_ttl), "a waiter's claim")?;
         let granted = self
             .client
             .lease_client()

@@ -86,6 +86,20 @@ pub use builder::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_NAMESPACE, DEFAULT_RESPONSE_T
 pub use etcd_client::{Certificate, Identity, TlsOptions};
 pub use semaphore::GONE_WINDOW;
 
+/// `d` in whole seconds, rounded up: [`Error::InvalidArgument`] above
+/// [`lock_core::MAX_TTL`] (no lease that long is needed, and etcd's own
+/// limit is not far above), never an overflow.
+pub(crate) fn whole_secs(d: Duration, what: &str) -> Result<i64> {
+    if d > lock_core::MAX_TTL {
+        return Err(Error::invalid(format!(
+            "{what} {d:?} is above the maximum {:?}",
+            lock_core::MAX_TTL
+        )));
+    }
+    let secs = d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0));
+    i64::try_from(secs).map_err(|_| Error::invalid(format!("{what} {d:?} is too long for etcd")))
+}
+
 /// Most operations etcd accepts in one transaction by default
 /// (`--max-txn-ops`).
 pub(crate) const MAX_TXN_OPS: usize = 128;
@@ -145,8 +159,7 @@ impl Inner {
                 self.min_ttl
             )));
         }
-        let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
-        i64::try_from(secs).map_err(|_| Error::invalid(format!("ttl {ttl:?} is too long for etcd")))
+        whole_secs(ttl, "ttl")
     }
 
     pub(crate) fn lock_key(&self, key: &str) -> Result<Vec<u8>> {

@@ -12,4 +12,5 @@ mod conformance_single;
 mod faults;
 mod kinds_cluster;
 mod kinds_single;
+mod limits;
 mod shared_lease;
