@@ -118,7 +118,12 @@ impl EtcdBuilder {
             .with_connect_timeout(self.connect_timeout)
             .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5));
         if let Some((user, password)) = &self.user {
-            opts = opts.with_user(user.clone(), password.clone());
+            // A token the server dropped (idle past `--auth-token-ttl`, or a
+            // JWT past its expiry) is renewed and the refused request sent
+            // again, instead of every later request failing.
+            opts = opts
+                .with_user(user.clone(), password.clone())
+                .with_auto_token_refresh(true);
         }
         #[cfg(feature = "tls")]
         if let Some(tls) = self.tls.clone() {

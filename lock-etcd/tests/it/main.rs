@@ -7,6 +7,8 @@
 
 mod common;
 
+mod auth;
+
 mod conformance_cluster;
 mod conformance_single;
 mod faults;
