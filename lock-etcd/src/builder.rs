@@ -100,7 +100,8 @@ impl EtcdBuilder {
     /// for 1 s and revoked: the server answers with the TTL it sets).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] without endpoints; [`Error::Backend`] when
+    /// [`Error::InvalidArgument`] without endpoints or with one that is
+    /// not `host:port` (a port from 1 to 65535); [`Error::Backend`] when
     /// no member answers or credentials are refused.
     ///
     /// # Cancel safety
@@ -112,6 +113,9 @@ impl EtcdBuilder {
         }
         if self.response_timeout.is_zero() || self.connect_timeout.is_zero() {
             return Err(Error::invalid("etcd timeouts must be above zero"));
+        }
+        for endpoint in &self.endpoints {
+            check_endpoint(endpoint)?;
         }
         let mut opts = ConnectOptions::new()
             .with_timeout(self.response_timeout)
@@ -144,6 +148,42 @@ impl EtcdBuilder {
                 waiter_leases: std::sync::Mutex::default(),
             }),
         })
+    }
+}
+
+/// `endpoint` is `host:port`, `http://host:port` or `https://host:port`
+/// with a port from 1 to 65535 (below etcd-client, a port that does not
+/// parse silently became port 80).
+fn check_endpoint(endpoint: &str) -> Result<()> {
+    let refuse = |why: &str| {
+        Err(Error::invalid(format!(
+            "etcd endpoint {endpoint:?}: {why} (expected host:port, http://host:port or https://host:port)"
+        )))
+    };
+    let authority = endpoint
+        .strip_prefix("http://")
+        .or_else(|| endpoint.strip_prefix("https://"))
+        .unwrap_or(endpoint);
+    let authority = authority.strip_suffix('/').unwrap_or(authority);
+    if authority.contains('/') || authority.contains('@') {
+        return refuse("not a host and port");
+    }
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => match v6.split_once("]:") {
+            Some(hp) => hp,
+            None => return refuse("no port"),
+        },
+        None => match authority.rsplit_once(':') {
+            Some((host, port)) if !host.contains(':') => (host, port),
+            _ => return refuse("no port"),
+        },
+    };
+    if host.is_empty() {
+        return refuse("no host");
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 && port.bytes().all(|b| b.is_ascii_digit()) => Ok(()),
+        _ => refuse("the port is not a number from 1 to 65535"),
     }
 }
 
