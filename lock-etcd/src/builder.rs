@@ -7,7 +7,7 @@ use etcd_client::{Client, ConnectOptions};
 use lock_core::{Error, Result};
 
 use crate::error::NAME;
-use crate::session::Sessions;
+use crate::session::{KeepAlives, Sessions};
 use crate::{EtcdBackend, Inner};
 
 /// Settings of an [`EtcdBackend`]; [`EtcdBuilder::build`] connects.
@@ -144,6 +144,7 @@ impl EtcdBuilder {
                 value_prefix: format!("{}value/", self.namespace),
                 min_ttl: Duration::from_secs(min_secs.unsigned_abs()),
                 sessions: Sessions::default(),
+                keepalives: KeepAlives::new(self.response_timeout),
                 namespace: self.namespace.clone(),
                 waiter_leases: std::sync::Mutex::default(),
             }),

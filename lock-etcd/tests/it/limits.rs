@@ -58,16 +58,19 @@ async fn ttls_of_duration_max_are_refused() {
     assert!(matches!(got, Err(Error::InvalidArgument(_))), "{got:?}");
     let got = backend.renew("limits-ttl", &token, Duration::MAX).await;
     assert!(matches!(got, Err(Error::InvalidArgument(_))), "{got:?}");
-    let got = backend
-        .create("limits-value", b"v", Expiry::After(Duration::MAX))
-        .await;
+    let got = backend.create("limits-value", b"v", Expiry::After(Duration::MAX)).await;
     assert!(matches!(got, Err(Error::InvalidArgument(_))), "{got:?}");
 }
 
 /// Seen on the parent: `127.0.0.1:notaport` silently dialled port 80.
 #[tokio::test]
 async fn an_endpoint_with_a_bad_port_is_refused() {
-    for endpoint in ["127.0.0.1:notaport", "http://127.0.0.1:99999", "localhost:-1", "127.0.0.1:80x"] {
+    for endpoint in [
+        "127.0.0.1:notaport",
+        "http://127.0.0.1:99999",
+        "localhost:-1",
+        "127.0.0.1:80x",
+    ] {
         let got = lock_etcd::EtcdBackend::builder([endpoint]).build().await;
         assert!(matches!(got, Err(Error::InvalidArgument(_))), "{endpoint}: {got:?}");
     }

@@ -14,5 +14,6 @@ mod conformance_single;
 mod faults;
 mod kinds_cluster;
 mod kinds_single;
+mod lease_per_holder;
 mod limits;
 mod shared_lease;

@@ -4,7 +4,9 @@
 mod cancellation;
 mod exclusion;
 mod lease;
+mod unrenewed;
 
 pub use self::cancellation::*;
 pub use self::exclusion::*;
 pub use self::lease::*;
+pub use self::unrenewed::*;
