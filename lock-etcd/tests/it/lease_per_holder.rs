@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use lock_core::raw::{AcquireOutcome, ElectionBackend, PermitRequest, ReleaseOutcome, RenewOutcome, SemaphoreBackend};
 use lock_core::raw::{RwLockBackend, validate_key};
-use lock_core::{LockBackend, LockToken, RwMode};
+use lock_core::{CasOutcome, CreateOutcome, Expiry, LockBackend, LockToken, RwMode, VersionedStore};
 use lock_etcd::EtcdBackend;
 use lock_testkit::server::EtcdCluster;
 use tokio::time::Instant;
@@ -102,6 +102,89 @@ async fn an_unrenewed_kind_ends_within_its_ttl_while_another_is_renewed() {
             );
             tokio::time::sleep(ttl / 8).await;
         }
+    }
+}
+
+/// Leases with this TTL are this test's only (a marker).
+const VALUE_TTL: Duration = Duration::from_secs(3607);
+
+/// Leases of `secs` that carry no key.
+async fn keyless_leases(b: &EtcdBackend, secs: i64) -> Vec<i64> {
+    let mut leases = b.client().lease_client();
+    let mut out = Vec::new();
+    for lease in leases.leases().await.expect("leases").leases() {
+        let Ok(ttl) = leases
+            .time_to_live(lease.id(), Some(etcd_client::LeaseTimeToLiveOptions::new().with_keys()))
+            .await
+        else {
+            continue; // ended meanwhile
+        };
+        if ttl.granted_ttl() == secs && ttl.ttl() > 0 && ttl.keys().is_empty() {
+            out.push(lease.id());
+        }
+    }
+    out
+}
+
+/// Seen on the parent: 30 refused or overwriting writes with a TTL left 30
+/// leases with no key, each living its full TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn versioned_writes_leave_no_lease_without_a_key() {
+    let etcd = common::single().await;
+    let b = common::connect(etcd.endpoints()).await;
+    let secs = i64::try_from(VALUE_TTL.as_secs()).unwrap();
+    let key = "leases-value";
+    let expiry = Expiry::After(VALUE_TTL);
+    let CreateOutcome::Created { version } = b.create(key, b"v0", expiry).await.expect("create") else {
+        panic!("created");
+    };
+    let mut version = version;
+    for i in 0..10 {
+        assert_eq!(
+            b.create(key, b"again", expiry).await.expect("create"),
+            CreateOutcome::Exists,
+            "{i}"
+        );
+        let stale = b
+            .compare_and_set(key, version + 1_000_000, b"stale", expiry)
+            .await
+            .expect("cas");
+        assert!(matches!(stale, CasOutcome::Conflict(_)), "{stale:?}");
+        let CasOutcome::Written { version: next } =
+            b.compare_and_set(key, version, b"next", expiry).await.expect("cas")
+        else {
+            panic!("written");
+        };
+        version = next;
+    }
+    let CasOutcome::Written { version } = b
+        .compare_and_set(key, version, b"persisted", Expiry::Persist)
+        .await
+        .expect("cas")
+    else {
+        panic!("written");
+    };
+    let CasOutcome::Written { version } = b.compare_and_set(key, version, b"leased", expiry).await.expect("cas") else {
+        panic!("written");
+    };
+    let missing = b.compare_and_set("leases-missing", 1, b"x", expiry).await.expect("cas");
+    assert_eq!(missing, CasOutcome::Missing);
+    let left = keyless_leases(&b, secs).await;
+    assert!(left.is_empty(), "{} leases without a key: {left:?}", left.len());
+    b.delete(key, version).await.expect("delete");
+    // The deleted value's lease is revoked in the background.
+    let give_up = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = keyless_leases(&b, secs).await;
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < give_up,
+            "after the delete, {} leases without a key",
+            left.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
