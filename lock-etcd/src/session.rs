@@ -78,7 +78,17 @@ impl Session {
 #[derive(Default)]
 pub(crate) struct Sessions {
     spares: Mutex<HashMap<i64, Vec<Arc<Session>>>>,
-    held: Mutex<HashMap<i64, Arc<Session>>>,
+    held: Mutex<Held>,
+}
+
+/// The leases of held entries, pruned of those nobody renewed for a whole
+/// TTL past what their last keepalive covered (a lock lost and never
+/// released): the map does not grow with lost locks.
+#[derive(Default)]
+struct Held {
+    by_lease: HashMap<i64, Arc<Session>>,
+    /// Prune when the map reaches this size (then twice the size left).
+    prune_at: usize,
 }
 
 impl Sessions {
@@ -86,7 +96,7 @@ impl Sessions {
         self.spares.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn held_map(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Arc<Session>>> {
+    fn held_map(&self) -> std::sync::MutexGuard<'_, Held> {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -123,22 +133,29 @@ impl Sessions {
 
     /// `session` carries a holder's entries now.
     pub(crate) fn hold(&self, session: &Arc<Session>) {
-        self.held_map().insert(session.lease, session.clone());
+        let mut held = self.held_map();
+        held.by_lease.insert(session.lease, session.clone());
+        if held.by_lease.len() >= held.prune_at {
+            let now = Instant::now();
+            held.by_lease
+                .retain(|_, s| s.covered_until() + Duration::from_secs(s.granted_secs.unsigned_abs()) > now);
+            held.prune_at = (held.by_lease.len() * 2).max(64);
+        }
     }
 
     /// The held lease `lease`, if this backend holds it.
     pub(crate) fn held(&self, lease: i64) -> Option<Arc<Session>> {
-        self.held_map().get(&lease).cloned()
+        self.held_map().by_lease.get(&lease).cloned()
     }
 
     /// `lease` carries nothing of this backend's any more.
     pub(crate) fn unhold(&self, lease: i64) -> Option<Arc<Session>> {
-        self.held_map().remove(&lease)
+        self.held_map().by_lease.remove(&lease)
     }
 
     /// Every lease id (revoked when the backend closes).
     pub(crate) fn leases(&self) -> Vec<i64> {
-        let mut out: Vec<i64> = self.held_map().keys().copied().collect();
+        let mut out: Vec<i64> = self.held_map().by_lease.keys().copied().collect();
         out.extend(self.spares().values().flatten().map(|s| s.lease));
         out
     }
