@@ -7,7 +7,7 @@ use etcd_client::{Client, ConnectOptions};
 use lock_core::{Error, Result};
 
 use crate::error::NAME;
-use crate::session::Sessions;
+use crate::session::{KeepAlives, Sessions};
 use crate::{EtcdBackend, Inner};
 
 /// Settings of an [`EtcdBackend`]; [`EtcdBuilder::build`] connects.
@@ -101,7 +101,8 @@ impl EtcdBuilder {
     /// for 1 s and revoked: the server answers with the TTL it sets).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] without endpoints; [`Error::Backend`] when
+    /// [`Error::InvalidArgument`] without endpoints or with one that is
+    /// not `host:port` (a port from 1 to 65535); [`Error::Backend`] when
     /// no member answers or credentials are refused.
     ///
     /// # Cancel safety
@@ -114,12 +115,20 @@ impl EtcdBuilder {
         if self.response_timeout.is_zero() || self.connect_timeout.is_zero() {
             return Err(Error::invalid("etcd timeouts must be above zero"));
         }
+        for endpoint in &self.endpoints {
+            check_endpoint(endpoint)?;
+        }
         let mut opts = ConnectOptions::new()
             .with_timeout(self.response_timeout)
             .with_connect_timeout(self.connect_timeout)
             .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5));
         if let Some((user, password)) = &self.user {
-            opts = opts.with_user(user.clone(), password.clone());
+            // A token the server dropped (idle past `--auth-token-ttl`, or a
+            // JWT past its expiry) is renewed and the refused request sent
+            // again, instead of every later request failing.
+            opts = opts
+                .with_user(user.clone(), password.clone())
+                .with_auto_token_refresh(true);
         }
         #[cfg(feature = "tls")]
         if let Some(tls) = self.tls.clone() {
@@ -136,10 +145,47 @@ impl EtcdBuilder {
                 value_prefix: format!("{}value/", self.namespace),
                 min_ttl: Duration::from_secs(min_secs.unsigned_abs()),
                 sessions: Sessions::default(),
+                keepalives: KeepAlives::new(self.response_timeout),
                 namespace: self.namespace.clone(),
                 waiter_leases: std::sync::Mutex::default(),
             }),
         })
+    }
+}
+
+/// `endpoint` is `host:port`, `http://host:port` or `https://host:port`
+/// with a port from 1 to 65535 (below etcd-client, a port that does not
+/// parse silently became port 80).
+fn check_endpoint(endpoint: &str) -> Result<()> {
+    let refuse = |why: &str| {
+        Err(Error::invalid(format!(
+            "etcd endpoint {endpoint:?}: {why} (expected host:port, http://host:port or https://host:port)"
+        )))
+    };
+    let authority = endpoint
+        .strip_prefix("http://")
+        .or_else(|| endpoint.strip_prefix("https://"))
+        .unwrap_or(endpoint);
+    let authority = authority.strip_suffix('/').unwrap_or(authority);
+    if authority.contains('/') || authority.contains('@') {
+        return refuse("not a host and port");
+    }
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => match v6.split_once("]:") {
+            Some(hp) => hp,
+            None => return refuse("no port"),
+        },
+        None => match authority.rsplit_once(':') {
+            Some((host, port)) if !host.contains(':') => (host, port),
+            _ => return refuse("no port"),
+        },
+    };
+    if host.is_empty() {
+        return refuse("no host");
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 && port.bytes().all(|b| b.is_ascii_digit()) => Ok(()),
+        _ => refuse("the port is not a number from 1 to 65535"),
     }
 }
 

@@ -1,6 +1,6 @@
 //! Leader election: one key per name, `<namespace>election/<name>`, whose
-//! value is the leader's token (hex) then its identity, on the same shared
-//! leases as the plain locks. Campaigning is one transaction (create the
+//! value is the leader's token (hex) then its identity, on a lease of the
+//! leader's own. Campaigning is one transaction (create the
 //! key if it does not exist); the **term** is the key's create revision
 //! (cluster-wide, only growing, kept through etcd leader changes).
 //! Observers watch the key: a change wakes them at once, no polling.

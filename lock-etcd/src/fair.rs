@@ -44,18 +44,15 @@ impl Inner {
     /// ended. It lapses `claim` after the waiter's last attempt.
     pub(crate) async fn waiter_lease_for(&self, id: &LockToken, claim: Duration) -> Result<i64> {
         let known = self.waiters().get(id).copied();
+        let secs = crate::whole_secs(claim.max(self.min_ttl), "a waiter's claim")?;
         if let Some(lease) = known {
-            let mut leases = self.client.lease_client();
-            if let Ok((mut keeper, mut stream)) = leases.keep_alive(lease).await
-                && keeper.keep_alive().await.is_ok()
-                && matches!(stream.message().await, Ok(Some(r)) if r.ttl() > 0)
-            {
-                return Ok(lease);
+            // Granted anew only when the server says it ended: after a
+            // failed keepalive the waiter's entries may still be on it.
+            match self.keepalives.keep_alive(&self.client, lease).await? {
+                crate::session::KeepAlive::Alive { .. } => return Ok(lease),
+                crate::session::KeepAlive::Gone => {}
             }
         }
-        let claim = claim.max(self.min_ttl);
-        let secs = i64::try_from(claim.as_secs() + u64::from(claim.subsec_nanos() > 0))
-            .map_err(|_| Error::invalid("a waiter's claim is too long for etcd"))?;
         let granted = self
             .client
             .lease_client()
@@ -144,8 +141,8 @@ impl Inner {
         if lock.is_some() || !is_head {
             return Ok(AcquireOutcome::Held { retry_after: None });
         }
-        // On the shared lease, granted again if it ended since its last use
-        // (what `leased_txn` does for every grant).
+        // On a lease of the holder's own (what `leased_txn` does for every
+        // grant).
         let leased = self
             .leased_txn(ttl, sent_at, "fair acquire", |lease| {
                 Txn::new()

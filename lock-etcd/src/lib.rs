@@ -30,10 +30,15 @@
 //!   cluster-wide, only growing, kept through leader changes.
 //! - **Release and renew** are guarded by the owner: the key's value is the
 //!   holder's lock token, compared in the same transaction.
-//! - **Leases are shared**: one etcd lease per backend and TTL (in whole
-//!   seconds), as etcd's `concurrency.Session`. Renewing many locks costs
-//!   one keepalive per renewal round (concurrent renewals share it) and one
-//!   read per 128 keys, never one keepalive per lock.
+//! - **A lease per holder**: each lock (a multi-key lock, a permit, a
+//!   leadership, a read or write hold) is on an etcd lease of its own, so
+//!   what its holder stops renewing (or a guard that is lost and not yet
+//!   dropped) is freed on the server within its TTL rounded up to whole
+//!   seconds, whatever the backend's other locks do. Renewals stay batched:
+//!   one read per 128 keys, and one keepalive message per lease, all on
+//!   the backend's **one** keepalive stream (each answer awaited at most
+//!   the response timeout). A lease left unused by a refused acquire or a
+//!   release is kept for the next acquire of the same TTL.
 //! - **TTLs are whole seconds** on the server, with a server minimum
 //!   (`ceil(1.5 × election timeout)`: 2 s with etcd's default timers).
 //!   A TTL is rounded up to whole seconds on the server (a dead holder's
@@ -44,7 +49,7 @@
 //! - **Loss**: the local deadline stays the source of truth (the manager
 //!   takes it before the request, minus drift). A lease the server says is
 //!   gone makes every renewal of its keys answer `Missing` (loss at once); a
-//!   keepalive that fails or a keepalive stream that closes fails the
+//!   keepalive that fails, times out or whose stream closes fails the
 //!   renewal (loss by the deadline at the latest), and the stream is
 //!   reopened by the next one. A grant checks its lease (a keepalive sent
 //!   after the request started, unless a recent one covers the TTL), so a
@@ -58,7 +63,7 @@
 //!   minimum.
 //! - **Versioned store** on the key's `mod_revision`: compare-and-set in one
 //!   transaction; versions never repeat, even after a delete.
-//! - **Every lock kind**, on the same shared leases, each holder's fencing
+//! - **Every lock kind**, each holder on a lease of its own, its fencing
 //!   token (a leader's term) its entry's create revision: multi-key locks
 //!   (one transaction over all keys, all or nothing), read-write locks
 //!   (writer-preferring: a waiting writer's intent holds new readers back;
@@ -69,13 +74,9 @@
 //!   the leader key's create revision).
 //!
 //! A write whose outcome is unknown (no reply in time, or a caller that
-//! gave up) may still commit later, and a key on a shared lease lives as
-//! long as that lease, which every other lock on it keeps alive. So such a
-//! write retires the lease: the backend takes a new one, the locks it holds
-//! move to it at their next renewal (or at a retried acquire of a lock kind
-//! that finds its entry already there, before that acquire counts on the
-//! new lease), and whatever the write may have left ends within its TTL, as
-//! a lost lock does on the Redis backends.
+//! gave up) may still commit later: its lease is never used again and
+//! nobody renews it, so whatever the write may have left ends within its
+//! TTL, as a lost lock does on the Redis backends.
 //!
 //! Keys live under a namespace (default `verrou/`): locks under
 //! `verrou/lock/<key>`, values under `verrou/value/<key>`, fair queues under
@@ -134,6 +135,20 @@ pub use builder::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_NAMESPACE, DEFAULT_RESPONSE_T
 pub use etcd_client::{Certificate, Identity, TlsOptions};
 pub use semaphore::GONE_WINDOW;
 
+/// `d` in whole seconds, rounded up: [`Error::InvalidArgument`] above
+/// [`lock_core::MAX_TTL`] (no lease that long is needed, and etcd's own
+/// limit is not far above), never an overflow.
+pub(crate) fn whole_secs(d: Duration, what: &str) -> Result<i64> {
+    if d > lock_core::MAX_TTL {
+        return Err(Error::invalid(format!(
+            "{what} {d:?} is above the maximum {:?}",
+            lock_core::MAX_TTL
+        )));
+    }
+    let secs = d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0));
+    i64::try_from(secs).map_err(|_| Error::invalid(format!("{what} {d:?} is too long for etcd")))
+}
+
 /// Most operations etcd accepts in one transaction by default
 /// (`--max-txn-ops`).
 pub(crate) const MAX_TXN_OPS: usize = 128;
@@ -159,6 +174,8 @@ pub(crate) struct Inner {
     value_prefix: String,
     min_ttl: Duration,
     pub(crate) sessions: session::Sessions,
+    /// The one keepalive stream of every lease.
+    pub(crate) keepalives: session::KeepAlives,
     namespace: String,
     /// Each fair waiter's own lease (its queue entry's).
     waiter_leases: std::sync::Mutex<std::collections::HashMap<LockToken, i64>>,
@@ -193,8 +210,7 @@ impl Inner {
                 self.min_ttl
             )));
         }
-        let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
-        i64::try_from(secs).map_err(|_| Error::invalid(format!("ttl {ttl:?} is too long for etcd")))
+        whole_secs(ttl, "ttl")
     }
 
     pub(crate) fn lock_key(&self, key: &str) -> Result<Vec<u8>> {
@@ -258,13 +274,17 @@ impl EtcdBackend {
         self.inner.min_ttl
     }
 
-    /// Lease keepalive requests this backend has sent: one per renewal
-    /// round of its shared leases, whatever the number of locks renewed.
+    /// Lease keepalive messages this backend has sent: one per lease kept
+    /// alive (a holder's, per renewal round), all on one stream.
     pub fn keepalives_sent(&self) -> u64 {
-        self.inner
-            .sessions
-            .keepalives_sent
-            .load(std::sync::atomic::Ordering::Relaxed)
+        self.inner.keepalives.sent.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Keepalive streams this backend has opened: one, and one more after
+    /// each stream that failed or answered late, whatever the number of
+    /// leases kept alive.
+    pub fn keepalive_streams_opened(&self) -> u64 {
+        self.inner.keepalives.opened.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The underlying client (for operations verrou does not wrap).

@@ -1,10 +1,13 @@
 //! The lock operations: one transaction each, guarded by the owner's token
 //! (the key's value); the fencing token is the key's create revision.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse};
+use etcd_client::{
+    Compare, CompareOp, DeleteOptions, GetOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
+};
 use lock_core::raw::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use lock_core::{Error, FencingToken, LockToken, Result};
 use tokio::time::Instant;
@@ -15,94 +18,63 @@ use crate::{Inner, MAX_TXN_OPS};
 
 impl Inner {
     pub(crate) async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
-        let secs = self.lease_secs(ttl)?;
         let k = self.lock_key(key)?;
         let value = token.hex_bytes();
         let sent_at = Instant::now();
-        // A lease that vanished between two uses is granted again once.
-        for attempt in 0..2 {
-            let session = self.sessions.get_or_grant(&self.client, secs).await?;
-            let txn = Txn::new()
-                .when([Compare::create_revision(k.clone(), CompareOp::Equal, 0)])
-                .and_then([TxnOp::put(
-                    k.clone(),
-                    value.to_vec(),
-                    Some(PutOptions::new().with_lease(session.lease)),
-                )])
-                .or_else([TxnOp::get(k.clone(), None)]);
-            let mut kv = self.client.kv_client();
-            let pending = self.sessions.unsettled(secs, &session);
-            let (answer, kept) = futures::join!(kv.txn(txn), self.fresh(&session, sent_at, ttl));
-            let resp = match answer {
-                Err(e) if is_lease_not_found(&e) && attempt == 0 => {
-                    pending.settle();
-                    self.sessions.forget(secs, &session);
-                    continue;
-                }
-                Err(e) => {
-                    let err = Err(write_failed("acquire", e));
-                    pending.settle_if_known(&err);
-                    return err;
-                }
-                Ok(resp) => {
-                    pending.settle();
-                    resp
-                }
-            };
-            if !resp.succeeded() {
-                return Ok(AcquireOutcome::Held { retry_after: None });
-            }
-            let revision = resp.header().ok_or_else(|| no_header("acquire"))?.revision();
-            if matches!(kept, Ok(KeepAlive::Gone)) {
-                // The lease ended around the grant: the key went with it.
-                self.sessions.forget(secs, &session);
-                return Err(Error::backend(NAME, "the lease expired while the lock was granted"));
-            }
-            let validity = session.covered_until().saturating_duration_since(sent_at);
-            let fence = u64::try_from(revision).map_err(|_| no_header("acquire (negative revision)"))?;
-            return Ok(AcquireOutcome::Acquired(
-                Lease::new()
-                    .with_fencing_token(Some(FencingToken(fence)))
-                    .with_validity(Some(validity)),
-            ));
+        let leased = self
+            .leased_txn(ttl, sent_at, "acquire", |lease| {
+                Txn::new()
+                    .when([Compare::create_revision(k.clone(), CompareOp::Equal, 0)])
+                    .and_then([TxnOp::put(
+                        k.clone(),
+                        value.to_vec(),
+                        Some(PutOptions::new().with_lease(lease)),
+                    )])
+                    .or_else([TxnOp::get(k.clone(), None)])
+            })
+            .await?;
+        if !leased.resp.succeeded() {
+            return Ok(AcquireOutcome::Held { retry_after: None });
         }
-        Err(Error::backend(NAME, "the lease vanished twice in a row"))
+        let revision = leased.revision("acquire")?;
+        leased.grant(self, Some(revision), sent_at)
     }
 
-    /// Run the transaction `build(lease)` for an entry on the shared lease
-    /// of `ttl` (one grant again if that lease vanished since its last use),
-    /// keeping the lease alive meanwhile (unless a recent keepalive covers
-    /// `ttl` from `sent_at`).
+    /// Run the transaction `build(lease)` for a holder's entries on a lease
+    /// of their own for `ttl` (a spare, or a new grant; granted again once
+    /// if a spare vanished meanwhile), keeping it alive meanwhile unless its
+    /// last keepalive covers `ttl` from `sent_at`.
     pub(crate) async fn leased_txn(
         &self,
         ttl: Duration,
         sent_at: Instant,
         what: &str,
         build: impl Fn(i64) -> Txn,
-    ) -> Result<Leased> {
+    ) -> Result<Leased<'_>> {
         let secs = self.lease_secs(ttl)?;
         for attempt in 0..2 {
-            let session = self.sessions.get_or_grant(&self.client, secs).await?;
+            let session = self.sessions.take(&self.client, secs).await?;
             let mut kv = self.client.kv_client();
-            let pending = self.sessions.unsettled(secs, &session);
+            // Dropped in flight, the lease is simply not used again: nobody
+            // renews it, so whatever the write left on it ends within its
+            // TTL.
             let (answer, kept) = futures::join!(kv.txn(build(session.lease)), self.fresh(&session, sent_at, ttl));
             match answer {
-                Err(e) if is_lease_not_found(&e) && attempt == 0 => {
-                    pending.settle();
-                    self.sessions.forget(secs, &session);
-                }
+                Err(e) if is_lease_not_found(&e) && attempt == 0 => {}
                 Err(e) => {
-                    let err = Err(write_failed(what, e));
-                    pending.settle_if_known(&err);
-                    return err;
+                    let err = write_failed(what, e);
+                    if !err.is_outcome_unknown() {
+                        self.sessions.put_back(&self.client, session);
+                    }
+                    return Err(err);
                 }
                 Ok(resp) => {
-                    pending.settle();
                     return Ok(Leased {
                         resp,
                         session,
-                        secs,
                         gone: matches!(kept, Ok(KeepAlive::Gone)),
+                        inner: self,
+                        used: std::sync::atomic::AtomicBool::new(false),
                     });
                 }
             }
@@ -113,22 +85,37 @@ impl Inner {
     /// Keep `session` alive unless its last keepalive already covers `ttl`
     /// from `since` (the key then lives at least that long).
     pub(crate) async fn fresh(&self, session: &Session, since: Instant, ttl: Duration) -> Result<KeepAlive> {
-        if session.covered_until() >= since + ttl {
-            return Ok(KeepAlive::Alive);
+        let covered = session.covered_until();
+        if covered >= since + ttl {
+            return Ok(KeepAlive::Alive {
+                ttl: session.granted_secs,
+                sent_at: since,
+            });
         }
-        session
-            .keep_alive(&self.client, since, &self.sessions.keepalives_sent)
-            .await
+        let kept = self.keepalives.keep_alive(&self.client, session.lease).await?;
+        if let KeepAlive::Alive { sent_at, .. } = kept {
+            session.refresh(sent_at);
+        }
+        Ok(kept)
     }
 
     pub(crate) async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
         let k = self.lock_key(key)?;
         let when = Compare::value(k.clone(), CompareOp::Equal, token.hex_bytes().to_vec());
-        Ok(release_outcome(self.delete_if(k, vec![when], "release").await?))
+        let txn = Txn::new()
+            .when([when])
+            .and_then([delete_op(k.clone())])
+            .or_else([TxnOp::get(k, None)]);
+        let resp = self.release_txn(txn, "release", true).await?;
+        if resp.succeeded() {
+            return Ok(ReleaseOutcome::Released);
+        }
+        Ok(release_outcome(Err(first_kv(&resp))))
     }
 
     /// Deletes `k` in one transaction when every compare of `when` holds;
     /// otherwise reads it. `Ok(())` when deleted, else what is there now.
+    /// The lease of what it deleted is revoked.
     pub(crate) async fn delete_if(
         &self,
         k: Vec<u8>,
@@ -137,29 +124,43 @@ impl Inner {
     ) -> Result<std::result::Result<(), Option<KeyValue>>> {
         let txn = Txn::new()
             .when(when)
-            .and_then([TxnOp::delete(k.clone(), None)])
+            .and_then([delete_op(k.clone())])
             .or_else([TxnOp::get(k, None)]);
-        let resp = self.release_txn(txn, what).await?;
+        let resp = self.release_txn(txn, what, false).await?;
         if resp.succeeded() {
             return Ok(Ok(()));
         }
         Ok(Err(first_kv(&resp)))
     }
 
-    /// A transaction that deletes what a holder holds. When its outcome is
-    /// unknown (or its future is dropped in flight), every shared lease is
-    /// retired: the entries it may have left behind end within their TTL
-    /// rather than live on with the lease.
-    pub(crate) async fn release_txn(&self, txn: Txn, what: &str) -> Result<TxnResponse> {
-        let pending = self.sessions.unsettled_release();
+    /// A transaction that deletes what a holder holds (its deletes made with
+    /// [`delete_op`]): the leases of the entries it deleted carry nothing of
+    /// the holder's any more, so they end now (a lone lock's lease becomes a
+    /// spare when `reuse`). A release of unknown outcome leaves them be:
+    /// nobody renews them, so what is on them ends within its TTL.
+    pub(crate) async fn release_txn(&self, txn: Txn, what: &str, reuse: bool) -> Result<TxnResponse> {
         let resp = self
             .client
             .kv_client()
             .txn(txn)
             .await
-            .map_err(|e| write_failed(what, e));
-        pending.settle_if_known(&resp);
-        resp
+            .map_err(|e| write_failed(what, e))?;
+        let mut leases: Vec<i64> = Vec::new();
+        for op in resp.op_responses() {
+            if let TxnOpResponse::Delete(d) = op {
+                leases.extend(d.prev_kvs().iter().map(KeyValue::lease).filter(|l| *l != 0));
+            }
+        }
+        leases.sort_unstable();
+        leases.dedup();
+        let reuse = reuse && leases.len() == 1;
+        for lease in leases {
+            match self.sessions.unhold(lease) {
+                Some(session) if reuse => self.sessions.put_back(&self.client, session),
+                _ => crate::session::revoke(&self.client, lease),
+            }
+        }
+        Ok(resp)
     }
 
     pub(crate) async fn renew_many(&self, items: &[(&str, &LockToken)], ttl: Duration) -> Vec<Result<RenewOutcome>> {
@@ -170,12 +171,12 @@ impl Inner {
         self.renew_entries(entries, ttl).await
     }
 
-    /// Renew entries on the shared lease of `ttl`: each is a key and the
-    /// prefix its value starts with while its owner holds it (the whole
-    /// token for a lock; empty for an entry whose key names its owner). One
-    /// keepalive for the lease and one read per 128 keys; an entry taken
-    /// with another TTL moves to this TTL's lease (same value, same create
-    /// revision).
+    /// Renew entries for `ttl`: each is a key and the prefix its value
+    /// starts with while its owner holds it (the whole token for a lock;
+    /// empty for an entry whose key names its owner). One read per 128
+    /// keys, then one keepalive message per lease they are on, all on the
+    /// backend's one keepalive stream; an entry taken with another TTL moves
+    /// to a new lease of this TTL (same value, same create revision).
     pub(crate) async fn renew_entries(
         &self,
         entries: Vec<Result<(Vec<u8>, Vec<u8>)>>,
@@ -185,75 +186,117 @@ impl Inner {
             Ok(s) => s,
             Err(e) => return entries.iter().map(|_| Err(clone_error(&e))).collect(),
         };
-        let since = Instant::now();
-        let session = match self.sessions.get_or_grant(&self.client, secs).await {
-            Ok(s) => s,
-            Err(e) => return entries.iter().map(|_| Err(clone_error(&e))).collect(),
-        };
         let keys: Vec<&[u8]> = entries
             .iter()
             .filter_map(|e| e.as_ref().ok().map(|(k, _)| k.as_slice()))
             .collect();
-        let (kept, read) = futures::join!(
-            session.keep_alive(&self.client, since, &self.sessions.keepalives_sent),
-            self.read_keys(&keys)
-        );
-        let gone = match kept {
-            Ok(KeepAlive::Alive) => false,
-            Ok(KeepAlive::Gone) => {
-                self.sessions.forget(secs, &session);
-                true
-            }
+        let read = match self.read_keys(&keys).await {
+            Ok(r) => r,
             Err(e) => return entries.iter().map(|_| Err(clone_error(&e))).collect(),
         };
-        let mut read = match read {
-            Ok(r) => r.into_iter(),
-            Err(e) => return entries.iter().map(|_| Err(clone_error(&e))).collect(),
-        };
-        let mut out = Vec::with_capacity(entries.len());
+        let mut read = read.into_iter();
+        // Each entry's current state, and the leases of those still ours.
+        let mut states = Vec::with_capacity(entries.len());
+        let mut leases = Vec::new();
         for entry in entries {
-            let (_, owner) = match entry {
-                Ok(e) => e,
+            let state = entry.map(|(_, owner)| {
+                let current = read.next().flatten();
+                match current {
+                    Some(kv) if kv.value().starts_with(&owner) => {
+                        if kv.lease() != 0 {
+                            leases.push(kv.lease());
+                        }
+                        Ok(kv)
+                    }
+                    Some(_) => Err(RenewOutcome::HeldByOther),
+                    None => Err(RenewOutcome::Missing),
+                }
+            });
+            states.push(state);
+        }
+        leases.sort_unstable();
+        leases.dedup();
+        let kept: HashMap<i64, Result<KeepAlive>> = leases
+            .iter()
+            .copied()
+            .zip(self.keepalives.keep_alive_many(&self.client, &leases).await)
+            .collect();
+        for (lease, k) in &kept {
+            match k {
+                Ok(KeepAlive::Alive { sent_at, .. }) => {
+                    if let Some(s) = self.sessions.held(*lease) {
+                        s.refresh(*sent_at);
+                    }
+                }
+                Ok(KeepAlive::Gone) => {
+                    self.sessions.unhold(*lease);
+                }
+                Err(_) => {}
+            }
+        }
+        // Entries to move to a lease of `secs`: one new lease per old one.
+        let mut moved_to: HashMap<i64, Result<Arc<Session>>> = HashMap::new();
+        let mut out = Vec::with_capacity(states.len());
+        for state in states {
+            let kv = match state {
+                Err(e) => {
+                    out.push(Err(e));
+                    continue;
+                }
+                Ok(Err(outcome)) => {
+                    out.push(Ok(outcome));
+                    continue;
+                }
+                Ok(Ok(kv)) => kv,
+            };
+            match kept.get(&kv.lease()) {
+                Some(Err(e)) => {
+                    out.push(Err(clone_error(e)));
+                    continue;
+                }
+                Some(Ok(KeepAlive::Gone)) => {
+                    out.push(Ok(RenewOutcome::Missing)); // it went with its lease
+                    continue;
+                }
+                Some(Ok(KeepAlive::Alive { ttl, .. })) if *ttl == secs => {
+                    out.push(Ok(RenewOutcome::Renewed));
+                    continue;
+                }
+                // Taken (or last renewed) with another TTL, or on no lease.
+                _ => {}
+            }
+            let target = match moved_to.get(&kv.lease()) {
+                Some(t) => t.as_ref().map(Arc::clone).map_err(clone_error),
+                None => {
+                    let t = crate::session::grant(&self.client, secs).await;
+                    moved_to.insert(kv.lease(), t.as_ref().map(Arc::clone).map_err(clone_error));
+                    t
+                }
+            };
+            let target = match target {
+                Ok(t) => t,
                 Err(e) => {
                     out.push(Err(e));
                     continue;
                 }
             };
-            let current = read.next().flatten();
-            out.push(self.renew_one(&owner, current, &session, gone).await);
+            out.push(match self.move_entry(&kv, target.lease, "renew").await {
+                Ok(Ok(())) => {
+                    self.sessions.hold(&target);
+                    Ok(RenewOutcome::Renewed)
+                }
+                Ok(Err(Some(_))) => Ok(RenewOutcome::HeldByOther),
+                Ok(Err(None)) => Ok(RenewOutcome::Missing),
+                Err(e) => Err(e),
+            });
+        }
+        for old in moved_to.keys() {
+            // Nothing of this holder's is left on it.
+            if self.sessions.unhold(*old).is_some() {
+                crate::session::revoke(&self.client, *old);
+            }
         }
         out
-    }
-
-    async fn renew_one(
-        &self,
-        owner: &[u8],
-        current: Option<KeyValue>,
-        session: &Arc<Session>,
-        lease_gone: bool,
-    ) -> Result<RenewOutcome> {
-        let Some(kv) = current else {
-            return Ok(RenewOutcome::Missing);
-        };
-        if !kv.value().starts_with(owner) {
-            return Ok(RenewOutcome::HeldByOther);
-        }
-        if lease_gone && kv.lease() == session.lease {
-            return Ok(RenewOutcome::Missing); // it went with its lease
-        }
-        if kv.lease() == session.lease {
-            return Ok(RenewOutcome::Renewed);
-        }
-        if lease_gone {
-            return Err(Error::backend(NAME, "the lease expired during the renewal"));
-        }
-        // Taken (or last renewed) with another TTL, or on a retired lease:
-        // move it to this TTL's lease, still ours (same fence).
-        Ok(match self.move_entry(&kv, session.lease, "renew").await? {
-            Ok(()) => RenewOutcome::Renewed,
-            Err(Some(_)) => RenewOutcome::HeldByOther,
-            Err(None) => RenewOutcome::Missing,
-        })
     }
 
     /// Moves `kv`, an entry its holder holds, to `lease`: the same value and
@@ -321,23 +364,37 @@ impl Inner {
     }
 }
 
-/// A transaction run by [`Inner::leased_txn`], with the shared lease its
-/// entries are attached to.
-pub(crate) struct Leased {
+/// A transaction run by [`Inner::leased_txn`], with the lease of its own
+/// that its entries are attached to. Dropped without a grant, an unused
+/// lease becomes a spare.
+pub(crate) struct Leased<'a> {
     pub(crate) resp: TxnResponse,
     pub(crate) session: Arc<Session>,
-    secs: i64,
     /// The server said the lease ended around the transaction.
     gone: bool,
+    inner: &'a Inner,
+    /// A grant counts on the lease (or failed after writing to it).
+    used: std::sync::atomic::AtomicBool,
 }
 
-impl Leased {
+impl Drop for Leased<'_> {
+    fn drop(&mut self) {
+        // A transaction that succeeded wrote to the lease: used, even when
+        // its caller did not grant (that lease is then left to end).
+        if self.gone || self.resp.succeeded() || *self.used.get_mut() {
+            return;
+        }
+        self.inner.sessions.put_back(&self.inner.client, self.session.clone());
+    }
+}
+
+impl Leased<'_> {
     /// The grant of an entry written (or found) on this lease: its validity
     /// runs from `sent_at` to what the lease's last keepalive covers. An
     /// error when the lease ended around the grant (the entry went with it).
     pub(crate) fn grant(&self, inner: &Inner, fence: Option<i64>, sent_at: Instant) -> Result<AcquireOutcome> {
+        self.used.store(true, std::sync::atomic::Ordering::Relaxed);
         if self.gone {
-            inner.sessions.forget(self.secs, &self.session);
             return Err(Error::backend(NAME, "the lease expired while the lock was granted"));
         }
         let fence = match fence {
@@ -346,6 +403,7 @@ impl Leased {
             )),
             None => None,
         };
+        inner.sessions.hold(&self.session);
         let validity = self.session.covered_until().saturating_duration_since(sent_at);
         Ok(AcquireOutcome::Acquired(
             Lease::new().with_fencing_token(fence).with_validity(Some(validity)),
@@ -353,11 +411,10 @@ impl Leased {
     }
 
     /// The grant of an entry the holder holds already, found by this
-    /// transaction (a re-sent acquire). The grant's validity counts on this
-    /// transaction's lease, so an entry on another lease (taken with another
-    /// TTL, or on a lease retired after a write of unknown outcome, which
-    /// nothing keeps alive) moves to it first; not granted (`Held`) when the
-    /// entry ended or changed meanwhile.
+    /// transaction (a re-sent acquire, whose first attempt's lease nobody
+    /// renews). The grant's validity counts on this transaction's lease, so
+    /// the entry moves to it first; not granted (`Held`) when the entry
+    /// ended or changed meanwhile.
     pub(crate) async fn grant_found(
         &self,
         inner: &Inner,
@@ -365,14 +422,19 @@ impl Leased {
         fence: Option<i64>,
         sent_at: Instant,
     ) -> Result<AcquireOutcome> {
-        if !self.gone
-            && kv.lease() != self.session.lease
-            && inner
-                .move_entry(kv, self.session.lease, "moving a held entry to the live lease")
+        if !self.gone && kv.lease() != self.session.lease {
+            self.used.store(true, std::sync::atomic::Ordering::Relaxed);
+            if inner
+                .move_entry(kv, self.session.lease, "moving a held entry to its new lease")
                 .await?
                 .is_err()
-        {
-            return Ok(AcquireOutcome::Held { retry_after: None });
+            {
+                return Ok(AcquireOutcome::Held { retry_after: None });
+            }
+            // The old lease carried this holder's entry alone.
+            if inner.sessions.unhold(kv.lease()).is_some() {
+                crate::session::revoke(&inner.client, kv.lease());
+            }
         }
         self.grant(inner, fence, sent_at)
     }
@@ -381,6 +443,12 @@ impl Leased {
     pub(crate) fn revision(&self, what: &str) -> Result<i64> {
         Ok(self.resp.header().ok_or_else(|| no_header(what))?.revision())
     }
+}
+
+/// A delete in a release transaction: it returns what it deleted, so the
+/// release can end that entry's lease ([`Inner::release_txn`]).
+pub(crate) fn delete_op(k: Vec<u8>) -> TxnOp {
+    TxnOp::delete(k, Some(DeleteOptions::new().with_prev_key()))
 }
 
 /// A release's outcome from [`Inner::delete_if`]: released, or the key

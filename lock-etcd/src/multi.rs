@@ -1,5 +1,6 @@
-//! Multi-key locks: every key in one transaction, all or nothing, on the
-//! same shared lease as the plain locks (so the two exclude each other).
+//! Multi-key locks: every key in one transaction, all or nothing, under
+//! the plain locks' keys (so the two exclude each other), on one lease of
+//! the holder's own.
 
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use lock_core::{Error, LockToken, Result};
 use tokio::time::Instant;
 
 use crate::EtcdBackend;
+use crate::lock::delete_op;
 
 fn check(keys: &[&str]) -> Result<()> {
     if keys.is_empty() {
@@ -49,8 +51,7 @@ impl MultiLockBackend for EtcdBackend {
         // (a retried acquire), those compared by value instead.
         let mut ours = vec![false; ks.len()];
         for _ in 0..2 {
-            // On the shared lease, granted again if it ended since its last
-            // use.
+            // On a lease of the holder's own.
             let leased = inner
                 .leased_txn(ttl, sent_at, "multi-key acquire", |lease| {
                     let compares: Vec<Compare> = ks
@@ -96,9 +97,9 @@ impl MultiLockBackend for EtcdBackend {
                     .map(|k| Compare::value(k.clone(), CompareOp::Equal, value.clone()))
                     .collect::<Vec<_>>(),
             )
-            .and_then(ks.iter().map(|k| TxnOp::delete(k.clone(), None)).collect::<Vec<_>>())
+            .and_then(ks.iter().map(|k| delete_op(k.clone())).collect::<Vec<_>>())
             .or_else(ks.iter().map(|k| TxnOp::get(k.clone(), None)).collect::<Vec<_>>());
-        let resp = inner.release_txn(txn, "multi-key release").await?;
+        let resp = inner.release_txn(txn, "multi-key release", true).await?;
         if resp.succeeded() {
             return Ok(ReleaseOutcome::Released);
         }
@@ -117,8 +118,8 @@ impl MultiLockBackend for EtcdBackend {
                         .map(|k| Compare::value(k.to_vec(), CompareOp::Equal, value.clone()))
                         .collect::<Vec<_>>(),
                 )
-                .and_then(mine.iter().map(|k| TxnOp::delete(k.to_vec(), None)).collect::<Vec<_>>());
-            inner.release_txn(txn, "multi-key release").await?;
+                .and_then(mine.iter().map(|k| delete_op(k.to_vec())).collect::<Vec<_>>());
+            inner.release_txn(txn, "multi-key release", false).await?;
         }
         Ok(if current.iter().flatten().any(|v| *v != value) {
             ReleaseOutcome::HeldByOther

@@ -1,7 +1,7 @@
 //! Read-write locks, writer-preferring, each a single transaction: a
 //! lock's entries live under its own prefix — readers `r/<token>`, the
-//! writer `w/<token>`, a waiting writer's intent `i/<token>` — on the same
-//! shared leases as the plain locks.
+//! writer `w/<token>`, a waiting writer's intent `i/<token>` — each holder's
+//! on a lease of its own.
 //!
 //! - A **reader** is granted when no writer and no intent exist (two range
 //!   compares), a **writer** when no reader and no writer exist; the writer's
@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use crate::EtcdBackend;
 use crate::error::write_failed;
 use crate::kinds::{Prefix, no_entry_in, no_entry_in_except};
-use crate::lock::first_kv;
+use crate::lock::{delete_op, first_kv};
 
 /// An entry's value (the key names its owner).
 const HELD: &[u8] = b"1";
@@ -138,11 +138,11 @@ impl RwLockBackend for EtcdBackend {
         let p = Prefix::new(&self.inner, "rw", name)?;
         self.inner.forget_waiter_lease(token);
         let txn = Txn::new().and_then([
-            TxnOp::delete(p.sub("r/").entry(token), None),
-            TxnOp::delete(p.sub("w/").entry(token), None),
-            TxnOp::delete(p.sub("i/").entry(token), None),
+            delete_op(p.sub("r/").entry(token)),
+            delete_op(p.sub("w/").entry(token)),
+            delete_op(p.sub("i/").entry(token)),
         ]);
-        let resp = self.inner.release_txn(txn, "read-write release").await?;
+        let resp = self.inner.release_txn(txn, "read-write release", false).await?;
         let held = resp
             .op_responses()
             .into_iter()

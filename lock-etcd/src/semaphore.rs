@@ -1,6 +1,6 @@
 //! Leased semaphores: a name's holders are entries `h/<token>` under its
-//! own prefix (value `<size> <permits>`), on the same shared leases as the
-//! plain locks; a holder's fencing token is its entry's create revision.
+//! own prefix (value `<size> <permits>`), each on a lease of its own; a
+//! holder's fencing token is its entry's create revision.
 //!
 //! etcd cannot add permits up in a compare, so an acquire decides from a
 //! read of the name's whole range and writes only if nothing in that range
@@ -18,9 +18,10 @@
 //!   on a lease of the waiter's own, kept alive by each of its attempts, so
 //!   it lapses one TTL (rounded up to whole seconds) after the waiter's
 //!   last attempt.
-//! - **Gone** (`g/<token>`, on a lease of [`GONE_WINDOW`]): a release of a
-//!   holder that holds nothing (a clean-up that overtook its own acquire)
-//!   leaves one, and that holder's late acquire is refused.
+//! - **Gone** (`g/<token>`, on a lease of its own of [`GONE_WINDOW`] that
+//!   nobody renews): a release of a holder that holds nothing (a clean-up
+//!   that overtook its own acquire) leaves one, and that holder's late
+//!   acquire is refused.
 
 use std::time::Duration;
 
@@ -33,6 +34,7 @@ use tokio::time::Instant;
 
 use crate::error::{failed, no_header};
 use crate::kinds::{Prefix, no_entry_in, unchanged_since};
+use crate::lock::delete_op;
 use crate::{EtcdBackend, Inner};
 
 /// How long a holder released while holding nothing stays refused (its
@@ -129,20 +131,6 @@ impl View {
             return Decision::Refuse(None);
         }
         Decision::Grant
-    }
-}
-
-impl Inner {
-    /// The lease a gone entry goes on: [`GONE_WINDOW`] long, granted again
-    /// once half of it has passed.
-    async fn gone_lease(&self) -> Result<i64> {
-        let secs = i64::try_from(GONE_WINDOW.as_secs()).unwrap_or(60);
-        let session = self.sessions.get_or_grant(&self.client, secs).await?;
-        if session.covered_until() < Instant::now() + GONE_WINDOW / 2 {
-            self.sessions.forget(secs, &session);
-            return Ok(self.sessions.get_or_grant(&self.client, secs).await?.lease);
-        }
-        Ok(session.lease)
     }
 }
 
@@ -254,21 +242,31 @@ impl SemaphoreBackend for EtcdBackend {
             p.sub("g/").entry(holder),
         );
         inner.forget_waiter_lease(holder);
-        let gone_lease = inner.gone_lease().await?;
+        let held = || Compare::create_revision(mine.clone(), etcd_client::CompareOp::Greater, 0);
+        let release = || [delete_op(mine.clone()), delete_op(reservation.clone())];
         let txn = Txn::new()
-            .when([Compare::create_revision(
-                mine.clone(),
-                etcd_client::CompareOp::Greater,
-                0,
-            )])
-            .and_then([TxnOp::delete(mine, None), TxnOp::delete(reservation.clone(), None)])
-            .or_else([
-                TxnOp::delete(reservation, None),
-                TxnOp::put(gone, [], Some(PutOptions::new().with_lease(gone_lease))),
-            ]);
-        let resp = inner.release_txn(txn, "semaphore release").await?;
-        Ok(if resp.succeeded() {
-            ReleaseOutcome::Released
+            .when([held()])
+            .and_then(release())
+            .or_else([delete_op(reservation.clone())]);
+        if inner.release_txn(txn, "semaphore release", false).await?.succeeded() {
+            return Ok(ReleaseOutcome::Released);
+        }
+        // It holds nothing: its late acquire is refused for the window, by
+        // an entry on a lease of its own that nobody renews (so it ends
+        // within the window whatever else the backend holds).
+        let secs = crate::whole_secs(GONE_WINDOW, "the gone window")?;
+        let gone_lease = crate::session::grant(&inner.client, secs).await?.lease;
+        let txn = Txn::new().when([held()]).and_then(release()).or_else([TxnOp::put(
+            gone,
+            [],
+            Some(PutOptions::new().with_lease(gone_lease)),
+        )]);
+        let resp = inner.release_txn(txn, "semaphore release", false).await;
+        if !matches!(&resp, Ok(r) if !r.succeeded()) {
+            crate::session::revoke(&inner.client, gone_lease); // unused
+        }
+        Ok(if resp?.succeeded() {
+            ReleaseOutcome::Released // its late acquire landed meanwhile
         } else {
             ReleaseOutcome::Missing
         })

@@ -1,255 +1,404 @@
-//! Shared leases: one etcd lease per backend and TTL (in whole seconds),
-//! shared by every lock taken with that TTL, as etcd's own
-//! `concurrency.Session` does. Renewing any number of locks costs one
-//! keepalive per renewal round (plus one ownership read per 128 keys), not
-//! one per lock: concurrent renewals share a keepalive that was sent after
-//! they started.
+//! Leases: one etcd lease per holder (a lock, a multi-key lock, a permit, a
+//! leadership, a read or write hold), so what one holder stops renewing
+//! ends within its own TTL whatever the backend's other holders do. Every
+//! renewal of the backend goes over **one** keepalive stream
+//! ([`KeepAlives`]): a renewal round of many holders sends one keepalive
+//! message per lease on that stream, answered in order, each wait bounded
+//! by the response timeout.
+//!
+//! A lease granted for an acquire that was refused (or whose holder
+//! released it) is kept as a spare for the next acquire of the same TTL:
+//! nothing is on it, and nobody renews it, so it ends by itself within its
+//! TTL when no acquire takes it.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
+use etcd_client::LeaseKeeper;
 use lock_core::{Error, Result};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::error::{NAME, failed, is_lease_not_found};
 
-/// One shared lease.
+/// Spare leases kept per TTL (more are revoked).
+const MAX_SPARES: usize = 32;
+
+/// One lease.
 pub(crate) struct Session {
     /// The etcd lease id.
     pub(crate) lease: i64,
     /// The TTL the server granted, in seconds.
     pub(crate) granted_secs: i64,
-    /// The keepalive stream (opened on first use, reopened after it fails).
-    stream: tokio::sync::Mutex<Option<(LeaseKeeper, LeaseKeepAliveStream)>>,
-    /// When the last keepalive the server answered alive was sent.
+    /// When the last keepalive the server answered alive was sent (or the
+    /// grant, first).
     refreshed: Mutex<Instant>,
 }
 
 /// What a keepalive learnt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum KeepAlive {
-    /// The lease lives at least its TTL from a moment after the caller
-    /// started.
-    Alive,
+    /// The lease lives its TTL (`ttl`, in seconds, as the server says) from
+    /// `sent_at`, a moment after the caller started.
+    Alive { ttl: i64, sent_at: Instant },
     /// The server says the lease is gone: every key on it is gone.
     Gone,
 }
 
 impl Session {
+    fn new(lease: i64, granted_secs: i64, refreshed: Instant) -> Session {
+        Session {
+            lease,
+            granted_secs,
+            refreshed: Mutex::new(refreshed),
+        }
+    }
+
     fn refreshed(&self) -> Instant {
         *self.refreshed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A keepalive sent at `sent_at` was answered alive.
+    pub(crate) fn refresh(&self, sent_at: Instant) {
+        let mut refreshed = self.refreshed.lock().unwrap_or_else(|e| e.into_inner());
+        *refreshed = (*refreshed).max(sent_at);
     }
 
     /// A lower bound of when the server ends the lease: the last keepalive
     /// it answered alive was sent before it reset the lease's TTL.
     pub(crate) fn covered_until(&self) -> Instant {
-        self.refreshed() + std::time::Duration::from_secs(self.granted_secs.unsigned_abs())
-    }
-
-    /// Keep the lease alive with a keepalive sent no earlier than `since`
-    /// (one already answered or in flight counts).
-    pub(crate) async fn keep_alive(
-        &self,
-        client: &etcd_client::Client,
-        since: Instant,
-        sent: &AtomicU64,
-    ) -> Result<KeepAlive> {
-        let mut stream = self.stream.lock().await;
-        if self.refreshed() >= since {
-            return Ok(KeepAlive::Alive); // a keepalive sent after `since` was answered meanwhile
-        }
-        if stream.is_none() {
-            match client.lease_client().keep_alive(self.lease).await {
-                Ok(opened) => *stream = Some(opened),
-                Err(e) if is_lease_not_found(&e) => return Ok(KeepAlive::Gone),
-                Err(e) => return Err(failed("opening the lease keepalive stream", e)),
-            }
-        }
-        // Out of the slot while a keepalive is in flight: if this future is
-        // dropped before its answer (a caller's timeout), the stream goes
-        // with it, so a late answer can never be read as the answer to a
-        // later keepalive (it would date the lease from the later send).
-        let Some((mut keeper, mut responses)) = stream.take() else {
-            return Err(Error::backend(NAME, "the lease keepalive stream is not open"));
-        };
-        let sent_at = Instant::now();
-        sent.fetch_add(1, Ordering::Relaxed);
-        let answer = async {
-            keeper.keep_alive().await?;
-            responses.message().await
-        }
-        .await;
-        match answer {
-            Ok(Some(resp)) if resp.ttl() > 0 => {
-                *stream = Some((keeper, responses));
-                let mut refreshed = self.refreshed.lock().unwrap_or_else(|e| e.into_inner());
-                *refreshed = (*refreshed).max(sent_at);
-                Ok(KeepAlive::Alive)
-            }
-            Ok(Some(_)) => Ok(KeepAlive::Gone),
-            // A stream that closes without an error: never a silent stop.
-            Ok(None) => Err(Error::backend(NAME, "the lease keepalive stream closed")),
-            Err(e) if is_lease_not_found(&e) => Ok(KeepAlive::Gone),
-            Err(e) => Err(failed("lease keepalive", e)),
-        }
+        self.refreshed() + Duration::from_secs(self.granted_secs.unsigned_abs())
     }
 }
 
-/// The shared leases of one backend, by TTL in seconds.
+/// The leases of one backend: spares by TTL, and those of held entries
+/// (revoked when the backend closes).
 #[derive(Default)]
 pub(crate) struct Sessions {
-    by_ttl: Mutex<HashMap<i64, Arc<Session>>>,
-    /// Serialises lease grants, so concurrent first acquires share one.
-    granting: tokio::sync::Mutex<()>,
-    /// Keepalive requests sent (diagnostics and tests).
-    pub(crate) keepalives_sent: AtomicU64,
+    spares: Mutex<HashMap<i64, Vec<Arc<Session>>>>,
+    held: Mutex<Held>,
+}
+
+/// The leases of held entries, pruned of those nobody renewed for a whole
+/// TTL past what their last keepalive covered (a lock lost and never
+/// released): the map does not grow with lost locks.
+#[derive(Default)]
+struct Held {
+    by_lease: HashMap<i64, Arc<Session>>,
+    /// Prune when the map reaches this size (then twice the size left).
+    prune_at: usize,
 }
 
 impl Sessions {
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Arc<Session>>> {
-        self.by_ttl.lock().unwrap_or_else(|e| e.into_inner())
+    fn spares(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Vec<Arc<Session>>>> {
+        self.spares.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The live session for `secs`, if one was granted.
-    pub(crate) fn get(&self, secs: i64) -> Option<Arc<Session>> {
-        self.map().get(&secs).cloned()
+    fn held_map(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The session for `secs`, granting a lease when there is none.
-    pub(crate) async fn get_or_grant(&self, client: &etcd_client::Client, secs: i64) -> Result<Arc<Session>> {
-        if let Some(s) = self.get(secs) {
+    /// A lease of `secs` for one holder: a spare that still lives, else a
+    /// new grant.
+    pub(crate) async fn take(&self, client: &etcd_client::Client, secs: i64) -> Result<Arc<Session>> {
+        let now = Instant::now();
+        let spare = {
+            let mut spares = self.spares();
+            let list = spares.entry(secs).or_default();
+            list.retain(|s| s.covered_until() > now);
+            list.pop()
+        };
+        if let Some(s) = spare {
             return Ok(s);
         }
-        let _granting = self.granting.lock().await;
-        if let Some(s) = self.get(secs) {
-            return Ok(s);
-        }
-        let sent_at = Instant::now();
-        let granted = client
-            .lease_client()
-            .grant(secs, None)
-            .await
-            .map_err(|e| failed("granting a lease", e))?;
-        if granted.ttl() > secs {
-            // The server raised the TTL to its minimum: a lock would outlive
-            // its TTL after its holder died.
-            let _ = client.lease_client().revoke(granted.id()).await;
-            return Err(Error::invalid(format!(
-                "this etcd server's minimum lease TTL is {} s, above the {secs} s asked for: \
-                 use a TTL of at least {} s (or lower the server's election timeout)",
-                granted.ttl(),
-                granted.ttl()
-            )));
-        }
-        let session = Arc::new(Session {
-            lease: granted.id(),
-            granted_secs: granted.ttl(),
-            stream: tokio::sync::Mutex::new(None),
-            refreshed: Mutex::new(sent_at),
-        });
-        self.map().insert(secs, session.clone());
-        Ok(session)
+        grant(client, secs).await
     }
 
-    /// Forget `session` (its lease is gone), unless it was replaced already.
-    pub(crate) fn forget(&self, secs: i64, session: &Arc<Session>) {
-        let mut map = self.map();
-        if map.get(&secs).is_some_and(|s| Arc::ptr_eq(s, session)) {
-            map.remove(&secs);
+    /// `session`, unused (nothing of a holder is on it), becomes a spare.
+    pub(crate) fn put_back(&self, client: &etcd_client::Client, session: Arc<Session>) {
+        if session.covered_until() <= Instant::now() {
+            return; // ends by itself
+        }
+        let mut spares = self.spares();
+        let list = spares.entry(session.granted_secs).or_default();
+        if list.len() < MAX_SPARES {
+            list.push(session);
+        } else {
+            drop(spares);
+            revoke(client, session.lease);
         }
     }
 
-    /// Stop keeping `session`'s lease alive and use a new one from now on
-    /// (unless it was replaced already). A write whose outcome is unknown
-    /// may have left an entry on that lease that no guard knows of (an
-    /// acquire that commits after its caller gave up, a release that may
-    /// not have run); while the lease lives, so would that entry, kept
-    /// alive by the renewals of every other lock on it. Retired, the lease
-    /// ends within its TTL, and the entries that are held move to the new
-    /// lease at their next renewal (same value, same create revision).
-    pub(crate) fn retire(&self, secs: i64, session: &Arc<Session>) {
-        tracing::debug!(
-            lease = session.lease,
-            "retiring a shared lease after a write of unknown outcome"
-        );
-        self.forget(secs, session);
-    }
-
-    /// [`Sessions::retire`] for every lease (a release of unknown outcome:
-    /// which lease its key is on is not known).
-    pub(crate) fn retire_all(&self) {
-        let mut map = self.map();
-        for session in map.values() {
-            tracing::debug!(
-                lease = session.lease,
-                "retiring a shared lease after a release of unknown outcome"
-            );
-        }
-        map.clear();
-    }
-
-    /// A guard for a write on `session`'s lease: unless settled, it retires
-    /// the lease when dropped (the write failed with an unknown outcome, or
-    /// its future was dropped in flight).
-    pub(crate) fn unsettled(&self, secs: i64, session: &Arc<Session>) -> Unsettled<'_> {
-        Unsettled {
-            sessions: self,
-            lease: Some((secs, session.clone())),
-            armed: true,
+    /// `session` carries a holder's entries now.
+    pub(crate) fn hold(&self, session: &Arc<Session>) {
+        let mut held = self.held_map();
+        held.by_lease.insert(session.lease, session.clone());
+        if held.by_lease.len() >= held.prune_at {
+            let now = Instant::now();
+            held.by_lease
+                .retain(|_, s| s.covered_until() + Duration::from_secs(s.granted_secs.unsigned_abs()) > now);
+            held.prune_at = (held.by_lease.len() * 2).max(64);
         }
     }
 
-    /// A guard for a release: unless settled, it retires every lease.
-    pub(crate) fn unsettled_release(&self) -> Unsettled<'_> {
-        Unsettled {
-            sessions: self,
-            lease: None,
-            armed: true,
-        }
+    /// The held lease `lease`, if this backend holds it.
+    pub(crate) fn held(&self, lease: i64) -> Option<Arc<Session>> {
+        self.held_map().by_lease.get(&lease).cloned()
     }
 
-    /// Every session's lease id (revoked when the backend closes).
+    /// `lease` carries nothing of this backend's any more.
+    pub(crate) fn unhold(&self, lease: i64) -> Option<Arc<Session>> {
+        self.held_map().by_lease.remove(&lease)
+    }
+
+    /// Every lease id (revoked when the backend closes).
     pub(crate) fn leases(&self) -> Vec<i64> {
-        self.map().values().map(|s| s.lease).collect()
+        let mut out: Vec<i64> = self.held_map().by_lease.keys().copied().collect();
+        out.extend(self.spares().values().flatten().map(|s| s.lease));
+        out
     }
 }
 
-/// A write in flight that may leave an entry on a shared lease: see
-/// [`Sessions::unsettled`].
-#[must_use = "dropped unsettled, it retires the lease"]
-pub(crate) struct Unsettled<'a> {
-    sessions: &'a Sessions,
-    /// The lease written to; `None`: any of them.
-    lease: Option<(i64, Arc<Session>)>,
-    armed: bool,
+/// A new lease of `secs`, refused when the server raises it to its
+/// minimum (a lock would outlive its TTL after its holder died).
+pub(crate) async fn grant(client: &etcd_client::Client, secs: i64) -> Result<Arc<Session>> {
+    let sent_at = Instant::now();
+    let granted = client
+        .lease_client()
+        .grant(secs, None)
+        .await
+        .map_err(|e| failed("granting a lease", e))?;
+    if granted.ttl() > secs {
+        revoke(client, granted.id());
+        return Err(Error::invalid(format!(
+            "this etcd server's minimum lease TTL is {} s, above the {secs} s asked for: \
+             use a TTL of at least {} s (or lower the server's election timeout)",
+            granted.ttl(),
+            granted.ttl()
+        )));
+    }
+    Ok(Arc::new(Session::new(granted.id(), granted.ttl(), sent_at)))
 }
 
-impl Unsettled<'_> {
-    /// The write's outcome is known: nothing unknown is left on the lease.
-    pub(crate) fn settle(mut self) {
-        self.armed = false;
+/// Revoke `lease` in the background (best effort: needs a runtime; a lease
+/// left behind ends within its TTL, as nobody renews it).
+pub(crate) fn revoke(client: &etcd_client::Client, lease: i64) {
+    if lease == 0 {
+        return;
     }
-
-    /// Settle when `result` is known (a reply, or an error the server
-    /// answered with); a write error of unknown outcome retires.
-    pub(crate) fn settle_if_known<T>(self, result: &Result<T>) {
-        match result {
-            Err(e) if e.is_outcome_unknown() => drop(self),
-            _ => self.settle(),
-        }
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        let mut leases = client.lease_client();
+        rt.spawn(async move {
+            let _ = leases.revoke(lease).await;
+        });
     }
 }
 
-impl Drop for Unsettled<'_> {
+/// A keepalive waiting for its answer on the stream.
+struct Pending {
+    lease: i64,
+    reply: oneshot::Sender<std::result::Result<i64, String>>,
+}
+
+/// The backend's one keepalive stream, while it is open.
+struct Open {
+    keeper: LeaseKeeper,
+    /// Keepalives sent and not answered yet, in the order sent (the server
+    /// answers a stream's keepalives in order).
+    pending: Arc<Mutex<VecDeque<Pending>>>,
+    closed: Arc<AtomicBool>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Open {
     fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        match self.lease.take() {
-            Some((secs, session)) => self.sessions.retire(secs, &session),
-            None => self.sessions.retire_all(),
+        self.closed.store(true, Ordering::Release);
+        self.reader.abort();
+        fail_all(&self.pending, "the lease keepalive stream was closed");
+    }
+}
+
+fn fail_all(pending: &Mutex<VecDeque<Pending>>, why: &str) {
+    let drained: Vec<Pending> = pending.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
+    for p in drained {
+        let _ = p.reply.send(Err(why.to_owned()));
+    }
+}
+
+/// One keepalive stream for every lease of a backend: each keepalive is one
+/// message on it, its answer awaited at most the response timeout. The
+/// stream is opened on first use and again after it fails or an answer is
+/// late (a late answer can then never be taken for a later keepalive's).
+pub(crate) struct KeepAlives {
+    slot: tokio::sync::Mutex<Option<Open>>,
+    timeout: Duration,
+    /// Keepalive messages sent (diagnostics and tests).
+    pub(crate) sent: AtomicU64,
+    /// Keepalive streams opened (diagnostics and tests).
+    pub(crate) opened: AtomicU64,
+}
+
+impl KeepAlives {
+    pub(crate) fn new(timeout: Duration) -> KeepAlives {
+        KeepAlives {
+            slot: tokio::sync::Mutex::new(None),
+            timeout,
+            sent: AtomicU64::new(0),
+            opened: AtomicU64::new(0),
         }
     }
+
+    /// Keep `lease` alive: one keepalive.
+    pub(crate) async fn keep_alive(&self, client: &etcd_client::Client, lease: i64) -> Result<KeepAlive> {
+        self.keep_alive_many(client, &[lease])
+            .await
+            .pop()
+            .unwrap_or_else(|| Err(Error::backend(NAME, "the keepalive returned no outcome")))
+    }
+
+    /// Keep each of `leases` alive: one keepalive message each on the
+    /// backend's one stream, answered in order; each answer awaited at
+    /// most the response timeout.
+    pub(crate) async fn keep_alive_many(&self, client: &etcd_client::Client, leases: &[i64]) -> Vec<Result<KeepAlive>> {
+        let mut waits: Vec<std::result::Result<(Instant, oneshot::Receiver<_>), Error>> =
+            Vec::with_capacity(leases.len());
+        {
+            // Held only while sending: answers are awaited without it.
+            let slot = tokio::time::timeout(self.timeout, self.slot.lock()).await;
+            let Ok(mut slot) = slot else {
+                return leases
+                    .iter()
+                    .map(|_| Err(timed_out("sending a lease keepalive")))
+                    .collect();
+            };
+            for &lease in leases {
+                waits.push(self.send(client, &mut slot, lease).await);
+            }
+        }
+        let mut out = Vec::with_capacity(waits.len());
+        let mut late = false;
+        for wait in waits {
+            let (sent_at, rx) = match wait {
+                Ok(w) => w,
+                Err(e) => {
+                    out.push(Err(e));
+                    continue;
+                }
+            };
+            let left = (sent_at + self.timeout).saturating_duration_since(Instant::now());
+            out.push(match tokio::time::timeout(left, rx).await {
+                Err(_) => {
+                    late = true;
+                    Err(timed_out("the lease keepalive's answer"))
+                }
+                Ok(Err(_)) => Err(Error::backend(NAME, "the lease keepalive stream closed")),
+                Ok(Ok(Err(why))) => Err(Error::backend(NAME, format!("lease keepalive: {why}"))),
+                Ok(Ok(Ok(ttl))) if ttl > 0 => Ok(KeepAlive::Alive { ttl, sent_at }),
+                Ok(Ok(Ok(_))) => Ok(KeepAlive::Gone),
+            });
+        }
+        if late {
+            // Reopen on the next use (maybe on another member); what was
+            // sent on this stream fails now.
+            if let Ok(mut slot) = self.slot.try_lock() {
+                *slot = None;
+            }
+        }
+        out
+    }
+
+    /// Send one keepalive for `lease`, opening the stream first if needed.
+    async fn send(
+        &self,
+        client: &etcd_client::Client,
+        slot: &mut Option<Open>,
+        lease: i64,
+    ) -> Result<(Instant, oneshot::Receiver<std::result::Result<i64, String>>)> {
+        if slot.as_ref().is_none_or(|o| o.closed.load(Ordering::Acquire)) {
+            *slot = None;
+            let opened = tokio::time::timeout(self.timeout, client.lease_client().keep_alive(lease)).await;
+            let (keeper, responses) = match opened {
+                Err(_) => return Err(timed_out("opening the lease keepalive stream")),
+                Ok(Err(e)) if is_lease_not_found(&e) => {
+                    // Opening sent a keepalive for `lease`: the answer is in.
+                    let (tx, rx) = oneshot::channel();
+                    let _ = tx.send(Ok(0));
+                    return Ok((Instant::now(), rx));
+                }
+                Ok(Err(e)) => return Err(failed("opening the lease keepalive stream", e)),
+                Ok(Ok(opened)) => opened,
+            };
+            self.opened.fetch_add(1, Ordering::Relaxed);
+            let pending = Arc::new(Mutex::new(VecDeque::new()));
+            let closed = Arc::new(AtomicBool::new(false));
+            let reader = tokio::spawn(read_answers(responses, pending.clone(), closed.clone()));
+            *slot = Some(Open {
+                keeper,
+                pending,
+                closed,
+                reader,
+            });
+        }
+        let Some(open) = slot.as_mut() else {
+            return Err(Error::backend(NAME, "the lease keepalive stream is not open"));
+        };
+        let (tx, rx) = oneshot::channel();
+        let sent_at = Instant::now();
+        open.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(Pending { lease, reply: tx });
+        open.keeper.id = lease;
+        self.sent.fetch_add(1, Ordering::Relaxed);
+        match tokio::time::timeout(self.timeout, open.keeper.keep_alive()).await {
+            Ok(Ok(())) => Ok((sent_at, rx)),
+            Ok(Err(e)) => {
+                *slot = None;
+                Err(failed("sending a lease keepalive", e))
+            }
+            Err(_) => {
+                *slot = None;
+                Err(timed_out("sending a lease keepalive"))
+            }
+        }
+    }
+}
+
+/// The stream's reader: each answer goes to the oldest pending keepalive
+/// (which must be for the same lease); an error, a close or a mismatch
+/// fails every pending keepalive and closes the stream.
+async fn read_answers(
+    mut responses: etcd_client::LeaseKeepAliveStream,
+    pending: Arc<Mutex<VecDeque<Pending>>>,
+    closed: Arc<AtomicBool>,
+) {
+    let why = loop {
+        match responses.message().await {
+            Ok(Some(resp)) => {
+                let next = pending.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+                match next {
+                    Some(p) if p.lease == resp.id() => {
+                        let _ = p.reply.send(Ok(resp.ttl()));
+                    }
+                    Some(p) => {
+                        let _ = p.reply.send(Err("an answer for another lease".into()));
+                        break "the keepalive answers came out of order".to_owned();
+                    }
+                    None => break "an answer nobody asked for".to_owned(),
+                }
+            }
+            Ok(None) => break "the lease keepalive stream closed".to_owned(),
+            Err(e) if is_lease_not_found(&e) => break "lease not found".to_owned(),
+            Err(e) => break format!("lease keepalive: {e}"),
+        }
+    };
+    tracing::debug!(why, "the lease keepalive stream ended");
+    closed.store(true, Ordering::Release);
+    fail_all(&pending, &why);
+}
+
+fn timed_out(what: &str) -> Error {
+    Error::backend(NAME, format!("{what}: no answer within the response timeout"))
 }

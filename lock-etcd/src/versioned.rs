@@ -1,10 +1,13 @@
 //! The versioned store on etcd's own revisions: a value's version is its
 //! key's `mod_revision`, cluster-wide and only growing, so versions never
 //! repeat for any key, even after a delete. Every write is one transaction
-//! comparing the version (plus a lease grant for a write with a TTL).
+//! comparing the version (plus a lease grant for a write with a TTL: each
+//! value with a TTL on a lease of its own, which ends with it: a write that
+//! is refused revokes the lease it took, one that replaces a value revokes
+//! the old value's, a delete the deleted value's).
 
 use async_trait::async_trait;
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
 use lock_core::raw::validate_key;
 use lock_core::{CasOutcome, CreateOutcome, DeleteOutcome, Expiry, Result, Versioned, VersionedStore};
 
@@ -13,10 +16,11 @@ use crate::lock::first_kv;
 use crate::{EtcdBackend, Inner};
 
 impl Inner {
-    /// Put options for a write with `expiry`: a fresh lease for a TTL (its
-    /// own: the value expires exactly that long after the write, rounded up
-    /// to whole seconds), no lease to persist, the current one to keep.
-    async fn put_options(&self, expiry: Expiry) -> Result<PutOptions> {
+    /// Put options for a write with `expiry`, and the lease granted for it:
+    /// a fresh lease for a TTL (its own: the value expires exactly that long
+    /// after the write, rounded up to whole seconds), no lease to persist,
+    /// the current one to keep (no lease granted).
+    async fn put_options(&self, expiry: Expiry) -> Result<(PutOptions, Option<i64>)> {
         Ok(match expiry {
             Expiry::After(ttl) => {
                 let secs = self.lease_secs(ttl)?;
@@ -26,11 +30,30 @@ impl Inner {
                     .grant(secs, None)
                     .await
                     .map_err(|e| failed("granting the value's lease", e))?;
-                PutOptions::new().with_lease(lease.id())
+                (PutOptions::new().with_lease(lease.id()), Some(lease.id()))
             }
-            Expiry::Persist => PutOptions::new(),
-            _ => PutOptions::new().with_ignore_lease(),
+            Expiry::Persist => (PutOptions::new(), None),
+            _ => (PutOptions::new().with_ignore_lease(), None),
         })
+    }
+
+    /// Revoke a value's lease that carries nothing (any more): best effort,
+    /// awaited (a lease left behind ends within its TTL).
+    async fn drop_lease(&self, lease: Option<i64>) {
+        if let Some(lease) = lease.filter(|l| *l != 0) {
+            let _ = self.client.lease_client().revoke(lease).await;
+        }
+    }
+
+    /// After a write whose transaction failed: its lease carries nothing,
+    /// unless the outcome is unknown (the value may be on it).
+    async fn after_failed_write<T>(&self, lease: Option<i64>, result: Result<T>) -> Result<T> {
+        if let Err(e) = &result
+            && !e.is_outcome_unknown()
+        {
+            self.drop_lease(lease).await;
+        }
+        result
     }
 
     fn written(resp: &etcd_client::TxnResponse, what: &str) -> Result<u64> {
@@ -63,18 +86,20 @@ impl VersionedStore for EtcdBackend {
         } else {
             Expiry::Persist
         };
-        let opts = self.inner.put_options(expiry).await?;
+        let (opts, lease) = self.inner.put_options(expiry).await?;
         let txn = Txn::new()
             .when([Compare::create_revision(k.clone(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(k, value.to_vec(), Some(opts))]);
-        let resp = self
+        let sent = self
             .inner
             .client
             .kv_client()
             .txn(txn)
             .await
-            .map_err(|e| write_failed("create", e))?;
+            .map_err(|e| write_failed("create", e));
+        let resp = self.inner.after_failed_write(lease, sent).await?;
         if !resp.succeeded() {
+            self.inner.drop_lease(lease).await;
             return Ok(CreateOutcome::Exists);
         }
         Ok(CreateOutcome::Created {
@@ -93,26 +118,38 @@ impl VersionedStore for EtcdBackend {
                 None => CasOutcome::Missing,
             });
         };
-        let opts = self.inner.put_options(expiry).await?;
+        let keeps_lease = !matches!(expiry, Expiry::After(_) | Expiry::Persist);
+        let (opts, lease) = self.inner.put_options(expiry).await?;
+        // The put returns the value it replaces: its lease, unless kept,
+        // carries nothing afterwards.
         let txn = Txn::new()
             .when([
                 Compare::create_revision(k.clone(), CompareOp::Greater, 0),
                 Compare::mod_revision(k.clone(), CompareOp::Equal, expected),
             ])
-            .and_then([TxnOp::put(k.clone(), value.to_vec(), Some(opts))])
+            .and_then([TxnOp::put(k.clone(), value.to_vec(), Some(opts.with_prev_key()))])
             .or_else([TxnOp::get(k, None)]);
-        let resp = self
+        let sent = self
             .inner
             .client
             .kv_client()
             .txn(txn)
             .await
-            .map_err(|e| write_failed("compare-and-set", e))?;
+            .map_err(|e| write_failed("compare-and-set", e));
+        let resp = self.inner.after_failed_write(lease, sent).await?;
         if resp.succeeded() {
+            if !keeps_lease {
+                let replaced = resp.op_responses().into_iter().find_map(|op| match op {
+                    TxnOpResponse::Put(p) => p.prev_key().map(KeyValue::lease),
+                    _ => None,
+                });
+                self.inner.drop_lease(replaced.filter(|l| Some(*l) != lease)).await;
+            }
             return Ok(CasOutcome::Written {
                 version: Inner::written(&resp, "compare-and-set")?,
             });
         }
+        self.inner.drop_lease(lease).await;
         Ok(match first_kv(&resp) {
             None => CasOutcome::Missing,
             Some(kv) => CasOutcome::Conflict(versioned(kv)),

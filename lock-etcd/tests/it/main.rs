@@ -7,9 +7,13 @@
 
 mod common;
 
+mod auth;
+
 mod conformance_cluster;
 mod conformance_single;
 mod faults;
 mod kinds_cluster;
 mod kinds_single;
+mod lease_per_holder;
+mod limits;
 mod shared_lease;

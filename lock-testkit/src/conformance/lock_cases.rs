@@ -7,8 +7,10 @@ mod cancellation;
 mod exclusion;
 mod lease;
 mod outside_runtime;
+mod unrenewed;
 
 pub use self::cancellation::*;
 pub use self::exclusion::*;
 pub use self::lease::*;
 pub use self::outside_runtime::*;
+pub use self::unrenewed::*;

@@ -490,6 +490,7 @@ macro_rules! lock_conformance {
             unknown_outcome_acquire_is_cleaned_up, invalid_arguments_are_rejected, renew_many_matches_renew,
             lost_follows_an_earlier_deadline, handles_see_the_lease_end,
             dropped_acquire_leaves_no_lock,
+            unrenewed_lease_expires_while_another_is_renewed,
             dropped_release_future_still_releases, reserved_keys_are_refused,
             outside_a_runtime_is_a_typed_error_and_leaves_no_key]; $($args)*);
     };

@@ -115,6 +115,8 @@ pub struct EtcdCluster {
     dir: ServerDir,
     token: String,
     members: Vec<Member>,
+    /// More command-line arguments for every member (`--auth-token-ttl`).
+    extra_args: Vec<String>,
 }
 
 impl fmt::Debug for EtcdCluster {
@@ -158,7 +160,45 @@ impl EtcdCluster {
     /// # Cancel safety
     /// Cancel safe: the processes die with the dropped value.
     pub async fn start(n: usize) -> HarnessResult<EtcdCluster> {
-        EtcdCluster::start_with(n, false).await
+        EtcdCluster::start_with(n, false, Vec::new()).await
+    }
+
+    /// One member with authentication on: user `root` (role `root`) with
+    /// `password`, and simple tokens that the server drops after
+    /// `token_ttl` (whole seconds, at least 1) without use
+    /// (`--auth-token-ttl`), so a test can see its client's token expire.
+    ///
+    /// # Errors
+    /// As [`EtcdCluster::single`]; [`HarnessError::Reply`] when the server
+    /// refuses a step of turning authentication on.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the process dies with the dropped value.
+    pub async fn single_with_auth(password: &str, token_ttl: Duration) -> HarnessResult<EtcdCluster> {
+        let secs = token_ttl.as_secs().max(1);
+        let cluster = EtcdCluster::start_with(1, false, vec!["--auth-token-ttl".into(), secs.to_string()]).await?;
+        let port = cluster.members[0].client_port;
+        let password = password.replace('\\', "\\\\").replace('"', "\\\"");
+        let steps = [
+            ("/v3/auth/role/add", r#"{"name":"root"}"#.to_owned()),
+            (
+                "/v3/auth/user/add",
+                format!(r#"{{"name":"root","password":"{password}"}}"#),
+            ),
+            ("/v3/auth/user/grant", r#"{"user":"root","role":"root"}"#.to_owned()),
+            ("/v3/auth/enable", "{}".to_owned()),
+        ];
+        for (path, body) in steps {
+            let answer = http(port, "POST", path, &body).await?;
+            let status_ok = answer.starts_with("HTTP/1.1 200") || answer.starts_with("HTTP/1.0 200");
+            if !status_ok {
+                return Err(HarnessError::Reply {
+                    command: format!("etcd POST {path}"),
+                    message: answer,
+                });
+            }
+        }
+        Ok(cluster)
     }
 
     /// `n` members (2 to 7) whose peer traffic goes through proxies, so
@@ -174,10 +214,10 @@ impl EtcdCluster {
         if n < 2 {
             return Err(HarnessError::Setup("a partition needs at least two members".into()));
         }
-        EtcdCluster::start_with(n, true).await
+        EtcdCluster::start_with(n, true, Vec::new()).await
     }
 
-    async fn start_with(n: usize, proxied: bool) -> HarnessResult<EtcdCluster> {
+    async fn start_with(n: usize, proxied: bool, extra_args: Vec<String>) -> HarnessResult<EtcdCluster> {
         if !(1..=7).contains(&n) {
             return Err(HarnessError::Setup(format!(
                 "an etcd cluster has 1 to 7 members, not {n}"
@@ -208,6 +248,7 @@ impl EtcdCluster {
             dir,
             token,
             members,
+            extra_args,
         };
         for i in 0..n {
             cluster.spawn(i)?;
@@ -301,6 +342,7 @@ impl EtcdCluster {
             .args(["--heartbeat-interval", "25", "--election-timeout", "250"])
             .args(["--feature-gates", "LeaseCheckpoint=true,LeaseCheckpointPersist=true"])
             .args(["--unsafe-no-fsync", "--log-level", "warn"])
+            .args(&self.extra_args)
             .current_dir(self.dir.path())
             .stdin(Stdio::null())
             .stdout(Stdio::from(log))

@@ -65,6 +65,7 @@ fn every_lock_case_is_in_the_macro_list() {
         include_str!("../../src/conformance/lock_cases/lease.rs"),
         include_str!("../../src/conformance/lock_cases/cancellation.rs"),
         include_str!("../../src/conformance/lock_cases/outside_runtime.rs"),
+        include_str!("../../src/conformance/lock_cases/unrenewed.rs"),
     ]
     .into_iter()
     .flat_map(case_functions)
