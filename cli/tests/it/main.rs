@@ -8,5 +8,6 @@ mod cli_postgres;
 mod common;
 mod deadline;
 mod kinds;
+mod limits;
 mod readme;
 mod secrets;
