@@ -227,6 +227,8 @@ fn parse_quoting(url: &str, features: &Features) -> Result<Target> {
     }
     let (before_query, query) = rest.split_once('?').unwrap_or((rest, ""));
     let params: Vec<(String, String)> = form_urlencoded::parse(query.as_bytes()).into_owned().collect();
+    // `node` is the one parameter meant to repeat (redlock://).
+    refuse_conflicting_repeats(&scheme, &params, &["node"])?;
     match scheme.as_str() {
         "memory" => {
             require(features.memory, "memory://", "memory")?;
@@ -433,6 +435,23 @@ fn parse_db(scheme: &str, text: &str) -> Result<u32> {
             u32::MAX
         ))
     })
+}
+
+/// Refuses a parameter given twice with different values (which one would
+/// win is a guess); the same value twice says it once. Values are not
+/// quoted: some hold URLs with passwords.
+fn refuse_conflicting_repeats(scheme: &str, params: &[(String, String)], repeatable: &[&str]) -> Result<()> {
+    for (i, (name, value)) in params.iter().enumerate() {
+        if repeatable.contains(&name.as_str()) {
+            continue;
+        }
+        if params[..i].iter().any(|(n, v)| n == name && v != value) {
+            return Err(Error::invalid(format!(
+                "{scheme}:// parameter {name} is given twice with different values: keep one"
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn parse_redlock(before_query: &str, params: &[(String, String)], features: &Features) -> Result<Target> {

@@ -2,8 +2,9 @@
 //! makes no sense, its maximum + 1, `u64::MAX` and `NaN` give
 //! `InvalidArgument` naming the parameter, never a panic, from
 //! `check_url`, from `connect` and from the builders; `check_url` and
-//! `connect` agree. Nothing listens on the URLs' ports: every case fails
-//! before connecting.
+//! `connect` agree; a parameter given twice with different values is
+//! refused. Nothing listens on the URLs' ports: every case fails before
+//! connecting.
 #![allow(clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::time::Duration;
@@ -90,6 +91,52 @@ fn bad_urls() -> Vec<(String, &'static str)> {
     cases
 }
 
+/// Conflicting repeats: the same parameter twice with different values.
+fn repeated_urls() -> Vec<(String, &'static str)> {
+    let mut cases: Vec<(String, &'static str)> = Vec::new();
+    for base in ["redis://127.0.0.1:1", "tair://127.0.0.1:1"] {
+        cases.push((format!("{base}?fencing=true&fencing=false"), "fencing"));
+        cases.push((
+            format!("{base}?connect_timeout=1s&connect_timeout=2s"),
+            "connect_timeout",
+        ));
+        cases.push((
+            format!("{base}?response_timeout=1s&response_timeout=2s"),
+            "response_timeout",
+        ));
+        cases.push((
+            format!("{base}?release_notifications=true&release_notifications=false"),
+            "release_notifications",
+        ));
+        cases.push((format!("{base}?ack_connections=1&ack_connections=2"), "ack_connections"));
+        cases.push((
+            format!("{base}?replica_ack=1&replica_ack=2&replica_ack_timeout=1s"),
+            "replica_ack",
+        ));
+    }
+    let nodes = "node=memory://&node=memory://&node=memory://";
+    cases.push((format!("redlock://?{nodes}&quorum=2&quorum=3"), "quorum"));
+    cases.push((
+        format!("redlock://?{nodes}&drift_factor=0.01&drift_factor=0.02"),
+        "drift_factor",
+    ));
+    cases.push((
+        format!("redlock://?{nodes}&node_timeout=1s&node_timeout=2s"),
+        "node_timeout",
+    ));
+    cases.push((
+        "postgres://app@127.0.0.1:1/db?pool_size=1&pool_size=2".to_owned(),
+        "pool_size",
+    ));
+    cases.push(("postgres://app@127.0.0.1:1/db?schema=a&schema=b".to_owned(), "schema"));
+    cases.push(("etcd://127.0.0.1:1?namespace=a/&namespace=b/".to_owned(), "namespace"));
+    cases.push((
+        "etcd://127.0.0.1:1?response_timeout=1s&response_timeout=2s".to_owned(),
+        "response_timeout",
+    ));
+    cases
+}
+
 fn assert_invalid(what: &str, name: &str, r: Result<(), Error>) {
     match r {
         Err(Error::InvalidArgument(m)) => assert!(m.contains(name), "{what}: the message does not name `{name}`: {m}"),
@@ -105,6 +152,24 @@ async fn absurd_numbers_are_refused_by_check_url_and_connect_alike() {
             .await
             .unwrap_or_else(|_| panic!("connect({url}) hangs"));
         assert_invalid(&format!("connect({url})"), name, connected.map(drop));
+    }
+}
+
+#[tokio::test]
+async fn a_parameter_given_twice_with_different_values_is_refused() {
+    for (url, name) in repeated_urls() {
+        assert_invalid(&format!("check_url({url})"), name, verrou::connect::check_url(&url));
+        let connected = tokio::time::timeout(Duration::from_secs(20), verrou::connect(&url))
+            .await
+            .unwrap_or_else(|_| panic!("connect({url}) hangs"));
+        assert_invalid(&format!("connect({url})"), name, connected.map(drop));
+    }
+    // The same value twice says the same thing: accepted.
+    for url in [
+        "redis://127.0.0.1:1?fencing=true&fencing=true",
+        "redlock://?node=memory://&node=memory://&quorum=2&quorum=2",
+    ] {
+        verrou::connect::check_url(url).unwrap_or_else(|e| panic!("{url}: {e}"));
     }
 }
 

@@ -21,6 +21,7 @@ async fn absurd_numbers_exit_with_the_config_code() {
         format!("etcd://127.0.0.1:1?response_timeout={MAX}s"),
         "redlock://?node=memory://&node=memory://&node=memory://&drift_factor=NaN".to_owned(),
         format!("redlock://?node=memory://&node=memory://&node=memory://&node_timeout={MAX}s"),
+        "redis://127.0.0.1:1?fencing=true&fencing=false".to_owned(),
     ] {
         let out = verrou("")
             .env_remove("VERROU_URL")
