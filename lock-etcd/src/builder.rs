@@ -112,8 +112,16 @@ impl EtcdBuilder {
         if self.endpoints.is_empty() {
             return Err(Error::invalid("an etcd backend needs at least one endpoint"));
         }
-        if self.response_timeout.is_zero() || self.connect_timeout.is_zero() {
-            return Err(Error::invalid("etcd timeouts must be above zero"));
+        for (name, timeout) in [
+            ("connect_timeout", self.connect_timeout),
+            ("response_timeout", self.response_timeout),
+        ] {
+            if timeout.is_zero() || timeout > lock_core::MAX_TIMEOUT {
+                return Err(Error::invalid(format!(
+                    "etcd {name} must be above zero and at most {} days, got {timeout:?}",
+                    lock_core::MAX_TIMEOUT.as_secs() / 86_400
+                )));
+            }
         }
         for endpoint in &self.endpoints {
             check_endpoint(endpoint)?;

@@ -19,6 +19,9 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Default number of pooled connections the backend opens itself.
 pub const DEFAULT_POOL_SIZE: usize = 16;
+/// Largest pool the backend opens itself: PostgreSQL's own default
+/// `max_connections` is 100, and the pool sizes its slot list by it.
+pub const MAX_POOL_SIZE: usize = 1024;
 
 enum Source {
     Config(Box<tokio_postgres::Config>),
@@ -84,9 +87,14 @@ impl PostgresBuilder {
     /// [`Error::InvalidArgument`] for a string tokio-postgres cannot parse
     /// (the message never quotes a password).
     pub fn url(url: &str) -> Result<Self> {
-        let config: tokio_postgres::Config = url
-            .parse()
-            .map_err(|e| Error::invalid(format!("not a PostgreSQL connection string: {e}")))?;
+        let config: tokio_postgres::Config = url.parse().map_err(|e| {
+            // The cause names the option (`invalid value for option
+            // `connect_timeout``), never its value.
+            let cause = std::error::Error::source(&e)
+                .map(|c| format!(": {c}"))
+                .unwrap_or_default();
+            Error::invalid(format!("not a PostgreSQL connection string: {e}{cause}"))
+        })?;
         Ok(Self::config(config))
     }
 
@@ -136,7 +144,8 @@ impl PostgresBuilder {
         self
     }
 
-    /// Size of the pool the backend opens itself (default 16).
+    /// Size of the pool the backend opens itself (default 16, at most
+    /// [`MAX_POOL_SIZE`]; else `build` fails with `InvalidArgument`).
     #[must_use]
     pub fn pool_size(mut self, size: usize) -> Self {
         self.pool_size = size;
@@ -180,11 +189,22 @@ impl PostgresBuilder {
     /// created whole or not at all.
     pub async fn build(self) -> Result<PostgresBackend> {
         let statements = Statements::new(&self.schema)?;
-        if self.response_timeout.is_zero() || self.connect_timeout.is_zero() {
-            return Err(Error::invalid("timeouts must be above zero"));
+        for (name, timeout) in [
+            ("connect_timeout", self.connect_timeout),
+            ("response_timeout", self.response_timeout),
+        ] {
+            if timeout.is_zero() || timeout > lock_core::MAX_TIMEOUT {
+                return Err(Error::invalid(format!(
+                    "{name} must be above zero and at most {} days, got {timeout:?}",
+                    lock_core::MAX_TIMEOUT.as_secs() / 86_400
+                )));
+            }
         }
-        if self.pool_size == 0 {
-            return Err(Error::invalid("pool_size must be at least 1"));
+        if !(1..=MAX_POOL_SIZE).contains(&self.pool_size) {
+            return Err(Error::invalid(format!(
+                "pool_size must be from 1 to {MAX_POOL_SIZE}, got {}",
+                self.pool_size
+            )));
         }
         let listen = match (&self.listen_url, &self.source) {
             _ if !self.notifications => None,

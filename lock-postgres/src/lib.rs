@@ -180,7 +180,9 @@ use lock_core::{Capabilities, Error, FencingToken, LockBackend, LockToken, Resul
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 
-pub use builder::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_RESPONSE_TIMEOUT, PostgresBuilder};
+pub use builder::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_RESPONSE_TIMEOUT, MAX_POOL_SIZE, PostgresBuilder,
+};
 /// The deadpool-postgres crate the backend is built on (hand over a `Pool`).
 pub use deadpool_postgres;
 pub use error::{Refusal, refusal};

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use lock_core::{Error, ReplicaAck, Result};
+use lock_core::{Error, MAX_TIMEOUT, ReplicaAck, Result};
 
 /// Default time to open a connection (TCP, TLS, `HELLO`/`AUTH`): 2 s, as on
 /// the PostgreSQL backend.
@@ -14,6 +14,28 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// `op_timeout` (which bounds every call the manager makes anyway), as on
 /// the PostgreSQL backend.
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Most connections dedicated to write + `WAIT` pairs (`ack_connections`):
+/// each is a server connection (a Redis server accepts 10 000 by default),
+/// and the pools size their slot lists by it.
+pub const MAX_ACK_CONNECTIONS: usize = 1024;
+
+/// The range of `connect_timeout` and `response_timeout`: above zero and at
+/// most [`MAX_TIMEOUT`] (the bound of the manager's `op_timeout`, which cuts
+/// every call anyway), so the sums the backends wait for (`2 × connect +
+/// response + WAIT`) stay far from overflowing.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming `name` and the range.
+pub fn check_timeout(name: &str, timeout: Duration) -> Result<()> {
+    if timeout.is_zero() || timeout > MAX_TIMEOUT {
+        return Err(Error::invalid(format!(
+            "{name} must be above zero and at most {} days, got {timeout:?}",
+            MAX_TIMEOUT.as_secs() / 86_400
+        )));
+    }
+    Ok(())
+}
 
 /// A Redis-family builder's shared settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,23 +65,23 @@ impl Settings {
         }
     }
 
-    /// Refuses zero timeouts, an invalid replica acknowledgement and no
-    /// connection for it.
+    /// Refuses timeouts out of [`check_timeout`]'s range, an invalid
+    /// replica acknowledgement, and `ack_connections` outside 1 ..=
+    /// [`MAX_ACK_CONNECTIONS`].
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] naming the setting.
+    /// [`Error::InvalidArgument`] naming the setting and its range.
     pub fn check(&self) -> Result<()> {
-        if self.connect_timeout.is_zero() {
-            return Err(Error::invalid("connect_timeout must be above zero"));
-        }
-        if self.response_timeout.is_zero() {
-            return Err(Error::invalid("response_timeout must be above zero"));
-        }
+        check_timeout("connect_timeout", self.connect_timeout)?;
+        check_timeout("response_timeout", self.response_timeout)?;
         if let Some(ack) = &self.replica_ack {
             ack.validate()?;
         }
-        if self.ack_connections == 0 {
-            return Err(Error::invalid("ack_connections must be at least 1"));
+        if !(1..=MAX_ACK_CONNECTIONS).contains(&self.ack_connections) {
+            return Err(Error::invalid(format!(
+                "ack_connections must be from 1 to {MAX_ACK_CONNECTIONS}, got {}",
+                self.ack_connections
+            )));
         }
         Ok(())
     }
@@ -82,6 +104,16 @@ mod tests {
                 ..Settings::new(2)
             },
             Settings::new(0),
+            Settings::new(MAX_ACK_CONNECTIONS + 1),
+            Settings::new(usize::MAX),
+            Settings {
+                connect_timeout: Duration::MAX,
+                ..Settings::new(2)
+            },
+            Settings {
+                response_timeout: MAX_TIMEOUT + Duration::from_nanos(1),
+                ..Settings::new(2)
+            },
         ] {
             let e = bad.check().err().map(|e| e.to_string()).unwrap_or_default();
             assert!(e.contains("must be"), "{bad:?}: {e}");

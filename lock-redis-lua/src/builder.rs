@@ -17,7 +17,7 @@ use crate::notify::Notifier;
 use crate::{Inner, RedisLuaBackend};
 
 use lock_redis_family::settings::Settings;
-pub use lock_redis_family::settings::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT};
+pub use lock_redis_family::settings::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, MAX_ACK_CONNECTIONS};
 /// Default maximum number of connections dedicated to write + WAIT pairs
 /// (opened on demand; see [`RedisLuaBuilder::ack_connections`]).
 pub const DEFAULT_ACK_CONNECTIONS: usize = 16;
@@ -202,8 +202,9 @@ impl RedisLuaBuilder {
 
     /// Maximum number of connections dedicated to write + WAIT pairs, built
     /// from a URL when [`RedisLuaBuilder::replica_ack`] is set (default
-    /// [`DEFAULT_ACK_CONNECTIONS`]), opened on demand. The same name as on the
-    /// Tair builder.
+    /// [`DEFAULT_ACK_CONNECTIONS`], at most [`MAX_ACK_CONNECTIONS`]; else
+    /// `build` fails with `InvalidArgument`), opened on demand. The same name
+    /// as on the Tair builder.
     pub fn ack_connections(mut self, n: usize) -> Self {
         self.settings.ack_connections = n;
         self
@@ -285,14 +286,16 @@ impl RedisLuaBuilder {
                     Some(ack) => {
                         // WAIT may block for its timeout: the dedicated
                         // connections wait that much longer for a reply.
-                        let config = config.clone().set_response_timeout(Some(rt + ack.timeout));
+                        let config = config
+                            .clone()
+                            .set_response_timeout(Some(rt.saturating_add(ack.timeout)));
                         let manager =
                             deadpool_redis::Manager::new_with_config(client.get_connection_info().clone(), config)
                                 .map_err(|e| bad_url(&url, &e))?;
                         let pool = deadpool_redis::Pool::builder(manager)
                             .max_size(self.settings.ack_connections)
                             .runtime(Runtime::Tokio1)
-                            .wait_timeout(Some(ct + rt + ack.timeout))
+                            .wait_timeout(Some(ct.saturating_add(rt).saturating_add(ack.timeout)))
                             .create_timeout(Some(ct))
                             .recycle_timeout(Some(rt))
                             .build()
@@ -329,10 +332,13 @@ impl RedisLuaBuilder {
                     None => builder,
                 };
                 let client = builder.build().map_err(|e| bad_url(&redact_all(&urls), &e))?;
-                let conn = match tokio::time::timeout(ct * 2 + rt, client.get_async_connection()).await {
-                    Ok(r) => r.map_err(connect_error)?,
-                    Err(_) => return Err(connect_error("no cluster connection within the connect timeout")),
-                };
+                let conn =
+                    match tokio::time::timeout(ct.saturating_mul(2).saturating_add(rt), client.get_async_connection())
+                        .await
+                    {
+                        Ok(r) => r.map_err(connect_error)?,
+                        Err(_) => return Err(connect_error("no cluster connection within the connect timeout")),
+                    };
                 let dedicated = match ack {
                     Some(ack) => {
                         let manager = cluster::Manager::new(urls.iter().map(String::as_str).collect(), false)
@@ -340,8 +346,8 @@ impl RedisLuaBuilder {
                         let pool = cluster::Pool::builder(manager)
                             .max_size(self.settings.ack_connections)
                             .runtime(Runtime::Tokio1)
-                            .wait_timeout(Some(ct + rt + ack.timeout))
-                            .create_timeout(Some(ct * 2 + rt))
+                            .wait_timeout(Some(ct.saturating_add(rt).saturating_add(ack.timeout)))
+                            .create_timeout(Some(ct.saturating_mul(2).saturating_add(rt)))
                             .recycle_timeout(Some(rt))
                             .build()
                             .map_err(pool_error)?;
@@ -357,7 +363,7 @@ impl RedisLuaBuilder {
                 (Shared::Standalone(Box::new(shared)), dedicated)
             }
             Source::ClusterPool(pool) => {
-                let conn = match tokio::time::timeout(ct * 2 + rt, pool.get()).await {
+                let conn = match tokio::time::timeout(ct.saturating_mul(2).saturating_add(rt), pool.get()).await {
                     Ok(r) => cluster::Connection::take(r.map_err(pool_error)?),
                     Err(_) => return Err(connect_error("no cluster connection from the pool in time")),
                 };

@@ -190,8 +190,8 @@ use lock_core::{Capabilities, Error, LockBackend, LockToken, Result};
 use lock_redis_family::board::Subscriber;
 
 pub use builder::{
-    DEFAULT_ACK_CONNECTIONS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, OnShortfall, RedisLuaBuilder,
-    ReplicaAck,
+    DEFAULT_ACK_CONNECTIONS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, MAX_ACK_CONNECTIONS, OnShortfall,
+    RedisLuaBuilder, ReplicaAck,
 };
 /// The deadpool-redis crate this backend is built on (pools, `redis`).
 pub use deadpool_redis;
@@ -481,7 +481,7 @@ impl Inner {
     /// Bound of one call on an open connection: a script may take two
     /// round trips (EVALSHA, NOSCRIPT, EVAL).
     fn call_budget(&self) -> Duration {
-        self.response_timeout * 2
+        self.response_timeout.saturating_mul(2)
     }
 
     /// Runs `call` on the shared connection.

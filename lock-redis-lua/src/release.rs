@@ -76,7 +76,11 @@ impl Inner {
     /// How long a tombstone outlives its call: past our own bound on the
     /// call, a re-send's answer is never read.
     pub(crate) fn resend_window(&self) -> Duration {
-        ((self.connect_timeout + self.call_budget()) * 2).max(Duration::from_secs(1))
+        (self
+            .connect_timeout
+            .saturating_add(self.call_budget())
+            .saturating_mul(2))
+        .max(Duration::from_secs(1))
     }
 
     /// The clean-up release of an acquire that got no reply, on the

@@ -47,7 +47,7 @@ impl Inner {
             .arg(ack.replicas)
             .arg(ttl_millis(ack.timeout))
             .to_owned();
-        let wait_budget = ack.timeout + self.response_timeout;
+        let wait_budget = ack.timeout.saturating_add(self.response_timeout);
         let acknowledged = match &self.dedicated {
             None => {
                 let value = self.exec_tracked(op, key, Access::Write, call, acquire).await?;
@@ -55,7 +55,9 @@ impl Inner {
             }
             Some(Dedicated::Standalone(pool)) => {
                 let mut conn =
-                    match tokio::time::timeout(self.connect_timeout + self.response_timeout, pool.get()).await {
+                    match tokio::time::timeout(self.connect_timeout.saturating_add(self.response_timeout), pool.get())
+                        .await
+                    {
                         Ok(r) => r.map_err(pool_error)?,
                         Err(_) => return Err(pool_error("no dedicated connection within the connect timeout")),
                     };
@@ -96,11 +98,17 @@ impl Inner {
                 (value, acked)
             }
             Some(Dedicated::Cluster(pool)) => {
-                let mut conn =
-                    match tokio::time::timeout(self.connect_timeout * 2 + self.response_timeout, pool.get()).await {
-                        Ok(r) => r.map_err(pool_error)?,
-                        Err(_) => return Err(pool_error("no dedicated cluster connection within the connect timeout")),
-                    };
+                let mut conn = match tokio::time::timeout(
+                    self.connect_timeout
+                        .saturating_mul(2)
+                        .saturating_add(self.response_timeout),
+                    pool.get(),
+                )
+                .await
+                {
+                    Ok(r) => r.map_err(pool_error)?,
+                    Err(_) => return Err(pool_error("no dedicated cluster connection within the connect timeout")),
+                };
                 if let Some((token, ttl)) = acquire {
                     self.in_flight.start(token, Conn::Cluster((*conn).clone()), ttl);
                 }

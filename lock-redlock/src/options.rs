@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use lock_core::options::DEFAULT_DRIFT_FACTOR;
-use lock_core::{Error, Result};
+use lock_core::{Error, MAX_TIMEOUT, Result};
 
 /// Default per-node timeout as a fraction of the TTL (redsync's 0.05).
 pub const DEFAULT_NODE_TIMEOUT_FACTOR: f64 = 0.05;
@@ -140,8 +140,16 @@ impl RedlockOptions {
         if !(self.node_timeout_factor.is_finite() && self.node_timeout_factor > 0.0) {
             return Err(Error::invalid("node_timeout_factor must be finite and above zero"));
         }
-        if self.min_node_timeout.is_zero() || self.max_node_timeout < self.min_node_timeout {
-            return Err(Error::invalid("node timeouts need min > 0 and max >= min"));
+        if self.min_node_timeout.is_zero()
+            || self.max_node_timeout < self.min_node_timeout
+            || self.max_node_timeout > MAX_TIMEOUT
+        {
+            return Err(Error::invalid(format!(
+                "node_timeout (min {:?}, max {:?}) must be above zero and at most {} days, with max >= min",
+                self.min_node_timeout,
+                self.max_node_timeout,
+                MAX_TIMEOUT.as_secs() / 86_400
+            )));
         }
         if !(0.0..0.5).contains(&self.drift_factor) {
             return Err(Error::invalid("drift_factor must be in [0, 0.5)"));
@@ -178,6 +186,9 @@ mod tests {
         assert!(invalid(RedlockOptions::default().drift_factor(0.5).validate(3)));
         assert!(invalid(
             RedlockOptions::default().node_timeout(Duration::ZERO).validate(3)
+        ));
+        assert!(invalid(
+            RedlockOptions::default().node_timeout(Duration::MAX).validate(3)
         ));
         let inverted =
             RedlockOptions::default().node_timeout_scaled(0.05, Duration::from_secs(1), Duration::from_millis(1));

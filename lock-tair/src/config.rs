@@ -11,7 +11,7 @@ use lock_core::Result;
 use crate::TairBackend;
 
 use lock_redis_family::settings::Settings;
-pub use lock_redis_family::settings::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT};
+pub use lock_redis_family::settings::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, MAX_ACK_CONNECTIONS};
 
 /// Default prefix of fence counter keys (see [`TairBuilder::fencing`]).
 pub const DEFAULT_FENCE_PREFIX: &str = "verrou:fence:";
@@ -210,7 +210,8 @@ impl TairBuilder {
     }
 
     /// Connections dedicated to write + `WAIT` (default
-    /// [`DEFAULT_ACK_CONNECTIONS`], opened at build), when
+    /// [`DEFAULT_ACK_CONNECTIONS`], at most [`MAX_ACK_CONNECTIONS`]; opened at
+    /// build), when
     /// [`TairBuilder::replica_ack`] is set. Writes waiting on one connection
     /// queue behind each other's `WAIT`; more connections, less queueing.
     #[must_use]

@@ -113,7 +113,11 @@ pub(crate) fn build_client(url: &str, tair: &TairBuilder, longest_wait: Duration
     let connect_timeout = tair.settings.connect_timeout;
     // A connection whose oldest request waits this long is closed and
     // re-opened (a stopped server, a silently dropped route).
-    let unresponsive = tair.settings.response_timeout * 2 + longest_wait;
+    let unresponsive = tair
+        .settings
+        .response_timeout
+        .saturating_mul(2)
+        .saturating_add(longest_wait);
     builder
         .with_connection_config(|c: &mut ConnectionConfig| {
             c.connection_timeout = connect_timeout;

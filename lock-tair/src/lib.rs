@@ -220,8 +220,8 @@ use lock_core::{Capabilities, Error, FencingToken, LockBackend, LockToken, Resul
 pub const RESERVED_KEY_PREFIX: &str = keys::KIND_PREFIX;
 
 pub use config::{
-    DEFAULT_ACK_CONNECTIONS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FENCE_PREFIX, DEFAULT_RESPONSE_TIMEOUT, OnShortfall,
-    ReplicaAck, TairBuilder,
+    DEFAULT_ACK_CONNECTIONS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FENCE_PREFIX, DEFAULT_RESPONSE_TIMEOUT,
+    MAX_ACK_CONNECTIONS, OnShortfall, ReplicaAck, TairBuilder,
 };
 /// The fred version this crate is built with, to build your own client or
 /// pool for [`TairBuilder::connection`] / [`TairBuilder::pool`].

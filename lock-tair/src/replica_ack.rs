@@ -72,7 +72,7 @@ impl TairBackend {
     pub(crate) async fn wait_on(&self, client: &Client, key: &str, ack: &ReplicaAck) -> u32 {
         let slot = redis_keyslot(key.as_bytes());
         let mut options = self.inner.options.clone();
-        options.timeout = Some(ack.timeout + self.inner.response_timeout);
+        options.timeout = Some(ack.timeout.saturating_add(self.inner.response_timeout));
         let timeout_ms = i64::try_from(ack.timeout.as_millis()).unwrap_or(i64::MAX).max(1);
         let command = CustomCommand::new_static("WAIT", ClusterHash::Custom(slot), false);
         let args: Vec<Value> = vec![i64::from(ack.replicas).into(), timeout_ms.into()];

@@ -29,7 +29,12 @@
 //!
 //! Every unknown parameter, malformed host, or scheme whose feature is off is
 //! an error saying what to write instead; passwords appear in no message and
-//! no `Debug` output.
+//! no `Debug` output. Numbers are bounded, as on the builders: durations
+//! above zero and at most [`crate::MAX_TIMEOUT`] (`replica_ack_timeout`
+//! 1 ms to 1 h), `ack_connections` and `pool_size` from 1 to 1024,
+//! `replica_ack` at least 1, `drift_factor` from 0 up to 0.5; a parameter
+//! given twice with different values is refused (only `node` repeats).
+//! [`check_url`] runs the same checks as [`connect`], short of connecting.
 
 mod etcd;
 mod kinds;
@@ -153,7 +158,8 @@ pub async fn connect(url: &str) -> Result<Backend> {
 }
 
 /// Check `url` without connecting: the same errors as [`connect`] for
-/// malformed URLs and disabled features.
+/// malformed URLs, out-of-range or conflicting parameters and disabled
+/// features.
 ///
 /// # Errors
 /// As [`connect`], except [`Error::Backend`].

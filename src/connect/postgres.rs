@@ -61,7 +61,10 @@ pub(crate) fn parse_postgres(url: &str, before_query: &str, params: &[(String, S
             }
             "create_schema" => target.create_schema = Some(super::url::boolean(name, value)?),
             "response_timeout" => target.response_timeout = Some(super::url::duration(name, value)?),
-            "pool_size" => target.pool_size = Some(super::url::number(name, value)?),
+            "pool_size" => {
+                let max = lock_postgres::MAX_POOL_SIZE as u64;
+                target.pool_size = Some(super::url::number_in(name, value, 1, max)?);
+            }
             "release_notifications" => target.release_notifications = Some(super::url::boolean(name, value)?),
             "listen_url" => {
                 lock_postgres::PostgresBuilder::url(value).map_err(|_| {

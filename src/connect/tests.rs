@@ -119,7 +119,10 @@ fn malformed_urls_get_errors_that_say_what_to_fix() {
         ("redis://h?connect_timeout=soon", "is not a duration"),
         ("redis://h?response_timeout=0s", "must be above zero"),
         ("redis://h?fencing=maybe", "write fencing=true or fencing=false"),
-        ("redis://h?ack_connections=-1", "is not a whole number"),
+        (
+            "redis://h?ack_connections=-1",
+            "ack_connections must be a whole number from 1 to",
+        ),
         ("redis://h?replica_ack=1", "needs replica_ack_timeout"),
         ("redis://h?replica_ack_timeout=1s", "without replica_ack=N"),
         ("redis://h?tls_ca=/ca.pem", "use rediss://"),

@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use lock_core::raw::redact_url;
-use lock_core::{Error, ReplicaAck, Result};
+use lock_core::{Error, MAX_TIMEOUT, ReplicaAck, Result};
 
 /// Port used when a host names none.
 pub const DEFAULT_PORT: u16 = 6379;
@@ -35,6 +35,18 @@ pub const FAMILY_PARAMS: &str = "connect_timeout, response_timeout, fencing, rel
 
 /// The query parameters of `redlock://`.
 pub const REDLOCK_PARAMS: &str = "node (repeated), quorum, node_timeout, drift_factor";
+
+/// Most `ack_connections` the Redis-family builders take (the same bound on
+/// both; with neither compiled in no Redis-family URL gets this far).
+#[cfg(feature = "redis-lua")]
+const MAX_ACK_CONNECTIONS: usize = lock_redis_lua::MAX_ACK_CONNECTIONS;
+#[cfg(all(feature = "tair", not(feature = "redis-lua")))]
+const MAX_ACK_CONNECTIONS: usize = lock_tair::MAX_ACK_CONNECTIONS;
+#[cfg(not(any(feature = "redis-lua", feature = "tair")))]
+const MAX_ACK_CONNECTIONS: usize = 1;
+
+/// Longest `replica_ack_timeout` ([`ReplicaAck::validate`]'s bound).
+const MAX_REPLICA_ACK_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// Which backend family a Redis-protocol URL selects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,7 +108,17 @@ impl FamilyOptions {
     pub(crate) fn replica_ack(&self) -> Result<Option<ReplicaAck>> {
         match (self.replica_ack, self.replica_ack_timeout) {
             (None, None) => Ok(None),
-            (Some(n), Some(t)) => Ok(Some(ReplicaAck::new(n, t))),
+            (Some(n), Some(t)) => {
+                if !(Duration::from_millis(1)..=MAX_REPLICA_ACK_TIMEOUT).contains(&t) {
+                    return Err(Error::invalid(format!(
+                        "replica_ack_timeout must be from 1ms to 1h (WAIT with 0 blocks forever), got {t:?}"
+                    )));
+                }
+                let ack = ReplicaAck::new(n, t);
+                ack.validate()
+                    .map_err(|e| Error::invalid(format!("replica_ack={n}, replica_ack_timeout={t:?}: {e}")))?;
+                Ok(Some(ack))
+            }
             (Some(_), None) => Err(Error::invalid(
                 "replica_ack=N needs replica_ack_timeout=D too (how long WAIT may block, e.g. replica_ack_timeout=100ms)",
             )),
@@ -205,6 +227,8 @@ fn parse_quoting(url: &str, features: &Features) -> Result<Target> {
     }
     let (before_query, query) = rest.split_once('?').unwrap_or((rest, ""));
     let params: Vec<(String, String)> = form_urlencoded::parse(query.as_bytes()).into_owned().collect();
+    // `node` is the one parameter meant to repeat (redlock://).
+    refuse_conflicting_repeats(&scheme, &params, &["node"])?;
     match scheme.as_str() {
         "memory" => {
             require(features.memory, "memory://", "memory")?;
@@ -313,9 +337,9 @@ fn parse_server(
             "response_timeout" => options.response_timeout = Some(duration(name, v)?),
             "fencing" => options.fencing = Some(boolean(name, v)?),
             "release_notifications" => options.release_notifications = Some(boolean(name, v)?),
-            "replica_ack" => options.replica_ack = Some(number(name, v)?),
+            "replica_ack" => options.replica_ack = Some(number_in(name, v, 1, u64::from(u32::MAX))?),
             "replica_ack_timeout" => options.replica_ack_timeout = Some(duration(name, v)?),
-            "ack_connections" => options.ack_connections = Some(number(name, v)?),
+            "ack_connections" => options.ack_connections = Some(number_in(name, v, 1, MAX_ACK_CONNECTIONS as u64)?),
             "db" => {
                 let n = parse_db(scheme, v)?;
                 if db.is_some_and(|d| d != n) {
@@ -407,9 +431,27 @@ pub(crate) fn host_port(scheme: &str, host: &str) -> Result<String> {
 fn parse_db(scheme: &str, text: &str) -> Result<u32> {
     text.parse().map_err(|_| {
         Error::invalid(format!(
-            "{scheme}:// database `{text}` is not a number: write /N or db=N (e.g. /0)"
+            "{scheme}:// database `{text}` is not a number: write /N or db=N (e.g. /0 to /{})",
+            u32::MAX
         ))
     })
+}
+
+/// Refuses a parameter given twice with different values (which one would
+/// win is a guess); the same value twice says it once. Values are not
+/// quoted: some hold URLs with passwords.
+fn refuse_conflicting_repeats(scheme: &str, params: &[(String, String)], repeatable: &[&str]) -> Result<()> {
+    for (i, (name, value)) in params.iter().enumerate() {
+        if repeatable.contains(&name.as_str()) {
+            continue;
+        }
+        if params[..i].iter().any(|(n, v)| n == name && v != value) {
+            return Err(Error::invalid(format!(
+                "{scheme}:// parameter {name} is given twice with different values: keep one"
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn parse_redlock(before_query: &str, params: &[(String, String)], features: &Features) -> Result<Target> {
@@ -440,11 +482,17 @@ fn parse_redlock(before_query: &str, params: &[(String, String)], features: &Fea
             "quorum" => quorum = Some(number::<usize>(name, value)?),
             "node_timeout" => node_timeout = Some(duration(name, value)?),
             "drift_factor" => {
-                drift_factor = Some(value.parse::<f64>().map_err(|_| {
-                    Error::invalid(format!(
-                        "drift_factor `{value}` is not a number: write e.g. drift_factor=0.01"
-                    ))
-                })?);
+                // RedlockOptions::validate's range, checked here so that
+                // check_url refuses what connect refuses.
+                match value.parse::<f64>() {
+                    Ok(x) if (0.0..0.5).contains(&x) => drift_factor = Some(x),
+                    _ => {
+                        return Err(Error::invalid(format!(
+                            "drift_factor `{value}` is not a number from 0 up to (not including) 0.5: write e.g. \
+                             drift_factor=0.01"
+                        )));
+                    }
+                }
             }
             other => {
                 return Err(Error::invalid(format!(
@@ -493,14 +541,33 @@ fn parse_postgres(_: &str, _: &str, _: &[(String, String)]) -> Result<Target> {
     require(false, "postgres://", "postgres").map(|()| Target::Memory)
 }
 
+/// A duration above zero and at most [`MAX_TIMEOUT`], the bound of every
+/// timeout in verrou (the sums the backends wait for stay far from
+/// overflowing).
 pub(crate) fn duration(name: &str, value: &str) -> Result<Duration> {
+    let range = format!("above zero and at most {} days", MAX_TIMEOUT.as_secs() / 86_400);
     match humantime::parse_duration(value) {
-        Ok(d) if !d.is_zero() => Ok(d),
-        Ok(_) => Err(Error::invalid(format!("{name} must be above zero, got `{value}`"))),
+        Ok(d) if !d.is_zero() && d <= MAX_TIMEOUT => Ok(d),
+        Ok(_) => Err(Error::invalid(format!("{name} must be {range}, got `{value}`"))),
         Err(e) => Err(Error::invalid(format!(
-            "{name} `{value}` is not a duration ({e}): write e.g. {name}=500ms or {name}=2s"
+            "{name} `{value}` is not a duration {range} ({e}): write e.g. {name}=500ms or {name}=2s"
         ))),
     }
+}
+
+/// A whole number from `min` to `max`, as the `usize` or `u32` the
+/// builders take (`max` fits them).
+pub(crate) fn number_in<T: TryFrom<u64>>(name: &str, value: &str, min: u64, max: u64) -> Result<T> {
+    let out_of_range = || {
+        Error::invalid(format!(
+            "{name} must be a whole number from {min} to {max}, got `{value}`"
+        ))
+    };
+    let n: u64 = value.parse().map_err(|_| out_of_range())?;
+    if !(min..=max).contains(&n) {
+        return Err(out_of_range());
+    }
+    T::try_from(n).map_err(|_| out_of_range())
 }
 
 pub(crate) fn boolean(name: &str, value: &str) -> Result<bool> {

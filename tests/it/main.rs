@@ -8,6 +8,7 @@ mod connect;
 mod connect_etcd;
 mod connect_fuzz_corpus;
 mod connect_kinds;
+mod connect_limits;
 mod connect_outage;
 mod connect_postgres;
 mod connect_secrets;

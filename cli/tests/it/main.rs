@@ -8,6 +8,7 @@ mod cli_postgres;
 mod common;
 mod deadline;
 mod kinds;
+mod limits;
 mod program_group;
 mod readme;
 mod secrets;
