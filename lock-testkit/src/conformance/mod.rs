@@ -489,7 +489,8 @@ macro_rules! lock_conformance {
             unknown_outcome_acquire_is_cleaned_up, invalid_arguments_are_rejected, renew_many_matches_renew,
             lost_follows_an_earlier_deadline, handles_see_the_lease_end,
             dropped_acquire_leaves_no_lock,
-            dropped_release_future_still_releases, reserved_keys_are_refused]; $($args)*);
+            dropped_release_future_still_releases, reserved_keys_are_refused,
+            reserved_keys_are_refused_by_renew_many]; $($args)*);
     };
 }
 
