@@ -8,7 +8,9 @@
 /// the last token handed out, read from `fence_key` before the script's
 /// first write. A counter alone would restart at 1 when its key is lost
 /// (eviction, a restart without data, a failover that lost it); the server
-/// clock keeps the tokens above the lost ones. Stored with `%.0f`:
+/// clock keeps the tokens above the lost ones, provided the clock of the
+/// server that takes over is not behind the lost token (clock skew across
+/// machines in a failover). Stored with `%.0f`:
 /// `tostring` would switch to exponent notation (tokens are about 2^51,
 /// exact in Lua's doubles below 2^53).
 pub const GRANT_FENCE: &str = r"

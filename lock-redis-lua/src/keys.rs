@@ -23,10 +23,6 @@ pub(crate) const RESERVED_PREFIX: &str = "verrou:lua:";
 /// The key the connect-time `SET IFEQ` probe names (never written).
 pub(crate) const IFEQ_PROBE: &str = "verrou:lua:probe:ifeq";
 
-/// The key the connect-time ACL probe deletes (it never exists: a user key
-/// may not start with the reserved prefix).
-pub(crate) const ACL_PROBE: &str = "verrou:lua:probe:acl";
-
 /// The kinds of helper keys.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Helper {

@@ -396,7 +396,6 @@ impl Inner {
             Err(e) => return Err(e),
         }
         self.probe_native_renew().await;
-        self.probe_helper_keys().await?;
         if self.fencing {
             return Ok(());
         }
@@ -424,41 +423,6 @@ impl Inner {
             Err(e) => tracing::debug!(error = %e, "scripts unavailable; acquiring with the script (and failing)"),
         }
         Ok(())
-    }
-
-    /// With release notifications or fencing, every release (or fenced
-    /// acquire) writes helper keys under [`RESERVED_KEY_PREFIX`]: an ACL
-    /// user who may take a lock but not write those keys could never
-    /// release it (the lock would stay for its TTL). Refused here, naming
-    /// the permission, by deleting a reserved key that never exists.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] when the server refuses it (`NOPERM`).
-    async fn probe_helper_keys(&self) -> Result<()> {
-        let needs = match (self.notifier.is_some(), self.fencing) {
-            (false, false) => return Ok(()),
-            (true, false) => "release notifications (on by default) need",
-            (false, true) => "fencing tokens need",
-            (true, true) => "release notifications (on by default) and fencing tokens need",
-        };
-        let mut cmd = redis::cmd("DEL");
-        cmd.arg(keys::ACL_PROBE);
-        match self
-            .exec(
-                "helper key check (DEL)",
-                keys::ACL_PROBE,
-                Access::Write,
-                Call::Command(cmd),
-            )
-            .await
-        {
-            Err(e) if error::is_acl_refusal(&e) => Err(Error::invalid(format!(
-                "the ACL user may not write keys under {RESERVED_KEY_PREFIX:?}, which {needs}: grant it the key \
-                 pattern ~{RESERVED_KEY_PREFIX}* (or turn release notifications and fencing off): {e}"
-            ))),
-            // Anything else is for the first real call to report.
-            _ => Ok(()),
-        }
     }
 
     /// Whether the server has `SET IFEQ` (Valkey 8.1): asked on a reserved

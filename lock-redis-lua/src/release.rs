@@ -10,7 +10,7 @@ use lock_core::raw::ttl_millis;
 use lock_core::{LockToken, Result};
 
 use crate::connection::Conn;
-use crate::error::{Access, command_error, op_timeout, unexpected_reply};
+use crate::error::{Access, command_error, is_acl_refusal, op_timeout, unexpected_reply};
 use crate::keys::{self, Helper, WakeKeys};
 use crate::notify::WaiterId;
 use crate::scripts::LuaScript;
@@ -47,11 +47,32 @@ impl Inner {
             ),
             _ => (&self.scripts.release, &[key], &[&hex]),
         };
+        let with_helpers = keys.len() > 1;
         let call = Call::Script { script, keys, args };
         let reply = match self.in_flight.take(token) {
             // Boxed: rare, and it would double the size of every release's future.
-            Some(conn) => Box::pin(self.release_after_acquire(key, conn, call)).await?,
-            None => self.exec("release", key, Access::Write, call).await?,
+            Some(conn) => Box::pin(self.release_after_acquire(key, conn, call)).await,
+            None => self.exec("release", key, Access::Write, call).await,
+        };
+        let reply = match reply {
+            // An ACL user who may take `key` but not touch the helper keys
+            // (or only write them: EVAL's declared keys need read too). The
+            // server checks EVAL's declared keys before the script runs
+            // (a NOPERM raised inside a script is an unknown outcome, not
+            // this), so nothing was written, and the reply came after any
+            // acquire sent before on the same connection: the plain release
+            // frees the key, unannounced (such a user's waiters cannot leave
+            // markers either and wait on their timers).
+            Err(e) if with_helpers && is_acl_refusal(&e) => {
+                tracing::debug!(error = %e, "release without helper keys: the ACL user may not touch them");
+                let plain = Call::Script {
+                    script: &self.scripts.release,
+                    keys: &[key],
+                    args: &[&hex],
+                };
+                self.exec("release", key, Access::Write, plain).await?
+            }
+            reply => reply?,
         };
         match reply {
             Value::Int(1) => Ok(ReleaseOutcome::Released),

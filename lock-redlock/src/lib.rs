@@ -53,9 +53,13 @@
 //!   A failed round waits for nodes still in flight only while their
 //!   answers decide between the two. A node's refusal of the arguments
 //!   ([`Error::InvalidArgument`], [`Error::Unsupported`]: a key under its
-//!   reserved prefix, say) is the caller's error, not an outage: a round
-//!   below the quorum returns it as it is, so the manager does not retry it
-//!   (renew and release likewise). A quorum reached after the validity
+//!   reserved prefix, say) is the caller's error, not an outage, when
+//!   refusals alone rule out the quorum (at least `N − M + 1` nodes refused,
+//!   every node for bad input): the round returns it as it is, so the
+//!   manager does not retry it (renew and release likewise). Fewer refusals
+//!   come from a minority's state (a node's WRONGTYPE, a missing module):
+//!   the round is classified as above, the refusal in the per-node report,
+//!   so one such node hides neither a held lock nor an outage. A quorum reached after the validity
 //!   ran out is an [`Error::Backend`] error; the grants are given back
 //!   first.
 //! - **Renew** resets the TTL on every node and succeeds when `M` renewed
@@ -326,9 +330,10 @@ impl Inner {
     }
 
     /// Error for a round that did not reach the quorum because nodes failed
-    /// or refused the arguments: a node's refusal (`InvalidArgument`,
-    /// `Unsupported`) is the caller's error and comes first, so that the
-    /// manager does not retry it as an outage.
+    /// or refused the arguments: refusals that alone made the quorum
+    /// impossible ([`Round::refusal`]: `InvalidArgument`, `Unsupported`) are
+    /// the caller's error and come first, so that the manager does not
+    /// retry them as an outage.
     pub(crate) fn unreachable(&self, round: &Round) -> Error {
         if let Some(refusal) = round.refusal() {
             return refusal;
@@ -341,10 +346,11 @@ impl Inner {
     }
 
     /// When enough holders' TTLs will have run out for a quorum to be
-    /// possible again: the `k`-th smallest hint, `k = refusals − (N − M)`.
+    /// possible again: the `k`-th smallest hint, `k = held + refused − (N − M)`
+    /// (a node that refused the arguments will not grant either).
     pub(crate) fn retry_hint(&self, round: &Round) -> Option<Duration> {
         let mut hints = round.held_hints()?;
-        let must_expire = hints.len().checked_sub(self.nodes.len() - self.quorum)?;
+        let must_expire = (hints.len() + round.refused()).checked_sub(self.nodes.len() - self.quorum)?;
         hints.sort_unstable();
         hints.get(must_expire.checked_sub(1)?).copied()
     }

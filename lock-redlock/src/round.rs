@@ -203,13 +203,19 @@ impl Round {
     }
 
     /// After the quorum was found impossible: wait for nodes still in
-    /// flight only as long as they decide whether failures or refusals were
-    /// the cause ([`Round::blocked_by_failures`]), so a refusal is not
-    /// reported as an outage because a healthy node answered last.
+    /// flight only as long as they decide whether failures
+    /// ([`Round::blocked_by_failures`]) or refusals ([`Round::refusal`])
+    /// were the cause, so the answer does not depend on which node
+    /// answered last.
     pub(crate) async fn until_classified(&mut self) {
         loop {
+            let pending = self.pending.len();
             let known = self.yes() + self.count(Vote::is_failure);
-            if known >= self.quorum || known + self.pending.len() < self.quorum {
+            let failures_decided = known >= self.quorum || known + pending < self.quorum;
+            let refused = self.refused();
+            let must_refuse = self.refusals_blocking();
+            let refusals_decided = refused >= must_refuse || refused + pending < must_refuse;
+            if failures_decided && refusals_decided {
                 return;
             }
             match self.pending.next().await {
@@ -267,10 +273,26 @@ impl Round {
         self.yes() + self.unknown() >= self.quorum
     }
 
-    /// The first node's refusal of the arguments, if a node refused them:
-    /// a round below the quorum then fails with it (the caller's error, at
-    /// once) rather than as an outage.
+    /// Nodes that refused the arguments.
+    pub(crate) fn refused(&self) -> usize {
+        self.count(|v| matches!(v, Vote::Refused(_)))
+    }
+
+    /// How many refusals alone make the quorum impossible: `N − M + 1`.
+    fn refusals_blocking(&self) -> usize {
+        (self.replies.len() + 1).saturating_sub(self.quorum)
+    }
+
+    /// The first node's refusal of the arguments, when refusals alone made
+    /// the quorum impossible (at least `N − M + 1` nodes refused): the round
+    /// then fails with it (the caller's error, at once) rather than as an
+    /// outage. Fewer refusals are a minority's problem (a node's WRONGTYPE,
+    /// a missing module): the round is classified as if those nodes had
+    /// failed, and the refusal shows in the per-node report.
     pub(crate) fn refusal(&self) -> Option<Error> {
+        if self.refused() < self.refusals_blocking() {
+            return None;
+        }
         self.replies.iter().flatten().find_map(|r| match &r.vote {
             Vote::Refused(refusal) => Some(refusal.to_error()),
             _ => None,

@@ -17,8 +17,15 @@
 //! A grant whose reply did not come (its caller gave up while it was queued
 //! behind another grant's `WAIT`, say) is remembered with its connection
 //! (the `unsettled` module, as the mutex's acquire), and the kind's release
-//! of that token goes out there, after it: the clean-up cannot overtake
-//! the grant and leave a holder nobody owns.
+//! of that token goes out there, after it, so that on a healthy connection
+//! the clean-up does not overtake the grant. This is not a guarantee across
+//! a reconnect: a grant whose caller gave up before fred's own timeout
+//! fired is not marked timed out, and fred may still send it once
+//! reconnected; if the clean-up meanwhile failed with "not sent" (the
+//! connection was reconnecting), nothing releases the late grant, and it
+//! leaves a holder nobody owns until its TTL runs out. Refusing a released
+//! token's late grant on the server (as the semaphore's `gone` set does)
+//! would close this; the kinds' scripts do not do that yet.
 
 use std::sync::OnceLock;
 

@@ -580,6 +580,25 @@ impl LockBackend for TairBackend {
     /// sent concurrently, with the single renew's outcomes per key; a failed
     /// call fails its chunk's items as a single renew would have failed.
     async fn renew_many(&self, items: &[(&str, &LockToken)], ttl: Duration) -> Vec<Result<RenewOutcome>> {
+        if items.iter().any(|(key, _)| self.check_key(key).is_err()) {
+            // Rare: answer the bad and reserved keys as `renew` would, send the others.
+            let sent: Vec<(&str, &LockToken)> = items
+                .iter()
+                .filter(|(key, _)| self.check_key(key).is_ok())
+                .copied()
+                .collect();
+            let mut sent_outcomes = self.renew_many(&sent, ttl).await.into_iter();
+            return items
+                .iter()
+                .map(|(key, _)| {
+                    self.check_key(key).and_then(|()| {
+                        sent_outcomes
+                            .next()
+                            .unwrap_or_else(|| Err(Error::outcome_unknown(NAME, format!("renew of {key:?}: no reply"))))
+                    })
+                })
+                .collect();
+        }
         let clustered = self.inner.clustered;
         let batch = RenewBatch::new(items, ttl, RENEW_MANY_CHUNK, |key| {
             clustered.then(|| redis_keyslot(key.as_bytes()))

@@ -2,9 +2,13 @@
 //! of `name`, in its slot: `lead` (hash `t` token, `id` identity, `term`,
 //! with the lease's TTL) and `term` (the last term, no TTL). A new term is
 //! `max(last + 1, server time in µs)`, the rule of the mutex's fencing
-//! tokens ([`crate::fence::GRANT_FENCE`]): terms only grow, even when the
-//! server lost the counter (a restart without data, eviction, a failover
-//! that lost it).
+//! tokens ([`crate::fence::GRANT_FENCE`]): terms only grow while the
+//! counter is kept, and a server that lost it (a restart without data,
+//! eviction) starts above every earlier term as long as its clock is not
+//! behind the µs value of the last term. Across a failover that lost the
+//! counter this holds only if the new server's clock is not behind the old
+//! one's: a clock that lags can hand out a term at or below an earlier one
+//! until it catches up (mind clock skew between machines).
 
 #[cfg(doc)]
 use super::semaphore::SemaphoreKeys;

@@ -133,6 +133,55 @@ async fn a_user_who_can_acquire_can_release_or_the_build_is_refused() {
     assert!(released >= 1, "without notifications the user locks and releases");
 }
 
+/// Review of issue 39, finding 3: the build-time ACL probe refused users
+/// who can release and accepted some who cannot. Now the release falls back
+/// to the plain release when the server refuses the helper keys, so every
+/// user who can acquire releases: with only `~app:*`, with `~app:*` plus
+/// `~verrou:lua:*`, and with write-only helper keys (`%W~verrou:lua:*`,
+/// where EVAL's declared keys need read as well).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_acl_user_who_acquires_builds_and_releases() {
+    use lock_core::LockBackend;
+    use lock_core::raw::ReleaseOutcome;
+    let server = RedisServer::builder().start().await.expect("start redis-server");
+    let users: [(&str, &[&str]); 3] = [
+        ("own", &["~app:*"]),
+        ("helpers", &["~app:*", "~verrou:lua:*"]),
+        ("write_only_helpers", &["~app:*", "%W~verrou:lua:*"]),
+    ];
+    for (user, patterns) in users {
+        let mut acl = vec!["ACL", "SETUSER", user, "on", ">pw", "&*", "+@all"];
+        acl.extend_from_slice(patterns);
+        let reply = server.cmd(&acl).await.expect("ACL SETUSER");
+        assert!(reply.is_ok(), "{reply:?}");
+        let url = format!("redis://{user}:pw@127.0.0.1:{}", server.port());
+        for notifications in [true, false] {
+            let what = format!("{user}, notifications {notifications}");
+            let backend = RedisLuaBackend::builder(url.clone())
+                .release_notifications(notifications)
+                .build()
+                .await
+                .unwrap_or_else(|e| panic!("{what}: build failed with {e:?}"));
+            let token = LockToken::generate().expect("token");
+            let key = "app:lock";
+            let acquired = backend.try_acquire(key, &token, Duration::from_secs(30)).await;
+            assert!(
+                matches!(acquired, Ok(AcquireOutcome::Acquired(_))),
+                "{what}: {acquired:?}"
+            );
+            let outcome = backend.release(key, &token).await;
+            assert!(matches!(outcome, Ok(ReleaseOutcome::Released)), "{what}: {outcome:?}");
+            let again = backend.try_acquire(key, &token, Duration::from_secs(30)).await;
+            assert!(
+                matches!(again, Ok(AcquireOutcome::Acquired(_))),
+                "{what}: the key is free: {again:?}"
+            );
+            let outcome = backend.release(key, &token).await;
+            assert!(matches!(outcome, Ok(ReleaseOutcome::Released)), "{what}: {outcome:?}");
+        }
+    }
+}
+
 /// Issue 39 finding 2, its sibling on the Lua backend: under `ReplicaAck`
 /// a read-write, election or multi-key grant went out on a dedicated WAIT
 /// connection, queued behind

@@ -97,3 +97,79 @@ async fn one_refusing_node_of_three_still_leaves_a_quorum() {
         ReleaseOutcome::Released
     );
 }
+
+/// Nodes `[Refusing, Memory, Memory]` with `k` held by another token on
+/// both memory nodes (TTL `held_for`); the refusing node's calls counter.
+async fn held_on_the_majority(held_for: Duration) -> (Arc<Refusing>, Redlock) {
+    let (refusing, mut dyns) = nodes(1);
+    let other = LockToken::generate().expect("token");
+    for _ in 0..2 {
+        let memory = MemoryBackend::new();
+        let held = memory.try_acquire("k", &other, held_for).await;
+        assert!(matches!(held, Ok(AcquireOutcome::Acquired(_))), "{held:?}");
+        dyns.push(Arc::new(memory));
+    }
+    let redlock = Redlock::new(dyns).expect("valid redlock");
+    let node = refusing.first().cloned().expect("one refusing node");
+    (node, redlock)
+}
+
+/// Review of issue 39, finding 1: one node's refusal must not hide a lock
+/// held on the majority: the answer is `Held` (and `lock()` waits for it),
+/// renew and release say `HeldByOther`, not the minority node's error.
+#[tokio::test(start_paused = true)]
+async fn one_refusing_node_does_not_hide_a_held_lock() {
+    let ttl = Duration::from_secs(3);
+    let (refusing, redlock) = held_on_the_majority(ttl).await;
+    let token = LockToken::generate().expect("token");
+    let acquired = redlock.try_acquire("k", &token, ttl).await;
+    assert!(matches!(acquired, Ok(AcquireOutcome::Held { .. })), "{acquired:?}");
+    let renewed = redlock.renew("k", &token, ttl).await;
+    assert!(matches!(renewed, Ok(RenewOutcome::HeldByOther)), "{renewed:?}");
+    let released = redlock.release("k", &token).await;
+    assert!(matches!(released, Ok(ReleaseOutcome::HeldByOther)), "{released:?}");
+    assert!(
+        refusing.calls.load(Ordering::SeqCst) >= 3,
+        "the refusing node was asked"
+    );
+
+    // The manager waits for the holder's TTL and then takes the lock.
+    let locks = LockManager::with_options(redlock, LockOptions::with_ttl(ttl).acquire_timeout(ttl * 10))
+        .expect("valid options");
+    let guard = locks
+        .lock("k")
+        .await
+        .expect("lock() waits for the holder, then acquires");
+    guard.release().await.expect("release");
+}
+
+/// Missing on the majority: renew and release say `Missing`.
+#[tokio::test(start_paused = true)]
+async fn one_refusing_node_does_not_hide_a_missing_key() {
+    let (_refusing, mut dyns) = nodes(1);
+    dyns.push(Arc::new(MemoryBackend::new()));
+    dyns.push(Arc::new(MemoryBackend::new()));
+    let redlock = Redlock::new(dyns).expect("valid redlock");
+    let token = LockToken::generate().expect("token");
+    let renewed = redlock.renew("k", &token, Duration::from_secs(3)).await;
+    assert!(matches!(renewed, Ok(RenewOutcome::Missing)), "{renewed:?}");
+    let released = redlock.release("k", &token).await;
+    assert!(matches!(released, Ok(ReleaseOutcome::Missing)), "{released:?}");
+}
+
+/// Refusals that alone make the quorum impossible (2 of 3: N − M + 1) are
+/// the caller's error, at once.
+#[tokio::test(start_paused = true)]
+async fn refusals_that_block_the_quorum_are_returned() {
+    let (_refusing, mut dyns) = nodes(2);
+    dyns.push(Arc::new(MemoryBackend::new()));
+    let redlock = Redlock::new(dyns).expect("valid redlock");
+    let token = LockToken::generate().expect("token");
+    let ttl = Duration::from_secs(3);
+    let acquired = redlock.try_acquire("k", &token, ttl).await;
+    assert!(matches!(acquired, Err(Error::InvalidArgument(_))), "{acquired:?}");
+    let renewed = redlock.renew("k", &token, ttl).await;
+    assert!(matches!(renewed, Err(Error::InvalidArgument(_))), "{renewed:?}");
+    let released = redlock.release("k", &token).await;
+    assert!(matches!(released, Err(Error::InvalidArgument(_))), "{released:?}");
+}

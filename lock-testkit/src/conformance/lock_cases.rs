@@ -2,6 +2,7 @@
 //! the cases are grouped by concern in the submodules.
 
 pub use super::reserved_cases::reserved_keys_are_refused;
+pub use super::reserved_cases::reserved_keys_are_refused_by_renew_many;
 
 mod cancellation;
 mod exclusion;

@@ -492,6 +492,7 @@ macro_rules! lock_conformance {
             dropped_acquire_leaves_no_lock,
             unrenewed_lease_expires_while_another_is_renewed,
             dropped_release_future_still_releases, reserved_keys_are_refused,
+            reserved_keys_are_refused_by_renew_many,
             outside_a_runtime_is_a_typed_error_and_leaves_no_key]; $($args)*);
     };
 }

@@ -54,6 +54,40 @@ pub async fn reserved_keys_are_refused(s: &LockSuite) {
     }
 }
 
+/// `renew_many` refuses each reserved key as `renew` does, and still
+/// answers the ordinary keys of the same batch.
+pub async fn reserved_keys_are_refused_by_renew_many(s: &LockSuite) {
+    let raw = s.client().await;
+    let ordinary = s.key("reserved-batch");
+    let token = token();
+    let acquired = raw.try_acquire(&ordinary, &token, s.ttl).await;
+    assert!(
+        matches!(acquired, Ok(lock_core::raw::AcquireOutcome::Acquired(_))),
+        "{acquired:?}"
+    );
+    let reserved = reserved_keys(&s.clients.reserved, &s.key("reserved"));
+    let mut items: Vec<(&str, &LockToken)> = vec![(ordinary.as_str(), &token)];
+    items.extend(reserved.iter().map(|key| (key.as_str(), &token)));
+    let outcomes = raw.renew_many(&items, s.ttl).await;
+    assert_eq!(outcomes.len(), items.len(), "one outcome per item");
+    for ((key, _), outcome) in items.iter().zip(outcomes) {
+        if *key == ordinary {
+            // Renewed; a transport error is tolerated (a loaded machine can
+            // time out a Redlock node's short per-node call), a refusal or a
+            // wrong answer is not.
+            assert!(
+                matches!(outcome, Ok(lock_core::raw::RenewOutcome::Renewed))
+                    || matches!(&outcome, Err(e) if !matches!(e, Error::InvalidArgument(_) | Error::Unsupported { .. })),
+                "renew_many of the ordinary key {key:?}: {outcome:?}"
+            );
+        } else {
+            assert_refused("renew_many", key, outcome);
+        }
+    }
+    let released = raw.release(&ordinary, &token).await;
+    assert!(released.is_ok(), "{released:?}");
+}
+
 /// Semaphores: every operation refuses a name under a reserved prefix.
 pub async fn reserved_semaphore_names_are_refused(s: &SemaphoreSuite) {
     let raw = s.client().await;
