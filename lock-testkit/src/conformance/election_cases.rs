@@ -37,9 +37,17 @@ pub async fn one_leader_at_a_time(s: &ElectionSuite) {
             let start = Instant::now();
             tokio::time::sleep(hold).await;
             let end = Instant::now().min(l.deadline());
-            assert!(!l.is_lost(), "leadership lost while held");
+            // On a loaded machine the renewer can fall behind (a liveness
+            // matter, not this case's): the interval is cut at the local
+            // deadline, and a resignation finding the term gone must come after it.
             let term = l.term();
-            assert_eq!(l.resign().await.expect("resign"), ReleaseOutcome::Released);
+            let deadline = l.deadline();
+            let resigned = l.resign().await.expect("resign");
+            assert!(
+                resigned == ReleaseOutcome::Released
+                    || (resigned == ReleaseOutcome::Missing && Instant::now() >= deadline),
+                "resign answered {resigned:?} before the leadership's deadline"
+            );
             (start, end, term)
         }));
     }

@@ -38,9 +38,17 @@ pub async fn no_key_held_twice(s: &MultiSuite) {
             let start = Instant::now();
             tokio::time::sleep(hold).await;
             let end = Instant::now().min(g.deadline());
-            assert!(!g.is_lost(), "a multi-key lock was lost while held");
+            // On a loaded machine the renewer can fall behind (a liveness
+            // matter, not this case's): the interval is cut at the local
+            // deadline, and a release finding the lock gone must come after it.
             let held = g.keys().to_vec();
-            assert_eq!(g.release().await.expect("release"), ReleaseOutcome::Released);
+            let deadline = g.deadline();
+            let released = g.release().await.expect("release");
+            assert!(
+                released == ReleaseOutcome::Released
+                    || (released == ReleaseOutcome::Missing && Instant::now() >= deadline),
+                "release answered {released:?} before the lock's deadline"
+            );
             (held, start, end)
         }));
     }

@@ -35,8 +35,16 @@ pub async fn one_writer_or_many_readers(s: &RwSuite) {
             let start = Instant::now();
             tokio::time::sleep(hold).await;
             let end = Instant::now().min(g.deadline());
-            assert!(!g.is_lost(), "a lease was lost while held");
-            assert_eq!(g.release().await.expect("release"), ReleaseOutcome::Released);
+            // On a loaded machine the renewer can fall behind (a liveness
+            // matter, not this case's): the interval is cut at the local
+            // deadline, and a release finding the lock gone must come after it.
+            let deadline = g.deadline();
+            let released = g.release().await.expect("release");
+            assert!(
+                released == ReleaseOutcome::Released
+                    || (released == ReleaseOutcome::Missing && Instant::now() >= deadline),
+                "release answered {released:?} before the lock's deadline"
+            );
             (mode, start, end)
         }));
     }

@@ -44,8 +44,9 @@ pub async fn bound_never_exceeded(s: &SemaphoreSuite) {
             tokio::time::sleep(hold).await;
             in_use.fetch_sub(permits, Ordering::SeqCst);
             let end = Instant::now().min(permit.deadline());
-            assert!(!permit.is_lost(), "a permit was lost while held");
-            // On a loaded machine the renewer can fall behind: a release
+            // On a loaded machine the renewer can fall behind (a liveness
+            // matter, not this case's; the interval is cut at the local
+            // deadline): a release
             // that finds the permit gone must come after its local deadline
             // (the server never ends a permit before it).
             let deadline = permit.deadline();
