@@ -18,14 +18,21 @@
 //! behind another grant's `WAIT`, say) is remembered with its connection
 //! (the `unsettled` module, as the mutex's acquire), and the kind's release
 //! of that token goes out there, after it, so that on a healthy connection
-//! the clean-up does not overtake the grant. This is not a guarantee across
-//! a reconnect: a grant whose caller gave up before fred's own timeout
-//! fired is not marked timed out, and fred may still send it once
-//! reconnected; if the clean-up meanwhile failed with "not sent" (the
-//! connection was reconnecting), nothing releases the late grant, and it
-//! leaves a holder nobody owns until its TTL runs out. Refusing a released
-//! token's late grant on the server (as the semaphore's `gone` set does)
-//! would close this; the kinds' scripts do not do that yet.
+//! the clean-up does not overtake the grant. It goes out as `EVAL` with the
+//! script's source (as the redis-lua backend's does): an `EVALSHA` answered
+//! `NOSCRIPT` after the release's own timeout fired (queued behind the same
+//! `WAIT`) would never be re-sent, and the grant would run with no release
+//! behind it.
+//!
+//! This is not a guarantee across a reconnect: a grant whose caller gave up
+//! before fred's own timeout fired is not marked timed out, and fred may
+//! still send it once reconnected (if it was not yet written when the
+//! connection dropped), or the server may read it late from the old
+//! socket; if the clean-up meanwhile failed with "not sent" (the connection
+//! was reconnecting), nothing releases the late grant, and it leaves a
+//! holder nobody owns until its TTL runs out. Refusing a released token's
+//! late grant on the server (as the semaphore's `gone` set does) would
+//! close this; the kinds' scripts do not do that yet.
 
 use std::sync::OnceLock;
 
@@ -86,11 +93,15 @@ impl ScriptedKinds for TairBackend {
         let first = call.keys.first().copied().unwrap_or_default();
         if call.script.is_release() {
             // The clean-up of a grant that may still be queued goes after
-            // it, on its connection (see the `unsettled` module).
+            // it, on its connection (see the `unsettled` module). There as
+            // `EVAL` with the source, not `EVALSHA`: queued behind a `WAIT`,
+            // the release's own timeout may fire before it runs, and an
+            // `EVALSHA` answered `NOSCRIPT` then has nobody left to send the
+            // source: the grant would run with no release behind it.
             let after_grant = self.inner.unsettled.take(call.token);
             let client = after_grant.as_ref().unwrap_or_else(|| self.inner.commands.next());
             let reply = self
-                .run_script_on(client, script, call.keys, args, false)
+                .run_script_on(client, script, call.keys, args, after_grant.is_some())
                 .await
                 .map_err(|e| map_error(&what(call.op), first, Access::Script, e))?;
             return Ok((reply, None));
