@@ -24,15 +24,19 @@
 //! `WAIT`) would never be re-sent, and the grant would run with no release
 //! behind it.
 //!
-//! This is not a guarantee across a reconnect: a grant whose caller gave up
+//! Across a reconnect that order is not kept: a grant whose caller gave up
 //! before fred's own timeout fired is not marked timed out, and fred may
 //! still send it once reconnected (if it was not yet written when the
 //! connection dropped), or the server may read it late from the old
-//! socket; if the clean-up meanwhile failed with "not sent" (the connection
-//! was reconnecting), nothing releases the late grant, and it leaves a
-//! holder nobody owns until its TTL runs out. Refusing a released token's
-//! late grant on the server (as the semaphore's `gone` set does) would
-//! close this; the kinds' scripts do not do that yet.
+//! socket, after the clean-up ran on another connection. The scripts cover
+//! that: a release that finds nothing of its token's records the token in
+//! the kind's `gone` record (in the name's slot, under the reserved
+//! prefix), and a grant of a recorded token is refused for
+//! `GONE_WINDOW_MS` (60 s), for every kind as for the semaphore, so the late
+//! grant takes nothing. What remains: a clean-up that never reached the
+//! server (it failed with "not sent" while the connection was
+//! reconnecting) records nothing, and a grant that then runs leaves a holder
+//! nobody owns until its TTL runs out.
 
 use std::sync::OnceLock;
 

@@ -9,13 +9,20 @@
 //! counter this holds only if the new server's clock is not behind the old
 //! one's: a clock that lags can hand out a term at or below an earlier one
 //! until it catches up (mind clock skew between machines).
+//!
+//! A third key, `gone` (sorted set, token → server ms), records the tokens
+//! whose resignation found them not leading; a campaign with such a token
+//! is refused for [`super::semaphore::GONE_WINDOW_MS`], as the semaphore's
+//! acquire: a clean-up resignation that reached the server before its own
+//! campaign, across a reconnect, makes that late campaign fail instead of
+//! leaving a leader nobody owns for its TTL.
 
 #[cfg(doc)]
 use super::semaphore::SemaphoreKeys;
 use std::time::Duration;
 
 use super::scripted::{KindCall, KindScript, ScriptedKinds, acked_grant, refuse_under_ack, released, renewed, run};
-use super::semaphore::kind_key;
+use super::semaphore::{GONE_FUNCTIONS, kind_key};
 use lock_core::backend::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use lock_core::error::Result;
 use lock_core::raw::validate_identity;
@@ -29,6 +36,8 @@ pub struct ElectionKeys {
     pub lead: String,
     /// The term counter.
     pub term: String,
+    /// Tokens that resigned before their campaign arrived.
+    pub gone: String,
 }
 
 impl ElectionKeys {
@@ -49,18 +58,26 @@ impl ElectionKeys {
         Ok(ElectionKeys {
             lead: kind_key(prefix, name, "leader")?,
             term: kind_key(prefix, name, "leader:term")?,
+            gone: kind_key(prefix, name, "leader:gone")?,
         })
     }
 }
 
-/// KEYS lead, term; ARGV token, identity, ttl ms, and optionally a channel
-/// on which a new leader is announced (`PUBLISH`, a `pcall`: a refusal only
-/// costs observers their poll). `{1, term}` leads (new or refreshed);
-/// `{0, pttl}` another leads. A new term is `max(last + 1, server µs)`,
-/// stored with `%.0f` (as [`crate::fence::GRANT_FENCE`]: `tostring` would
-/// switch to exponent notation); a `GET` of a counter of another type
-/// fails the script before its first write.
-pub const LEAD: &str = r"
+/// KEYS lead, term, gone; ARGV token, identity, ttl ms, and optionally a
+/// channel on which a new leader is announced (`PUBLISH`, a `pcall`: a
+/// refusal only costs observers their poll). `{1, term}` leads (new or
+/// refreshed); `{0, pttl}` another leads, or `{0, 1}` the token already
+/// resigned (in `gone`: nothing written). A new term is
+/// `max(last + 1, server µs)`, stored with `%.0f` (as
+/// [`crate::fence::GRANT_FENCE`]: `tostring` would switch to exponent
+/// notation); a `GET` of a counter of another type fails the script before
+/// its first write.
+pub const LEAD: &str = const_format::concatcp!(
+    GONE_FUNCTIONS,
+    r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if is_gone(KEYS[3], ARGV[1], now) then return {0, 1} end
 local cur = redis.call('HGET', KEYS[1], 't')
 if cur == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
@@ -68,7 +85,6 @@ if cur == ARGV[1] then
 end
 if cur then return {0, redis.call('PTTL', KEYS[1])} end
 local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-local t = redis.call('TIME')
 local term = tonumber(t[1]) * 1000000 + tonumber(t[2])
 if term <= last then term = last + 1 end
 redis.call('SET', KEYS[2], string.format('%.0f', term))
@@ -77,19 +93,28 @@ redis.call('HSET', KEYS[1], 't', ARGV[1], 'id', ARGV[2], 'term', string.format('
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 if ARGV[4] then redis.pcall('PUBLISH', ARGV[4], '1') end
 return {1, term}
-";
+"
+);
 
-/// KEYS lead; ARGV token, and optionally a channel on which the
+/// KEYS lead, gone; ARGV token, and optionally a channel on which the
 /// resignation is announced (as in [`LEAD`]). `1` resigned, `2` another
-/// leads, `0` none.
-pub const RESIGN: &str = r"
+/// leads, `0` none; in both latter cases the token is refused by campaigns
+/// for [`super::semaphore::GONE_WINDOW_MS`].
+pub const RESIGN: &str = const_format::concatcp!(
+    GONE_FUNCTIONS,
+    r"
 local cur = redis.call('HGET', KEYS[1], 't')
-if not cur then return 0 end
-if cur ~= ARGV[1] then return 2 end
-redis.call('DEL', KEYS[1])
-if ARGV[2] then redis.pcall('PUBLISH', ARGV[2], '1') end
-return 1
-";
+if cur == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  if ARGV[2] then redis.pcall('PUBLISH', ARGV[2], '1') end
+  return 1
+end
+local t = redis.call('TIME')
+record_gone(KEYS[2], ARGV[1], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+if cur then return 2 end
+return 0
+"
+);
 
 /// KEYS lead; ARGV token, ttl ms. `1` renewed, `2` another leads, `0` none.
 pub const RENEW: &str = r"
@@ -147,7 +172,7 @@ pub async fn try_lead<K: ScriptedKinds + ?Sized>(
             script: KindScript::Lead,
             token,
             ttl: Some(ttl),
-            keys: &[&keys.lead, &keys.term],
+            keys: &[&keys.lead, &keys.term, &keys.gone],
             args: &args,
         })
         .await?;
@@ -189,7 +214,7 @@ pub async fn resign<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str, token: &Lo
             script: KindScript::Resign,
             token,
             ttl: None,
-            keys: &[&keys.lead],
+            keys: &[&keys.lead, &keys.gone],
             args: &args,
         },
     )

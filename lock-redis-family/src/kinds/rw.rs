@@ -2,14 +2,19 @@
 //! backends. Keys of `name`, all in its slot: `readers` (sorted set, token →
 //! deadline in server ms), `writer` (string: token, with a TTL), `intent`
 //! (string: a waiting writer's token, with its TTL; see the policy in
-//! [`super::rw`]).
+//! [`super::rw`]), `fence` (the last writer's fencing token, no TTL) and
+//! `gone` (tokens whose release found nothing, refused by later grants for
+//! [`super::semaphore::GONE_WINDOW_MS`], as the semaphore's: a clean-up
+//! release that reached the server before its own grant, across a
+//! reconnect, makes that late grant fail instead of leaving a reader or a
+//! writer nobody owns for its TTL).
 
 #[cfg(doc)]
 use super::semaphore::SemaphoreKeys;
 use std::time::Duration;
 
 use super::scripted::{KindCall, KindScript, ScriptedKinds, acked_grant, refuse_under_ack, released, renewed, run};
-use super::semaphore::kind_key;
+use super::semaphore::{GONE_FUNCTIONS, kind_key};
 use lock_core::backend::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use lock_core::error::Result;
 use lock_core::kinds::rw::RwMode;
@@ -27,6 +32,8 @@ pub struct RwKeys {
     pub intent: String,
     /// The last writer's fencing token (no TTL).
     pub fence: String,
+    /// Tokens released before their grant arrived.
+    pub gone: String,
 }
 
 impl RwKeys {
@@ -49,6 +56,7 @@ impl RwKeys {
             writer: kind_key(prefix, name, "rw:writer")?,
             intent: kind_key(prefix, name, "rw:intent")?,
             fence: kind_key(prefix, name, "rw:fence")?,
+            gone: kind_key(prefix, name, "rw:gone")?,
         })
     }
 }
@@ -67,15 +75,18 @@ end
     };
 }
 
-/// KEYS readers, writer, intent, fence; ARGV token, ttl ms, mode (`r` read,
-/// `w` waiting writer, `W` writer without intent). `{1}` a reader granted,
-/// `{1, fence}` a writer granted (it clears the intent; its fencing token is
-/// above every earlier writer's, even if the fence key was lost, as the
-/// mutex's); `{0, retry_ms}` refused (a refused waiting writer
-/// leaves its intent unless another writer's is live).
-pub const ACQUIRE: &str = concat!(
+/// KEYS readers, writer, intent, fence, gone; ARGV token, ttl ms, mode (`r`
+/// read, `w` waiting writer, `W` writer without intent). `{1}` a reader
+/// granted, `{1, fence}` a writer granted (it clears the intent; its fencing
+/// token is above every earlier writer's, even if the fence key was lost, as
+/// the mutex's); `{0, retry_ms}` refused (a refused waiting writer leaves its
+/// intent unless another writer's is live; a token already released, in
+/// `gone`, is refused with nothing written).
+pub const ACQUIRE: &str = const_format::concatcp!(
     rw_prologue!(),
+    GONE_FUNCTIONS,
     r"
+if is_gone(KEYS[5], ARGV[1], now) then return {0, 1} end
 local ttl = tonumber(ARGV[2])
 local writer = redis.call('GET', KEYS[2])
 if ARGV[3] == 'r' then
@@ -119,17 +130,21 @@ return {1, fence}
 "
 );
 
-/// KEYS readers, writer, intent; ARGV token. `1` released, `0` missing.
-/// Also drops the token's intent.
-pub const RELEASE: &str = concat!(
+/// KEYS readers, writer, intent, gone; ARGV token. `1` released, `0`
+/// missing (expired or never granted: the token is then refused by grants
+/// for [`super::semaphore::GONE_WINDOW_MS`]). Also drops the token's intent.
+pub const RELEASE: &str = const_format::concatcp!(
     rw_prologue!(),
+    GONE_FUNCTIONS,
     r"
 if redis.call('GET', KEYS[3]) == ARGV[1] then redis.call('DEL', KEYS[3]) end
 if redis.call('GET', KEYS[2]) == ARGV[1] then
   redis.call('DEL', KEYS[2])
   return 1
 end
-return redis.call('ZREM', KEYS[1], ARGV[1])
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then return 1 end
+record_gone(KEYS[4], ARGV[1], now)
+return 0
 "
 );
 
@@ -194,7 +209,7 @@ pub async fn try_acquire<K: ScriptedKinds + ?Sized>(
             script: KindScript::RwAcquire,
             token,
             ttl: Some(ttl),
-            keys: &[&keys.readers, &keys.writer, &keys.intent, &keys.fence],
+            keys: &[&keys.readers, &keys.writer, &keys.intent, &keys.fence, &keys.gone],
             args: &[&token.hex_bytes(), ttl_millis(ttl).to_string().as_bytes(), mode],
         })
         .await?;
@@ -232,7 +247,7 @@ pub async fn release<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str, token: &L
             script: KindScript::RwRelease,
             token,
             ttl: None,
-            keys: &[&keys.readers, &keys.writer, &keys.intent],
+            keys: &[&keys.readers, &keys.writer, &keys.intent, &keys.gone],
             args: &[&token.hex_bytes()],
         },
     )
@@ -283,5 +298,6 @@ mod tests {
         assert_eq!(k.writer, "rw:writer:{cfg}");
         assert_eq!(k.intent, "rw:intent:{cfg}");
         assert_eq!(k.fence, "rw:fence:{cfg}");
+        assert_eq!(k.gone, "rw:gone:{cfg}");
     }
 }

@@ -52,6 +52,34 @@ pub struct SemaphoreKeys {
 /// How long a token released while missing is refused by later acquires.
 pub use lock_core::raw::GONE_WINDOW_MS;
 
+/// Lua functions over a kind's `gone` record (a sorted set, token → server
+/// ms until which a grant for it is refused), shared by every kind whose
+/// clean-up release may reach the server before its grant (the semaphore,
+/// the read-write lock, the election, the multi-key lock):
+/// - `record_gone(key, token, now)`, from a release that found nothing of
+///   `token`'s: drops the lapsed entries and refuses `token` for
+///   [`GONE_WINDOW_MS`] (the key expires with its last entry);
+/// - `is_gone(key, token, now)`, from a grant, before its first write: a
+///   read, true while `token` is refused.
+///
+/// `now` is the script's server time in ms (`TIME`).
+pub const GONE_FUNCTIONS: &str = const_format::concatcp!(
+    r"
+local function record_gone(key, token, now)
+  local until_ms = now + ",
+    GONE_WINDOW_MS,
+    r"
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+  redis.call('ZADD', key, until_ms, token)
+  redis.call('PEXPIREAT', key, until_ms)
+end
+local function is_gone(key, token, now)
+  local until_ms = redis.call('ZSCORE', key, token)
+  return until_ms and tonumber(until_ms) > now
+end
+"
+);
+
 /// The key of `name`'s helper of kind `kind` (`sem`, `sem:info`, `rw:writer`,
 /// …), in `name`'s cluster slot, after `prefix` (which has no braces; the
 /// Lua backend's reserved `verrou:lua:`, Tair's `verrou:tair:`): a name with
@@ -192,17 +220,15 @@ return {1, fence}
 
 /// KEYS holders, info, gone; ARGV holder. `1` released, `0` missing
 /// (expired or never held: the token is then refused by acquires for
-/// [`GONE_WINDOW_MS`]).
-pub const RELEASE: &str = concat!(
+/// [`GONE_WINDOW_MS`], [`GONE_FUNCTIONS`]).
+pub const RELEASE: &str = const_format::concatcp!(
     prune!(),
+    GONE_FUNCTIONS,
     r"
 if redis.call('HGET', KEYS[2], '_rsv') == ARGV[1] then redis.call('HDEL', KEYS[2], '_rsv', '_rsvk', '_rsvt') end
 local n = redis.call('HGET', KEYS[2], ARGV[1])
 if not n then
-  local until_ms = now + 60000
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-  redis.call('ZADD', KEYS[3], until_ms, ARGV[1])
-  redis.call('PEXPIREAT', KEYS[3], until_ms)
+  record_gone(KEYS[3], ARGV[1], now)
   return 0
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
@@ -424,7 +450,8 @@ mod tests {
         assert_eq!(k.info, "sem:info:{api}");
         assert_eq!(k.fence, "sem:fence:{api}");
         assert_eq!(k.gone, "sem:gone:{api}");
-        assert!(RELEASE.contains(&format!("now + {GONE_WINDOW_MS}")));
+        assert!(GONE_FUNCTIONS.contains(&format!("now + {GONE_WINDOW_MS}\n")));
+        assert!(RELEASE.contains(GONE_FUNCTIONS));
         let k = SemaphoreKeys::new("{t}x").expect("tagged name");
         assert_eq!(k.holders, "sem:t:{t}x");
         assert!(SemaphoreKeys::new("a}b").is_err());
@@ -441,7 +468,7 @@ mod tests {
     /// share `{x}:sem` without one.
     #[test]
     fn distinct_names_never_share_a_kind_key() {
-        const KINDS: [&str; 9] = [
+        const KINDS: [&str; 13] = [
             "sem",
             "sem:info",
             "sem:fence",
@@ -449,8 +476,12 @@ mod tests {
             "rw:readers",
             "rw:writer",
             "rw:intent",
+            "rw:fence",
+            "rw:gone",
             "leader",
             "leader:term",
+            "leader:gone",
+            "multi:gone",
         ];
         let names = [
             "x", "{x}", "{x}:sem", "{x}sem", "t:{x}", "{t:{x}}", "sem:{x}", "{x}:t", "a{x}", "{x}x",

@@ -220,3 +220,43 @@ mod under_replica_ack {
         });
     }
 }
+
+/// Issue 39 (guarantee 2): a kind's clean-up release that reached the
+/// server before its own grant (across a reconnect) makes that late grant
+/// fail, for the read-write lock, the election and the multi-key lock as
+/// for the semaphore; sent in that order on purpose here.
+mod late_grant {
+    use super::*;
+    use lock_testkit::conformance::late_grant_cases as cases;
+
+    macro_rules! late_grant_cases {
+        ($($setup:ident => $connect:expr),* $(,)?) => {$(
+            mod $setup {
+                use super::*;
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn rw_grant_after_its_clean_up_is_refused() {
+                    cases::rw_grant_after_its_clean_up_is_refused(&RwSuite::new($connect).ttl(ACKED_TTL)).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn campaign_after_its_clean_up_is_refused() {
+                    cases::campaign_after_its_clean_up_is_refused(&ElectionSuite::new($connect).ttl(ACKED_TTL)).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn multi_grant_after_its_clean_up_is_refused() {
+                    cases::multi_grant_after_its_clean_up_is_refused(&MultiSuite::new($connect).ttl(ACKED_TTL))
+                        .await;
+                }
+            }
+        )*};
+    }
+
+    late_grant_cases!(
+        plain => || single(false),
+        with_notifications => || single(true),
+        on_cluster => cluster,
+        under_replica_ack => acked,
+    );
+}

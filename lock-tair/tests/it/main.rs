@@ -14,6 +14,7 @@ mod faults;
 mod hot_path;
 mod issue39;
 mod kinds_replica_ack;
+mod late_grant;
 mod multi;
 mod renew_many;
 mod rw;

@@ -18,6 +18,7 @@ use lock_core::{
 pub mod election_cases;
 pub mod fair_cases;
 mod hanging;
+pub mod late_grant_cases;
 pub mod lock_cases;
 pub mod multi_cases;
 #[cfg(feature = "harness")]
