@@ -59,9 +59,11 @@ at the latest), and verrou waits for it. A daemon that leaves the group
 
 When standard input is the terminal verrou runs in the foreground of, the
 program's group gets the terminal for as long as it runs: an interactive
-program reads it, and Ctrl-C and Ctrl-Z reach the program as they would
-from a shell (Ctrl-Z suspends verrou with it; renewals pause meanwhile, so a
-long suspension can lose the lease). A program stopped for using a terminal
+program reads it, and the terminal's Ctrl-C and Ctrl-Z go to the program's
+group. On Ctrl-Z verrou suspends itself with the program (renewals pause
+meanwhile, so a long suspension can lose the lease); where no shell can
+resume it, both go on. (A suspend and fg under an interactive shell is not
+covered by a test.) A program stopped for using a terminal
 it does not own (SIGTTIN, SIGTTOU: verrou in the background) cannot go on:
 it gets SIGTERM, then SIGKILL --kill-grace later.
 
