@@ -15,6 +15,15 @@ use lock_core::{LockToken, RwMode};
 
 use super::{ElectionSuite, MultiSuite, RwSuite};
 
+/// The grants' TTL: long enough that nothing a case grants expires before
+/// the case releases it, whatever the suite's short TTL and the topology's
+/// delays (under replica acknowledgement a grant's WAIT can take most of a
+/// short TTL on a loaded machine, and a leader seen expired made the case
+/// flaky: `resign` answered `Missing` where it expected `HeldByOther`).
+fn held_ttl(suite_ttl: std::time::Duration) -> std::time::Duration {
+    suite_ttl.max(std::time::Duration::from_secs(30))
+}
+
 fn token() -> LockToken {
     LockToken::generate().expect("token")
 }
@@ -44,7 +53,7 @@ pub async fn rw_grant_after_its_clean_up_is_refused(s: &RwSuite) {
             "{what}"
         );
         let grant = raw
-            .try_acquire_rw(&name, mode, waiting, &late, s.ttl)
+            .try_acquire_rw(&name, mode, waiting, &late, held_ttl(s.ttl))
             .await
             .expect("late grant");
         assert_refused(&grant, &what);
@@ -54,7 +63,7 @@ pub async fn rw_grant_after_its_clean_up_is_refused(s: &RwSuite) {
     for mode in [RwMode::Read, RwMode::Write] {
         let first = token();
         let grant = raw
-            .try_acquire_rw(&name, mode, false, &first, s.ttl)
+            .try_acquire_rw(&name, mode, false, &first, held_ttl(s.ttl))
             .await
             .expect("grant");
         assert_granted(&grant, &format!("{mode:?} of a new token"));
@@ -64,7 +73,7 @@ pub async fn rw_grant_after_its_clean_up_is_refused(s: &RwSuite) {
         );
         let next = token();
         let grant = raw
-            .try_acquire_rw(&name, mode, true, &next, s.ttl)
+            .try_acquire_rw(&name, mode, true, &next, held_ttl(s.ttl))
             .await
             .expect("grant");
         assert_granted(&grant, &format!("{mode:?} of another new token after a release"));
@@ -85,7 +94,10 @@ pub async fn campaign_after_its_clean_up_is_refused(s: &ElectionSuite) {
         raw.resign(&name, &late).await.expect("clean-up"),
         ReleaseOutcome::Missing
     );
-    let grant = raw.try_lead(&name, &late, b"late", s.ttl).await.expect("late campaign");
+    let grant = raw
+        .try_lead(&name, &late, b"late", held_ttl(s.ttl))
+        .await
+        .expect("late campaign");
     assert_refused(&grant, "campaign with no leader");
     assert!(
         raw.leader(&name).await.expect("leader").is_none(),
@@ -94,7 +106,9 @@ pub async fn campaign_after_its_clean_up_is_refused(s: &ElectionSuite) {
     // The clean-up while another leads, the late campaign once it resigned.
     let other = token();
     assert_granted(
-        &raw.try_lead(&name, &other, b"other", s.ttl).await.expect("campaign"),
+        &raw.try_lead(&name, &other, b"other", held_ttl(s.ttl))
+            .await
+            .expect("campaign"),
         "a new token's campaign",
     );
     let late = token();
@@ -106,7 +120,10 @@ pub async fn campaign_after_its_clean_up_is_refused(s: &ElectionSuite) {
         raw.resign(&name, &other).await.expect("resign"),
         ReleaseOutcome::Released
     );
-    let grant = raw.try_lead(&name, &late, b"late", s.ttl).await.expect("late campaign");
+    let grant = raw
+        .try_lead(&name, &late, b"late", held_ttl(s.ttl))
+        .await
+        .expect("late campaign");
     assert_refused(&grant, "campaign after another's resignation");
     assert!(
         raw.leader(&name).await.expect("leader").is_none(),
@@ -114,7 +131,9 @@ pub async fn campaign_after_its_clean_up_is_refused(s: &ElectionSuite) {
     );
     let next = token();
     assert_granted(
-        &raw.try_lead(&name, &next, b"next", s.ttl).await.expect("campaign"),
+        &raw.try_lead(&name, &next, b"next", held_ttl(s.ttl))
+            .await
+            .expect("campaign"),
         "another new token's campaign after a resignation",
     );
     assert_eq!(
@@ -135,13 +154,19 @@ pub async fn multi_grant_after_its_clean_up_is_refused(s: &MultiSuite) {
         raw.release_all(&set, &late).await.expect("clean-up"),
         ReleaseOutcome::Missing
     );
-    let grant = raw.try_acquire_all(&set, &late, s.ttl).await.expect("late grant");
+    let grant = raw
+        .try_acquire_all(&set, &late, held_ttl(s.ttl))
+        .await
+        .expect("late grant");
     assert_refused(&grant, "multi-key grant");
-    let grant = raw.try_acquire_all(&reversed, &late, s.ttl).await.expect("late grant");
+    let grant = raw
+        .try_acquire_all(&reversed, &late, held_ttl(s.ttl))
+        .await
+        .expect("late grant");
     assert_refused(&grant, "multi-key grant, keys in another order");
     let first = token();
     assert_granted(
-        &raw.try_acquire_all(&set, &first, s.ttl).await.expect("grant"),
+        &raw.try_acquire_all(&set, &first, held_ttl(s.ttl)).await.expect("grant"),
         "a new token's grant",
     );
     assert_eq!(
@@ -150,7 +175,7 @@ pub async fn multi_grant_after_its_clean_up_is_refused(s: &MultiSuite) {
     );
     let next = token();
     assert_granted(
-        &raw.try_acquire_all(&set, &next, s.ttl).await.expect("grant"),
+        &raw.try_acquire_all(&set, &next, held_ttl(s.ttl)).await.expect("grant"),
         "another new token's grant after a release",
     );
     assert_eq!(
