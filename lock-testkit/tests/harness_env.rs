@@ -8,8 +8,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use lock_testkit::server::{
-    HarnessError, REDIS_SERVER_ENV, RedisServer, TAIR_MODULE_ENV, redis_cli_binary, redis_server_binary,
-    tair_module_path,
+    HarnessError, NATS_SERVER_ENV, NatsCluster, REDIS_SERVER_ENV, RedisServer, TAIR_MODULE_ENV, nats_server_binary,
+    redis_cli_binary, redis_server_binary, tair_module_path,
 };
 
 fn set(key: &str, value: impl AsRef<std::ffi::OsStr>) {
@@ -129,4 +129,24 @@ async fn binaries_and_modules_come_from_the_environment() {
     }
     restore("CARGO_TARGET_DIR", saved_target);
     restore(TAIR_MODULE_ENV, saved_module);
+
+    // nats-server: an override must exist, and be 2.11 or later (per-key
+    // TTL); the error says how to get one.
+    let saved_nats = std::env::var_os(NATS_SERVER_ENV);
+    set(NATS_SERVER_ENV, "/nonexistent/nats-server");
+    let err = nats_server_binary().unwrap_err();
+    assert!(matches!(err, HarnessError::NotFound { .. }));
+    assert!(err.to_string().contains("scripts/nats.sh"), "{err}");
+    let err = NatsCluster::single().await.unwrap_err();
+    assert!(err.to_string().contains("scripts/nats.sh"), "{err}");
+    let old = bin.path().join("old-nats-server");
+    std::fs::write(&old, "#!/bin/sh\necho 'nats-server: v2.9.25'\n").unwrap();
+    std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o755)).unwrap();
+    set(NATS_SERVER_ENV, &old);
+    let err = nats_server_binary().unwrap_err();
+    assert!(
+        err.to_string().contains("2.11") && err.to_string().contains("2.9"),
+        "{err}"
+    );
+    restore(NATS_SERVER_ENV, saved_nats);
 }

@@ -14,6 +14,8 @@
 //! - [`PostgresServer`] (feature `postgres`): `initdb` + `postgres` in a
 //!   temporary directory, as the unprivileged [`PG_OS_USER`] when run as
 //!   root; kill, pause, restart; [`PgBouncer`] in front, standbys.
+//! - [`NatsCluster`]: `nats-server` with JetStream, one server or a three-node
+//!   cluster (`sync_interval: always`); kill, pause, restart.
 //! - [`RespClient`] / [`RespValue`]: a tiny RESP client for administration
 //!   and byte-exact reply checks; [`Monitor`]: the commands clients send.
 //!
@@ -47,6 +49,7 @@
 mod error;
 mod etcd;
 mod monitor;
+mod nats;
 mod netns;
 mod netns_cluster;
 mod netns_host;
@@ -77,6 +80,7 @@ mod topology;
 pub use error::{HarnessError, HarnessResult};
 pub use etcd::{ETCD_BIN_ENV, ETCD_START_TIMEOUT, EtcdCluster, MemberCounts, etcd_binary};
 pub use monitor::Monitor;
+pub use nats::{NATS_MIN_VERSION, NATS_SERVER_ENV, NATS_START_TIMEOUT, NatsCluster, SyncInterval, nats_server_binary};
 pub use netns::{NET_REDIS_PORT, NETNS_PREFIX, Network, clean_stale_namespaces, netem_available, netns_prerequisites};
 pub use netns_cluster::NetCluster;
 pub use netns_host::NetHost;

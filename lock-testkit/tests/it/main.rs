@@ -7,6 +7,8 @@ mod case_lists;
 #[cfg(feature = "harness")]
 mod harness_etcd;
 #[cfg(feature = "harness")]
+mod harness_nats;
+#[cfg(feature = "harness")]
 mod harness_netns;
 #[cfg(feature = "harness")]
 mod harness_orphans;
