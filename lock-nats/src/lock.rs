@@ -1,0 +1,234 @@
+//! The lock operations: each one conditional publish on the key's subject
+//! (plus a read when the condition fails, to say why). The value is the
+//! holder's token; the fencing token is the revision the acquire wrote.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use lock_core::raw::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
+use lock_core::{FencingToken, LockToken, Result};
+use tokio::time::Instant;
+
+use crate::Inner;
+use crate::error::NotStored;
+use crate::kv::{Entry, Op, busy, ttl_secs};
+
+/// Rounds of "the write was refused, yet the key is as expected" before
+/// giving up. On a replicated stream the leader also refuses a conditional
+/// write while another write of the same subject is in flight (error
+/// 10164), so a holder's release or renewal can be refused by a burst of
+/// acquire attempts: it reads, backs off a little and writes again.
+pub(crate) const ROUNDS: usize = 12;
+
+/// Rounds of an acquire that finds the key free but its write refused
+/// (other acquirers' writes in flight): then `Held`, and the caller waits.
+const ACQUIRE_ROUNDS: usize = 4;
+
+/// A short random pause before round `round` (1, 2, 4 … 32 ms, jittered).
+pub(crate) async fn back_off(round: usize) {
+    let cap = 1u64 << round.min(5);
+    tokio::time::sleep(Duration::from_micros(fastrand::u64(cap * 500..=cap * 1000))).await;
+}
+
+/// Held leases this backend wrote: (subject, token) → the revision of the
+/// holder's last write, so a renewal or release is one publish. A lease
+/// this map does not know (another client's token, an entry left by a
+/// write of unknown outcome) is read first.
+#[derive(Default)]
+pub(crate) struct Held {
+    map: std::sync::Mutex<HashMap<(String, LockToken), (u64, Instant)>>,
+}
+
+/// Past this many entries, those whose TTL has run out are dropped on the
+/// next insert (a guard dropped outside a runtime never releases).
+const HELD_SWEEP: usize = 4096;
+
+impl Held {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, LockToken), (u64, Instant)>> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn get(&self, subject: &str, token: &LockToken) -> Option<u64> {
+        self.lock().get(&(subject.to_owned(), *token)).map(|(r, _)| *r)
+    }
+
+    fn put(&self, subject: &str, token: &LockToken, revision: u64, until: Instant) {
+        let mut map = self.lock();
+        if map.len() >= HELD_SWEEP {
+            let now = Instant::now();
+            map.retain(|_, (_, until)| *until > now);
+        }
+        map.insert((subject.to_owned(), *token), (revision, until));
+    }
+
+    fn forget(&self, subject: &str, token: &LockToken) {
+        self.lock().remove(&(subject.to_owned(), *token));
+    }
+
+    /// How many leases are remembered (tests: nothing leaks).
+    pub(crate) fn len(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+/// Whose the entry is.
+enum Found {
+    Mine(u64),
+    Other,
+    Missing,
+}
+
+fn found(entry: Option<Entry>, token: &LockToken) -> Found {
+    match entry {
+        Some(e) if e.live && e.value.as_ref() == token.hex_bytes().as_slice() => Found::Mine(e.revision),
+        Some(e) if e.live => Found::Other,
+        _ => Found::Missing,
+    }
+}
+
+impl Inner {
+    pub(crate) async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        let subject = self.subject(&self.bucket_key("l", key)?);
+        let secs = ttl_secs(ttl, "ttl")?;
+        let value = Bytes::copy_from_slice(&token.hex_bytes());
+        let sent_at = Instant::now();
+        // Create-if-absent: no message on the subject, or its last one a
+        // delete marker (the client's, or the server's when a TTL ran
+        // out), written only while that marker is still the last one: two
+        // creators after a release both expect the same marker, and one
+        // of them wins.
+        let mut expected = 0;
+        for round in 0..ACQUIRE_ROUNDS {
+            match self
+                .write(&subject, Op::Put, value.clone(), expected, Some(secs), "acquire")
+                .await
+            {
+                Ok(revision) => {
+                    self.held.put(&subject, token, revision, sent_at + ttl);
+                    return Ok(AcquireOutcome::Acquired(
+                        Lease::new().with_fencing_token(Some(FencingToken(revision))),
+                    ));
+                }
+                Err(NotStored::Failed(e)) => return Err(e),
+                Err(NotStored::WrongLast) => {}
+            }
+            match self.last(&subject).await? {
+                None if expected == 0 => back_off(round).await,
+                None => expected = 0,
+                Some(e) if !e.live && e.revision == expected => back_off(round).await,
+                Some(e) if !e.live => expected = e.revision,
+                Some(_) => return Ok(AcquireOutcome::Held { retry_after: None }),
+            }
+        }
+        Ok(AcquireOutcome::Held { retry_after: None })
+    }
+
+    /// The revision `token` holds `subject` at: remembered, else read.
+    async fn held_revision(&self, subject: &str, token: &LockToken) -> Result<Found> {
+        match self.held.get(subject, token) {
+            Some(r) => Ok(Found::Mine(r)),
+            None => Ok(found(self.last(subject).await?, token)),
+        }
+    }
+
+    pub(crate) async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
+        let subject = self.subject(&self.bucket_key("l", key)?);
+        let mut now = self.held_revision(&subject, token).await?;
+        for round in 0..ROUNDS {
+            let revision = match now {
+                Found::Mine(r) => r,
+                Found::Other => {
+                    self.held.forget(&subject, token);
+                    return Ok(ReleaseOutcome::HeldByOther);
+                }
+                Found::Missing => {
+                    self.held.forget(&subject, token);
+                    return Ok(ReleaseOutcome::Missing);
+                }
+            };
+            match self.delete_marker(&subject, revision, "release").await {
+                Ok(_) => {
+                    self.held.forget(&subject, token);
+                    return Ok(ReleaseOutcome::Released);
+                }
+                Err(NotStored::Failed(e)) => return Err(e),
+                // Renewed meanwhile by a write whose answer was lost, or
+                // expired, or another's: read to tell.
+                Err(NotStored::WrongLast) => {
+                    now = found(self.last(&subject).await?, token);
+                    if matches!(now, Found::Mine(r) if r == revision) {
+                        back_off(round).await;
+                    }
+                }
+            }
+        }
+        Err(busy("release"))
+    }
+
+    pub(crate) async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
+        let subject = self.subject(&self.bucket_key("l", key)?);
+        let secs = ttl_secs(ttl, "ttl")?;
+        let value = Bytes::copy_from_slice(&token.hex_bytes());
+        let sent_at = Instant::now();
+        let mut now = self.held_revision(&subject, token).await?;
+        for round in 0..ROUNDS {
+            let revision = match now {
+                Found::Mine(r) => r,
+                Found::Other => {
+                    self.held.forget(&subject, token);
+                    return Ok(RenewOutcome::HeldByOther);
+                }
+                Found::Missing => {
+                    self.held.forget(&subject, token);
+                    return Ok(RenewOutcome::Missing);
+                }
+            };
+            // The same value at the held revision, with the TTL again.
+            match self
+                .write(&subject, Op::Put, value.clone(), revision, Some(secs), "renew")
+                .await
+            {
+                Ok(new) => {
+                    self.held.put(&subject, token, new, sent_at + ttl);
+                    return Ok(RenewOutcome::Renewed);
+                }
+                Err(NotStored::Failed(e)) => return Err(e),
+                Err(NotStored::WrongLast) => {
+                    now = found(self.last(&subject).await?, token);
+                    if matches!(now, Found::Mine(r) if r == revision) {
+                        back_off(round).await;
+                    }
+                }
+            }
+        }
+        Err(busy("renew"))
+    }
+
+    /// Until `key` is released or expires: its current entry read, then a
+    /// watch of its subject from the next revision (an ordered consumer,
+    /// server-side filtered), until a delete or purge marker comes. Renewals
+    /// (new values) do not wake it.
+    pub(crate) async fn wait_for_release(&self, key: &str) -> Result<()> {
+        let bucket_key = self.bucket_key("l", key)?;
+        let Some(current) = self.last(&self.subject(&bucket_key)).await? else {
+            return Ok(());
+        };
+        if !current.live {
+            return Ok(());
+        }
+        let mut watch = self
+            .store
+            .watch_from_revision(&bucket_key, current.revision + 1)
+            .await
+            .map_err(|e| crate::error::failed("watch", e))?;
+        while let Some(entry) = watch.next().await {
+            let entry = entry.map_err(|e| crate::error::failed("watch", e))?;
+            if entry.operation != async_nats::jetstream::kv::Operation::Put {
+                return Ok(());
+            }
+        }
+        Err(lock_core::Error::backend(crate::error::NAME, "the watch ended"))
+    }
+}
