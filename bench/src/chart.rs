@@ -219,6 +219,7 @@ fn panels(r: &Results) -> Vec<Panel> {
                             Library::Fred => RAW_FRED_SCRIPTED,
                             Library::Postgres => crate::pg::RAW_TOKIO_PG,
                             Library::Etcd => crate::etcd::RAW_ETCD,
+                            Library::Nats => crate::nats::RAW_NATS,
                         };
                         l.rows
                             .iter()

@@ -126,6 +126,7 @@ impl Environment {
                     "sqlx",
                     "distributed-lock-postgres",
                     "etcd-client",
+                    "async-nats",
                 ],
             ),
             load_before: load_average(),

@@ -38,6 +38,8 @@ pub enum Backend {
     PostgresNotify,
     /// `lock-etcd` on one etcd member, defaults.
     Etcd,
+    /// `lock-nats` on one nats-server (JetStream, `sync_interval: always`), defaults.
+    Nats,
 }
 
 impl Backend {
@@ -53,6 +55,7 @@ impl Backend {
             Backend::Postgres => crate::pg::VERROU_PG,
             Backend::PostgresNotify => crate::pg::VERROU_PG_NOTIFY,
             Backend::Etcd => crate::etcd::VERROU_ETCD,
+            Backend::Nats => crate::nats::VERROU_NATS,
         }
     }
 
@@ -76,6 +79,7 @@ impl Backend {
             Backend::Postgres => "pg",
             Backend::PostgresNotify => "pg-notify",
             Backend::Etcd => "etcd",
+            Backend::Nats => "nats",
         }
     }
 }
@@ -98,6 +102,8 @@ pub struct Lab {
     pub pg: crate::pg::PgLab,
     /// The etcd member, started on first use.
     pub etcd: crate::etcd::EtcdLab,
+    /// The NATS server, started on first use.
+    pub nats: crate::nats::NatsLab,
 }
 
 /// Redlock's instance count.
@@ -115,6 +121,7 @@ impl Lab {
             memory: MemoryBackend::new(),
             pg: crate::pg::PgLab::default(),
             etcd: crate::etcd::EtcdLab::default(),
+            nats: crate::nats::NatsLab::default(),
         })
     }
 
@@ -155,6 +162,7 @@ impl Lab {
             Backend::Postgres,
             Backend::PostgresNotify,
             Backend::Etcd,
+            Backend::Nats,
         ]
     }
 
@@ -188,6 +196,7 @@ impl Lab {
             Backend::Postgres => Ok(Arc::new(self.pg.backend(false).await?)),
             Backend::PostgresNotify => Ok(Arc::new(self.pg.backend(true).await?)),
             Backend::Etcd => Ok(Arc::new(self.etcd.backend().await?)),
+            Backend::Nats => Ok(Arc::new(self.nats.backend().await?)),
         }
     }
 
@@ -207,7 +216,7 @@ impl Lab {
                 Ok(Arc::new(Redlock::new(nodes)?))
             }
             Backend::Postgres => Ok(Arc::new(self.pg.backend(false).await?)),
-            Backend::RedisLuaQuiet | Backend::TairQuiet | Backend::PostgresNotify | Backend::Etcd => {
+            Backend::RedisLuaQuiet | Backend::TairQuiet | Backend::PostgresNotify | Backend::Etcd | Backend::Nats => {
                 Err("the lock kinds run on the default Lua, Tair and postgres backends only".into())
             }
         }
@@ -229,7 +238,9 @@ impl Lab {
             // PostgreSQL's statistics are flushed about once a second: too
             // coarse for a window; its rows count client CPU only.
             // etcd's rows, likewise (its metrics are not read).
-            Backend::Memory | Backend::Postgres | Backend::PostgresNotify | Backend::Etcd => Ok(Probe::none()),
+            Backend::Memory | Backend::Postgres | Backend::PostgresNotify | Backend::Etcd | Backend::Nats => {
+                Ok(Probe::none())
+            }
             Backend::RedisLua | Backend::RedisLuaQuiet | Backend::Tair | Backend::TairQuiet => {
                 Probe::connect(&[&self.main]).await
             }

@@ -16,6 +16,7 @@ mod holds;
 mod lab;
 mod locks;
 mod measure;
+mod nats;
 mod ops;
 mod pg;
 mod report;

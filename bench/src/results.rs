@@ -108,6 +108,8 @@ pub enum Library {
     Postgres,
     /// etcd-client (the etcd rows).
     Etcd,
+    /// async-nats (the NATS rows).
+    Nats,
 }
 
 impl Library {
@@ -118,6 +120,7 @@ impl Library {
             Library::Fred => "fred",
             Library::Postgres => "tokio-postgres",
             Library::Etcd => "etcd-client",
+            Library::Nats => "async-nats",
         }
     }
 }

@@ -43,6 +43,9 @@ pub const ETCD_VS_LOCK_API: f64 = 1.0;
 /// etcd: a sequential pair's p50 against this many single-key read round
 /// trips of the same client.
 pub const ETCD_PAIR_VS_READS: f64 = 2.0;
+/// NATS (issue 45): a sequential pair's p50 against this many key-value
+/// `get` round trips of the same client.
+pub const NATS_PAIR_VS_READ: f64 = 2.2;
 
 /// One checked target.
 #[derive(Debug, Clone)]
@@ -99,6 +102,7 @@ pub fn evaluate(r: &Results) -> Vec<Check> {
     renewals(r, &mut out);
     postgres(r, &mut out);
     etcd(r, &mut out);
+    nats(r, &mut out);
     out
 }
 
@@ -199,13 +203,14 @@ fn hot_key(r: &Results, out: &mut Vec<Check>) {
         out.push(missing("hot key: all targets".to_owned(), "scenario not run"));
         return;
     };
-    // The postgres and etcd rows have their own targets (`postgres` and
-    // `etcd` below).
-    for row in h
-        .rows
-        .iter()
-        .filter(|row| row.kind == Kind::Verrou && !crate::pg::is_pg(&row.label) && !crate::etcd::is_etcd(&row.label))
-    {
+    // The postgres, etcd and NATS rows have their own targets (`postgres`,
+    // `etcd` and `nats` below).
+    for row in h.rows.iter().filter(|row| {
+        row.kind == Kind::Verrou
+            && !crate::pg::is_pg(&row.label)
+            && !crate::etcd::is_etcd(&row.label)
+            && !crate::nats::is_nats(&row.label)
+    }) {
         let name = format!("{} ({})", row.label, row.shape.name());
         let p99 = row.r.waits.p99().as_secs_f64() * 1e3;
         if row.fair {
@@ -590,4 +595,47 @@ fn etcd(r: &Results, out: &mut Vec<Check>) {
             None => missing(target, "read not measured (scenario 2)"),
         });
     }
+}
+
+/// NATS (issue 45): the default backend against raw async-nats key-value
+/// calls doing the same operations (throughput), and its sequential pair
+/// p50 against a key-value `get` of the same client. Its renewals are
+/// checked with every backend's in [`renewals`].
+fn nats(r: &Results, out: &mut Vec<Check>) {
+    use crate::nats::{RAW_NATS, READ_NATS, VERROU_NATS};
+    let rows = r.uncontended.as_ref().map(|u| u.rows.as_slice()).unwrap_or(&[]);
+    let target = format!("uncontended: {VERROU_NATS} ≥ {VS_RAW}× {RAW_NATS}");
+    out.push(match (row(rows, VERROU_NATS), row(rows, RAW_NATS)) {
+        (Some(a), Some(b)) => {
+            let ratio = a.m.rate() / b.m.rate().max(1e-9);
+            at_least(
+                target,
+                ratio,
+                VS_RAW,
+                format!("{ratio:.2}× ({:.0} vs {:.0} pairs/s)", a.m.rate(), b.m.rate()),
+            )
+        }
+        _ => missing(target, "row not measured"),
+    });
+    let read = r.latency.as_ref().and_then(|l| l.ping_p50(Library::Nats));
+    let target =
+        format!("sequential (current-thread runtime): {VERROU_NATS} pair p50 ≤ {NATS_PAIR_VS_READ} × {READ_NATS} p50");
+    let pair = r.latency.as_ref().and_then(|l| {
+        l.rows
+            .iter()
+            .find(|(_, row)| row.label == VERROU_NATS)
+            .map(|(_, row)| row.m.latencies.p50())
+    });
+    out.push(match (pair, read) {
+        (Some(pair), Some(read)) => {
+            let ratio = us(pair) / us(read).max(1e-9);
+            at_most(
+                target,
+                ratio,
+                NATS_PAIR_VS_READ,
+                format!("{ratio:.2}× ({:.0} vs {:.0} µs)", us(pair), us(read)),
+            )
+        }
+        _ => missing(target, "row not measured"),
+    });
 }

@@ -190,6 +190,7 @@ impl NatsBuilder {
                 response_timeout: config.response_timeout,
                 marker_ttl_secs,
                 held: Default::default(),
+                markers: Default::default(),
                 kept: Default::default(),
             }),
         })

@@ -109,13 +109,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::raw::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
-use lock_core::{Capabilities, LockBackend, LockToken, Result};
+use lock_core::raw::{AcquireOutcome, FairWaiter, ReleaseOutcome, RenewOutcome};
+use lock_core::{Capabilities, Error, LockBackend, LockToken, Result};
 
 pub use async_nats;
 pub use builder::{NatsBuilder, OwnClient};
 pub use config::{Credentials, NatsConfig};
 pub use kv::MAX_SUBJECT_KEY_LEN;
+
+/// Why fair mode is refused (the text of its [`Error::Unsupported`]).
+pub const FAIR_UNSUPPORTED: &str = "fair (FIFO) locking: a per-key queue of waiters with dead-waiter clean-up \
+     takes several keys changed at once, which one conditional publish to a history-1 key-value bucket \
+     cannot do";
 
 /// The NATS backend. Cheap to clone; clones share the connection.
 #[derive(Clone)]
@@ -145,6 +150,7 @@ pub(crate) struct Inner {
     /// Lifetime of the delete markers this backend writes.
     pub(crate) marker_ttl_secs: u64,
     pub(crate) held: lock::Held,
+    pub(crate) markers: lock::Markers,
     pub(crate) kept: versioned::Kept,
 }
 
@@ -220,6 +226,17 @@ impl LockBackend for NatsBackend {
             }
         });
         let _ = waited.await;
+    }
+
+    async fn try_acquire_fair(
+        &self,
+        key: &str,
+        token: &LockToken,
+        ttl: Duration,
+        waiter: &FairWaiter,
+    ) -> Result<AcquireOutcome> {
+        let _ = (key, token, ttl, waiter);
+        Err(Error::unsupported(error::NAME, FAIR_UNSUPPORTED))
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -73,6 +73,33 @@ impl Held {
     }
 }
 
+/// The last delete marker this backend wrote or saw per lock subject, so
+/// the next acquire of the key expects it at once (one publish) instead of
+/// finding it by a refused write and a read. A hint: a marker that ended
+/// meanwhile only costs the read.
+#[derive(Default)]
+pub(crate) struct Markers {
+    map: std::sync::Mutex<HashMap<String, u64>>,
+}
+
+impl Markers {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn take(&self, subject: &str) -> Option<u64> {
+        self.lock().remove(subject)
+    }
+
+    fn note(&self, subject: &str, revision: u64) {
+        let mut map = self.lock();
+        if map.len() >= HELD_SWEEP {
+            map.clear();
+        }
+        map.insert(subject.to_owned(), revision);
+    }
+}
+
 /// Whose the entry is.
 enum Found {
     Mine(u64),
@@ -99,7 +126,7 @@ impl Inner {
         // out), written only while that marker is still the last one: two
         // creators after a release both expect the same marker, and one
         // of them wins.
-        let mut expected = 0;
+        let mut expected = self.markers.take(&subject).unwrap_or(0);
         for round in 0..ACQUIRE_ROUNDS {
             match self
                 .write(&subject, Op::Put, value.clone(), expected, Some(secs), "acquire")
@@ -149,7 +176,8 @@ impl Inner {
                 }
             };
             match self.delete_marker(&subject, revision, "release").await {
-                Ok(_) => {
+                Ok(marker) => {
+                    self.markers.note(&subject, marker);
                     self.held.forget(&subject, token);
                     return Ok(ReleaseOutcome::Released);
                 }
@@ -212,10 +240,12 @@ impl Inner {
     /// (new values) do not wake it.
     pub(crate) async fn wait_for_release(&self, key: &str) -> Result<()> {
         let bucket_key = self.bucket_key("l", key)?;
-        let Some(current) = self.last(&self.subject(&bucket_key)).await? else {
+        let subject = self.subject(&bucket_key);
+        let Some(current) = self.last(&subject).await? else {
             return Ok(());
         };
         if !current.live {
+            self.markers.note(&subject, current.revision);
             return Ok(());
         }
         let mut watch = self
@@ -226,6 +256,7 @@ impl Inner {
         while let Some(entry) = watch.next().await {
             let entry = entry.map_err(|e| crate::error::failed("watch", e))?;
             if entry.operation != async_nats::jetstream::kv::Operation::Put {
+                self.markers.note(&subject, entry.revision);
                 return Ok(());
             }
         }

@@ -46,6 +46,11 @@ pub enum Spec {
         /// Endpoints.
         endpoints: String,
     },
+    /// A NATS URL (`nats://h1,h2,h3?bucket=…&replicas=3`; fencing always on).
+    Nats {
+        /// URL.
+        url: String,
+    },
 }
 
 /// A client's lock backend and, where the backend has one, its versioned store.
@@ -113,6 +118,18 @@ pub async fn build(spec: &Spec, timeout: Duration) -> lock_core::Result<Built> {
         }
         Spec::Etcd { endpoints } => {
             let b = lock_etcd::EtcdBackend::builder(endpoints.split(',').map(str::to_owned))
+                .connect_timeout(timeout)
+                .response_timeout(timeout)
+                .build()
+                .await?;
+            let b = Arc::new(b);
+            Built {
+                lock: b.clone(),
+                store: Some(b),
+            }
+        }
+        Spec::Nats { url } => {
+            let b = lock_nats::NatsBackend::builder(url)?
                 .connect_timeout(timeout)
                 .response_timeout(timeout)
                 .build()

@@ -70,6 +70,11 @@ pub enum WireBackend {
         /// Endpoints.
         endpoints: String,
     },
+    /// A NATS URL.
+    Nats {
+        /// URL.
+        url: String,
+    },
 }
 
 impl WireBackend {
@@ -85,6 +90,7 @@ impl WireBackend {
             Spec::Etcd { endpoints } => WireBackend::Etcd {
                 endpoints: endpoints.clone(),
             },
+            Spec::Nats { url } => WireBackend::Nats { url: url.clone() },
             Spec::Lua { .. } | Spec::Tair { .. } | Spec::Memory(_) | Spec::Net(_) => return None,
         })
     }
@@ -104,6 +110,7 @@ impl WireBackend {
             WireBackend::Etcd { endpoints } => Spec::Etcd {
                 endpoints: endpoints.clone(),
             },
+            WireBackend::Nats { url } => Spec::Nats { url: url.clone() },
         }
     }
 }

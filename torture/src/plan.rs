@@ -21,6 +21,9 @@ pub enum Backend {
     /// lock-etcd on a three-member cluster (fencing always on: the create
     /// revision).
     Etcd,
+    /// lock-nats on a three-node JetStream cluster, an R3 bucket (fencing
+    /// always on: the revision).
+    Nats,
 }
 
 impl Backend {
@@ -34,6 +37,7 @@ impl Backend {
             Backend::Redlock => "redlock",
             Backend::Postgres => "postgres",
             Backend::Etcd => "etcd",
+            Backend::Nats => "nats",
         }
     }
 
@@ -111,6 +115,9 @@ pub enum Fault {
     /// Client 0's only etcd member (member 0: the leader or a follower)
     /// partitioned away from the other two for 3 × TTL.
     Partition,
+    /// Every node of the cluster SIGKILLed, all restarted with their data
+    /// a TTL later (the coordinated crash of Jepsen's NATS analysis).
+    ClusterRestart,
     /// Client processes: the process holding the hot key SIGKILLed inside
     /// its critical section (`crate::process`).
     ProcessKilled,
@@ -147,6 +154,7 @@ impl Fault {
             Fault::LeaderKill => "leader-kill-restart".into(),
             Fault::LeaderPause => "leader-pause".into(),
             Fault::Partition => "member-partitioned".into(),
+            Fault::ClusterRestart => "cluster-killed-restarted".into(),
             Fault::ProcessKilled => "process-holder-killed".into(),
             Fault::ProcessStopped => "process-holder-stopped".into(),
         }
@@ -203,6 +211,10 @@ impl fmt::Display for Fault {
             Fault::LeaderKill => write!(f, "leader killed, restarted with its data a TTL later"),
             Fault::LeaderPause => write!(f, "leader paused 3×TTL"),
             Fault::Partition => write!(f, "client 0's member partitioned from the other two 3×TTL"),
+            Fault::ClusterRestart => write!(
+                f,
+                "every node killed (kill -9), all restarted with their data a TTL later"
+            ),
             Fault::ProcessKilled => write!(
                 f,
                 "client processes: the hot key's holder killed (kill -9) inside its critical section"
@@ -256,6 +268,11 @@ pub enum Topology {
     Five,
     /// A three-member Raft cluster.
     Three,
+    /// A three-node JetStream cluster, an R3 bucket, `sync_interval: always`.
+    NatsR3,
+    /// The same with the server's default `sync_interval` (fsync every two
+    /// minutes).
+    NatsR3DefaultSync,
     /// The user's deployment (`--url`).
     External,
     /// One server; clients on other hosts (network namespaces).
@@ -283,6 +300,8 @@ impl Topology {
             Topology::Pair => "primary + replica",
             Topology::Five => "5 servers",
             Topology::Three => "3-member cluster",
+            Topology::NatsR3 => "3-node JetStream cluster, R3, sync_interval: always",
+            Topology::NatsR3DefaultSync => "3-node JetStream cluster, R3, default sync_interval (2 min)",
             Topology::External => "your deployment",
             Topology::NetSingle => "1 server, clients on other hosts (netns)",
             Topology::NetFive => "5 servers on 5 hosts (netns)",
@@ -361,6 +380,7 @@ pub fn full() -> Vec<Scenario> {
     plan.extend(postgres_rows());
     plan.extend(crate::netrows::rows());
     plan.extend(etcd_rows());
+    plan.extend(nats_rows());
     let r = Backend::Redlock;
     let t = Topology::Five;
     plan.extend([
@@ -456,10 +476,36 @@ fn etcd_rows() -> Vec<Scenario> {
     ]
 }
 
+/// NATS on a three-node JetStream cluster with an R3 bucket: claimed safe
+/// with `sync_interval: always` (the stalled holder's stale writes refused
+/// by fencing); the whole-cluster crash measured with the default sync
+/// interval too, documented unsafe (Jepsen's NATS 2.12.1 analysis).
+fn nats_rows() -> Vec<Scenario> {
+    use Claim::*;
+    use Fault::*;
+    let (b, t) = (Backend::Nats, Topology::NatsR3);
+    vec![
+        row(b, t, None, Safe, ""),
+        row(b, t, LeaderKill, Safe, ""),
+        row(b, t, LeaderPause, Safe, ""),
+        row(b, t, Stall, Fenced, ""),
+        row(b, t, ClusterRestart, Safe, ""),
+        row(
+            b,
+            Topology::NatsR3DefaultSync,
+            ClusterRestart,
+            Unsafe,
+            "the default sync_interval fsyncs every two minutes: a crash of every node loses acknowledged writes (a grant, a renewal, an increment)",
+        ),
+    ]
+}
+
 /// Rows the quick run adds only when `--only` asks for them (`--quick
-/// --only etcd`): each etcd fault once (TTL 1 s, longer rows: not in CI).
+/// --only etcd`, `--quick --only nats`): each etcd and NATS fault once
+/// (TTL 1 s, longer rows: not in CI).
 pub fn quick_on_request() -> Vec<Scenario> {
     let mut plan = etcd_rows();
+    plan.extend(nats_rows());
     plan.extend(crate::process::quick_on_request());
     plan
 }

@@ -89,6 +89,7 @@ pub fn rows() -> Vec<Scenario> {
     plan.extend(both(Backend::Tair, Topology::Single));
     plan.extend(both(Backend::Postgres, Topology::Single));
     plan.extend(both(Backend::Etcd, Topology::Three));
+    plan.extend(both(Backend::Nats, Topology::NatsR3));
     plan.extend(both(Backend::Redlock, Topology::Five));
     plan
 }
@@ -116,9 +117,12 @@ pub fn quick_rows() -> Vec<Scenario> {
     ]
 }
 
-/// etcd's process rows, for `--quick --only etcd`.
+/// etcd's and NATS's process rows, for `--quick --only etcd` and
+/// `--quick --only nats`.
 pub fn quick_on_request() -> Vec<Scenario> {
-    both(Backend::Etcd, Topology::Three)
+    let mut plan = both(Backend::Etcd, Topology::Three);
+    plan.extend(both(Backend::Nats, Topology::NatsR3));
+    plan
 }
 
 /// How to start a client process.
@@ -524,7 +528,7 @@ async fn run_row(launcher: &Launcher, sc: Scenario, idx: usize, seed: u64, p: &P
     let log = Arc::new(Log::default());
     let has_store = matches!(
         sc.backend,
-        Backend::Lua | Backend::Tair | Backend::Postgres | Backend::Etcd
+        Backend::Lua | Backend::Tair | Backend::Postgres | Backend::Etcd | Backend::Nats
     );
     let counters = if has_store { p.counter_clients } else { 0 };
     let clients = p.lock_clients + counters;

@@ -9,7 +9,8 @@ use std::time::Duration;
 use lock_core::{LockOptions, ReplicaAck};
 use lock_memory::MemoryBackend;
 use lock_testkit::server::{
-    EtcdCluster, Instances, PgBouncer, PostgresPair, PostgresServer, RedisServer, RedisServerBuilder, TcpProxy,
+    EtcdCluster, Instances, NatsCluster, PgBouncer, PostgresPair, PostgresServer, RedisServer, RedisServerBuilder,
+    SyncInterval, TcpProxy,
 };
 use tokio::time::Instant;
 
@@ -82,7 +83,7 @@ impl Params {
     /// it, the durations scaled with it.
     pub fn for_backend(&self, backend: Backend) -> Params {
         let floor = match backend {
-            Backend::Etcd => Duration::from_secs(1),
+            Backend::Etcd | Backend::Nats => Duration::from_secs(1),
             _ => return self.clone(),
         };
         if self.ttl >= floor {
@@ -233,6 +234,8 @@ pub(crate) enum Env {
     /// A three-member etcd cluster, its peer traffic through proxies
     /// (for the partition).
     Etcd(Box<EtcdCluster>),
+    /// A three-node JetStream cluster (the bucket `torture`, R3).
+    Nats(Box<NatsCluster>),
     /// One PostgreSQL server (fsync on), one proxy per client.
     Pg {
         server: Box<PostgresServer>,
@@ -373,6 +376,8 @@ pub(crate) async fn setup(sc: &Scenario, clients: usize, ext: Option<&External>)
         }
         Topology::Five => Env::Five(Instances::start(5, RedisServer::builder()).await?),
         Topology::Three => Env::Etcd(Box::new(EtcdCluster::partitionable(3).await?)),
+        Topology::NatsR3 => Env::Nats(Box::new(NatsCluster::start(3, SyncInterval::Always).await?)),
+        Topology::NatsR3DefaultSync => Env::Nats(Box::new(NatsCluster::start(3, SyncInterval::Default).await?)),
         Topology::External => {
             let ext = ext.ok_or("an external scenario needs --url")?;
             let mut proxies = Vec::with_capacity(clients);
@@ -453,7 +458,8 @@ impl Env {
             | Env::PgBouncer { .. }
             | Env::PgPair { .. }
             | Env::Net(_)
-            | Env::Etcd(_) => Vec::new(),
+            | Env::Etcd(_)
+            | Env::Nats(_) => Vec::new(),
             Env::Single { server, .. } => vec![server],
             Env::Pair { primary, replica, .. } => vec![primary, replica],
             Env::Five(nodes) => nodes.servers().iter().collect(),
@@ -468,6 +474,7 @@ impl Env {
             // the others to every member.
             Env::Etcd(cluster) if client == 0 => cluster.endpoint(0),
             Env::Etcd(cluster) => cluster.endpoints().join(","),
+            Env::Nats(cluster) => nats_url(cluster),
             Env::Single { proxies, .. } => proxies[client].url(),
             Env::Pg { server, proxies } => with_addr(&server.url(), proxies[client].addr()).unwrap_or_default(),
             Env::Pair { switches, .. } => switches[client].url(),
@@ -486,6 +493,7 @@ impl Env {
             Env::Memory(_) | Env::Five(_) => String::new(),
             Env::Net(_) => crate::netrows::NetEnv::direct_url(),
             Env::Etcd(cluster) => cluster.endpoints().join(","),
+            Env::Nats(cluster) => nats_url(cluster),
             Env::Single { server, .. } => server.url(),
             Env::Pg { server, .. } | Env::PgBouncer { server, .. } => server.url(),
             Env::PgPair { pair, promoted, .. } => {
@@ -519,6 +527,7 @@ impl Env {
             (_, Backend::Tair) => Spec::Tair { url, ack },
             (_, Backend::Postgres) => Spec::Postgres { url },
             (_, Backend::Etcd) => Spec::Etcd { endpoints: url },
+            (_, Backend::Nats) => Spec::Nats { url },
             _ => Spec::Lua { url, ack },
         }
     }
@@ -691,6 +700,25 @@ pub(crate) async fn inject(
             tokio::time::sleep(len).await;
             cluster.resume(leader)?;
         }
+        (Fault::LeaderKill, Env::Nats(cluster)) => {
+            let leader = cluster.stream_leader(NATS_STREAM, p.recovery_bound()).await?;
+            cluster.kill(leader)?;
+            tokio::time::sleep(p.ttl).await;
+            cluster.restart(leader).await?;
+        }
+        (Fault::LeaderPause, Env::Nats(cluster)) => {
+            let leader = cluster.stream_leader(NATS_STREAM, p.recovery_bound()).await?;
+            cluster.pause(leader)?;
+            tokio::time::sleep(len).await;
+            cluster.resume(leader)?;
+        }
+        (Fault::ClusterRestart, Env::Nats(cluster)) => {
+            for i in 0..cluster.len() {
+                cluster.kill(i)?;
+            }
+            tokio::time::sleep(p.ttl).await;
+            cluster.restart_all().await?;
+        }
         (Fault::Partition, Env::Etcd(cluster)) => {
             cluster.partition(&[0])?;
             tokio::time::sleep(len).await;
@@ -701,6 +729,16 @@ pub(crate) async fn inject(
     }
     log.window(from, clock::now());
     Ok(())
+}
+
+/// The bucket of the NATS rows, and its stream.
+const NATS_BUCKET: &str = "torture";
+const NATS_STREAM: &str = "KV_torture";
+
+/// Every client reaches every node of the cluster; the bucket has three
+/// replicas.
+fn nats_url(cluster: &NatsCluster) -> String {
+    format!("{}?bucket={NATS_BUCKET}&replicas=3", cluster.url())
 }
 
 /// Wait (bounded) until the replica's link to its primary is up.
@@ -808,7 +846,7 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
     }
     let has_store = matches!(
         sc.backend,
-        Backend::Memory | Backend::Lua | Backend::Tair | Backend::Postgres | Backend::Etcd
+        Backend::Memory | Backend::Lua | Backend::Tair | Backend::Postgres | Backend::Etcd | Backend::Nats
     );
     if has_store {
         for j in 0..p.counter_clients {

@@ -228,6 +228,8 @@ fn scenario(backend: Backend) -> Scenario {
         Backend::Lua | Backend::Tair | Backend::Postgres => (Topology::Single, Fault::Pause),
         Backend::Redlock => (Topology::Five, Fault::NodesPaused(1)),
         Backend::Etcd => (Topology::Three, Fault::LeaderPause),
+        // Not soaked yet (not in the soak's list below).
+        Backend::Nats => (Topology::NatsR3, Fault::LeaderPause),
     };
     Scenario {
         backend,

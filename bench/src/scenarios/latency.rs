@@ -69,13 +69,21 @@ pub async fn latency(
         subjects.push(subject);
         libraries.push((label, lib));
     }
+    for (subject, label, lib) in nats::latency_subjects(lab, s, problems).await {
+        subjects.push(subject);
+        libraries.push((label, lib));
+    }
     let rows = collect(problems, run_subjects(subjects, 1, s.sequential, s.rounds).await);
     for row in rows {
         let lib = libraries
             .iter()
             .find(|(l, _)| *l == row.label)
             .map_or(Library::RedisRs, |(_, lib)| *lib);
-        if row.label.starts_with("PING") || row.label == crate::pg::PING_PG || row.label == crate::etcd::READ_ETCD {
+        if row.label.starts_with("PING")
+            || row.label == crate::pg::PING_PG
+            || row.label == crate::etcd::READ_ETCD
+            || row.label == crate::nats::READ_NATS
+        {
             out.pings.push((lib, row));
         } else {
             out.rows.push((lib, row));

@@ -7,6 +7,7 @@ mod hot_keys;
 mod kinds;
 mod latency;
 mod memory;
+mod nats;
 mod postgres;
 mod redlock;
 mod renewals;

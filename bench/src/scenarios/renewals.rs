@@ -13,6 +13,7 @@ pub async fn renewals(lab: &mut Lab, s: &Settings, problems: &mut Vec<String>) -
         Backend::Tair,
         Backend::Postgres,
         Backend::Etcd,
+        Backend::Nats,
     ] {
         if !s.runs(backend.label()) {
             continue;

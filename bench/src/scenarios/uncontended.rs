@@ -48,6 +48,7 @@ pub async fn uncontended(lab: &mut Lab, s: &Settings, problems: &mut Vec<String>
     }
     subjects.extend(postgres::uncontended_peers(lab, s, problems).await);
     subjects.extend(etcd::uncontended_peers(lab, s, problems).await);
+    subjects.extend(nats::uncontended_peers(lab, s, problems).await);
     out.rows = collect(problems, run_subjects(subjects, tasks, s.throughput, s.rounds).await);
     if s.runs("redis-benchmark") {
         for pipeline in [1u32, 16] {

@@ -318,6 +318,20 @@ async fn capabilities_say_what_this_backend_does() {
     assert_eq!(backend.replicas(), 1);
 }
 
+/// Fair mode is refused with its reason (the fair suite checks the typed
+/// refusal through the manager).
+#[tokio::test]
+async fn fair_mode_is_refused_with_its_reason() {
+    let backend = common::connect(common::url(common::single().await, "single")).await;
+    let waiter = lock_core::raw::FairWaiter::new(token(), Duration::from_secs(5));
+    let err = backend
+        .try_acquire_fair(&key("fair"), &token(), Duration::from_secs(5), &waiter)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Unsupported { .. }), "{err}");
+    assert!(err.to_string().contains("conditional publish"), "{err}");
+}
+
 #[tokio::test]
 async fn the_r3_bucket_has_three_replicas() {
     let backend = common::connect(common::url(common::three().await, "r3")).await;
