@@ -12,8 +12,8 @@
 //! use lock_core::LockManager;
 //! use lock_redis_lua::RedisLuaBackend;
 //!
-//! // `url`: "redis://[user:pass@]host[:port][/db]"
-//! let backend = RedisLuaBackend::builder(url).fencing(true).build().await?;
+//! // `url`: "redis://[user:pass@]host[:port][/db]", parameters in the query (see `RedisLuaConfig`)
+//! let backend = RedisLuaBackend::connect(&format!("{url}?fencing=true")).await?;
 //! let locks = LockManager::new(backend)?;
 //! let guard = locks.lock("invoice:42").await?;
 //! let token = guard.fencing_token(); // hand it to the resource you write
@@ -162,6 +162,7 @@
 
 mod acquire;
 mod builder;
+mod config;
 mod connection;
 mod error;
 mod fair;
@@ -193,6 +194,7 @@ pub use builder::{
     DEFAULT_ACK_CONNECTIONS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, MAX_ACK_CONNECTIONS, OnShortfall,
     RedisLuaBuilder, ReplicaAck,
 };
+pub use config::{RedisLuaConfig, RedisLuaConnector};
 /// The deadpool-redis crate this backend is built on (pools, `redis`).
 pub use deadpool_redis;
 
@@ -234,33 +236,6 @@ impl std::fmt::Debug for RedisLuaBackend {
 }
 
 impl RedisLuaBackend {
-    /// A backend on the standalone server at `url`, with the defaults.
-    ///
-    /// # Errors
-    /// As [`RedisLuaBuilder::build`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future drops the connections made so far; nothing is
-    /// written to the server.
-    pub async fn connect(url: &str) -> Result<Self> {
-        RedisLuaBuilder::url(url).build().await
-    }
-
-    /// A builder for a standalone server at `url` (see [`RedisLuaBuilder::url`]).
-    pub fn builder(url: impl Into<String>) -> RedisLuaBuilder {
-        RedisLuaBuilder::url(url)
-    }
-
-    /// A builder for a cluster (see [`RedisLuaBuilder::cluster`]).
-    pub fn builder_cluster<I, S>(urls: I) -> RedisLuaBuilder
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        RedisLuaBuilder::cluster(urls)
-    }
-
     /// The key holding `key`'s fence counter (only written with fencing on),
     /// under [`RESERVED_KEY_PREFIX`].
     pub fn fence_key(key: &str) -> String {

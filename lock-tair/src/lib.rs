@@ -13,7 +13,7 @@
 //! use lock_tair::TairBackend;
 //!
 //! // `url`: "tair://[user:pass@]host[:port][/db]" or "redis://…"
-//! let backend = TairBackend::builder(url).fencing(true).build().await?;
+//! let backend = TairBackend::connect(&format!("{url}?fencing=true")).await?;
 //! let locks = LockManager::new(backend)?;
 //! let guard = locks.lock("invoice:42").await?;
 //! let token = guard.fencing_token(); // hand it to the resource you write
@@ -187,6 +187,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod acquire;
+mod builder;
 mod config;
 mod conn;
 mod fair;
@@ -219,16 +220,17 @@ use lock_core::{Capabilities, Error, FencingToken, LockBackend, LockToken, Resul
 /// under it are refused (see [`TairBackend::reserved_key_prefixes`]).
 pub const RESERVED_KEY_PREFIX: &str = keys::KIND_PREFIX;
 
-pub use config::{
+pub use builder::{
     DEFAULT_ACK_CONNECTIONS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FENCE_PREFIX, DEFAULT_RESPONSE_TIMEOUT,
     MAX_ACK_CONNECTIONS, OnShortfall, ReplicaAck, TairBuilder,
 };
+pub use config::{TairConfig, TairConnector};
 /// The fred version this crate is built with, to build your own client or
 /// pool for [`TairBuilder::connection`] / [`TairBuilder::pool`].
 pub use fred;
 
 use acquire::FENCED_ACQUIRE;
-use config::Source;
+use builder::Source;
 use conn::{Access, COMMANDS, Clients, NAME, map_error, send, unexpected_reply};
 use renew::{RENEW_MANY, RENEW_MANY_CHUNK};
 use replica_ack::renewal_shortfall;
@@ -309,24 +311,6 @@ impl std::fmt::Debug for TairBackend {
 }
 
 impl TairBackend {
-    /// Connect to `url` with the defaults (see [`TairBuilder::url`]).
-    ///
-    /// # Errors
-    /// As [`TairBuilder::build`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future drops the connections made so far; nothing is
-    /// written to the server.
-    pub async fn connect(url: &str) -> Result<Self> {
-        TairBuilder::url(url).build().await
-    }
-
-    /// A builder for `url`.
-    pub fn builder(url: impl Into<String>) -> TairBuilder {
-        TairBuilder::url(url)
-    }
-
     /// The key prefixes this backend keeps for its own keys: every user key
     /// (a lock's, a lock kind's name, a versioned key) under one is refused
     /// with [`Error::InvalidArgument`]. [`RESERVED_KEY_PREFIX`] (the lock

@@ -5,48 +5,7 @@ use std::sync::Arc;
 
 use lock_core::{ElectionManager, Error, LockOptions, MultiLockManager, Result, RwLockManager, SemaphoreManager};
 
-use lock_core::raw::{ElectionBackend, MultiLockBackend, RwLockBackend, SemaphoreBackend};
-
 use super::Backend;
-
-/// The kind operations of a connected backend; `None` for a kind it cannot
-/// do (every kind of a `redlock://` URL: its nodes are plain lock backends).
-#[derive(Clone, Default)]
-pub(crate) struct Kinds {
-    semaphores: Option<Arc<dyn SemaphoreBackend>>,
-    elections: Option<Arc<dyn ElectionBackend>>,
-    rw_locks: Option<Arc<dyn RwLockBackend>>,
-    multi_locks: Option<Arc<dyn MultiLockBackend>>,
-}
-
-impl Kinds {
-    /// Every kind of `backend` (each manager still checks the backend's
-    /// capabilities: a Tair server without the semaphore script says so).
-    #[cfg(any(
-        feature = "memory",
-        feature = "redis-lua",
-        feature = "tair",
-        feature = "postgres",
-        feature = "etcd"
-    ))]
-    pub(crate) fn of<B>(backend: &Arc<B>) -> Kinds
-    where
-        B: SemaphoreBackend + ElectionBackend + RwLockBackend + MultiLockBackend + 'static,
-    {
-        Kinds {
-            semaphores: Some(backend.clone()),
-            elections: Some(backend.clone()),
-            rw_locks: Some(backend.clone()),
-            multi_locks: Some(backend.clone()),
-        }
-    }
-
-    /// No kind beyond the mutex.
-    #[cfg_attr(not(feature = "redlock"), allow(dead_code))]
-    pub(crate) fn none() -> Kinds {
-        Kinds::default()
-    }
-}
 
 impl Backend {
     /// A [`SemaphoreManager`] over this backend.
@@ -66,7 +25,7 @@ impl Backend {
     /// (`redlock://`, a Tair server built without them);
     /// [`Error::InvalidArgument`] for invalid options.
     pub fn semaphores(&self, options: LockOptions) -> Result<SemaphoreManager> {
-        let backend = self.kind(self.kinds.semaphores.as_ref(), "leased semaphores")?;
+        let backend = self.kind(self.connected.semaphores.as_ref(), "leased semaphores")?;
         SemaphoreManager::with_options(backend, options)
     }
 
@@ -76,7 +35,7 @@ impl Backend {
     /// [`Error::Unsupported`] when the backend has no leader election
     /// (`redlock://`); [`Error::InvalidArgument`] for invalid options.
     pub fn elections(&self, options: LockOptions) -> Result<ElectionManager> {
-        let backend = self.kind(self.kinds.elections.as_ref(), "leader election")?;
+        let backend = self.kind(self.connected.elections.as_ref(), "leader election")?;
         ElectionManager::with_options(backend, options)
     }
 
@@ -86,7 +45,7 @@ impl Backend {
     /// [`Error::Unsupported`] when the backend has no read-write locks
     /// (`redlock://`); [`Error::InvalidArgument`] for invalid options.
     pub fn rw_locks(&self, options: LockOptions) -> Result<RwLockManager> {
-        let backend = self.kind(self.kinds.rw_locks.as_ref(), "read-write locks")?;
+        let backend = self.kind(self.connected.rw_locks.as_ref(), "read-write locks")?;
         RwLockManager::with_options(backend, options)
     }
 
@@ -96,14 +55,14 @@ impl Backend {
     /// [`Error::Unsupported`] when the backend has no multi-key locks
     /// (`redlock://`); [`Error::InvalidArgument`] for invalid options.
     pub fn multi_locks(&self, options: LockOptions) -> Result<MultiLockManager> {
-        let backend = self.kind(self.kinds.multi_locks.as_ref(), "multi-key locks")?;
+        let backend = self.kind(self.connected.multi_locks.as_ref(), "multi-key locks")?;
         MultiLockManager::with_options(backend, options)
     }
 
     fn kind<T: ?Sized>(&self, backend: Option<&Arc<T>>, what: &str) -> Result<Arc<T>> {
         backend.cloned().ok_or_else(|| Error::Unsupported {
-            backend: self.locks.capabilities().name,
-            what: format!("{what} (not offered by {})", self.description),
+            backend: self.connected.locks.capabilities().name,
+            what: format!("{what} (not offered by {})", self.connected.description),
         })
     }
 }

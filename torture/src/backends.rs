@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use lock_core::{LockBackend, ReplicaAck, VersionedStore};
 use lock_memory::MemoryBackend;
-use lock_redis_lua::RedisLuaBackend;
+use lock_redis_lua::RedisLuaBuilder;
 use lock_redlock::{LazyNode, Redlock, RedlockOptions};
-use lock_tair::TairBackend;
+use lock_tair::TairBuilder;
 
 /// How one client reaches its backend.
 #[derive(Clone)]
@@ -72,7 +72,7 @@ pub async fn build(spec: &Spec, timeout: Duration) -> lock_core::Result<Built> {
             }
         }
         Spec::Lua { url, ack } => {
-            let mut builder = RedisLuaBackend::builder(url.clone())
+            let mut builder = RedisLuaBuilder::url(url.clone())
                 .fencing(true)
                 .connect_timeout(timeout)
                 .response_timeout(timeout);
@@ -86,7 +86,7 @@ pub async fn build(spec: &Spec, timeout: Duration) -> lock_core::Result<Built> {
             }
         }
         Spec::Tair { url, ack } => {
-            let mut builder = TairBackend::builder(url.clone())
+            let mut builder = TairBuilder::url(url.clone())
                 .fencing(true)
                 .connect_timeout(timeout)
                 .response_timeout(timeout);
@@ -112,7 +112,7 @@ pub async fn build(spec: &Spec, timeout: Duration) -> lock_core::Result<Built> {
             }
         }
         Spec::Etcd { endpoints } => {
-            let b = lock_etcd::EtcdBackend::builder(endpoints.split(',').map(str::to_owned))
+            let b = lock_etcd::EtcdBuilder::new(endpoints.split(',').map(str::to_owned))
                 .connect_timeout(timeout)
                 .response_timeout(timeout)
                 .build()
@@ -129,7 +129,7 @@ pub async fn build(spec: &Spec, timeout: Duration) -> lock_core::Result<Built> {
             for url in urls {
                 let url = url.clone();
                 nodes.push(LazyNode::spawn(url.clone(), move || {
-                    RedisLuaBackend::builder(url.clone())
+                    RedisLuaBuilder::url(url.clone())
                         .connect_timeout(timeout)
                         .response_timeout(timeout)
                         .build()
