@@ -276,3 +276,50 @@ impl Connector for EtcdConnector {
         Ok(Connected::full(Arc::new(backend), description))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn invalid(url: &str) -> String {
+        match EtcdConfig::from_url(url) {
+            Err(Error::InvalidArgument(m)) => m,
+            other => format!("not InvalidArgument: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn etcd_urls_parse() {
+        let t = EtcdConfig::from_url("etcd://u:p%40ss@h1,h2:2380,[::1]?namespace=app/&response_timeout=2s");
+        let Ok(t) = t else {
+            unreachable!("{t:?}");
+        };
+        assert_eq!(t.hosts, ["h1:2379", "h2:2380", "[::1]:2379"]);
+        assert!(!t.tls);
+        assert_eq!(t.user, Some(("u".to_owned(), "p@ss".to_owned())));
+        assert_eq!(t.namespace, "app/");
+        assert_eq!(t.description(), "etcd://u:***@h1:2379,h2:2380,[::1]:2379");
+        assert!(!format!("{t:?}").contains("p@ss"), "no password in Debug");
+        assert!(invalid("etcd://h?tls_ca=/ca.pem").contains("etcds://"));
+        assert!(invalid("etcd://h?fencing=true").contains("response_timeout"));
+        assert!(invalid("etcd://").contains("no host"));
+        assert!(invalid("etcd://h/db").contains("no path"));
+        assert!(invalid("etcd://:secret@h").contains("USER:PASSWORD"));
+        assert!(invalid("etcd://h:0").contains("port"));
+        assert!(invalid("etcd://h?connect_timeout=1s&connect_timeout=2s").contains("twice"));
+        let tls = EtcdConfig::from_url("etcds://h?tls_ca=/ca.pem");
+        if cfg!(feature = "tls") {
+            assert!(tls.is_ok_and(|t| t.tls));
+        } else {
+            assert!(matches!(tls, Err(Error::Unsupported { what, .. }) if what.contains("`tls`")));
+        }
+    }
+
+    #[test]
+    fn defaults_are_the_builders() {
+        let c = EtcdConfig::default();
+        assert_eq!(c.connect_timeout, DEFAULT_CONNECT_TIMEOUT);
+        assert_eq!(c.response_timeout, DEFAULT_RESPONSE_TIMEOUT);
+        assert_eq!(c.namespace, DEFAULT_NAMESPACE);
+    }
+}

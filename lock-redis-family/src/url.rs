@@ -488,4 +488,36 @@ mod tests {
             assert!(FamilyConfig::parse(bad, LUA).is_err(), "{bad}");
         }
     }
+
+    #[test]
+    fn hosts_ports_and_databases_are_normalised() {
+        let tair = Flavor {
+            base: "tair",
+            tls_compiled: true,
+            crate_name: "lock-tair",
+            default_ack_connections: 2,
+            also: "redis",
+        };
+        let url = |u: &str, f: Flavor| FamilyConfig::parse(u, f).map_err(|e| e.to_string());
+        assert_eq!(
+            url("redis://u:p@example.com/3?connect_timeout=250ms", LUA).map(|c| (c.node_urls(), c.connect_timeout)),
+            Ok((
+                vec!["redis://u:p@example.com:6379/3".to_owned()],
+                Duration::from_millis(250)
+            ))
+        );
+        assert_eq!(
+            url("tair+cluster://[::1]:7000,b", tair).map(|c| c.fred_url()),
+            Ok("redis-cluster://[::1]:7000?node=b:6379".to_owned())
+        );
+        assert_eq!(
+            url("tairs://h?db=4", tair).map(|c| c.fred_url()),
+            Ok("rediss://h:6379/4".to_owned())
+        );
+        // The Tair backend's own connect also reads redis:// URLs.
+        assert_eq!(
+            url("redis://h", tair).map(|c| c.description()),
+            Ok("tair://h:6379".to_owned())
+        );
+    }
 }

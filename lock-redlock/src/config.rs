@@ -240,3 +240,48 @@ impl Connector for RedlockConnector {
         Ok(Connected::locks_only(std::sync::Arc::new(redlock), format!("redlock://[{names}]")).in_process(in_process))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redlock_urls_parse_and_hide_their_nodes_passwords() {
+        let config = RedlockConfig::from_url(
+            "redlock://?quorum=2&node=redis://u:hunter2@a:1&node=tair://b:2&node=redis://c:3%3Ffencing%3Dtrue",
+        );
+        let Ok(config) = config else {
+            unreachable!("{config:?}");
+        };
+        assert_eq!(config.nodes().len(), 3);
+        assert_eq!(config.nodes()[2], "redis://c:3?fencing=true");
+        assert_eq!(config.quorum, Some(2));
+        for shown in [format!("{config:?}"), config.description()] {
+            assert!(!shown.contains("hunter2"), "{shown}");
+        }
+        for (bad, expected) in [
+            (
+                "redlock://?node=redis://a&node=redis://b&drift_factor=NaN",
+                "drift_factor",
+            ),
+            (
+                "redlock://?node=redis://a&node=redis://b&drift_factor=0.9",
+                "drift_factor",
+            ),
+            (
+                "redlock://?node=redis://a&node=redis://b&quorum=18446744073709551616",
+                "quorum",
+            ),
+            (
+                "redlock://?node=redis://a&node=redis://b&node_timeout=0s",
+                "node_timeout",
+            ),
+            ("redlock://?node=redis://a&node=redis://b&quorum=2&quorum=1", "twice"),
+        ] {
+            match RedlockConfig::from_url(bad) {
+                Err(Error::InvalidArgument(m)) => assert!(m.contains(expected), "{bad}: {m}"),
+                other => unreachable!("{bad}: {other:?}"),
+            }
+        }
+    }
+}

@@ -13,6 +13,7 @@ mod connect_outage;
 mod connect_postgres;
 mod connect_secrets;
 mod connect_tls;
+mod connect_urls;
 mod crate_docs;
 mod examples;
 mod facade;

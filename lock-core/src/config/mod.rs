@@ -297,3 +297,41 @@ pub fn in_context(e: Error, description: &str) -> Error {
         other => other,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scheme_whose_feature_is_off_names_the_feature() {
+        let table = SchemeTable::new(
+            "verrou",
+            vec![
+                SchemeEntry {
+                    scheme: "redis",
+                    feature: "redis-lua",
+                    connector: None,
+                },
+                SchemeEntry {
+                    scheme: "rediss",
+                    feature: "redis-lua-tls",
+                    connector: None,
+                },
+            ],
+        );
+        for (url, feature) in [("redis://h", "`redis-lua`"), ("REDISS://h", "`redis-lua-tls`")] {
+            match table.check(url) {
+                Err(e @ Error::Unsupported { .. }) => {
+                    let message = e.to_string();
+                    assert!(message.contains(feature), "{url}: {message}");
+                    assert!(message.contains("Cargo feature"), "{url}: {message}");
+                }
+                other => unreachable!("{url}: {other:?}"),
+            }
+        }
+        assert!(
+            matches!(table.check("mysql://u:pw@h"), Err(Error::InvalidArgument(m)) if m.contains("redis://, rediss://"))
+        );
+        assert!(matches!(table.check("h:1"), Err(Error::InvalidArgument(m)) if m.contains("start it with one of")));
+    }
+}
