@@ -4,6 +4,7 @@
 //! link instead of many); `cargo test --test it <module>::` runs one module.
 
 mod api_docs;
+mod architecture_defaults;
 mod connect;
 mod connect_etcd;
 mod connect_fuzz_corpus;
