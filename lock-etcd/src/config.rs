@@ -104,6 +104,52 @@ impl BackendConfig for EtcdConfig {
     const PARAMS: &'static [&'static str] = ETCD_PARAMS;
 
     fn from_url(url: &str) -> Result<Self> {
+        // A password with an unencoded `/`, `?` or `#` can be cut into what
+        // a message quotes as a host or a value: hidden here.
+        Self::parse_url(url).map_err(|e| lock_core::raw::hide_quoted_url_text(e, url))
+    }
+    fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        match key {
+            "connect_timeout" => self.connect_timeout = parse_duration(key, value)?,
+            "response_timeout" => self.response_timeout = parse_duration(key, value)?,
+            "namespace" => self.namespace = value.to_owned(),
+            "tls_ca" => self.tls_ca = Some(PathBuf::from(value)),
+            other => return Err(unknown_parameter(self.scheme(), other, ETCD_PARAMS)),
+        }
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.hosts.is_empty() {
+            return Err(Error::invalid("an etcd backend needs at least one host"));
+        }
+        if self.tls_ca.is_some() && !self.tls {
+            return Err(Error::invalid("tls_ca is for TLS URLs: use etcds:// (or drop tls_ca)"));
+        }
+        for (name, t) in [
+            ("connect_timeout", self.connect_timeout),
+            ("response_timeout", self.response_timeout),
+        ] {
+            if t.is_zero() || t > lock_core::raw::MAX_TIMEOUT {
+                return Err(Error::invalid(format!(
+                    "{name} must be above zero and at most {} days, got {t:?}",
+                    lock_core::raw::MAX_TIMEOUT.as_secs() / 86_400
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn description(&self) -> String {
+        let user = self.user.as_ref().map(|(u, _)| format!("{u}:***@")).unwrap_or_default();
+        format!("{}://{user}{}", self.scheme(), self.hosts.join(","))
+    }
+}
+
+impl EtcdConfig {
+    /// [`BackendConfig::from_url`] before its errors' quoted URL text is
+    /// hidden.
+    fn parse_url(url: &str) -> Result<Self> {
         let parts = UrlParts::parse(url, &[])?;
         let tls = match parts.scheme.as_str() {
             "etcd" => false,
@@ -156,43 +202,6 @@ impl BackendConfig for EtcdConfig {
         }
         config.validate()?;
         Ok(config)
-    }
-
-    fn set(&mut self, key: &str, value: &str) -> Result<()> {
-        match key {
-            "connect_timeout" => self.connect_timeout = parse_duration(key, value)?,
-            "response_timeout" => self.response_timeout = parse_duration(key, value)?,
-            "namespace" => self.namespace = value.to_owned(),
-            "tls_ca" => self.tls_ca = Some(PathBuf::from(value)),
-            other => return Err(unknown_parameter(self.scheme(), other, ETCD_PARAMS)),
-        }
-        Ok(())
-    }
-
-    fn validate(&self) -> Result<()> {
-        if self.hosts.is_empty() {
-            return Err(Error::invalid("an etcd backend needs at least one host"));
-        }
-        if self.tls_ca.is_some() && !self.tls {
-            return Err(Error::invalid("tls_ca is for TLS URLs: use etcds:// (or drop tls_ca)"));
-        }
-        for (name, t) in [
-            ("connect_timeout", self.connect_timeout),
-            ("response_timeout", self.response_timeout),
-        ] {
-            if t.is_zero() || t > lock_core::raw::MAX_TIMEOUT {
-                return Err(Error::invalid(format!(
-                    "{name} must be above zero and at most {} days, got {t:?}",
-                    lock_core::raw::MAX_TIMEOUT.as_secs() / 86_400
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    fn description(&self) -> String {
-        let user = self.user.as_ref().map(|(u, _)| format!("{u}:***@")).unwrap_or_default();
-        format!("{}://{user}{}", self.scheme(), self.hosts.join(","))
     }
 }
 

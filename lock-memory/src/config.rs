@@ -18,6 +18,27 @@ impl BackendConfig for MemoryConfig {
     const PARAMS: &'static [&'static str] = &[];
 
     fn from_url(url: &str) -> Result<Self> {
+        // A password with an unencoded `/`, `?` or `#` can be cut into what
+        // a message quotes as a host or a value: hidden here.
+        Self::parse_url(url).map_err(|e| lock_core::raw::hide_quoted_url_text(e, url))
+    }
+    fn set(&mut self, key: &str, _value: &str) -> Result<()> {
+        Err(unknown_parameter("memory", key, Self::PARAMS))
+    }
+
+    fn validate(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn description(&self) -> String {
+        "memory://".to_owned()
+    }
+}
+
+impl MemoryConfig {
+    /// [`BackendConfig::from_url`] before its errors' quoted URL text is
+    /// hidden.
+    fn parse_url(url: &str) -> Result<Self> {
         let parts = UrlParts::parse(url, &[])?;
         if parts.scheme != "memory" {
             return Err(Error::invalid(format!("{}:// is not memory://", parts.scheme)));
@@ -32,18 +53,6 @@ impl BackendConfig for MemoryConfig {
             config.set(name, value)?;
         }
         Ok(config)
-    }
-
-    fn set(&mut self, key: &str, _value: &str) -> Result<()> {
-        Err(unknown_parameter("memory", key, Self::PARAMS))
-    }
-
-    fn validate(&self) -> Result<()> {
-        Ok(())
-    }
-
-    fn description(&self) -> String {
-        "memory://".to_owned()
     }
 }
 

@@ -129,49 +129,10 @@ impl BackendConfig for PostgresConfig {
     const PARAMS: &'static [&'static str] = POSTGRES_PARAMS;
 
     fn from_url(url: &str) -> Result<Self> {
-        let parts = UrlParts::parse(url, &[])?;
-        if !Self::SCHEMES.contains(&parts.scheme.as_str()) {
-            return Err(Error::invalid(format!(
-                "{}:// is not a PostgreSQL URL: use postgres:// or postgresql://",
-                parts.scheme
-            )));
-        }
-        let shown = redact_url(url);
-        let shown = shown.split('?').next().unwrap_or_default();
-        if parts.hosts.is_empty() {
-            return Err(Error::invalid(format!(
-                "{shown} has no host: write postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE"
-            )));
-        }
-        let mut config = PostgresConfig::default();
-        let mut passed = form_urlencoded::Serializer::new(String::new());
-        for (name, value) in &parts.params {
-            if POSTGRES_PARAMS.contains(&name.as_str()) {
-                config.set(name, value)?;
-            } else {
-                passed.append_pair(name, value);
-            }
-        }
-        let passed = passed.finish();
-        let before_query = url.split_once("://").map_or("", |(_, rest)| rest);
-        let before_query = before_query.split('?').next().unwrap_or_default();
-        config.url = if passed.is_empty() {
-            format!("{}://{before_query}", parts.scheme)
-        } else {
-            format!("{}://{before_query}?{passed}", parts.scheme)
-        };
-        // tokio-postgres's own check now, so a bad URL fails before connecting.
-        PostgresBuilder::url(&config.url).map_err(|e| match e {
-            Error::InvalidArgument(m) => Error::invalid(format!(
-                "{shown}: {m} (verrou's own parameters are {})",
-                POSTGRES_PARAMS.join(", ")
-            )),
-            other => other,
-        })?;
-        config.validate()?;
-        Ok(config)
+        // A password with an unencoded `/`, `?` or `#` can be cut into what
+        // a message quotes as a host or a value: hidden here.
+        Self::parse_url(url).map_err(|e| lock_core::raw::hide_quoted_url_text(e, url))
     }
-
     fn set(&mut self, key: &str, value: &str) -> Result<()> {
         match key {
             "schema" => {
@@ -224,6 +185,54 @@ impl BackendConfig for PostgresConfig {
     fn description(&self) -> String {
         let shown = redact_url(&self.url);
         shown.split('?').next().unwrap_or_default().to_owned()
+    }
+}
+
+impl PostgresConfig {
+    /// [`BackendConfig::from_url`] before its errors' quoted URL text is
+    /// hidden.
+    fn parse_url(url: &str) -> Result<Self> {
+        let parts = UrlParts::parse(url, &[])?;
+        if !Self::SCHEMES.contains(&parts.scheme.as_str()) {
+            return Err(Error::invalid(format!(
+                "{}:// is not a PostgreSQL URL: use postgres:// or postgresql://",
+                parts.scheme
+            )));
+        }
+        let shown = redact_url(url);
+        let shown = shown.split('?').next().unwrap_or_default();
+        if parts.hosts.is_empty() {
+            return Err(Error::invalid(format!(
+                "{shown} has no host: write postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE"
+            )));
+        }
+        let mut config = PostgresConfig::default();
+        let mut passed = form_urlencoded::Serializer::new(String::new());
+        for (name, value) in &parts.params {
+            if POSTGRES_PARAMS.contains(&name.as_str()) {
+                config.set(name, value)?;
+            } else {
+                passed.append_pair(name, value);
+            }
+        }
+        let passed = passed.finish();
+        let before_query = url.split_once("://").map_or("", |(_, rest)| rest);
+        let before_query = before_query.split('?').next().unwrap_or_default();
+        config.url = if passed.is_empty() {
+            format!("{}://{before_query}", parts.scheme)
+        } else {
+            format!("{}://{before_query}?{passed}", parts.scheme)
+        };
+        // tokio-postgres's own check now, so a bad URL fails before connecting.
+        PostgresBuilder::url(&config.url).map_err(|e| match e {
+            Error::InvalidArgument(m) => Error::invalid(format!(
+                "{shown}: {m} (verrou's own parameters are {})",
+                POSTGRES_PARAMS.join(", ")
+            )),
+            other => other,
+        })?;
+        config.validate()?;
+        Ok(config)
     }
 }
 

@@ -433,7 +433,9 @@ macro_rules! family_config {
             const PARAMS: &'static [&'static str] = $crate::url::FAMILY_PARAMS;
 
             fn from_url(url: &str) -> $crate::__private::lock_core::Result<Self> {
-                $crate::url::FamilyConfig::parse(url, $flavor).map($config)
+                $crate::url::FamilyConfig::parse(url, $flavor)
+                    .map($config)
+                    .map_err(|e| $crate::__private::lock_core::raw::hide_quoted_url_text(e, url))
             }
 
             fn set(&mut self, key: &str, value: &str) -> $crate::__private::lock_core::Result<()> {

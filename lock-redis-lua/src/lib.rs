@@ -180,7 +180,7 @@ mod scripts;
 mod versioned;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -211,6 +211,7 @@ use keys::Helper;
 use notify::Notifier;
 use replies::{answered, server_version};
 use scripts::{LuaScript, Scripts};
+use versioned::WriteIds;
 
 /// The Lua-on-Redis backend: implements [`LockBackend`] and
 /// [`VersionedStore`](lock_core::VersionedStore). Cheap to clone; clones share connections.
@@ -240,28 +241,6 @@ impl RedisLuaBackend {
     /// under [`RESERVED_KEY_PREFIX`].
     pub fn fence_key(key: &str) -> String {
         keys::helper(key, Helper::Fence)
-    }
-}
-
-/// Unique ids of versioned writes, so a re-sent write recognises itself.
-struct WriteIds {
-    prefix: u64,
-    next: AtomicU64,
-}
-
-impl WriteIds {
-    fn new() -> Result<Self> {
-        let bytes = *LockToken::generate()?.as_bytes();
-        let mut prefix = [0u8; 8];
-        prefix.copy_from_slice(&bytes[..8]);
-        Ok(WriteIds {
-            prefix: u64::from_le_bytes(prefix),
-            next: AtomicU64::new(0),
-        })
-    }
-
-    fn next(&self) -> String {
-        format!("{:016x}{:x}", self.prefix, self.next.fetch_add(1, Ordering::Relaxed))
     }
 }
 

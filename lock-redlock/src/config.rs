@@ -129,24 +129,10 @@ impl BackendConfig for RedlockConfig {
     const PARAMS: &'static [&'static str] = REDLOCK_PARAMS;
 
     fn from_url(url: &str) -> Result<Self> {
-        let parts = UrlParts::parse(url, &["node"])?;
-        if parts.scheme != "redlock" {
-            return Err(Error::invalid(format!("{}:// is not redlock://", parts.scheme)));
-        }
-        if parts.user_info.is_some() || !parts.hosts.is_empty() || !matches!(parts.path.as_str(), "" | "/") {
-            return Err(Error::invalid(
-                "redlock:// takes no host: list its nodes as parameters, e.g. \
-                 redlock://?quorum=2&node=redis://a:6379&node=redis://b:6379&node=tair://c:6379",
-            ));
-        }
-        let mut config = RedlockConfig::default();
-        for (name, value) in &parts.params {
-            config.set(name, value)?;
-        }
-        config.validate()?;
-        Ok(config)
+        // A password with an unencoded `/`, `?` or `#` can be cut into what
+        // a message quotes as a host or a value: hidden here.
+        Self::parse_url(url).map_err(|e| lock_core::raw::hide_quoted_url_text(e, url))
     }
-
     fn set(&mut self, key: &str, value: &str) -> Result<()> {
         match key {
             "node" => self.add_node(value)?,
@@ -206,6 +192,29 @@ impl BackendConfig for RedlockConfig {
     fn description(&self) -> String {
         let names: Vec<String> = self.nodes.iter().map(|n| redact_url(n)).collect();
         format!("redlock://[{}]", names.join(", "))
+    }
+}
+
+impl RedlockConfig {
+    /// [`BackendConfig::from_url`] before its errors' quoted URL text is
+    /// hidden.
+    fn parse_url(url: &str) -> Result<Self> {
+        let parts = UrlParts::parse(url, &["node"])?;
+        if parts.scheme != "redlock" {
+            return Err(Error::invalid(format!("{}:// is not redlock://", parts.scheme)));
+        }
+        if parts.user_info.is_some() || !parts.hosts.is_empty() || !matches!(parts.path.as_str(), "" | "/") {
+            return Err(Error::invalid(
+                "redlock:// takes no host: list its nodes as parameters, e.g. \
+                 redlock://?quorum=2&node=redis://a:6379&node=redis://b:6379&node=tair://c:6379",
+            ));
+        }
+        let mut config = RedlockConfig::default();
+        for (name, value) in &parts.params {
+            config.set(name, value)?;
+        }
+        config.validate()?;
+        Ok(config)
     }
 }
 
