@@ -86,7 +86,7 @@ impl std::fmt::Debug for RedisLuaBuilder {
             .field("source", &self.source.describe())
             .field("settings", &self.settings)
             .field("fencing", &self.fencing)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 

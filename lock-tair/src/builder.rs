@@ -80,7 +80,7 @@ impl std::fmt::Debug for TairBuilder {
             .field("fence_prefix", &self.fence_prefix)
             .field("retry_after_hint", &self.retry_after_hint)
             .field("check_commands", &self.check_commands)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 

@@ -7,7 +7,7 @@
 //! | `memory://` | [`crate::memory`] (this process only) | `MemoryConfig` | `memory` |
 //! | `redis://[user:pass@]host[:port][/db]`, `rediss://…`, `redis+cluster://h1,h2…`, `rediss+cluster://…` | [`crate::redis_lua`] | `RedisLuaConfig` | `redis-lua`, `redis-lua-tls` |
 //! | `tair://…`, `tairs://…`, `tair+cluster://…`, `tairs+cluster://…` | [`crate::tair`] | `TairConfig` | `tair`, `tair-tls` |
-//! | `redlock://?quorum=M&node=URL&node=URL…` | [`crate::redlock`] over any of the above | `RedlockConfig` | `redlock` |
+//! | `redlock://?…` (nodes as other backends' URLs) | [`crate::redlock`] over any of the above | `RedlockConfig` | `redlock` |
 //! | `postgres://user[:pass]@host[:port]/db`, `postgresql://…` | [`crate::postgres`] | `PostgresConfig` | `postgres`, `postgres-tls` |
 //! | `etcd://[user:pass@]h1[:2379],h2…`, `etcds://…` | [`crate::etcd`] | `EtcdConfig` | `etcd`, `etcd-tls` |
 //!
@@ -88,7 +88,7 @@ impl Backend {
 ///
 /// Starting during an outage: a single server or cluster that is down
 /// fails here with [`lock_core::Error::Backend`] — at once when the
-/// connection is refused, after `connect_timeout` when the server accepts
+/// connection is refused, after the backend's connect timeout when the server accepts
 /// but does not answer (paused, overloaded); nothing is retried in the
 /// background, so retry `connect` (or restart the process). A `redlock://`
 /// URL starts once a quorum of its nodes has connected (or failed its first

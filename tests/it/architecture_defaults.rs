@@ -80,7 +80,7 @@ fn the_table_says_what_the_configs_say() {
 fn the_documented_urls_are_valid() {
     let root = env!("CARGO_MANIFEST_DIR");
     let mut checked = 0;
-    for doc in ["README.md", "src/guide.md", "cli/README.md"] {
+    for doc in ["README.md", "docs/guide.md", "cli/README.md"] {
         let text = std::fs::read_to_string(format!("{root}/{doc}")).unwrap_or_else(|e| panic!("{doc}: {e}"));
         for url in documented_urls(&text) {
             verrou::connect::check_url(&url).unwrap_or_else(|e| panic!("{doc}: {url}: {e}"));
@@ -108,4 +108,37 @@ fn documented_urls(text: &str) -> Vec<String> {
         }
     }
     urls
+}
+
+/// The facade only dispatches: no backend's parameter name appears in
+/// `src/` (quoted, or as `name=`); each backend crate owns its grammar.
+#[test]
+fn the_facade_names_no_backend_parameter() {
+    let params: Vec<&str> = [
+        verrou::memory::MemoryConfig::PARAMS,
+        verrou::redis_lua::RedisLuaConfig::PARAMS,
+        verrou::tair::TairConfig::PARAMS,
+        verrou::redlock::RedlockConfig::PARAMS,
+        verrou::postgres::PostgresConfig::PARAMS,
+        verrou::etcd::EtcdConfig::PARAMS,
+    ]
+    .concat();
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
+    let mut files = vec![std::path::PathBuf::from(src)];
+    let mut found = Vec::new();
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            for entry in std::fs::read_dir(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())) {
+                files.push(entry.unwrap_or_else(|e| panic!("{e}")).path());
+            }
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        for name in &params {
+            if text.contains(&format!("`{name}`")) || text.contains(&format!("{name}=")) {
+                found.push(format!("{}: {name}", path.display()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "backend parameters named in src/: {found:?}");
 }

@@ -40,7 +40,7 @@ fn every_scheme_is_dispatched_to_its_crate() {
 #[test]
 fn malformed_urls_get_errors_that_say_what_to_fix() {
     let cases: &[(&str, &str)] = &[
-        ("127.0.0.1:6379", "start it with one of"),
+        ("127.0.0.1:7000", "start it with one of"),
         ("mysql://h", "unknown scheme `mysql://`"),
         ("redis://", "has no host: write redis://HOST[:PORT]"),
         ("redis://:pw@", "has no host"),
