@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use lock_core::Result;
 use serde::{Deserialize, Serialize};
 
-use super::Backend;
+use super::backend::Backend;
 
 /// A connect URL plus any of its query parameters as separate fields
 /// (feature `serde`). The fields take the URL's parameter names and go
@@ -101,6 +101,6 @@ impl ConnectConfig {
     /// # Cancel safety
     /// As [`crate::connect()`].
     pub async fn connect(&self) -> Result<Backend> {
-        super::connect(&self.to_url()).await
+        super::dispatch::connect(&self.to_url()).await
     }
 }

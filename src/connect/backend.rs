@@ -1,11 +1,71 @@
-//! The lock kinds beyond the mutex, reached from a connected [`Backend`]:
-//! semaphores, leader election, read-write and multi-key locks.
+//! [`Backend`]: what [`super::connect`] hands out — the lock operations,
+//! the versioned store and the managers of every lock kind the backend has.
 
 use std::sync::Arc;
 
-use lock_core::{ElectionManager, Error, LockOptions, MultiLockManager, Result, RwLockManager, SemaphoreManager};
+use lock_core::raw::Connected;
+use lock_core::{
+    ElectionManager, Error, LockBackend, LockManager, LockOptions, MultiLockManager, Result, RwLockManager,
+    SemaphoreManager, VersionedStore,
+};
 
-use super::Backend;
+/// A backend chosen and connected by [`super::connect`]: its lock operations, its
+/// versioned store when it has one, and managers of the other lock kinds
+/// ([`Backend::semaphores`], [`Backend::elections`], [`Backend::rw_locks`],
+/// [`Backend::multi_locks`]).
+#[derive(Clone)]
+pub struct Backend {
+    connected: Connected,
+}
+
+impl From<Connected> for Backend {
+    fn from(connected: Connected) -> Self {
+        Backend { connected }
+    }
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backend")
+            .field("url", &self.connected.description)
+            .field("backend", &self.connected.locks.capabilities().name)
+            .field("store", &self.connected.store.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Backend {
+    /// The lock operations (give them to a [`LockManager`], or use
+    /// [`Backend::manager`]).
+    pub fn locks(&self) -> &Arc<dyn LockBackend> {
+        &self.connected.locks
+    }
+
+    /// The versioned store: `None` for `redlock://`, which has none.
+    pub fn store(&self) -> Option<&Arc<dyn VersionedStore>> {
+        self.connected.store.as_ref()
+    }
+
+    /// A [`LockManager`] over this backend.
+    ///
+    /// # Errors
+    /// [`lock_core::Error::InvalidArgument`] for invalid options (see
+    /// [`LockManager::from_arc`]).
+    pub fn manager(&self, options: LockOptions) -> Result<LockManager> {
+        LockManager::from_arc(self.connected.locks.clone(), options)
+    }
+
+    /// The URL it was connected with, without passwords.
+    pub fn description(&self) -> &str {
+        &self.connected.description
+    }
+
+    /// True for `memory://` (and a `redlock://` with a `memory://` node): its
+    /// locks exist only inside this process.
+    pub fn is_in_process(&self) -> bool {
+        self.connected.in_process
+    }
+}
 
 impl Backend {
     /// A [`SemaphoreManager`] over this backend.
