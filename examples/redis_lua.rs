@@ -19,7 +19,7 @@ async fn main() -> verrou::Result<()> {
 /// The example against the server at `url` (the test suite runs it against
 /// its own server: tests/it/examples.rs).
 pub async fn run(url: String) -> verrou::Result<()> {
-    let backend = RedisLuaBackend::builder(url)
+    let backend = RedisLuaBackend::builder(&url)?
         .response_timeout(Duration::from_millis(500))
         .fencing(true)
         .build()

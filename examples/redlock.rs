@@ -29,7 +29,7 @@ const INCREMENTS: u64 = 10;
 async fn connect(urls: &[String]) -> verrou::Result<Redlock> {
     let mut nodes: Vec<(String, Arc<dyn LockBackend>)> = Vec::new();
     for url in urls {
-        let node = RedisLuaBackend::builder(url.clone())
+        let node = RedisLuaBackend::builder(url)?
             .connect_timeout(Duration::from_millis(500))
             .response_timeout(Duration::from_millis(250))
             .release_notifications(true)

@@ -37,7 +37,7 @@ pub async fn run(url: String) -> verrou::Result<()> {
     // Release notifications off: release is the native `CAD` printed below
     // (on, the default on one server, it is a small script that also wakes
     // a waiter of another process).
-    let backend = TairBackend::builder(url).release_notifications(false).build().await?;
+    let backend = TairBackend::builder(&url)?.release_notifications(false).build().await?;
 
     // 1. The primitives, one native command each, same key and token throughout.
     let key = "verrou:example:resource";

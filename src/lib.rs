@@ -4,7 +4,7 @@
 /// The tour past the first example: what every lock promises, the API,
 /// `connect` URLs and parameters, fair mode, every lock kind,
 /// observability and the defaults.
-#[doc = include_str!("guide.md")]
+#[doc = include_str!("../docs/guide.md")]
 pub mod guide {}
 
 // What an application uses, at the root; what a backend author needs, under

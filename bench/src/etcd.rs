@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
 use lock_core::LockToken;
-use lock_etcd::EtcdBackend;
+use lock_etcd::{EtcdBackend, EtcdBuilder};
 use lock_testkit::server::EtcdCluster;
 use tokio::task::JoinHandle;
 
@@ -50,7 +50,7 @@ impl EtcdLab {
     /// A new backend with its own client and leases.
     pub async fn backend(&mut self) -> BoxResult<EtcdBackend> {
         let endpoints = self.endpoints().await?;
-        Ok(EtcdBackend::builder(endpoints).build().await?)
+        Ok(EtcdBuilder::new(endpoints).build().await?)
     }
 
     /// A new plain client.

@@ -6,9 +6,9 @@ use lock_core::{LockBackend, VersionedStore};
 
 use lock_core::raw::{ElectionBackend, MultiLockBackend, RwLockBackend, SemaphoreBackend};
 use lock_memory::MemoryBackend;
-use lock_redis_lua::RedisLuaBackend;
+use lock_redis_lua::{RedisLuaBackend, RedisLuaBuilder};
 use lock_redlock::Redlock;
-use lock_tair::TairBackend;
+use lock_tair::{TairBackend, TairBuilder};
 use lock_testkit::server::{Instances, RedisServer, RespValue};
 
 use crate::BoxResult;
@@ -173,14 +173,14 @@ impl Lab {
             Backend::Memory => Ok(Arc::new(self.memory.clone())),
             Backend::RedisLua => Ok(Arc::new(RedisLuaBackend::connect(&self.url()).await?)),
             Backend::RedisLuaQuiet => Ok(Arc::new(
-                RedisLuaBackend::builder(self.url())
+                RedisLuaBuilder::url(self.url())
                     .release_notifications(false)
                     .build()
                     .await?,
             )),
             Backend::Tair => Ok(Arc::new(TairBackend::connect(&self.url()).await?)),
             Backend::TairQuiet => Ok(Arc::new(
-                TairBackend::builder(self.url())
+                TairBuilder::url(self.url())
                     .release_notifications(false)
                     .build()
                     .await?,

@@ -11,6 +11,7 @@ pub mod backend;
 mod background;
 mod batch;
 mod clock;
+mod config;
 mod engine;
 pub mod error;
 pub mod guard;
@@ -55,12 +56,17 @@ pub mod raw {
         AcquireOutcome, FairWaiter, InstantLockBackend, Lease, ReleaseOutcome, RenewOutcome, WaitOptions, Waiter,
     };
     pub use crate::batch::RenewBatch;
+    pub use crate::config::{
+        BackendConfig, Connected, Connector, SchemeEntry, SchemeTable, UrlParts, hide_quoted_url_text, in_context,
+        parse_bool, parse_duration, parse_host_port, parse_number, percent_decode, refuse_conflicting_repeats,
+        unknown_parameter,
+    };
     pub use crate::kinds::election::{ElectionBackend, validate_identity};
     pub use crate::kinds::multi::MultiLockBackend;
     pub use crate::kinds::rw::RwLockBackend;
     pub use crate::kinds::semaphore::{GONE_WINDOW_MS, PermitRequest, SemaphoreBackend, size_mismatch};
     pub use crate::redact::redact_url;
-    pub use crate::validate::{MAX_KEY_LEN, clock_drift, ttl_millis, validate_key, validate_ttl};
+    pub use crate::validate::{MAX_KEY_LEN, MAX_TIMEOUT, clock_drift, ttl_millis, validate_key, validate_ttl};
     /// Re-exported so that backends implement the traits with the macro
     /// version lock-core uses.
     pub use async_trait::async_trait;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use lock_core::{LockManager, LockOptions};
-use lock_etcd::EtcdBackend;
+use lock_etcd::EtcdBuilder;
 use lock_testkit::server::EtcdCluster;
 
 const WINDOW: Duration = Duration::from_secs(3);
@@ -60,7 +60,7 @@ fn process_cpu() -> Duration {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let etcd = EtcdCluster::single().await.expect("start etcd");
-    let backend = EtcdBackend::builder(etcd.endpoints()).build().await.expect("connect");
+    let backend = EtcdBuilder::new(etcd.endpoints()).build().await.expect("connect");
     let client = backend.client().clone();
 
     // A single-key read round trip.

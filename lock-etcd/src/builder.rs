@@ -21,6 +21,8 @@ pub struct EtcdBuilder {
     namespace: String,
     response_timeout: Duration,
     connect_timeout: Duration,
+    /// The application's client, used instead of connecting.
+    client: Option<Client>,
 }
 
 impl std::fmt::Debug for EtcdBuilder {
@@ -37,11 +39,12 @@ impl std::fmt::Debug for EtcdBuilder {
 /// The namespace keys live under by default.
 pub const DEFAULT_NAMESPACE: &str = "verrou/";
 
-/// Default time to connect to a member.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default time to connect to a member: 2 s, as on every backend.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Default time to wait for the reply to one request.
-pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default time to wait for the reply to one request: 2 s, as on every
+/// backend (the lock manager's `op_timeout` cuts its calls at 2 s anyway).
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl EtcdBuilder {
     /// Members to connect to: `host:port`, `http://host:port` or
@@ -59,6 +62,17 @@ impl EtcdBuilder {
             namespace: DEFAULT_NAMESPACE.to_owned(),
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            client: None,
+        }
+    }
+
+    /// The application's own client, used as is: its endpoints,
+    /// credentials, TLS and timeouts are its own (the builder's
+    /// [`EtcdBuilder::response_timeout`] still bounds keepalive replies).
+    pub fn client(client: Client) -> Self {
+        EtcdBuilder {
+            client: Some(client),
+            ..EtcdBuilder::new(Vec::<String>::new())
         }
     }
 
@@ -109,6 +123,9 @@ impl EtcdBuilder {
     /// Cancel safe: dropping the future drops the half-made client (a probe
     /// lease left behind expires by itself).
     pub async fn build(self) -> Result<EtcdBackend> {
+        if let Some(client) = self.client.clone() {
+            return self.finish(client).await;
+        }
         if self.endpoints.is_empty() {
             return Err(Error::invalid("an etcd backend needs at least one endpoint"));
         }
@@ -145,6 +162,12 @@ impl EtcdBuilder {
         let client = Client::connect(&self.endpoints, Some(opts))
             .await
             .map_err(|e| crate::error::failed("connecting", e))?;
+        self.finish(client).await
+    }
+
+    /// Learns the server's minimum lease TTL on `client` and makes the
+    /// backend.
+    async fn finish(self, client: Client) -> Result<EtcdBackend> {
         let min_secs = probe_min_ttl(&client).await?;
         Ok(EtcdBackend {
             inner: Arc::new(Inner {

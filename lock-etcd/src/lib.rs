@@ -8,12 +8,12 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let cluster = lock_testkit::server::EtcdCluster::single().await?;
-//! # let endpoints = cluster.endpoints(); // one etcd member on a free loopback port
+//! # let url = cluster.url(); // one etcd member on a free loopback port
 //! use lock_core::LockManager;
 //! use lock_etcd::EtcdBackend;
 //!
-//! // `endpoints`: ["10.0.0.1:2379", "10.0.0.2:2379", …]
-//! let backend = EtcdBackend::builder(endpoints).build().await?;
+//! // `url`: "etcd://10.0.0.1:2379,10.0.0.2:2379,…" (see `EtcdConfig`)
+//! let backend = EtcdBackend::connect(&url).await?;
 //! let locks = LockManager::new(backend)?; // TTL 30 s: whole seconds, at least the server's minimum
 //! let guard = locks.lock("invoice:42").await?;
 //! let token = guard.fencing_token(); // the key's create revision
@@ -109,6 +109,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod builder;
+mod config;
 mod election;
 mod error;
 mod fair;
@@ -130,6 +131,7 @@ use lock_core::raw::{validate_key, validate_ttl};
 use lock_core::{Capabilities, Error, LockBackend, LockToken, Result};
 
 pub use builder::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_NAMESPACE, DEFAULT_RESPONSE_TIMEOUT, EtcdBuilder};
+pub use config::{DEFAULT_PORT, ETCD_PARAMS, EtcdConfig, EtcdConnector};
 #[cfg(feature = "tls")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub use etcd_client::{Certificate, Identity, TlsOptions};
@@ -260,15 +262,6 @@ impl Inner {
 }
 
 impl EtcdBackend {
-    /// Settings for a backend on `endpoints`.
-    pub fn builder<I, S>(endpoints: I) -> EtcdBuilder
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        EtcdBuilder::new(endpoints)
-    }
-
     /// The server's minimum lease TTL, learnt when connecting.
     pub fn min_ttl(&self) -> Duration {
         self.inner.min_ttl

@@ -40,6 +40,7 @@
 //! None.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod config;
 mod election;
 mod expiry;
 mod fair;
@@ -63,6 +64,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::expiry::Expiries;
+
+pub use config::{MemoryBuilder, MemoryConfig, MemoryConnector};
 
 /// The in-process backend. Cheap to clone; clones share state.
 #[derive(Clone, Default)]

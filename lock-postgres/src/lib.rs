@@ -161,6 +161,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod builder;
+mod config;
 mod conn;
 mod error;
 mod kinds;
@@ -184,6 +185,7 @@ pub use builder::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_RESPONSE_TIMEOUT, MAX_POOL_SIZE, PostgresBuilder,
 };
 /// The deadpool-postgres crate the backend is built on (hand over a `Pool`).
+pub use config::{POSTGRES_PARAMS, PostgresConfig, PostgresConnector};
 pub use deadpool_postgres;
 pub use error::{Refusal, refusal};
 pub use kinds::GONE_WINDOW;
@@ -241,30 +243,6 @@ impl std::fmt::Debug for PostgresBackend {
 type Param<'a> = (&'a (dyn ToSql + Sync), Type);
 
 impl PostgresBackend {
-    /// A builder from a `postgres://` URL or connection string.
-    ///
-    /// # Errors
-    /// As [`PostgresBuilder::url`].
-    pub fn builder(url: &str) -> Result<PostgresBuilder> {
-        PostgresBuilder::url(url)
-    }
-
-    /// A builder over the application's pool.
-    pub fn builder_pool(pool: deadpool_postgres::Pool) -> PostgresBuilder {
-        PostgresBuilder::pool(pool)
-    }
-
-    /// A backend at `url` with the defaults (schema created when missing).
-    ///
-    /// # Errors
-    /// As [`PostgresBuilder::build`].
-    ///
-    /// # Cancel safety
-    /// As [`PostgresBuilder::build`].
-    pub async fn connect(url: &str) -> Result<PostgresBackend> {
-        PostgresBuilder::url(url)?.build().await
-    }
-
     /// The schema in use.
     pub fn schema(&self) -> &str {
         &self.inner.sql.schema

@@ -19,6 +19,7 @@ pub mod kinds;
 mod macros;
 pub mod settings;
 pub mod shortfall;
+pub mod url;
 pub mod wake;
 
 /// What [`kind_backends!`]'s expansion names, so that a backend needs no

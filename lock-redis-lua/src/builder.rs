@@ -60,7 +60,7 @@ impl Source {
 /// use std::time::Duration;
 /// use lock_redis_lua::{RedisLuaBackend, ReplicaAck};
 ///
-/// let backend = RedisLuaBackend::builder("redis://app:secret@127.0.0.1:6379/0")
+/// let backend = RedisLuaBackend::builder("redis://app:secret@127.0.0.1:6379/0")?
 ///     .response_timeout(Duration::from_millis(500))
 ///     .fencing(true)
 ///     .replica_ack(ReplicaAck::new(1, Duration::from_millis(100)))
@@ -86,7 +86,7 @@ impl std::fmt::Debug for RedisLuaBuilder {
             .field("source", &self.source.describe())
             .field("settings", &self.settings)
             .field("fencing", &self.fencing)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -145,6 +145,13 @@ impl RedisLuaBuilder {
     /// itself); replica acknowledgement is refused.
     pub fn cluster_connection(conn: ClusterConnection) -> Self {
         Self::new(Source::ClusterConnection(conn))
+    }
+
+    /// Every shared setting at once (from a config; see
+    /// [`crate::RedisLuaConfig`]).
+    pub(crate) fn settings(mut self, settings: Settings) -> Self {
+        self.settings = settings;
+        self
     }
 
     /// Time to open a connection: TCP connect, TLS, AUTH/HELLO (default

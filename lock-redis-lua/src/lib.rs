@@ -12,8 +12,8 @@
 //! use lock_core::LockManager;
 //! use lock_redis_lua::RedisLuaBackend;
 //!
-//! // `url`: "redis://[user:pass@]host[:port][/db]"
-//! let backend = RedisLuaBackend::builder(url).fencing(true).build().await?;
+//! // `url`: "redis://[user:pass@]host[:port][/db]", parameters in the query (see `RedisLuaConfig`)
+//! let backend = RedisLuaBackend::connect(&format!("{url}?fencing=true")).await?;
 //! let locks = LockManager::new(backend)?;
 //! let guard = locks.lock("invoice:42").await?;
 //! let token = guard.fencing_token(); // hand it to the resource you write
@@ -162,6 +162,7 @@
 
 mod acquire;
 mod builder;
+mod config;
 mod connection;
 mod error;
 mod fair;
@@ -179,7 +180,7 @@ mod scripts;
 mod versioned;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -193,6 +194,7 @@ pub use builder::{
     DEFAULT_ACK_CONNECTIONS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, MAX_ACK_CONNECTIONS, OnShortfall,
     RedisLuaBuilder, ReplicaAck,
 };
+pub use config::{RedisLuaConfig, RedisLuaConnector};
 /// The deadpool-redis crate this backend is built on (pools, `redis`).
 pub use deadpool_redis;
 
@@ -209,6 +211,7 @@ use keys::Helper;
 use notify::Notifier;
 use replies::{answered, server_version};
 use scripts::{LuaScript, Scripts};
+use versioned::WriteIds;
 
 /// The Lua-on-Redis backend: implements [`LockBackend`] and
 /// [`VersionedStore`](lock_core::VersionedStore). Cheap to clone; clones share connections.
@@ -234,59 +237,10 @@ impl std::fmt::Debug for RedisLuaBackend {
 }
 
 impl RedisLuaBackend {
-    /// A backend on the standalone server at `url`, with the defaults.
-    ///
-    /// # Errors
-    /// As [`RedisLuaBuilder::build`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future drops the connections made so far; nothing is
-    /// written to the server.
-    pub async fn connect(url: &str) -> Result<Self> {
-        RedisLuaBuilder::url(url).build().await
-    }
-
-    /// A builder for a standalone server at `url` (see [`RedisLuaBuilder::url`]).
-    pub fn builder(url: impl Into<String>) -> RedisLuaBuilder {
-        RedisLuaBuilder::url(url)
-    }
-
-    /// A builder for a cluster (see [`RedisLuaBuilder::cluster`]).
-    pub fn builder_cluster<I, S>(urls: I) -> RedisLuaBuilder
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        RedisLuaBuilder::cluster(urls)
-    }
-
     /// The key holding `key`'s fence counter (only written with fencing on),
     /// under [`RESERVED_KEY_PREFIX`].
     pub fn fence_key(key: &str) -> String {
         keys::helper(key, Helper::Fence)
-    }
-}
-
-/// Unique ids of versioned writes, so a re-sent write recognises itself.
-struct WriteIds {
-    prefix: u64,
-    next: AtomicU64,
-}
-
-impl WriteIds {
-    fn new() -> Result<Self> {
-        let bytes = *LockToken::generate()?.as_bytes();
-        let mut prefix = [0u8; 8];
-        prefix.copy_from_slice(&bytes[..8]);
-        Ok(WriteIds {
-            prefix: u64::from_le_bytes(prefix),
-            next: AtomicU64::new(0),
-        })
-    }
-
-    fn next(&self) -> String {
-        format!("{:016x}{:x}", self.prefix, self.next.fetch_add(1, Ordering::Relaxed))
     }
 }
 

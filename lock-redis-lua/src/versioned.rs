@@ -3,7 +3,8 @@
 use async_trait::async_trait;
 use deadpool_redis::redis::{self, Value};
 use lock_core::raw::ttl_millis;
-use lock_core::{CasOutcome, CreateOutcome, DeleteOutcome, Expiry, Result, Versioned, VersionedStore};
+use lock_core::{CasOutcome, CreateOutcome, DeleteOutcome, Expiry, LockToken, Result, Versioned, VersionedStore};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Access, BACKEND, unexpected_reply};
 use crate::keys::Helper;
@@ -130,5 +131,27 @@ impl VersionedStore for RedisLuaBackend {
 
     fn name(&self) -> &str {
         BACKEND
+    }
+}
+
+/// Unique ids of versioned writes, so a re-sent write recognises itself.
+pub(crate) struct WriteIds {
+    prefix: u64,
+    next: AtomicU64,
+}
+
+impl WriteIds {
+    pub(crate) fn new() -> Result<Self> {
+        let bytes = *LockToken::generate()?.as_bytes();
+        let mut prefix = [0u8; 8];
+        prefix.copy_from_slice(&bytes[..8]);
+        Ok(WriteIds {
+            prefix: u64::from_le_bytes(prefix),
+            next: AtomicU64::new(0),
+        })
+    }
+
+    pub(crate) fn next(&self) -> String {
+        format!("{:016x}{:x}", self.prefix, self.next.fetch_add(1, Ordering::Relaxed))
     }
 }

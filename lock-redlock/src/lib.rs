@@ -158,6 +158,7 @@ use lock_core::raw::{validate_key, validate_ttl};
 use lock_core::{Capabilities, Error, LockBackend, LockToken, Result};
 
 mod acquire;
+mod config;
 mod election;
 mod follow_up;
 mod holdings;
@@ -174,6 +175,7 @@ mod semaphore;
 mod splits;
 mod waiters;
 
+pub use config::{MAX_NODES, REDLOCK_PARAMS, RedlockConfig, RedlockConnector};
 pub use lazy::{LAZY_RETRY_MAX, LAZY_RETRY_MIN, LazyNode};
 pub use options::{DEFAULT_MAX_NODE_TIMEOUT, DEFAULT_MIN_NODE_TIMEOUT, DEFAULT_NODE_TIMEOUT_FACTOR, RedlockOptions};
 

@@ -1,292 +1,118 @@
-//! Settings of the Tair backend and its builder.
+//! The configuration contract for `tair://` URLs: [`TairConfig`],
+//! the backend's `connect` / `builder` / `builder_from` /
+//! `builder_with_client`, and [`TairConnector`] for the facade.
 
-use std::time::Duration;
+use std::sync::Arc;
 
-use fred::clients::{Client, Pool};
-use fred::types::config::ReconnectPolicy;
-#[cfg(feature = "tls")]
-use lock_core::Error;
 use lock_core::Result;
+use lock_core::raw::{BackendConfig, Connected, Connector, SchemeTable, async_trait, in_context};
+use lock_redis_family::url::{FamilyConfig, Flavor};
 
-use crate::TairBackend;
+use crate::builder::DEFAULT_ACK_CONNECTIONS;
+use crate::{TairBackend, TairBuilder};
 
-use lock_redis_family::settings::Settings;
-pub use lock_redis_family::settings::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, MAX_ACK_CONNECTIONS};
+const FLAVOR: Flavor = Flavor {
+    base: "tair",
+    tls_compiled: cfg!(feature = "tls"),
+    crate_name: "lock-tair",
+    default_ack_connections: DEFAULT_ACK_CONNECTIONS,
+    also: "redis",
+};
 
-/// Default prefix of fence counter keys (see [`TairBuilder::fencing`]).
-pub const DEFAULT_FENCE_PREFIX: &str = "verrou:fence:";
-
-/// Default number of connections dedicated to write + `WAIT` (opened at
-/// build; see [`TairBuilder::ack_connections`]).
-pub const DEFAULT_ACK_CONNECTIONS: usize = 2;
-
-pub use lock_core::{OnShortfall, ReplicaAck};
-
-/// Where the backend's connections come from.
-pub(crate) enum Source {
-    /// A URL: the backend builds and owns its fred clients.
-    Url(String),
-    /// The application's connected (or not yet connected) fred client.
-    Client(Client),
-    /// The application's fred pool.
-    Pool(Pool),
-}
-
-/// Builds a [`TairBackend`].
+/// The configuration of a [`TairBackend`]: what a
+/// `tair://[user:pass@]host[:port][/db][?…]` URL says (also `tairs://`
+/// for TLS, `tair+cluster://h1[:p1],h2[:p2]…` and `tairs+cluster://`),
+/// with the defaults for what it leaves out. The settings are the fields
+/// of [`FamilyConfig`] (through `Deref`), shared with the Lua backend.
+/// `TairBackend::connect` reads `redis://` URLs (and their TLS and cluster
+/// forms) too, as Tair servers speak the Redis protocol;
+/// the parameters are [`lock_redis_family::url::FAMILY_PARAMS`].
 ///
-/// ```no_run
-/// # async fn demo() -> lock_core::Result<()> {
-/// use std::time::Duration;
-/// use lock_tair::{ReplicaAck, TairBuilder};
-///
-/// let backend = TairBuilder::url("redis://127.0.0.1:6379")
-///     .response_timeout(Duration::from_millis(500))
-///     .fencing(true)
-///     .replica_ack(ReplicaAck::new(1, Duration::from_millis(50)))
-///     .build()
-///     .await?;
-/// # Ok(()) }
 /// ```
-pub struct TairBuilder {
-    pub(crate) source: Source,
-    /// Timeouts, replica acknowledgement, release notifications (`None`:
-    /// on unless on a cluster).
-    pub(crate) settings: Settings,
-    pub(crate) reconnect: ReconnectPolicy,
-    pub(crate) fence_prefix: Option<String>,
-    pub(crate) retry_after_hint: bool,
-    pub(crate) check_commands: bool,
-    /// PEM CA certificates for TLS; `None`: the platform's roots.
-    #[cfg(feature = "tls")]
-    pub(crate) tls_root_certs: Option<Vec<u8>>,
-}
+/// use lock_core::raw::BackendConfig;
+/// use lock_tair::TairConfig;
+///
+/// let mut config = TairConfig::from_url("tair://app:secret@cache:6380/2?fencing=true")?;
+/// config.set("response_timeout", "500ms")?;
+/// assert_eq!(config.description(), "tair://app:***@cache:6380/2");
+/// assert!(config.fencing);
+/// # Ok::<(), lock_core::Error>(())
+/// ```
+#[derive(Clone, PartialEq)]
+pub struct TairConfig(FamilyConfig);
 
-impl std::fmt::Debug for TairBuilder {
+lock_redis_family::family_config!(TairConfig, FLAVOR, ["tair", "tairs", "tair+cluster", "tairs+cluster"]);
+
+impl std::fmt::Debug for TairConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let source = match &self.source {
-            Source::Url(_) => "url", // may hold a password: not printed
-            Source::Client(_) => "client",
-            Source::Pool(_) => "pool",
-        };
-        f.debug_struct("TairBuilder")
-            .field("source", &source)
-            .field("settings", &self.settings)
-            .field("fence_prefix", &self.fence_prefix)
-            .field("retry_after_hint", &self.retry_after_hint)
-            .field("check_commands", &self.check_commands)
-            .finish()
+        self.0.fmt(f)
     }
 }
 
-impl TairBuilder {
-    fn new(source: Source) -> Self {
-        TairBuilder {
-            source,
-            settings: Settings::new(DEFAULT_ACK_CONNECTIONS),
-            // Retry forever, 50 ms doubling to 2 s: a restarted server is
-            // found again without the caller doing anything.
-            reconnect: ReconnectPolicy::new_exponential(0, 50, 2_000, 2),
-            fence_prefix: None,
-            retry_after_hint: false,
-            check_commands: true,
-            #[cfg(feature = "tls")]
-            tls_root_certs: None,
-        }
-    }
-
-    /// Connect to a URL: `redis://[user:pass@]host:port[/db]`, `rediss://`
-    /// (needs the `tls` feature), or `redis-cluster://host:port[?node=h:p]`
-    /// for Redis Cluster (commands are routed by their key's slot).
-    pub fn url(url: impl Into<String>) -> Self {
-        TairBuilder::new(Source::Url(url.into()))
-    }
-
-    /// Use the application's own fred client, one connection (per node, on a
-    /// cluster), connected or not (it is connected if needed). Its reconnect
-    /// policy is kept (set one: without it fred never reconnects); every
-    /// command this backend sends overrides the attempts (1) and timeout
-    /// ([`TairBuilder::response_timeout`]). The same name as on the Lua
-    /// backend's builder.
-    pub fn connection(client: Client) -> Self {
-        TairBuilder::new(Source::Client(client))
-    }
-
-    /// Use the application's own fred pool (see [`TairBuilder::connection`]).
-    /// Commands go to its clients in turn.
-    pub fn pool(pool: Pool) -> Self {
-        TairBuilder::new(Source::Pool(pool))
-    }
-
-    /// Time to wait for each reply: the timeout of every command (default
-    /// [`DEFAULT_RESPONSE_TIMEOUT`]). A write that times out is reported with `outcome_unknown: true`.
-    /// The same name as on the Lua backend's builder.
-    #[must_use]
-    pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.settings.response_timeout = timeout;
-        self
-    }
-
-    /// Trust these CA certificates (PEM) instead of the platform's roots for
-    /// `rediss://` URLs (feature `tls`; URL sources only).
-    #[cfg(feature = "tls")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
-    #[must_use]
-    pub fn tls_root_certs(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.tls_root_certs = Some(pem.into());
-        self
-    }
-
-    /// Time to open a connection: TCP connect, TLS, `HELLO`/`AUTH` (default
-    /// [`DEFAULT_CONNECT_TIMEOUT`]; URL sources only). The same name as on
-    /// the Lua backend's builder.
-    #[must_use]
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.settings.connect_timeout = timeout;
-        self
-    }
-
-    /// Reconnect policy of the clients built from a URL (default:
-    /// exponential 50 ms to 2 s, forever).
-    #[must_use]
-    pub fn reconnect_policy(mut self, policy: ReconnectPolicy) -> Self {
-        self.reconnect = policy;
-        self
-    }
-
-    /// Issue fencing tokens (default off). Acquire then runs one small Lua
-    /// script (Tair runs `EVAL` too) that checks the key, sets the lock and
-    /// hands out the next fence, atomically: still one round trip, but a
-    /// script instead of one native command. Release and renew are as
-    /// without fencing (`CAS` renews). The counter lives at [`DEFAULT_FENCE_PREFIX`]` + key` (the key
-    /// wrapped in `{}` when it has no hash tag, so both share a cluster slot),
-    /// has no TTL and is never deleted: one small key per lock name.
-    ///
-    /// The fence is `max(counter + 1, server time in µs)`, as on the Lua
-    /// backend: strictly increasing while the counter survives, and still
-    /// above every earlier token when the counter is lost (evicted, a
-    /// restart without data), as long as the server clock has not gone back.
-    /// A failover that loses the counter (asynchronous replication) keeps
-    /// the tokens increasing only if the new primary's clock is ahead of the
-    /// old one's at its last grant: clocks skewed by more than the time
-    /// between that grant and the failover can hand out a smaller token.
-    #[must_use]
-    pub fn fencing(mut self, on: bool) -> Self {
-        self.fence_prefix = on.then(|| DEFAULT_FENCE_PREFIX.to_owned());
-        self
-    }
-
-    /// Announce releases to waiters (default on; a single server only: a
-    /// cluster client ignores it and its waiters poll). A waiter subscribes
-    /// on a pub/sub connection of its backend (opened by the first wait) and
-    /// registers in the key's wake set; release is then one small script
-    /// instead of `CAD`: `GET`, one `DEL` of the key and its waiter marker,
-    /// and, only when a waiter registered, a `PUBLISH` that wakes that one
-    /// waiter. Off: release is `CAD` and waiters sleep their backoff. A user
-    /// without channel rights (`NOPERM`) gets one warning, and its waiters
-    /// use their timers.
-    #[must_use]
-    pub fn release_notifications(mut self, on: bool) -> Self {
-        self.settings.release_notifications = Some(on);
-        self
-    }
-
-    /// Turn fencing on with another counter key prefix: not empty (a
-    /// hash-tagged key would be its own counter), no braces, and neither
-    /// over nor under [`crate::RESERVED_KEY_PREFIX`]; else `build` fails
-    /// with `InvalidArgument`. User keys under it are refused (see
-    /// [`crate::TairBackend::reserved_key_prefixes`]).
-    #[must_use]
-    pub fn fence_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.fence_prefix = Some(prefix.into());
-        self
-    }
-
-    /// Wait for replica acknowledgement after acquires, renewals and
-    /// versioned writes (see the crate docs for what a shortfall does).
-    #[must_use]
-    pub fn replica_ack(mut self, ack: ReplicaAck) -> Self {
-        self.settings.replica_ack = Some(ack);
-        self
-    }
-
-    /// Connections dedicated to write + `WAIT` (default
-    /// [`DEFAULT_ACK_CONNECTIONS`], at most [`MAX_ACK_CONNECTIONS`]; opened at
-    /// build), when
-    /// [`TairBuilder::replica_ack`] is set. Writes waiting on one connection
-    /// queue behind each other's `WAIT`; more connections, less queueing.
-    #[must_use]
-    pub fn ack_connections(mut self, n: usize) -> Self {
-        self.settings.ack_connections = n;
-        self
-    }
-
-    /// After a refused acquire, ask the holder's remaining TTL with `PTTL`
-    /// (one more round trip) so the manager never sleeps past it. Default
-    /// off: `SET NX` does not return the TTL, and a holder usually releases
-    /// long before its TTL, which the manager's backoff (capped at 200 ms)
-    /// already covers. With fencing on, the hint comes free with the reply.
-    #[must_use]
-    pub fn retry_after_hint(mut self, on: bool) -> Self {
-        self.retry_after_hint = on;
-        self
-    }
-
-    /// Check at connect that the server has the TairString commands
-    /// (`COMMAND INFO`; default on). Turn off for servers that disable
-    /// `COMMAND`; a missing command is then reported as
-    /// [`lock_core::Error::Unsupported`] at its first use.
-    #[must_use]
-    pub fn check_commands(mut self, on: bool) -> Self {
-        self.check_commands = on;
-        self
-    }
-
-    pub(crate) fn validate(&self) -> Result<()> {
-        self.settings.check()?;
-        if let Some(prefix) = &self.fence_prefix {
-            crate::keys::validate_fence_prefix(prefix)?;
-        }
-        Ok(())
-    }
-
-    /// Connect, check the server, and return the backend.
+impl TairBackend {
+    /// A backend on the server (or cluster) `url` names, with its
+    /// parameters (see [`TairConfig`]).
     ///
     /// # Errors
-    /// [`lock_core::Error::InvalidArgument`] for bad settings or URL;
-    /// [`lock_core::Error::Backend`] when the server cannot be reached;
-    /// [`lock_core::Error::Unsupported`] when it lacks a TairString command.
+    /// As [`TairBackend::builder`] and [`TairBuilder::build`].
     ///
     /// # Cancel safety
-    ///
     /// Dropping the future drops the connections made so far; nothing is
     /// written to the server.
-    pub async fn build(self) -> Result<TairBackend> {
-        TairBackend::from_builder(self).await
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::builder(url)?.build().await
+    }
+
+    /// A builder for `url` and its parameters (see [`TairConfig`]);
+    /// the builder's methods then change what the URL said.
+    ///
+    /// # Errors
+    /// [`lock_core::Error::InvalidArgument`] for a malformed URL or a
+    /// parameter out of range.
+    pub fn builder(url: &str) -> Result<TairBuilder> {
+        Self::builder_from(TairConfig::from_url(url)?)
+    }
+
+    /// A builder for `config`.
+    ///
+    /// # Errors
+    /// [`lock_core::Error::InvalidArgument`] when the config does not
+    /// validate or its `tls_ca` file cannot be read.
+    pub fn builder_from(config: TairConfig) -> Result<TairBuilder> {
+        config.validate()?;
+        let mut builder = TairBuilder::url(config.fred_url());
+        builder = builder.settings(config.settings()?).fencing(config.fencing);
+        #[cfg(feature = "tls")]
+        if let Some(pem) = config.read_tls_ca()? {
+            builder = builder.tls_root_certs(pem);
+        }
+        Ok(builder)
+    }
+
+    /// A builder on the application's own fred client (see
+    /// [`TairBuilder::connection`]; a pool: [`TairBuilder::pool`]).
+    pub fn builder_with_client(client: fred::clients::Client) -> TairBuilder {
+        TairBuilder::connection(client)
     }
 }
 
-/// A rustls connector trusting only the CA certificates in `pem`.
-#[cfg(feature = "tls")]
-pub(crate) fn tls_connector(pem: &[u8]) -> Result<fred::types::config::TlsConnector> {
-    use fred::rustls::pki_types::CertificateDer;
-    use fred::rustls::pki_types::pem::PemObject;
-    use fred::rustls::{ClientConfig, RootCertStore};
+/// The facade's entry for the `tair…://` schemes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TairConnector;
 
-    let mut roots = RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(pem) {
-        let cert = cert.map_err(|e| Error::invalid(format!("tls_root_certs: not a PEM certificate list: {e}")))?;
-        roots
-            .add(cert)
-            .map_err(|e| Error::invalid(format!("tls_root_certs: unusable CA certificate: {e}")))?;
+#[async_trait]
+impl Connector for TairConnector {
+    fn check(&self, url: &str, _: &SchemeTable) -> Result<()> {
+        TairConfig::from_url(url).map(drop)
     }
-    if roots.is_empty() {
-        return Err(Error::invalid("tls_root_certs holds no PEM certificate"));
+
+    async fn connect(&self, url: &str, _: &SchemeTable) -> Result<Connected> {
+        let config = TairConfig::from_url(url)?;
+        let description = config.description();
+        let backend = TairBackend::builder_from(config)?
+            .build()
+            .await
+            .map_err(|e| in_context(e, &description))?;
+        Ok(Connected::full(Arc::new(backend), description))
     }
-    let provider = std::sync::Arc::new(fred::rustls::crypto::ring::default_provider());
-    let config = ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| Error::invalid(format!("TLS set-up failed: {e}")))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(config.into())
 }

@@ -12,7 +12,7 @@ use fred::types::config::{Config, ConnectionConfig, Options, PerformanceConfig, 
 use fred::types::{Builder, ClusterHash, CustomCommand, Value};
 use lock_core::{Error, Result};
 
-use crate::config::TairBuilder;
+use crate::builder::TairBuilder;
 
 /// Backend name in errors, logs and capabilities.
 pub(crate) const NAME: &str = "tair";
@@ -107,7 +107,7 @@ pub(crate) fn build_client(url: &str, tair: &TairBuilder, longest_wait: Duration
     let mut config = Config::from_url(url).map_err(|e| Error::invalid(format!("bad Tair URL: {}", e.details())))?;
     #[cfg(feature = "tls")]
     if let Some(pem) = &tair.tls_root_certs {
-        config.tls = Some(crate::config::tls_connector(pem)?.into());
+        config.tls = Some(crate::builder::tls_connector(pem)?.into());
     }
     let mut builder = Builder::from_config(config);
     let connect_timeout = tair.settings.connect_timeout;

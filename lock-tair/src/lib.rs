@@ -13,7 +13,7 @@
 //! use lock_tair::TairBackend;
 //!
 //! // `url`: "tair://[user:pass@]host[:port][/db]" or "redis://…"
-//! let backend = TairBackend::builder(url).fencing(true).build().await?;
+//! let backend = TairBackend::connect(&format!("{url}?fencing=true")).await?;
 //! let locks = LockManager::new(backend)?;
 //! let guard = locks.lock("invoice:42").await?;
 //! let token = guard.fencing_token(); // hand it to the resource you write
@@ -187,6 +187,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod acquire;
+mod builder;
 mod config;
 mod conn;
 mod fair;
@@ -219,18 +220,17 @@ use lock_core::{Capabilities, Error, FencingToken, LockBackend, LockToken, Resul
 /// under it are refused (see [`TairBackend::reserved_key_prefixes`]).
 pub const RESERVED_KEY_PREFIX: &str = keys::KIND_PREFIX;
 
-pub use config::{
+pub use builder::{
     DEFAULT_ACK_CONNECTIONS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FENCE_PREFIX, DEFAULT_RESPONSE_TIMEOUT,
     MAX_ACK_CONNECTIONS, OnShortfall, ReplicaAck, TairBuilder,
 };
+pub use config::{TairConfig, TairConnector};
 /// The fred version this crate is built with, to build your own client or
 /// pool for [`TairBuilder::connection`] / [`TairBuilder::pool`].
 pub use fred;
 
-use acquire::FENCED_ACQUIRE;
-use config::Source;
 use conn::{Access, COMMANDS, Clients, NAME, map_error, send, unexpected_reply};
-use renew::{RENEW_MANY, RENEW_MANY_CHUNK};
+use renew::RENEW_MANY_CHUNK;
 use replica_ack::renewal_shortfall;
 use replies::{FencedReply, TriState};
 use unsettled::{Pending, Unsettled};
@@ -309,24 +309,6 @@ impl std::fmt::Debug for TairBackend {
 }
 
 impl TairBackend {
-    /// Connect to `url` with the defaults (see [`TairBuilder::url`]).
-    ///
-    /// # Errors
-    /// As [`TairBuilder::build`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future drops the connections made so far; nothing is
-    /// written to the server.
-    pub async fn connect(url: &str) -> Result<Self> {
-        TairBuilder::url(url).build().await
-    }
-
-    /// A builder for `url`.
-    pub fn builder(url: impl Into<String>) -> TairBuilder {
-        TairBuilder::url(url)
-    }
-
     /// The key prefixes this backend keeps for its own keys: every user key
     /// (a lock's, a lock kind's name, a versioned key) under one is refused
     /// with [`Error::InvalidArgument`]. [`RESERVED_KEY_PREFIX`] (the lock
@@ -347,89 +329,6 @@ impl TairBackend {
     pub(crate) fn check_key(&self, key: &str) -> Result<()> {
         validate_key(key)?;
         keys::check_user_key(key, self.fence_counter_prefix())
-    }
-
-    pub(crate) async fn from_builder(builder: TairBuilder) -> Result<Self> {
-        builder.validate()?;
-        let longest_wait = builder.settings.replica_ack.map_or(Duration::ZERO, |a| a.timeout);
-        let mut owned = Vec::new();
-        let options = conn::command_options(builder.settings.response_timeout);
-        let (commands, template) = match &builder.source {
-            Source::Url(url) => {
-                let client = conn::build_client(url, &builder, Duration::ZERO)?;
-                owned.push(client.clone());
-                (Clients::new(vec![client], &options)?, None)
-            }
-            Source::Client(client) => (Clients::new(vec![client.clone()], &options)?, Some(client.clone())),
-            Source::Pool(pool) => (
-                Clients::new(pool.clients().to_vec(), &options)?,
-                pool.clients().first().cloned(),
-            ),
-        };
-        if let Some(app_client) = &template
-            && !app_client.has_reconnect_policy()
-        {
-            tracing::warn!("the fred client given to the Tair backend has no reconnect policy: it will not reconnect");
-        }
-        let ack = match builder.settings.replica_ack {
-            None => None,
-            Some(ack) => {
-                let mut list = Vec::with_capacity(builder.settings.ack_connections);
-                for _ in 0..builder.settings.ack_connections {
-                    let client = match (&builder.source, &template) {
-                        (Source::Url(url), _) => conn::build_client(url, &builder, longest_wait)?,
-                        (_, Some(app_client)) => app_client.clone_new(),
-                        (_, None) => return Err(Error::invalid("a fred pool with no clients")),
-                    };
-                    owned.push(client.clone());
-                    list.push(client);
-                }
-                Some((Clients::new(list, &options)?, ack))
-            }
-        };
-        let clustered = commands.first().is_clustered();
-        let wake = match (&builder.source, &template) {
-            _ if clustered || builder.settings.release_notifications == Some(false) => None,
-            (Source::Url(url), _) => Some(conn::build_client(url, &builder, Duration::ZERO)?),
-            (_, Some(app_client)) => Some(app_client.clone_new()),
-            (_, None) => None,
-        }
-        .map(|client| {
-            let checker = commands.first().clone();
-            Notifications::new(notify::Notifier::new(
-                client,
-                checker,
-                builder.settings.response_timeout,
-            ))
-        });
-        // Whatever fails from here on, the clients built so far are closed
-        // by `Inner`'s drop.
-        let inner = Inner {
-            clustered,
-            commands,
-            ack,
-            options,
-            response_timeout: builder.settings.response_timeout,
-            fence_prefix: builder.fence_prefix.clone(),
-            script_sha: fred::util::sha1_hash(FENCED_ACQUIRE),
-            renew_many_sha: fred::util::sha1_hash(RENEW_MANY),
-            retry_after_hint: builder.retry_after_hint,
-            owned,
-            unsettled: Unsettled::default(),
-            wake,
-        };
-        for client in inner.commands.all() {
-            conn::ensure_connected(client, builder.settings.connect_timeout).await?;
-        }
-        if let Some((clients, _)) = &inner.ack {
-            for client in clients.all() {
-                conn::ensure_connected(client, builder.settings.connect_timeout).await?;
-            }
-        }
-        if builder.check_commands {
-            conn::check_commands(inner.commands.first(), &inner.options).await?;
-        }
-        Ok(TairBackend { inner: Arc::new(inner) })
     }
 
     /// The fred client of the next command (for commands of your own on the

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use lock_core::Result;
 use serde::{Deserialize, Serialize};
 
-use super::Backend;
+use super::backend::Backend;
 
 /// A connect URL plus any of its query parameters as separate fields
 /// (feature `serde`). The fields take the URL's parameter names and go
@@ -16,8 +16,7 @@ use super::Backend;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> verrou::Result<()> {
 /// // e.g. from TOML: url = "redis://cache:6379"
-/// //                 response_timeout = "500ms"
-/// //                 fencing = true
+/// //                 <parameter> = <value>   (the backend's URL parameters)
 /// let config = verrou::ConnectConfig::new("memory://");
 /// let backend = config.connect().await?;
 /// # drop(backend);
@@ -27,7 +26,7 @@ use super::Backend;
 pub struct ConnectConfig {
     /// The URL, e.g. `redis://host:6379` (parameters may be in it too).
     pub url: String,
-    /// Query parameters by name; a list repeats the parameter (`node`).
+    /// Query parameters by name; a list repeats the parameter.
     #[serde(flatten)]
     pub params: BTreeMap<String, ParamValue>,
 }
@@ -36,15 +35,15 @@ pub struct ConnectConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum ParamValue {
-    /// `fencing = true`.
+    /// `name = true`.
     Bool(bool),
-    /// `quorum = 2`.
+    /// `name = 2`.
     Int(u64),
-    /// `drift_factor = 0.01`.
+    /// `name = 0.01`.
     Float(f64),
-    /// `response_timeout = "500ms"`.
+    /// `name = "500ms"`.
     Text(String),
-    /// `node = ["redis://a", "tair://b"]`.
+    /// `name = ["a", "b"]`: the parameter repeated.
     List(Vec<String>),
 }
 
@@ -102,6 +101,6 @@ impl ConnectConfig {
     /// # Cancel safety
     /// As [`crate::connect()`].
     pub async fn connect(&self) -> Result<Backend> {
-        super::connect(&self.to_url()).await
+        super::dispatch::connect(&self.to_url()).await
     }
 }

@@ -3,7 +3,9 @@
 //! [`verrou::connect::check_url`] on the stable toolchain: a target or a typed error
 //! for each, never a panic; and the `redact_url` target's corpus
 //! (`fuzz/corpus/redact_url`) through its property: a redacted URL never
-//! depends on a byte of its user-info.
+//! depends on a byte of its user-info; and the `backend_configs` target's
+//! corpus through each backend crate's own grammar: no piece of a password
+//! in any error, `Debug` or description.
 #![cfg(all(
     feature = "memory",
     feature = "redis-lua-tls",
@@ -41,6 +43,26 @@ fn the_redaction_fuzz_corpus_never_shows_the_user_info() {
     for (path, data) in corpus("redact_url") {
         if let Err(e) = lock_testkit::redaction::user_info_is_hidden(&data) {
             panic!("{}: {e}", path.display());
+        }
+    }
+}
+
+#[cfg(all(feature = "postgres", feature = "etcd"))]
+#[test]
+fn the_config_fuzz_corpus_never_shows_a_password() {
+    use lock_testkit::redaction::config_hides_password;
+    for (path, data) in corpus("backend_configs") {
+        for check in [
+            config_hides_password::<verrou::memory::MemoryConfig>(&data),
+            config_hides_password::<verrou::redis_lua::RedisLuaConfig>(&data),
+            config_hides_password::<verrou::tair::TairConfig>(&data),
+            config_hides_password::<verrou::redlock::RedlockConfig>(&data),
+            config_hides_password::<verrou::postgres::PostgresConfig>(&data),
+            config_hides_password::<verrou::etcd::EtcdConfig>(&data),
+        ] {
+            if let Err(e) = check {
+                panic!("{}: {e}", path.display());
+            }
         }
     }
 }

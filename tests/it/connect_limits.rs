@@ -302,12 +302,12 @@ async fn the_postgres_builder_refuses_absurd_numbers() {
 
 #[tokio::test]
 async fn the_etcd_builder_refuses_absurd_numbers() {
-    use verrou::etcd::EtcdBackend;
+    use verrou::etcd::EtcdBuilder;
     let endpoints = ["http://127.0.0.1:1"];
     for d in bad_durations() {
         for (name, b) in [
-            ("connect_timeout", EtcdBackend::builder(endpoints).connect_timeout(d)),
-            ("response_timeout", EtcdBackend::builder(endpoints).response_timeout(d)),
+            ("connect_timeout", EtcdBuilder::new(endpoints).connect_timeout(d)),
+            ("response_timeout", EtcdBuilder::new(endpoints).response_timeout(d)),
         ] {
             assert_invalid(&format!("etcd {name}={d:?}"), name, b.build().await.map(drop));
         }

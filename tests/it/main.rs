@@ -4,6 +4,7 @@
 //! link instead of many); `cargo test --test it <module>::` runs one module.
 
 mod api_docs;
+mod architecture_defaults;
 mod connect;
 mod connect_etcd;
 mod connect_fuzz_corpus;
@@ -13,6 +14,7 @@ mod connect_outage;
 mod connect_postgres;
 mod connect_secrets;
 mod connect_tls;
+mod connect_urls;
 mod crate_docs;
 mod examples;
 mod facade;

@@ -13,10 +13,10 @@ use std::time::Duration;
 use support::{rust_files, workspace};
 use verrou::{Backoff, LockOptions, Renewal};
 
-/// The "verrou" column of the guide's `## Defaults` table (`src/guide.md`,
+/// The "verrou" column of the guide's `## Defaults` table (`docs/guide.md`,
 /// `verrou::guide`), by setting.
 fn readme_defaults() -> Vec<(String, String)> {
-    let readme = std::fs::read_to_string(workspace().join("src/guide.md")).expect("src/guide.md");
+    let readme = std::fs::read_to_string(workspace().join("docs/guide.md")).expect("docs/guide.md");
     let section = readme.split("\n## Defaults\n").nth(1).expect("a Defaults section");
     section
         .lines()

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use lock_core::{LockBackend, ReplicaAck, VersionedStore};
 use lock_memory::MemoryBackend;
-use lock_redis_lua::RedisLuaBackend;
+use lock_redis_lua::RedisLuaBuilder;
 use lock_redlock::{LazyNode, Redlock, RedlockOptions};
-use lock_tair::TairBackend;
+use lock_tair::TairBuilder;
 
 /// How one client reaches its backend.
 #[derive(Clone)]
@@ -77,7 +77,7 @@ pub async fn build(spec: &Spec, timeout: Duration) -> lock_core::Result<Built> {
             }
         }
         Spec::Lua { url, ack } => {
-            let mut builder = RedisLuaBackend::builder(url.clone())
+            let mut builder = RedisLuaBuilder::url(url.clone())
                 .fencing(true)
                 .connect_timeout(timeout)
                 .response_timeout(timeout);
@@ -91,7 +91,7 @@ pub async fn build(spec: &Spec, timeout: Duration) -> lock_core::Result<Built> {
             }
         }
         Spec::Tair { url, ack } => {
-            let mut builder = TairBackend::builder(url.clone())
+            let mut builder = TairBuilder::url(url.clone())
                 .fencing(true)
                 .connect_timeout(timeout)
                 .response_timeout(timeout);
@@ -117,7 +117,7 @@ pub async fn build(spec: &Spec, timeout: Duration) -> lock_core::Result<Built> {
             }
         }
         Spec::Etcd { endpoints } => {
-            let b = lock_etcd::EtcdBackend::builder(endpoints.split(',').map(str::to_owned))
+            let b = lock_etcd::EtcdBuilder::new(endpoints.split(',').map(str::to_owned))
                 .connect_timeout(timeout)
                 .response_timeout(timeout)
                 .build()
@@ -146,7 +146,7 @@ pub async fn build(spec: &Spec, timeout: Duration) -> lock_core::Result<Built> {
             for url in urls {
                 let url = url.clone();
                 nodes.push(LazyNode::spawn(url.clone(), move || {
-                    RedisLuaBackend::builder(url.clone())
+                    RedisLuaBuilder::url(url.clone())
                         .connect_timeout(timeout)
                         .response_timeout(timeout)
                         .build()

@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use lock_core::ReplicaAck;
-use lock_redis_lua::RedisLuaBackend;
+use lock_redis_lua::RedisLuaBuilder;
 use lock_testkit::server::{NetCluster, NetHost, NetRedisServer, Network};
 use tokio::time::Instant;
 
@@ -195,7 +195,7 @@ fn boxed_net(
             let url = format!("redis-cluster://{first}?{}", nodes.join("&"));
             return build(&Spec::Tair { url, ack: *ack }, timeout).await;
         }
-        let mut builder = RedisLuaBackend::builder_cluster(urls.clone())
+        let mut builder = RedisLuaBuilder::cluster(urls.clone())
             .fencing(true)
             .connect_timeout(timeout)
             .response_timeout(timeout);

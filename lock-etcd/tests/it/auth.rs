@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use lock_core::raw::{AcquireOutcome, ReleaseOutcome};
 use lock_core::{LockBackend, LockManager, LockOptions, LockToken};
-use lock_etcd::EtcdBackend;
+use lock_etcd::{EtcdBackend, EtcdBuilder};
 use lock_testkit::server::EtcdCluster;
 
 /// The server drops a simple token after this long without use.
@@ -16,7 +16,7 @@ const TOKEN_TTL: Duration = Duration::from_secs(1);
 const IDLE: Duration = Duration::from_secs(4);
 
 async fn connect(etcd: &EtcdCluster) -> EtcdBackend {
-    EtcdBackend::builder(etcd.endpoints())
+    EtcdBuilder::new(etcd.endpoints())
         .user("root", "verrou-pw")
         .response_timeout(Duration::from_secs(3))
         .build()

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use lock_core::LockBackend;
-use lock_etcd::EtcdBackend;
+use lock_etcd::{EtcdBackend, EtcdBuilder};
 use lock_testkit::server::EtcdCluster;
 use tokio::sync::OnceCell;
 
@@ -28,7 +28,7 @@ pub async fn three() -> &'static EtcdCluster {
 
 /// A client of `endpoints` (one per call: each test has its own runtime).
 pub async fn connect(endpoints: Vec<String>) -> EtcdBackend {
-    EtcdBackend::builder(endpoints)
+    EtcdBuilder::new(endpoints)
         .response_timeout(Duration::from_secs(3))
         .build()
         .await

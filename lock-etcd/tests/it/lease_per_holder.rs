@@ -12,7 +12,7 @@ use std::time::Duration;
 use lock_core::raw::{AcquireOutcome, ElectionBackend, PermitRequest, ReleaseOutcome, RenewOutcome, SemaphoreBackend};
 use lock_core::raw::{RwLockBackend, validate_key};
 use lock_core::{CasOutcome, CreateOutcome, Expiry, LockBackend, LockToken, RwMode, VersionedStore};
-use lock_etcd::EtcdBackend;
+use lock_etcd::{EtcdBackend, EtcdBuilder};
 use lock_testkit::server::EtcdCluster;
 use tokio::time::Instant;
 
@@ -238,7 +238,7 @@ async fn a_gone_entry_lives_on_a_lease_of_its_own() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keepalive_on_a_paused_server_is_bounded_by_the_response_timeout() {
     let etcd = EtcdCluster::single().await.expect("start etcd");
-    let b = EtcdBackend::builder(etcd.endpoints())
+    let b = EtcdBuilder::new(etcd.endpoints())
         .response_timeout(Duration::from_millis(500))
         .build()
         .await

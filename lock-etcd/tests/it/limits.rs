@@ -71,7 +71,7 @@ async fn an_endpoint_with_a_bad_port_is_refused() {
         "localhost:-1",
         "127.0.0.1:80x",
     ] {
-        let got = lock_etcd::EtcdBackend::builder([endpoint]).build().await;
+        let got = lock_etcd::EtcdBuilder::new([endpoint]).build().await;
         assert!(matches!(got, Err(Error::InvalidArgument(_))), "{endpoint}: {got:?}");
     }
 }

@@ -205,7 +205,7 @@ async fn through_proxy(
     let proxy = lock_testkit::server::TcpProxy::start(etcd.endpoint(0).parse().expect("an address"))
         .await
         .expect("proxy");
-    let backend = lock_etcd::EtcdBackend::builder([proxy.addr().to_string()])
+    let backend = lock_etcd::EtcdBuilder::new([proxy.addr().to_string()])
         .response_timeout(Duration::from_millis(300))
         .build()
         .await

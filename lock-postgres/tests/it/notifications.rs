@@ -93,7 +93,7 @@ async fn notifications_over_an_application_pool_need_a_listen_url() {
     let pool = lock_postgres::deadpool_postgres::Pool::builder(manager)
         .build()
         .expect("pool");
-    let err = PostgresBackend::builder_pool(pool)
+    let err = PostgresBackend::builder_with_client(pool)
         .release_notifications(true)
         .build()
         .await

@@ -8,7 +8,7 @@ use std::time::Duration;
 use lock_core::{LockBackend, LockManager, LockOptions, LockToken};
 
 use lock_core::raw::{AcquireOutcome, ReleaseOutcome};
-use lock_redis_lua::RedisLuaBackend;
+use lock_redis_lua::{RedisLuaBackend, RedisLuaBuilder};
 use lock_testkit::server::RedisServer;
 use tokio::time::Instant;
 
@@ -46,7 +46,7 @@ fn token() -> LockToken {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_subscribes_leak_no_connections_and_waiters_still_acquire() {
     let server = server_without_channel_rights().await;
-    let backend = RedisLuaBackend::builder(user_url(&server))
+    let backend = RedisLuaBuilder::url(user_url(&server))
         .release_notifications(true)
         .build()
         .await
@@ -95,7 +95,7 @@ async fn refused_subscribes_leak_no_connections_and_waiters_still_acquire() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_whose_publish_is_refused_is_still_released() {
     let server = server_without_channel_rights().await;
-    let backend = RedisLuaBackend::builder(user_url(&server))
+    let backend = RedisLuaBuilder::url(user_url(&server))
         .release_notifications(true)
         .build()
         .await

@@ -7,7 +7,7 @@ use std::time::Duration;
 use lock_core::{CasOutcome, CreateOutcome, Expiry, LockBackend, LockToken, Replication, VersionedStore};
 
 use lock_core::raw::AcquireOutcome;
-use lock_redis_lua::{RedisLuaBackend, ReplicaAck};
+use lock_redis_lua::{RedisLuaBuilder, ReplicaAck};
 use lock_testkit::server::{RedisCluster, RedisServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -15,7 +15,7 @@ async fn cluster_writes_are_acknowledged_by_the_slot_replica() {
     let cluster = RedisCluster::start(3, 1, RedisServer::builder())
         .await
         .expect("start a 3-master cluster with one replica each");
-    let backend = RedisLuaBackend::builder_cluster([cluster.seed_url()])
+    let backend = RedisLuaBuilder::cluster([cluster.seed_url()])
         .fencing(true)
         .replica_ack(ReplicaAck::new(1, Duration::from_secs(2)))
         .build()

@@ -8,7 +8,7 @@ use std::time::Duration;
 use lock_core::VersionedStore;
 use lock_core::raw::{AcquireOutcome, ReleaseOutcome};
 use lock_core::{CreateOutcome, DeleteOutcome, Expiry, LockBackend, LockToken};
-use lock_redis_lua::RedisLuaBackend;
+use lock_redis_lua::{RedisLuaBackend, RedisLuaBuilder};
 use lock_testkit::server::{RedisCluster, RedisServer, RespClient, encode_command};
 
 async fn cluster() -> RedisCluster {
@@ -18,7 +18,7 @@ async fn cluster() -> RedisCluster {
 }
 
 async fn backend(cluster: &RedisCluster) -> RedisLuaBackend {
-    RedisLuaBackend::builder_cluster(cluster.masters().iter().map(|m| m.url()))
+    RedisLuaBuilder::cluster(cluster.masters().iter().map(|m| m.url()))
         .response_timeout(Duration::from_secs(2))
         .build()
         .await

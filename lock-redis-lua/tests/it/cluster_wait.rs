@@ -7,7 +7,7 @@ use std::time::Duration;
 use lock_core::{LockBackend, LockToken, Replication};
 
 use lock_core::raw::AcquireOutcome;
-use lock_redis_lua::{OnShortfall, RedisLuaBackend, ReplicaAck};
+use lock_redis_lua::{OnShortfall, RedisLuaBuilder, ReplicaAck};
 use lock_testkit::server::{RedisCluster, RedisServer, RespClient};
 
 async fn text(node: &RedisServer, args: &[&str]) -> String {
@@ -47,7 +47,7 @@ async fn wait_after_an_ask_redirect_counts_the_node_that_wrote() {
     }
     let target_replica = target_replica.expect("the target's replica");
 
-    let backend = RedisLuaBackend::builder_cluster(cluster.masters().iter().map(|m| m.url()))
+    let backend = RedisLuaBuilder::cluster(cluster.masters().iter().map(|m| m.url()))
         .response_timeout(Duration::from_secs(1))
         // Generous: on a loaded machine a live replica must not fall short by
         // itself (the paused one below then costs the whole 2 s).

@@ -6,7 +6,7 @@
 //! (`notifications_are_refused_on_a_cluster`).
 #![allow(clippy::expect_used, missing_docs)]
 
-use lock_redis_lua::RedisLuaBackend;
+use lock_redis_lua::{RedisLuaBackend, RedisLuaBuilder};
 use lock_testkit::server::{RedisCluster, RedisServer};
 use lock_testkit::{LockSuite, VersionedSuite};
 use tokio::sync::OnceCell;
@@ -29,7 +29,7 @@ async fn seed_urls() -> Vec<String> {
 }
 
 async fn backend(urls: Vec<String>, fencing: bool) -> RedisLuaBackend {
-    RedisLuaBackend::builder_cluster(urls)
+    RedisLuaBuilder::cluster(urls)
         .fencing(fencing)
         .build()
         .await
@@ -67,7 +67,7 @@ mod unfenced {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notifications_are_refused_on_a_cluster() {
     let urls = seed_urls().await;
-    let err = RedisLuaBackend::builder_cluster(urls)
+    let err = RedisLuaBuilder::cluster(urls)
         .release_notifications(true)
         .build()
         .await

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use lock_redis_lua::{RedisLuaBackend, ReplicaAck};
+use lock_redis_lua::{RedisLuaBackend, RedisLuaBuilder, ReplicaAck};
 use lock_testkit::server::{RedisServer, ReplicatedPair};
 use lock_testkit::{LockSuite, VersionedSuite};
 use tokio::runtime::{Handle, RuntimeFlavor};
@@ -31,7 +31,7 @@ fn assert_runtime(flavor: RuntimeFlavor) {
 }
 
 async fn backend(url: String, full: bool) -> RedisLuaBackend {
-    RedisLuaBackend::builder(url)
+    RedisLuaBuilder::url(url)
         .fencing(full)
         .release_notifications(full)
         .build()
@@ -101,7 +101,7 @@ mod replica_ack {
     }
 
     async fn acked(url: String) -> RedisLuaBackend {
-        RedisLuaBackend::builder(url)
+        RedisLuaBuilder::url(url)
             .fencing(true)
             // WAIT normally answers in well under a millisecond here; the
             // timeout only bounds a stall.

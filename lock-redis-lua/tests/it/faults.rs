@@ -8,7 +8,7 @@ use std::time::Duration;
 use lock_core::{Error, Expiry, LockBackend, LockManager, LockOptions, LockToken, LossReason, Renewal, VersionedStore};
 
 use lock_core::raw::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
-use lock_redis_lua::RedisLuaBackend;
+use lock_redis_lua::{RedisLuaBackend, RedisLuaBuilder};
 use lock_testkit::server::{RedisServer, TcpProxy};
 use tokio::time::Instant;
 
@@ -18,7 +18,7 @@ const TTL: Duration = Duration::from_millis(500);
 const NO_HANG: Duration = Duration::from_secs(3);
 
 async fn backend(url: String) -> RedisLuaBackend {
-    RedisLuaBackend::builder(url)
+    RedisLuaBuilder::url(url)
         .connect_timeout(Duration::from_millis(150))
         .response_timeout(Duration::from_millis(150))
         .build()
@@ -196,11 +196,7 @@ async fn cut_connections_reconnect_and_the_lease_is_renewed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_flush_between_calls_reloads_the_scripts() {
     let server = RedisServer::start().await.expect("start");
-    let backend = RedisLuaBackend::builder(server.url())
-        .fencing(true)
-        .build()
-        .await
-        .unwrap();
+    let backend = RedisLuaBuilder::url(server.url()).fencing(true).build().await.unwrap();
     let mine = token();
     assert!(matches!(
         backend.try_acquire("flush", &mine, TTL * 10).await.unwrap(),

@@ -9,7 +9,7 @@ use std::time::Duration;
 use lock_core::{LockBackend, LockToken};
 
 use lock_core::raw::{AcquireOutcome, MultiLockBackend, ReleaseOutcome};
-use lock_redis_lua::RedisLuaBackend;
+use lock_redis_lua::{RedisLuaBackend, RedisLuaBuilder};
 use lock_testkit::server::RedisServer;
 use tokio::time::Instant;
 
@@ -42,7 +42,7 @@ async fn uncontended_pair_is_set_nx_and_a_release_script_without_publish() {
         server_version(&server).await >= (7, 0),
         "this test needs Redis 7.0 or later"
     );
-    let backend = RedisLuaBackend::builder(server.url())
+    let backend = RedisLuaBuilder::url(server.url())
         .release_notifications(true)
         .build()
         .await
@@ -87,7 +87,7 @@ async fn uncontended_pair_is_set_nx_and_a_release_script_without_publish() {
         backend.try_acquire("hot", &holder, TTL * 10).await.unwrap(),
         AcquireOutcome::Acquired(_)
     ));
-    let other = RedisLuaBackend::builder(server.url())
+    let other = RedisLuaBuilder::url(server.url())
         .release_notifications(true)
         .build()
         .await
@@ -161,7 +161,7 @@ async fn a_release_wakes_one_waiter_not_the_herd() {
     use lock_core::{Backoff, LockManager, LockOptions};
     let server = RedisServer::start().await.expect("start");
     let connect = || async {
-        RedisLuaBackend::builder(server.url())
+        RedisLuaBuilder::url(server.url())
             .release_notifications(true)
             .build()
             .await
@@ -249,7 +249,7 @@ async fn a_multi_key_release_wakes_a_mutex_waiter_of_its_keys() {
         holder_backend.try_acquire_all(&keys, &holder, timer * 2).await.unwrap(),
         AcquireOutcome::Acquired(_)
     ));
-    let waiter_backend = RedisLuaBackend::builder(server.url())
+    let waiter_backend = RedisLuaBuilder::url(server.url())
         .release_notifications(true)
         .build()
         .await

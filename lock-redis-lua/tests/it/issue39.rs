@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use lock_core::raw::{AcquireOutcome, ElectionBackend};
 use lock_core::{LockToken, Result};
-use lock_redis_lua::RedisLuaBackend;
+use lock_redis_lua::{RedisLuaBackend, RedisLuaBuilder};
 use lock_testkit::server::RedisServer;
 
 /// Generous bound for anything a loaded machine should finish well within.
@@ -32,7 +32,7 @@ async fn lead(backend: &RedisLuaBackend, name: &str) -> Result<u64> {
 #[tokio::test]
 async fn election_terms_keep_increasing_after_a_restart_without_data() {
     let server = RedisServer::builder().start().await.expect("start redis-server");
-    let backend = RedisLuaBackend::builder(server.url()).build().await.expect("connect");
+    let backend = RedisLuaBuilder::url(server.url()).build().await.expect("connect");
     let mut terms = Vec::new();
     for _ in 0..3 {
         terms.push(lead(&backend, "e").await.expect("campaign"));
@@ -69,7 +69,7 @@ async fn a_multi_key_set_whose_fence_keys_leave_its_slot_is_refused_on_a_cluster
         .await
         .expect("start a 3-master cluster");
     let urls: Vec<String> = cluster.masters().iter().map(|m| m.url()).collect();
-    let backend = RedisLuaBackend::builder_cluster(urls)
+    let backend = RedisLuaBuilder::cluster(urls)
         .build()
         .await
         .expect("connect to the cluster");
@@ -100,16 +100,16 @@ async fn a_user_who_can_acquire_can_release_or_the_build_is_refused() {
     assert!(reply.is_ok(), "{reply:?}");
     let url = format!("redis://u:pw@127.0.0.1:{}", server.port());
     let configurations = [
-        ("defaults", RedisLuaBackend::builder(url.clone())),
+        ("defaults", RedisLuaBuilder::url(url.clone())),
         (
             "notifications",
-            RedisLuaBackend::builder(url.clone()).release_notifications(true),
+            RedisLuaBuilder::url(url.clone()).release_notifications(true),
         ),
         (
             "no notifications",
-            RedisLuaBackend::builder(url.clone()).release_notifications(false),
+            RedisLuaBuilder::url(url.clone()).release_notifications(false),
         ),
-        ("fencing", RedisLuaBackend::builder(url.clone()).fencing(true)),
+        ("fencing", RedisLuaBuilder::url(url.clone()).fencing(true)),
     ];
     let mut released = 0;
     for (what, builder) in configurations {
@@ -157,7 +157,7 @@ async fn every_acl_user_who_acquires_builds_and_releases() {
         let url = format!("redis://{user}:pw@127.0.0.1:{}", server.port());
         for notifications in [true, false] {
             let what = format!("{user}, notifications {notifications}");
-            let backend = RedisLuaBackend::builder(url.clone())
+            let backend = RedisLuaBuilder::url(url.clone())
                 .release_notifications(notifications)
                 .build()
                 .await
@@ -199,7 +199,7 @@ async fn a_kind_grant_given_up_under_replica_ack_leaves_no_ghost() {
         .await
         .expect("start a primary and a replica");
     let primary = pair.primary();
-    let backend = RedisLuaBackend::builder(primary.url())
+    let backend = RedisLuaBuilder::url(primary.url())
         .replica_ack(ReplicaAck::new(1, Duration::from_secs(2)))
         .ack_connections(1)
         .build()

@@ -9,7 +9,7 @@
 use lock_core::{Error, LockToken};
 
 use lock_core::raw::MultiLockBackend;
-use lock_redis_lua::{RedisLuaBackend, ReplicaAck};
+use lock_redis_lua::{RedisLuaBackend, RedisLuaBuilder, ReplicaAck};
 use lock_testkit::server::{RedisCluster, RedisServer, ReplicatedPair};
 use lock_testkit::{ElectionSuite, MultiSuite, RwSuite, SemaphoreSuite};
 use tokio::sync::OnceCell;
@@ -42,7 +42,7 @@ async fn seed_urls() -> Vec<String> {
 /// A client of the single server; `full` turns fencing and release
 /// notifications on.
 async fn single(full: bool) -> RedisLuaBackend {
-    RedisLuaBackend::builder(server_url().await)
+    RedisLuaBuilder::url(server_url().await)
         .fencing(full)
         .release_notifications(full)
         .build()
@@ -70,7 +70,7 @@ const ACKED_TTL: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// A client of the primary whose grants and renewals WAIT for the replica.
 async fn acked() -> RedisLuaBackend {
-    RedisLuaBackend::builder(primary_url().await)
+    RedisLuaBuilder::url(primary_url().await)
         .replica_ack(ReplicaAck::new(1, std::time::Duration::from_secs(2)))
         .build()
         .await
@@ -79,7 +79,7 @@ async fn acked() -> RedisLuaBackend {
 
 /// A client of the cluster, fencing on.
 async fn cluster() -> RedisLuaBackend {
-    RedisLuaBackend::builder_cluster(seed_urls().await)
+    RedisLuaBuilder::cluster(seed_urls().await)
         .fencing(true)
         .build()
         .await

@@ -17,11 +17,11 @@ use lock_core::raw::{
 };
 use lock_redis_family::kinds::rw::RwKeys;
 use lock_redis_family::kinds::semaphore::SemaphoreKeys;
-use lock_redis_lua::{RedisLuaBackend, ReplicaAck};
+use lock_redis_lua::{RedisLuaBackend, RedisLuaBuilder, ReplicaAck};
 use lock_testkit::server::{RedisServer, ReplicatedPair};
 
 async fn acked(url: String) -> RedisLuaBackend {
-    RedisLuaBackend::builder(url)
+    RedisLuaBuilder::url(url)
         .response_timeout(Duration::from_millis(500))
         .replica_ack(ReplicaAck::new(1, Duration::from_secs(2)))
         .build()
@@ -127,7 +127,7 @@ async fn unacknowledged_multi_key_grants_and_renewals_do_not_count() {
     let pair = ReplicatedPair::start(RedisServer::builder())
         .await
         .expect("start a primary and a replica");
-    let backend = RedisLuaBackend::builder(pair.primary().url())
+    let backend = RedisLuaBuilder::url(pair.primary().url())
         .response_timeout(Duration::from_millis(500))
         .replica_ack(ReplicaAck::new(1, Duration::from_millis(300)))
         .build()

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{LockBackend, LockManager, LockOptions, LockToken};
-use lock_redis_lua::RedisLuaBackend;
 use lock_redis_lua::deadpool_redis::{self, redis};
+use lock_redis_lua::{RedisLuaBackend, RedisLuaBuilder};
 use lock_testkit::server::RedisServer;
 use tokio::time::Instant;
 
@@ -35,16 +35,12 @@ async fn measure() {
     let server = RedisServer::start().await.unwrap();
     let url = server.url();
     let plain = RedisLuaBackend::connect(&url).await.unwrap();
-    let notified = RedisLuaBackend::builder(url.clone())
+    let notified = RedisLuaBuilder::url(url.clone())
         .release_notifications(true)
         .build()
         .await
         .unwrap();
-    let fenced = RedisLuaBackend::builder(url.clone())
-        .fencing(true)
-        .build()
-        .await
-        .unwrap();
+    let fenced = RedisLuaBuilder::url(url.clone()).fencing(true).build().await.unwrap();
     sequential_lock_cycles(&plain, 200).await; // warm-up, scripts cached
 
     // Raw round trips on one multiplexed connection vs a pool checkout each.
@@ -115,7 +111,7 @@ async fn measure() {
     for hold_ms in [5u64, 30, 120] {
         for label in ["timers", "pub/sub"] {
             let build = || async {
-                let builder = RedisLuaBackend::builder(url.clone()).release_notifications(label == "pub/sub");
+                let builder = RedisLuaBuilder::url(url.clone()).release_notifications(label == "pub/sub");
                 builder.build().await.unwrap()
             };
             let (holder, waiter) = (build().await, build().await);

@@ -10,7 +10,7 @@ use std::time::Duration;
 use lock_core::{LockManager, LockOptions, LossReason};
 
 use lock_core::raw::ReleaseOutcome;
-use lock_redis_lua::RedisLuaBackend;
+use lock_redis_lua::RedisLuaBuilder;
 use lock_testkit::server::{NetRedisServer, Network};
 use tokio::time::Instant;
 
@@ -28,7 +28,7 @@ async fn partitioned_client_loses_its_lease_by_the_deadline_and_recovers_after_h
     let (locked_tx, locked_rx) = tokio::sync::oneshot::channel();
     let (healed_tx, healed_rx) = tokio::sync::oneshot::channel::<()>();
     let client = client_host.handle().expect("client runtime").spawn(async move {
-        let backend = RedisLuaBackend::builder(url)
+        let backend = RedisLuaBuilder::url(url)
             .connect_timeout(Duration::from_millis(150))
             .response_timeout(Duration::from_millis(150))
             .build()

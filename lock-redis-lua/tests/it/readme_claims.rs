@@ -8,7 +8,7 @@ use std::time::Duration;
 use lock_core::{LockBackend, LockManager, LockOptions, LockToken};
 
 use lock_core::raw::{AcquireOutcome, ReleaseOutcome};
-use lock_redis_lua::RedisLuaBackend;
+use lock_redis_lua::{RedisLuaBackend, RedisLuaBuilder};
 use lock_testkit::server::RedisServer;
 use tokio::time::Instant;
 
@@ -36,11 +36,7 @@ async fn fence(backend: &RedisLuaBackend, key: &str, token: &LockToken, ttl: Dur
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_tokens_follow_max_of_last_plus_one_and_server_micros() {
     let server = RedisServer::start().await.expect("start");
-    let backend = RedisLuaBackend::builder(server.url())
-        .fencing(true)
-        .build()
-        .await
-        .unwrap();
+    let backend = RedisLuaBuilder::url(server.url()).fencing(true).build().await.unwrap();
     let ttl = Duration::from_secs(30);
 
     // First grant: the server's clock.
@@ -87,7 +83,7 @@ async fn fencing_tokens_follow_max_of_last_plus_one_and_server_micros() {
 async fn a_release_the_waiter_never_hears_of_costs_latency_not_correctness() {
     let server = RedisServer::start().await.expect("start");
     let connect = || async {
-        RedisLuaBackend::builder(server.url())
+        RedisLuaBuilder::url(server.url())
             .release_notifications(true)
             .build()
             .await

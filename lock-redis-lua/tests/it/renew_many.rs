@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use lock_redis_lua::RedisLuaBackend;
+use lock_redis_lua::RedisLuaBuilder;
 use lock_testkit::server::{RedisCluster, RedisServer};
 use lock_testkit::{RenewManySuite, RenewManyTarget};
 
@@ -22,13 +22,13 @@ fn suite() -> RenewManySuite {
         |target| async move {
             let builder = match target {
                 RenewManyTarget::Server { url, response_timeout } => {
-                    let builder = RedisLuaBackend::builder(url);
+                    let builder = RedisLuaBuilder::url(url);
                     match response_timeout {
                         Some(timeout) => builder.response_timeout(timeout),
                         None => builder,
                     }
                 }
-                RenewManyTarget::Cluster(cluster) => RedisLuaBackend::builder_cluster([cluster.seed_url()]),
+                RenewManyTarget::Cluster(cluster) => RedisLuaBuilder::cluster([cluster.seed_url()]),
             };
             builder.build().await.expect("connect")
         },

@@ -9,7 +9,7 @@ use lock_core::{
 };
 
 use lock_core::raw::AcquireOutcome;
-use lock_redis_lua::{OnShortfall, RedisLuaBackend, ReplicaAck};
+use lock_redis_lua::{OnShortfall, RedisLuaBackend, RedisLuaBuilder, ReplicaAck};
 use lock_testkit::server::{RedisServer, ReplicatedPair};
 use tokio::time::Instant;
 
@@ -20,7 +20,7 @@ async fn pair() -> ReplicatedPair {
 }
 
 async fn acked(url: String, ack: ReplicaAck) -> RedisLuaBackend {
-    RedisLuaBackend::builder(url)
+    RedisLuaBuilder::url(url)
         .response_timeout(Duration::from_millis(500))
         .fencing(true)
         .replica_ack(ack)

@@ -7,7 +7,7 @@ use std::time::Duration;
 use lock_core::{Error, LockBackend, LockManager, LockOptions, Renewal, Replication};
 
 use lock_core::raw::RenewOutcome;
-use lock_redis_lua::{RedisLuaBackend, ReplicaAck};
+use lock_redis_lua::{RedisLuaBuilder, ReplicaAck};
 use lock_testkit::server::{RedisServer, ReplicatedPair};
 use tokio::time::Instant;
 
@@ -22,7 +22,7 @@ async fn an_unacknowledged_renewal_does_not_move_the_deadline() {
     let pair = ReplicatedPair::start(RedisServer::builder())
         .await
         .expect("start a primary and a replica");
-    let backend = RedisLuaBackend::builder(pair.primary().url())
+    let backend = RedisLuaBuilder::url(pair.primary().url())
         .response_timeout(Duration::from_millis(500))
         .replica_ack(ReplicaAck::new(1, Duration::from_millis(200)))
         .build()

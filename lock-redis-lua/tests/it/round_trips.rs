@@ -12,7 +12,7 @@ use std::time::Duration;
 use lock_core::{CasOutcome, CreateOutcome, Expiry, LockBackend, LockToken, VersionedStore, VersionedStoreExt};
 
 use lock_core::raw::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
-use lock_redis_lua::RedisLuaBackend;
+use lock_redis_lua::{RedisLuaBackend, RedisLuaBuilder};
 use lock_testkit::server::{Monitor, RedisServer, RespValue};
 
 const TTL: Duration = Duration::from_secs(30);
@@ -82,13 +82,13 @@ async fn lock_ops_are_one_command_each(server: &RedisServer, backend: &RedisLuaB
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_lock_operation_is_one_command() {
     let server = RedisServer::start().await.expect("start");
-    let plain = RedisLuaBackend::builder(server.url())
+    let plain = RedisLuaBuilder::url(server.url())
         .release_notifications(false)
         .build()
         .await
         .unwrap();
     lock_ops_are_one_command_each(&server, &plain, "set").await;
-    let fenced = RedisLuaBackend::builder(server.url())
+    let fenced = RedisLuaBuilder::url(server.url())
         .fencing(true)
         .release_notifications(false)
         .build()
@@ -107,7 +107,7 @@ async fn without_a_server_version_the_acquire_is_the_script() {
         .start()
         .await
         .expect("start");
-    let backend = RedisLuaBackend::builder(server.url())
+    let backend = RedisLuaBuilder::url(server.url())
         .release_notifications(false)
         .build()
         .await
@@ -128,7 +128,7 @@ async fn without_a_server_version_the_acquire_is_the_script() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn update_retries_without_re_reading() {
     let server = RedisServer::start().await.expect("start");
-    let store = RedisLuaBackend::builder(server.url())
+    let store = RedisLuaBuilder::url(server.url())
         .release_notifications(false)
         .build()
         .await

@@ -8,7 +8,7 @@ use std::time::Duration;
 use lock_core::{Error, LockBackend, LockManager, LockOptions, LockToken, VersionedStore};
 
 use lock_core::raw::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
-use lock_redis_lua::RedisLuaBackend;
+use lock_redis_lua::{RedisLuaBackend, RedisLuaBuilder};
 use lock_testkit::server::RedisServer;
 use tokio::time::Instant;
 
@@ -19,7 +19,7 @@ async fn server() -> RedisServer {
 }
 
 async fn backend(url: String, fencing: bool) -> RedisLuaBackend {
-    RedisLuaBackend::builder(url)
+    RedisLuaBuilder::url(url)
         .fencing(fencing)
         .build()
         .await
@@ -49,7 +49,7 @@ async fn value_of(server: &RedisServer, key: &str) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_never_deletes_a_user_lock_named_like_its_waiter_marker() {
     let server = server().await;
-    let a = RedisLuaBackend::builder(server.url())
+    let a = RedisLuaBuilder::url(server.url())
         .release_notifications(true)
         .build()
         .await
@@ -164,7 +164,7 @@ async fn calls(server: &RedisServer, command: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clean_up_release_runs_after_the_acquire_it_cleans_up() {
     let server = server().await;
-    let backend = RedisLuaBackend::builder(server.url())
+    let backend = RedisLuaBuilder::url(server.url())
         .response_timeout(Duration::from_millis(100))
         .connect_timeout(Duration::from_millis(200))
         .build()

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use lock_core::raw::{AcquireOutcome, PermitRequest, ReleaseOutcome, RenewOutcome, SemaphoreBackend};
 use lock_core::{Capabilities, LockBackend, LockOptions, LockToken, Result, SemaphoreManager};
 use lock_redis_family::kinds::semaphore::SemaphoreKeys;
-use lock_redis_lua::RedisLuaBackend;
+use lock_redis_lua::{RedisLuaBackend, RedisLuaBuilder};
 use lock_testkit::conformance::paused_server::semaphore_loss_by_the_local_deadline;
 use lock_testkit::server::{RedisServer, TcpProxy};
 use tokio::time::Instant;
@@ -19,7 +19,7 @@ use tokio::time::Instant;
 const TTL: Duration = Duration::from_millis(500);
 
 async fn backend(url: String) -> RedisLuaBackend {
-    RedisLuaBackend::builder(url)
+    RedisLuaBuilder::url(url)
         .connect_timeout(Duration::from_millis(150))
         .response_timeout(Duration::from_millis(150))
         .build()

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use lock_core::LockBackend;
 use lock_memory::MemoryBackend;
-use lock_redis_lua::RedisLuaBackend;
+use lock_redis_lua::RedisLuaBuilder;
 use lock_redlock::{Redlock, RedlockOptions};
-use lock_tair::TairBackend;
+use lock_tair::TairBuilder;
 use lock_testkit::LockSuite;
 use lock_testkit::server::{Instances, RedisServer};
 use tokio::sync::OnceCell;
@@ -44,7 +44,7 @@ mod lua_five_nodes {
     async fn client(urls: Vec<String>) -> Redlock {
         let mut nodes: Vec<Arc<dyn LockBackend>> = Vec::new();
         for url in urls {
-            let node = RedisLuaBackend::builder(url).build().await.expect("connect");
+            let node = RedisLuaBuilder::url(url).build().await.expect("connect");
             nodes.push(Arc::new(node));
         }
         Redlock::with_options(nodes, options()).expect("valid redlock")
@@ -76,7 +76,7 @@ mod tair_three_nodes {
     async fn client(urls: Vec<String>) -> Redlock {
         let mut nodes: Vec<Arc<dyn LockBackend>> = Vec::new();
         for url in urls {
-            let node = TairBackend::builder(url).build().await.expect("connect");
+            let node = TairBuilder::url(url).build().await.expect("connect");
             nodes.push(Arc::new(node));
         }
         Redlock::with_options(nodes, options()).expect("valid redlock")
@@ -96,8 +96,8 @@ mod mixed_three_nodes {
 
     async fn client(lua: String, tair: String, memory: MemoryBackend) -> Redlock {
         let nodes: Vec<Arc<dyn LockBackend>> = vec![
-            Arc::new(RedisLuaBackend::builder(lua).build().await.expect("connect")),
-            Arc::new(TairBackend::builder(tair).build().await.expect("connect")),
+            Arc::new(RedisLuaBuilder::url(lua).build().await.expect("connect")),
+            Arc::new(TairBuilder::url(tair).build().await.expect("connect")),
             Arc::new(memory),
         ];
         Redlock::with_options(nodes, options()).expect("valid redlock")

@@ -10,7 +10,7 @@ use std::time::Duration;
 use lock_core::{Backoff, Error, LockBackend, LockManager, LockOptions, LockToken, NodeOutcome};
 
 use lock_core::raw::{AcquireOutcome, ReleaseOutcome};
-use lock_redis_lua::RedisLuaBackend;
+use lock_redis_lua::{RedisLuaBackend, RedisLuaBuilder};
 use lock_redlock::{Redlock, RedlockOptions};
 use lock_testkit::server::{Instances, RedisServer};
 use tokio::time::Instant;
@@ -34,7 +34,7 @@ async fn servers(n: usize) -> Instances {
 async fn client(servers: &Instances) -> Redlock {
     let mut nodes: Vec<(String, Arc<dyn LockBackend>)> = Vec::new();
     for url in servers.urls() {
-        let node = RedisLuaBackend::builder(url.clone())
+        let node = RedisLuaBuilder::url(url.clone())
             .connect_timeout(NODE_CLIENT_TIMEOUT)
             .response_timeout(NODE_CLIENT_TIMEOUT)
             .release_notifications(true)

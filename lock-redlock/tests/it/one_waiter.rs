@@ -15,14 +15,14 @@ use std::time::Duration;
 
 use lock_core::raw::AcquireOutcome;
 use lock_core::{LockBackend, LockToken};
-use lock_redis_lua::RedisLuaBackend;
+use lock_redis_lua::RedisLuaBuilder;
 use lock_redlock::Redlock;
 use lock_testkit::server::{Instances, RedisServer, RespValue};
 
 async fn redlock(urls: &[String]) -> Redlock {
     let mut nodes: Vec<Arc<dyn LockBackend>> = Vec::new();
     for url in urls {
-        let node = RedisLuaBackend::builder(url.clone())
+        let node = RedisLuaBuilder::url(url.clone())
             .release_notifications(true)
             .build()
             .await

@@ -12,7 +12,7 @@ use lock_core::{Error, LockBackend, LockManager, LockOptions, LockToken, NodeOut
 
 use lock_core::raw::AcquireOutcome;
 use lock_memory::MemoryBackend;
-use lock_redis_lua::RedisLuaBackend;
+use lock_redis_lua::RedisLuaBuilder;
 use lock_redlock::{LAZY_RETRY_MAX, LazyNode, Redlock, RedlockOptions};
 use lock_testkit::server::{Instances, RedisServer};
 
@@ -150,7 +150,7 @@ async fn real_nodes_start_with_one_paused_and_use_it_after_it_resumes() {
         .map(|url| {
             let name = url.clone();
             LazyNode::spawn(name, move || {
-                RedisLuaBackend::builder(url.clone())
+                RedisLuaBuilder::url(url.clone())
                     .connect_timeout(Duration::from_millis(300))
                     .build()
             })

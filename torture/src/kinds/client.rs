@@ -13,8 +13,8 @@ use lock_core::{
 
 use lock_core::raw::{ElectionBackend, MultiLockBackend, RwLockBackend, SemaphoreBackend};
 use lock_memory::MemoryBackend;
-use lock_redis_lua::RedisLuaBackend;
-use lock_tair::TairBackend;
+use lock_redis_lua::RedisLuaBuilder;
+use lock_tair::TairBuilder;
 use tokio::time::Instant;
 
 use super::SEMAPHORE_SIZE;
@@ -151,7 +151,7 @@ pub async fn build_kinds(spec: &Spec, timeout: Duration) -> lock_core::Result<Ki
     Ok(match spec {
         Spec::Memory(m) => every_kind::<MemoryBackend>(m.clone()),
         Spec::Lua { url, ack } => {
-            let mut builder = RedisLuaBackend::builder(url.clone())
+            let mut builder = RedisLuaBuilder::url(url.clone())
                 .fencing(true)
                 .connect_timeout(timeout)
                 .response_timeout(timeout);
@@ -161,7 +161,7 @@ pub async fn build_kinds(spec: &Spec, timeout: Duration) -> lock_core::Result<Ki
             every_kind(builder.build().await?)
         }
         Spec::Tair { url, ack } => {
-            let mut builder = TairBackend::builder(url.clone())
+            let mut builder = TairBuilder::url(url.clone())
                 .fencing(true)
                 .connect_timeout(timeout)
                 .response_timeout(timeout);
@@ -178,7 +178,7 @@ pub async fn build_kinds(spec: &Spec, timeout: Duration) -> lock_core::Result<Ki
                 .await?,
         ),
         Spec::Etcd { endpoints } => every_kind(
-            lock_etcd::EtcdBackend::builder(endpoints.split(',').map(str::to_owned))
+            lock_etcd::EtcdBuilder::new(endpoints.split(',').map(str::to_owned))
                 .connect_timeout(timeout)
                 .response_timeout(timeout)
                 .build()
