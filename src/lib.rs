@@ -53,6 +53,10 @@ pub use lock_redlock as redlock;
 #[cfg(feature = "etcd")]
 #[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
 pub use lock_etcd as etcd;
+/// The NATS backend: a JetStream key-value bucket (feature `nats`).
+#[cfg(feature = "nats")]
+#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
+pub use lock_nats as nats;
 /// The PostgreSQL backend: leases in a table (feature `postgres`).
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
+use lock_core::raw::BackendConfig;
 use lock_core::{Error, Result};
 
 use crate::config::{Credentials, NatsConfig};
@@ -233,12 +234,12 @@ async fn connect(config: &NatsConfig) -> Result<async_nats::Client> {
         .saturating_mul(u32::try_from(config.servers.len()).unwrap_or(u32::MAX));
     match tokio::time::timeout(budget, connecting).await {
         Ok(Ok(client)) => Ok(client),
-        Ok(Err(e)) => Err(failed(&format!("connecting to {}", config.describe()), e)),
+        Ok(Err(e)) => Err(failed(&format!("connecting to {}", config.description()), e)),
         Err(_) => Err(Error::backend(
             NAME,
             format!(
                 "connecting to {}: no server answered within {budget:?}",
-                config.describe()
+                config.description()
             ),
         )),
     }

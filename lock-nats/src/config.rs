@@ -1,4 +1,6 @@
-//! The backend's settings and their URL grammar:
+//! The configuration contract for NATS URLs ([`NatsConfig`], a
+//! [`BackendConfig`]; [`NatsConnector`](crate::NatsConnector) for the
+//! facade). The grammar:
 //! `nats://[user:password@]host[:port][,host[:port]…][?params]` and
 //! `tls://…` (TLS required), the port defaulting to 4222; a user info
 //! without `:` is a token (`nats://TOKEN@host`). Parameters, each at most
@@ -16,7 +18,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use lock_core::raw::redact_url;
+use lock_core::raw::{
+    BackendConfig, UrlParts, hide_quoted_url_text, parse_duration, parse_host_port, parse_number, percent_decode,
+    unknown_parameter,
+};
 use lock_core::{Error, MAX_TIMEOUT, Result};
 
 /// The NATS client port used when a host names none.
@@ -40,7 +45,17 @@ pub const DEFAULT_MARKER_TTL: Duration = Duration::from_secs(1);
 pub const MAX_REPLICAS: usize = 5;
 
 /// The query parameters of `nats://` and `tls://`.
-pub const PARAMS: &str = "bucket, replicas, connect_timeout, response_timeout, marker_ttl, tls_ca";
+pub const PARAMS: &[&str] = &[
+    "bucket",
+    "replicas",
+    "connect_timeout",
+    "response_timeout",
+    "marker_ttl",
+    "tls_ca",
+];
+
+/// The longest `marker_ttl`.
+const MAX_MARKER_TTL: Duration = Duration::from_secs(86_400);
 
 /// How the client proves who it is.
 #[derive(Clone, PartialEq, Eq)]
@@ -111,8 +126,7 @@ impl Default for NatsConfig {
 impl std::fmt::Debug for NatsConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NatsConfig")
-            .field("servers", &self.servers)
-            .field("tls", &self.tls)
+            .field("url", &self.description())
             .field("credentials", &self.credentials)
             .field("bucket", &self.bucket)
             .field("replicas", &self.replicas)
@@ -124,88 +138,17 @@ impl std::fmt::Debug for NatsConfig {
     }
 }
 
-impl NatsConfig {
-    /// Parse `nats://…` or `tls://…` (see the module's grammar).
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] naming what is wrong (an unknown
-    /// parameter, a number out of its range, a parameter given twice with
-    /// different values…); the URL's password never appears in it.
-    pub fn from_url(url: &str) -> Result<NatsConfig> {
-        NatsConfig::parse(url).map_err(|e| match e {
-            Error::InvalidArgument(m) => Error::InvalidArgument(format!("{m} (in {})", redact_url(url))),
-            other => other,
-        })
+impl BackendConfig for NatsConfig {
+    const SCHEMES: &'static [&'static str] = &["nats", "tls"];
+    const PARAMS: &'static [&'static str] = PARAMS;
+
+    fn from_url(url: &str) -> Result<Self> {
+        // A password with an unencoded `/`, `?` or `#` can be cut into what
+        // a message quotes as a host or a value: hidden here.
+        NatsConfig::parse(url).map_err(|e| hide_quoted_url_text(e, url))
     }
 
-    fn parse(url: &str) -> Result<NatsConfig> {
-        let (tls, rest) = if let Some(r) = url.strip_prefix("nats://") {
-            (false, r)
-        } else if let Some(r) = url.strip_prefix("tls://") {
-            (true, r)
-        } else {
-            return Err(Error::invalid("a NATS URL starts with nats:// or tls://"));
-        };
-        let scheme = if tls { "tls" } else { "nats" };
-        let (before_query, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let (userinfo, hosts) = match before_query.rfind('@') {
-            Some(at) => (Some(&before_query[..at]), &before_query[at + 1..]),
-            None => (None, before_query),
-        };
-        let hosts = hosts.strip_suffix('/').unwrap_or(hosts);
-        if hosts.contains('/') {
-            return Err(Error::invalid(format!(
-                "{scheme}:// takes no path: write {scheme}://HOST[:PORT][,HOST[:PORT]…] (bucket: bucket=)"
-            )));
-        }
-        if hosts.is_empty() {
-            return Err(Error::invalid(format!(
-                "{scheme}:// URL has no host: write {scheme}://HOST[:PORT][,HOST[:PORT]…]"
-            )));
-        }
-        let mut config = NatsConfig {
-            tls,
-            servers: hosts.split(',').map(|h| host_port(scheme, h)).collect::<Result<_>>()?,
-            ..NatsConfig::default()
-        };
-        config.credentials = match userinfo {
-            None => None,
-            Some(info) => Some(match info.split_once(':') {
-                Some((user, password)) if !user.is_empty() => Credentials::UserPassword {
-                    user: decode(user),
-                    password: decode(password),
-                },
-                Some(_) => {
-                    return Err(Error::invalid(format!(
-                        "{scheme}:// credentials have a password but no user"
-                    )));
-                }
-                None if info.is_empty() => {
-                    return Err(Error::invalid(format!("{scheme}:// has an empty user info before @")));
-                }
-                None => Credentials::Token(decode(info)),
-            }),
-        };
-        let params: Vec<(String, String)> = form_urlencoded::parse(query.as_bytes())
-            .map(|(k, v)| (k.into_owned(), v.into_owned()))
-            .collect();
-        for (i, (name, value)) in params.iter().enumerate() {
-            if params[..i].iter().any(|(n, v)| n == name && v != value) {
-                return Err(Error::invalid(format!(
-                    "{scheme}:// parameter {name} is given twice with different values: keep one"
-                )));
-            }
-            config.set(name, value)?;
-        }
-        Ok(config)
-    }
-
-    /// Set one parameter by its URL name (see the module's table).
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for an unknown name, or a value out of
-    /// its range (the message names the parameter and the range).
-    pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
+    fn set(&mut self, key: &str, value: &str) -> Result<()> {
         match key {
             "bucket" => {
                 if value.is_empty()
@@ -219,21 +162,12 @@ impl NatsConfig {
                 }
                 self.bucket = value.to_owned();
             }
-            "replicas" => {
-                self.replicas = match value.parse::<usize>() {
-                    Ok(n) if (1..=MAX_REPLICAS).contains(&n) => n,
-                    _ => {
-                        return Err(Error::invalid(format!(
-                            "replicas must be a whole number from 1 to {MAX_REPLICAS}, got `{value}`"
-                        )));
-                    }
-                };
-            }
-            "connect_timeout" => self.connect_timeout = duration(key, value)?,
-            "response_timeout" => self.response_timeout = duration(key, value)?,
+            "replicas" => self.replicas = parse_number(key, value, 1, MAX_REPLICAS as u64)?,
+            "connect_timeout" => self.connect_timeout = parse_duration(key, value)?,
+            "response_timeout" => self.response_timeout = parse_duration(key, value)?,
             "marker_ttl" => {
-                let d = duration(key, value)?;
-                if d.subsec_nanos() != 0 || d < Duration::from_secs(1) || d > Duration::from_secs(86_400) {
+                let d = parse_duration(key, value)?;
+                if d.subsec_nanos() != 0 || d < Duration::from_secs(1) || d > MAX_MARKER_TTL {
                     return Err(Error::invalid(format!(
                         "marker_ttl must be whole seconds from 1s to 1 day, got `{value}`"
                     )));
@@ -241,112 +175,118 @@ impl NatsConfig {
                 self.marker_ttl = d;
             }
             "tls_ca" => self.tls_ca = Some(PathBuf::from(value)),
-            other => {
-                return Err(Error::invalid(format!(
-                    "unknown parameter `{other}` for a NATS URL: the parameters are {PARAMS}"
-                )));
-            }
+            other => return Err(unknown_parameter(self.scheme(), other, PARAMS)),
         }
         Ok(())
     }
 
-    /// Check the settings as a whole (what `set` cannot see alone).
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`]: no server, `tls_ca` without TLS.
-    pub fn validate(&self) -> Result<()> {
+    fn validate(&self) -> Result<()> {
         if self.servers.is_empty() {
             return Err(Error::invalid("a NATS backend needs at least one server"));
         }
         if self.tls_ca.is_some() && !self.tls {
             return Err(Error::invalid("tls_ca is for TLS: use tls:// (or drop tls_ca)"));
         }
-        for (name, d) in [
+        for (name, t) in [
             ("connect_timeout", self.connect_timeout),
             ("response_timeout", self.response_timeout),
         ] {
-            duration(name, &format!("{}ns", d.as_nanos()))?;
+            if t.is_zero() || t > MAX_TIMEOUT {
+                return Err(Error::invalid(format!(
+                    "{name} must be above zero and at most {} days, got {t:?}",
+                    MAX_TIMEOUT.as_secs() / 86_400
+                )));
+            }
         }
         if !(1..=MAX_REPLICAS).contains(&self.replicas) {
             return Err(Error::invalid(format!(
-                "replicas must be from 1 to {MAX_REPLICAS}, got {}",
+                "replicas must be a whole number from 1 to {MAX_REPLICAS}, got {}",
                 self.replicas
+            )));
+        }
+        let m = self.marker_ttl;
+        if m.subsec_nanos() != 0 || m < Duration::from_secs(1) || m > MAX_MARKER_TTL {
+            return Err(Error::invalid(format!(
+                "marker_ttl must be whole seconds from 1s to 1 day, got {m:?}"
             )));
         }
         Ok(())
     }
 
-    /// The settings as a URL without its credentials (for messages).
-    pub fn describe(&self) -> String {
-        let scheme = if self.tls { "tls" } else { "nats" };
+    fn description(&self) -> String {
         let user = match &self.credentials {
             Some(Credentials::UserPassword { user, .. }) => format!("{user}:***@"),
             Some(Credentials::Token(_)) => "***@".to_owned(),
             None => String::new(),
         };
-        format!("{scheme}://{user}{}?bucket={}", self.servers.join(","), self.bucket)
+        format!("{}://{user}{}", self.scheme(), self.servers.join(","))
     }
 }
 
-fn decode(text: &str) -> String {
-    form_urlencoded::parse(format!("x={}", text.replace('+', "%2B")).as_bytes())
-        .next()
-        .map(|(_, v)| v.into_owned())
-        .unwrap_or_default()
-}
-
-fn duration(name: &str, value: &str) -> Result<Duration> {
-    let range = format!("above zero and at most {} days", MAX_TIMEOUT.as_secs() / 86_400);
-    match humantime::parse_duration(value) {
-        Ok(d) if !d.is_zero() && d <= MAX_TIMEOUT => Ok(d),
-        Ok(_) => Err(Error::invalid(format!("{name} must be {range}, got `{value}`"))),
-        Err(e) => Err(Error::invalid(format!(
-            "{name} `{value}` is not a duration {range} ({e}): write e.g. {name}=500ms or {name}=2s"
-        ))),
+impl NatsConfig {
+    fn scheme(&self) -> &'static str {
+        if self.tls { "tls" } else { "nats" }
     }
-}
 
-/// `host[:port]` or `[v6][:port]` with the default port added.
-fn host_port(scheme: &str, host: &str) -> Result<String> {
-    if host.is_empty() {
-        return Err(Error::invalid(format!(
-            "{scheme}:// URL has an empty host in its list: write HOST[:PORT],HOST[:PORT]"
-        )));
-    }
-    let (name, port) = if let Some(v6) = host.strip_prefix('[') {
-        match v6.split_once(']') {
-            Some((addr, "")) => (format!("[{addr}]"), None),
-            Some((addr, port)) if port.starts_with(':') => (format!("[{addr}]"), Some(&port[1..])),
-            _ => return Err(Error::invalid(format!("{scheme}:// host `{host}` is not [IPv6]:PORT"))),
+    /// [`BackendConfig::from_url`] before its errors' quoted URL text is
+    /// hidden.
+    fn parse(url: &str) -> Result<NatsConfig> {
+        let parts = UrlParts::parse(url, &[])?;
+        let tls = match parts.scheme.as_str() {
+            "nats" => false,
+            "tls" => true,
+            other => return Err(Error::invalid(format!("{other}:// is not nats:// or tls://"))),
+        };
+        let scheme = parts.scheme.as_str();
+        if !matches!(parts.path.as_str(), "" | "/") {
+            return Err(Error::invalid(format!(
+                "{scheme}:// takes no path: write {scheme}://HOST[:PORT][,HOST[:PORT]…] (bucket: bucket=)"
+            )));
         }
-    } else {
-        match host.split_once(':') {
-            Some((name, port)) => (name.to_owned(), Some(port)),
-            None => (host.to_owned(), None),
+        if parts.hosts.is_empty() {
+            return Err(Error::invalid(format!(
+                "{scheme}:// URL has no host: write {scheme}://HOST[:PORT][,HOST[:PORT]…]"
+            )));
         }
-    };
-    if name.is_empty() || name == "[]" {
-        return Err(Error::invalid(format!(
-            "{scheme}:// host `{host}` has a port but no name"
-        )));
+        let servers = parts
+            .hosts
+            .split(',')
+            .map(|h| parse_host_port(scheme, h, DEFAULT_PORT))
+            .collect::<Result<Vec<_>>>()?;
+        let credentials = match parts.user_info.as_deref() {
+            None => None,
+            Some("") => return Err(Error::invalid(format!("{scheme}:// has an empty user info before @"))),
+            Some(info) => match info.split_once(':') {
+                Some(("", _)) => {
+                    return Err(Error::invalid(format!(
+                        "{scheme}:// credentials have a password but no user: write USER:PASSWORD@ or TOKEN@"
+                    )));
+                }
+                Some((user, password)) => Some(Credentials::UserPassword {
+                    user: percent_decode(user),
+                    password: percent_decode(password),
+                }),
+                None => Some(Credentials::Token(percent_decode(info))),
+            },
+        };
+        let mut config = NatsConfig {
+            tls,
+            servers,
+            credentials,
+            ..NatsConfig::default()
+        };
+        for (name, value) in &parts.params {
+            config.set(name, value)?;
+        }
+        config.validate()?;
+        Ok(config)
     }
-    let port = match port {
-        None => DEFAULT_PORT,
-        Some(p) => match p.parse::<u16>() {
-            Ok(p) if p > 0 => p,
-            _ => {
-                return Err(Error::invalid(format!(
-                    "{scheme}:// host `{host}` has port `{p}`: a port is a number from 1 to 65535"
-                )));
-            }
-        },
-    };
-    Ok(format!("{name}:{port}"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lock_core::raw::BackendConfig;
 
     #[test]
     fn a_full_url_parses() {
@@ -368,7 +308,8 @@ mod tests {
         assert_eq!(c.response_timeout, Duration::from_secs(3));
         assert_eq!(c.marker_ttl, Duration::from_secs(2));
         assert!(!c.tls);
-        let dbg = format!("{c:?} {}", c.describe());
+        let dbg = format!("{c:?} {}", c.description());
+        assert_eq!(c.description(), "nats://alice:***@h1:4222,h2:4333,[::1]:5000");
         assert!(!dbg.contains("s@cret") && !dbg.contains("cret"), "{dbg}");
     }
 
@@ -402,20 +343,20 @@ mod tests {
             ),
             (
                 "nats://u:pw1@h?response_timeout=soon",
-                "response_timeout `soon` is not a duration",
+                "response_timeout `***` is not a duration",
             ),
             (
                 "nats://u:pw1@h?marker_ttl=1500ms",
                 "marker_ttl must be whole seconds from 1s to 1 day",
             ),
             ("nats://u:pw1@h?marker_ttl=2d", "marker_ttl"),
-            ("nats://u:pw1@h?bucket=a.b", "bucket `a.b`"),
+            ("nats://u:pw1@h?bucket=a.b", "must be letters, digits"),
             (
                 "nats://u:pw1@h?replicas=1&replicas=3",
                 "given twice with different values",
             ),
-            ("nats://u:pw1@h?colour=blue", "unknown parameter `colour`"),
-            ("nats://u:pw1@h:0", "port `0`"),
+            ("nats://u:pw1@h?colour=blue", "the parameters are bucket, replicas"),
+            ("nats://u:pw1@h:0", "a port is a number from 1 to 65535"),
             ("nats://u:pw1@h,,k", "empty host"),
             ("nats://u:pw1@", "no host"),
             ("nats://u:pw1@h/path", "no path"),
@@ -432,8 +373,13 @@ mod tests {
             NatsConfig::from_url("nats://h?replicas=3&replicas=3").unwrap().replicas,
             3
         );
-        let c = NatsConfig::from_url("nats://h?tls_ca=/x").unwrap();
-        assert!(c.validate().unwrap_err().to_string().contains("tls_ca is for TLS"));
+        let err = NatsConfig::from_url("nats://h?tls_ca=/x").unwrap_err();
+        assert!(err.to_string().contains("tls_ca is for TLS"), "{err}");
+        let c = NatsConfig {
+            replicas: 9,
+            ..NatsConfig::default()
+        };
+        assert!(c.validate().unwrap_err().to_string().contains("replicas must be"));
     }
 
     #[test]

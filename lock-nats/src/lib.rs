@@ -90,6 +90,11 @@
 //! revision again: the fencing token only grows while the stream's log is
 //! not lost. SAFETY.md's NATS rows are what was tested.
 //!
+//! # Features
+//!
+//! None: TLS (`tls://`) is always compiled in (async-nats, rustls with
+//! `ring`). The facade's feature is `nats` (part of `full`).
+//!
 //! # URL
 //!
 //! [`NatsConfig::from_url`]: `nats://[user:password@]host[:4222][,host…]`
@@ -109,12 +114,41 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::raw::{AcquireOutcome, FairWaiter, ReleaseOutcome, RenewOutcome};
+use lock_core::raw::{
+    AcquireOutcome, BackendConfig, Connected, Connector, FairWaiter, ReleaseOutcome, RenewOutcome, SchemeTable,
+    in_context,
+};
 use lock_core::{Capabilities, Error, LockBackend, LockToken, Result};
 
 pub use async_nats;
 pub use builder::{NatsBuilder, OwnClient};
 pub use config::{Credentials, NatsConfig};
+
+/// The facade's entry for `nats://` and `tls://`: the backend's locks and
+/// versioned store (no lock kinds: [`Capabilities`] says why not).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NatsConnector;
+
+#[async_trait]
+impl Connector for NatsConnector {
+    fn check(&self, url: &str, _: &SchemeTable) -> Result<()> {
+        NatsConfig::from_url(url).map(drop)
+    }
+
+    async fn connect(&self, url: &str, _: &SchemeTable) -> Result<Connected> {
+        let config = NatsConfig::from_url(url)?;
+        let description = config.description();
+        let backend = Arc::new(
+            NatsBackend::builder_from(config)?
+                .build()
+                .await
+                .map_err(|e| in_context(e, &description))?,
+        );
+        let mut connected = Connected::locks_only(backend.clone(), description);
+        connected.store = Some(backend);
+        Ok(connected)
+    }
+}
 pub use kv::MAX_SUBJECT_KEY_LEN;
 
 /// Why fair mode is refused (the text of its [`Error::Unsupported`]).
@@ -171,12 +205,16 @@ impl NatsBackend {
     /// # Errors
     /// As [`NatsConfig::from_url`].
     pub fn builder(url: &str) -> Result<NatsBuilder> {
-        Ok(NatsBuilder::from_config(NatsConfig::from_url(url)?))
+        NatsBackend::builder_from(NatsConfig::from_url(url)?)
     }
 
     /// Settings from `config`.
-    pub fn builder_from(config: NatsConfig) -> NatsBuilder {
-        NatsBuilder::from_config(config)
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the config does not validate.
+    pub fn builder_from(config: NatsConfig) -> Result<NatsBuilder> {
+        config.validate()?;
+        Ok(NatsBuilder::from_config(config))
     }
 
     /// Settings over a client of the caller's: an [`async_nats::Client`]

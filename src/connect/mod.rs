@@ -10,6 +10,7 @@
 //! | `redlock://?…` (nodes as other backends' URLs) | [`crate::redlock`] over any of the above | `RedlockConfig` | `redlock` |
 //! | `postgres://user[:pass]@host[:port]/db`, `postgresql://…` | [`crate::postgres`] | `PostgresConfig` | `postgres`, `postgres-tls` |
 //! | `etcd://[user:pass@]h1[:2379],h2…`, `etcds://…` | [`crate::etcd`] | `EtcdConfig` | `etcd`, `etcd-tls` |
+//! | `nats://[user:pass@]h1[:4222],h2…`, `tls://…` (TLS) | [`crate::nats`] | `NatsConfig` | `nats` |
 //!
 //! Every unknown parameter, malformed host, or scheme whose feature is off is
 //! an error saying what to write instead; passwords appear in no message and

@@ -40,6 +40,7 @@ pub(super) static TABLE: LazyLock<SchemeTable> = LazyLock::new(|| {
     let postgres = compiled!("postgres", lock_postgres::PostgresConnector);
     let etcd = compiled!("etcd", lock_etcd::EtcdConnector);
     let etcd_tls = compiled!("etcd-tls", lock_etcd::EtcdConnector);
+    let nats = compiled!("nats", lock_nats::NatsConnector);
     SchemeTable::new(
         "verrou",
         vec![
@@ -57,6 +58,8 @@ pub(super) static TABLE: LazyLock<SchemeTable> = LazyLock::new(|| {
             entry("postgresql", "postgres", postgres),
             entry("etcd", "etcd", etcd),
             entry("etcds", "etcd-tls", etcd_tls),
+            entry("nats", "nats", nats),
+            entry("tls", "nats", nats),
         ],
     )
 });

@@ -72,6 +72,14 @@ fn the_table_says_what_the_configs_say() {
     assert_eq!(duration(&row[3]), Some(c.connect_timeout));
     assert_eq!(duration(&row[4]), Some(c.response_timeout));
     assert!(row[5].contains(&format!("namespace={}", c.namespace)));
+
+    let row = check::<verrou::nats::NatsConfig>("nats", "NatsConfig");
+    let c = verrou::nats::NatsConfig::default();
+    assert_eq!(duration(&row[3]), Some(c.connect_timeout));
+    assert_eq!(duration(&row[4]), Some(c.response_timeout));
+    assert!(row[5].contains(&format!("bucket={}", c.bucket)));
+    assert!(row[5].contains(&format!("replicas={}", c.replicas)));
+    assert!(row[5].contains(&format!("marker_ttl={}s", c.marker_ttl.as_secs())));
 }
 
 /// Every URL in the README, the guide and the command's README that names
@@ -121,6 +129,7 @@ fn the_facade_names_no_backend_parameter() {
         verrou::redlock::RedlockConfig::PARAMS,
         verrou::postgres::PostgresConfig::PARAMS,
         verrou::etcd::EtcdConfig::PARAMS,
+        verrou::nats::NatsConfig::PARAMS,
     ]
     .concat();
     let src = concat!(env!("CARGO_MANIFEST_DIR"), "/src");

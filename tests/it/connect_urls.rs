@@ -32,6 +32,8 @@ fn every_scheme_is_dispatched_to_its_crate() {
         "postgresql://app@db/app",
         "etcd://h1,h2:2380",
         "etcds://h?tls_ca=/ca.pem",
+        "nats://h1,h2:4333?bucket=locks&replicas=3",
+        "tls://h?tls_ca=/ca.pem",
     ] {
         check_url(url).unwrap_or_else(|e| panic!("{url}: {e}"));
     }
@@ -122,6 +124,7 @@ fn passwords_never_appear_in_errors() {
         "redis://user:hunter2@h#x",
         "redlock://?node=redis://u:hunter2@a&node=redis://u:hunter2@b:x",
         "etcd://u:hunter2@h?nope=1",
+        "nats://u:hunter2@h?nope=1",
         "postgres://u:hunter2@h/db?nope=1",
     ] {
         let message = invalid(url);

@@ -8,12 +8,13 @@
 use crate::support::workspace;
 
 /// (crate, whether its example needs a server from the harness)
-const BACKENDS: [(&str, bool); 6] = [
+const BACKENDS: [(&str, bool); 7] = [
     ("lock-memory", false),
     ("lock-redis-lua", true),
     ("lock-tair", true),
     ("lock-postgres", true),
     ("lock-etcd", true),
+    ("lock-nats", true),
     ("lock-redlock", true),
 ];
 
@@ -71,7 +72,7 @@ fn full_is_every_backend_but_etcd_as_the_readme_says() {
         .map(|f| f.trim().trim_matches('"'))
         .collect();
     members.sort_unstable();
-    assert_eq!(members, ["memory", "postgres", "redis-lua", "redlock", "tair"]);
+    assert_eq!(members, ["memory", "nats", "postgres", "redis-lua", "redlock", "tair"]);
     let readme = std::fs::read_to_string(workspace().join("README.md")).expect("README.md");
     let readme = readme.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(readme.contains("So `full` leaves `etcd` out"), "the README says why");

@@ -10,6 +10,7 @@ mod connect_etcd;
 mod connect_fuzz_corpus;
 mod connect_kinds;
 mod connect_limits;
+mod connect_nats;
 mod connect_outage;
 mod connect_postgres;
 mod connect_secrets;

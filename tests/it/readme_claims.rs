@@ -155,7 +155,7 @@ fn the_readme_is_short_and_its_table_names_every_backend_feature() {
         .skip(2)
         .collect();
     let manifest = std::fs::read_to_string(workspace().join("Cargo.toml")).expect("Cargo.toml");
-    let backends = ["memory", "redis-lua", "tair", "postgres", "etcd", "redlock"];
+    let backends = ["memory", "redis-lua", "tair", "postgres", "etcd", "nats", "redlock"];
     for feature in backends {
         assert!(
             manifest.contains(&format!("\n{feature} = [\"dep:lock-")),
