@@ -14,6 +14,7 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         config_hides_password::<verrou::redlock::RedlockConfig>(data),
         config_hides_password::<verrou::postgres::PostgresConfig>(data),
         config_hides_password::<verrou::etcd::EtcdConfig>(data),
+        config_hides_password::<verrou::nats::NatsConfig>(data),
     ];
     for check in checks {
         if let Err(e) = check {

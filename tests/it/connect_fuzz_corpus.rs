@@ -47,7 +47,7 @@ fn the_redaction_fuzz_corpus_never_shows_the_user_info() {
     }
 }
 
-#[cfg(all(feature = "postgres", feature = "etcd"))]
+#[cfg(all(feature = "postgres", feature = "etcd", feature = "nats"))]
 #[test]
 fn the_config_fuzz_corpus_never_shows_a_password() {
     use lock_testkit::redaction::config_hides_password;
@@ -59,6 +59,7 @@ fn the_config_fuzz_corpus_never_shows_a_password() {
             config_hides_password::<verrou::redlock::RedlockConfig>(&data),
             config_hides_password::<verrou::postgres::PostgresConfig>(&data),
             config_hides_password::<verrou::etcd::EtcdConfig>(&data),
+            config_hides_password::<verrou::nats::NatsConfig>(&data),
         ] {
             if let Err(e) = check {
                 panic!("{}: {e}", path.display());

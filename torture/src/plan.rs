@@ -213,7 +213,7 @@ impl fmt::Display for Fault {
             Fault::Partition => write!(f, "client 0's member partitioned from the other two 3×TTL"),
             Fault::ClusterRestart => write!(
                 f,
-                "every node killed (kill -9), all restarted with their data a TTL later"
+                "every node killed (SIGKILL), all restarted with their data a TTL later"
             ),
             Fault::ProcessKilled => write!(
                 f,

@@ -399,3 +399,34 @@ async fn a_dead_server_is_a_backend_error_without_the_password() {
     let text = format!("{err} {err:?}");
     assert!(!text.contains("hunter2"), "{text}");
 }
+
+/// The server never ends a lock before its TTL (counted from before the
+/// acquire was sent): the holder's local deadline is always the earlier.
+/// Load can only make the expiry later, so the bound is safe to assert.
+#[tokio::test]
+async fn the_server_never_expires_a_lock_before_its_ttl() {
+    let cluster = common::single().await;
+    let backend = common::connect(common::url(cluster, "single")).await;
+    for ttl_ms in [1000u64, 1400, 2000] {
+        let k = key("early");
+        let ttl = Duration::from_millis(ttl_ms);
+        let sent = std::time::Instant::now();
+        assert!(matches!(
+            backend.try_acquire(&k, &token(), ttl).await.unwrap(),
+            AcquireOutcome::Acquired(_)
+        ));
+        let deadline = sent + Duration::from_secs(20);
+        loop {
+            let live = stored(cluster, "single", &k)
+                .await
+                .is_some_and(|m| m.headers.get("Nats-Marker-Reason").is_none());
+            let now = std::time::Instant::now();
+            if !live {
+                assert!(now - sent >= ttl, "{ttl:?} lock gone after {:?}", now - sent);
+                break;
+            }
+            assert!(now < deadline, "{ttl:?}: never expired");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
