@@ -163,9 +163,9 @@ async fn a_lock_taken_after_a_release_carries_its_ttl_rounded_up() {
     }
 }
 
-/// What async-nats itself does, which this crate writes around (the claim
+/// What async-nats itself does, which this crate writes around (the claims
 /// in the crate docs): `create_with_ttl` over a deleted key stores a value
-/// without a TTL.
+/// without a TTL, and sends its TTL rounded down to whole seconds.
 #[tokio::test]
 async fn the_clients_create_with_ttl_after_a_delete_stores_no_ttl() {
     let cluster = common::single().await;
@@ -196,6 +196,17 @@ async fn the_clients_create_with_ttl_after_a_delete_stores_no_ttl() {
         .await
         .unwrap();
     assert!(again.headers.get("Nats-TTL").is_none(), "{:?}", again.headers);
+    // And its TTL is `as_secs()`: 1.5 s is sent as 1 (rounded down).
+    let short = format!("raw-short-{}", token().to_hex());
+    kv.create_with_ttl(&short, "a".into(), Duration::from_millis(1500))
+        .await
+        .unwrap();
+    let m = kv
+        .stream
+        .get_last_raw_message_by_subject(&format!("$KV.single.{short}"))
+        .await
+        .unwrap();
+    assert_eq!(m.headers.get("Nats-TTL").map(|v| v.as_str()), Some("1"));
 }
 
 #[tokio::test]
