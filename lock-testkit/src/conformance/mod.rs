@@ -549,7 +549,8 @@ macro_rules! semaphore_conformance {
             auto_renew_keeps_permits, drop_returns_permits, lost_fires_by_deadline_when_backend_hangs,
             with_permits_returns_output, fencing_tokens_increase,
             names_with_and_without_a_hash_tag_are_separate,
-            multi_permit_waiter_completes_under_single_permit_churn, reserved_semaphore_names_are_refused]; $($args)*);
+            multi_permit_waiter_completes_under_single_permit_churn,
+            two_permit_waiters_complete_under_single_permit_churn, reserved_semaphore_names_are_refused]; $($args)*);
         $crate::__conformance_runtime!([semaphore_token_cases:
             refreshed_holder_gets_its_own_fencing_token]; $($args)*);
     };
