@@ -87,8 +87,10 @@ pub enum RwMode {
 pub trait RwLockBackend: LockBackend {
     /// Take `name` in `mode` for `token` if the policy allows (see the module
     /// docs). A refused writer that is `waiting` (it will try again) leaves
-    /// its intent; a granted writer clears any intent. A repeated call for a
-    /// holder refreshes its lease.
+    /// its intent; a granted writer clears any intent. An upgradeable reader
+    /// is a reader that is also refused while another token's upgradeable
+    /// read is live (`waiting` means nothing to readers). A repeated call
+    /// for a holder refreshes its lease.
     async fn try_acquire_rw(
         &self,
         name: &str,

@@ -585,7 +585,7 @@ macro_rules! rw_conformance {
             one_upgradeable_reader_at_a_time, writer_waits_while_the_upgrader_reads,
             upgrade_waits_for_readers_then_excludes_everyone, upgrade_goes_before_a_waiting_writer,
             downgrade_lets_readers_in_but_no_writer, lost_upgradeable_read_cannot_upgrade,
-            upgraders_and_writers_never_overlap]; $($args)*);
+            lost_upgradeable_guard_refuses_to_upgrade, upgraders_and_writers_never_overlap]; $($args)*);
     };
 }
 

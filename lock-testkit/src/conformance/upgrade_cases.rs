@@ -4,11 +4,32 @@
 //! everyone, a downgrade back, and a lost or released upgradeable read that
 //! can no longer be upgraded.
 
+use std::sync::atomic::Ordering;
+
 use lock_core::raw::{AcquireOutcome, ReleaseOutcome, RwLockBackend};
-use lock_core::{Error, LockToken, RwMode};
+use lock_core::{Error, LockToken, RwLockManager, RwMode};
 use tokio::time::Instant;
 
 use super::RwSuite;
+use super::hanging::{Hanging, assert_lost_by_deadline};
+
+/// An upgradeable read whose renewals stop reaching the backend is lost by
+/// its local deadline, and its guard then refuses to upgrade
+/// ([`Error::NotHeld`]), releasing what it held.
+pub async fn lost_upgradeable_guard_refuses_to_upgrade(s: &RwSuite) {
+    let name = s.key("up-hang");
+    let (backend, hang) = Hanging::new(s.client().await);
+    let m = RwLockManager::with_options(backend, s.options()).expect("manager");
+    let sent = Instant::now();
+    let g = m.upgradeable_read(&name).await.expect("upgradeable read");
+    hang.store(true, Ordering::SeqCst);
+    assert_lost_by_deadline(&g.handle(), sent, s.ttl, s.slack).await;
+    hang.store(false, Ordering::SeqCst);
+    assert!(
+        matches!(g.upgrade().await, Err(Error::NotHeld { .. })),
+        "a lost upgradeable read upgraded"
+    );
+}
 
 /// One upgradeable holder at a time: a second is refused while plain
 /// readers still join; a writer is refused; once it leaves, another
