@@ -511,31 +511,6 @@ impl LockManager {
         }
     }
 
-    /// A lock kind's call under a token it already holds under
-    /// ([`Identity::Given`]): `wait` as `lock_kind`, else one attempt
-    /// (`Ok(None)` when refused).
-    pub(crate) async fn lock_given(
-        &self,
-        key: &str,
-        options: &LockOptions,
-        token: crate::token::LockToken,
-        wait: bool,
-    ) -> Result<Option<LockGuard>> {
-        let call = Call {
-            key,
-            options,
-            wait,
-            attempt: None,
-            identity: Identity::Given(token),
-            spread: false,
-            key_checked: false,
-        };
-        match self.acquire_observed(&call).await? {
-            None if wait => Err(call.timed_out()),
-            acquired => Ok(acquired),
-        }
-    }
-
     /// A lock kind's `try_lock`, with its own attempt.
     pub(crate) async fn try_lock_kind(
         &self,

@@ -57,7 +57,7 @@ use async_trait::async_trait;
 
 use super::guard::{KindGuard, adapter_capabilities, kind_locks};
 use crate::backend::{AcquireOutcome, Capabilities, LockBackend, ReleaseOutcome, RenewOutcome};
-use crate::engine::Identity;
+use crate::engine::{Call, Identity};
 use crate::error::{Error, NotHeldReason, Result};
 use crate::guard::LeaseHandle;
 use crate::manager::LockManager;
@@ -481,11 +481,21 @@ impl KindGuard<RwHold> {
         // The old guard keeps renewing the token's hold while the new call
         // waits; once granted, the new guard renews and releases it.
         let wait = matches!(op, Op::Upgrade);
-        let guard = hold
-            .locks
-            .lock_given(&encode(op, &name), &hold.options, *self.token(), wait)
-            .await?
-            .ok_or_else(|| conversion_not_held(&name))?;
+        let key = encode(op, &name);
+        let call = Call {
+            key: &key,
+            options: &hold.options,
+            wait,
+            attempt: None,
+            identity: Identity::Given(*self.token()),
+            spread: false,
+            key_checked: false,
+        };
+        let guard = match hold.locks.acquire_observed(&call).await? {
+            Some(guard) => guard,
+            None if wait => return Err(call.timed_out()),
+            None => return Err(conversion_not_held(&name)),
+        };
         self.into_guard().hand_over();
         Ok(KindGuard::new(guard, RwHold { mode: to, ..hold }))
     }
