@@ -18,7 +18,7 @@ pub use lock_core::{
     Backoff, BoxError, Capabilities, CasOutcome, CreateOutcome, DEFAULT_CLAIM, DeleteOutcome, ElectionManager, Error,
     Expiry, Fairness, FencingToken, LeaderInfo, Leadership, LeaseHandle, LockBackend, LockGuard, LockManager,
     LockOptions, LockToken, LossReason, MAX_TIMEOUT, MAX_TTL, MIN_TTL, MultiLockGuard, MultiLockManager, NodeOutcome,
-    NodeReports, NotHeldReason, OnShortfall, Permit, Renewal, ReplicaAck, Replication, Result, RwLockGuard,
+    NodeReports, NotHeldReason, OnShortfall, Permit, Renewal, ReplicaAck, Replication, Result, RwHold, RwLockGuard,
     RwLockManager, RwMode, Semaphore, SemaphoreManager, UpdateOptions, Versioned, VersionedStore, VersionedStoreExt,
 };
 pub use lock_core::{layers, observe, raw, wait_for_background_releases};

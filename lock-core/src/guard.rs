@@ -341,6 +341,15 @@ impl crate::observe::Fenced for LockGuard {
 }
 
 impl LockGuard {
+    /// Stop renewing and end this lease without a release: its token's hold
+    /// now belongs to another guard (an upgraded or downgraded read-write
+    /// lock's), which renews and releases it.
+    pub(crate) fn hand_over(mut self) {
+        self.stop_renewing();
+        // The drop ends the lease (`Released`) and sends nothing.
+        self.released = true;
+    }
+
     fn stop_renewing(&mut self) {
         if let Some(renewer) = self.renewer.take() {
             renewer.stop(&self.handle.state);

@@ -36,7 +36,7 @@ pub use error::{BoxError, Error, LossReason, NodeOutcome, NodeReports, NotHeldRe
 pub use guard::{LeaseHandle, LockGuard};
 pub use kinds::election::{ElectionManager, LeaderInfo, Leadership};
 pub use kinds::multi::{MultiLockGuard, MultiLockManager};
-pub use kinds::rw::{RwLockGuard, RwLockManager, RwMode};
+pub use kinds::rw::{RwHold, RwLockGuard, RwLockManager, RwMode};
 pub use kinds::semaphore::{Permit, Semaphore, SemaphoreManager};
 pub use manager::LockManager;
 pub use options::{Backoff, DEFAULT_CLAIM, Fairness, LockOptions, MAX_TIMEOUT, MAX_TTL, MIN_TTL, Renewal};
@@ -63,7 +63,7 @@ pub mod raw {
     };
     pub use crate::kinds::election::{ElectionBackend, validate_identity};
     pub use crate::kinds::multi::MultiLockBackend;
-    pub use crate::kinds::rw::RwLockBackend;
+    pub use crate::kinds::rw::{RwLockBackend, conversion_not_held};
     pub use crate::kinds::semaphore::{GONE_WINDOW_MS, PermitRequest, SemaphoreBackend, size_mismatch};
     pub use crate::redact::redact_url;
     pub use crate::validate::{MAX_KEY_LEN, MAX_TIMEOUT, clock_drift, ttl_millis, validate_key, validate_ttl};

@@ -235,6 +235,7 @@ impl Statements {
                    AND to_regclass('{s}.leaders') IS NOT NULL \
                    AND to_regprocedure('{s}.multi_acquire(text[], bytea, bigint)') IS NOT NULL \
                    AND to_regprocedure('{s}.rw_release(text, bytea)') IS NOT NULL \
+                   AND to_regprocedure('{s}.rw_convert(text, bytea, \"char\", bigint)') IS NOT NULL \
                    AND to_regprocedure('{s}.forget_name(\"char\", text)') IS NOT NULL \
                    AND to_regprocedure('{s}.sweep(integer)') IS NOT NULL"
             ),

@@ -48,6 +48,24 @@ macro_rules! kind_backends {
             ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::RenewOutcome> {
                 $crate::kinds::rw::renew(self, name, token, ttl).await
             }
+
+            async fn upgrade_rw(
+                &self,
+                name: &str,
+                token: &$crate::__private::lock_core::LockToken,
+                ttl: ::std::time::Duration,
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::AcquireOutcome> {
+                $crate::kinds::rw::upgrade(self, name, token, ttl).await
+            }
+
+            async fn downgrade_rw(
+                &self,
+                name: &str,
+                token: &$crate::__private::lock_core::LockToken,
+                ttl: ::std::time::Duration,
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::AcquireOutcome> {
+                $crate::kinds::rw::downgrade(self, name, token, ttl).await
+            }
         }
 
         #[$crate::__private::lock_core::raw::async_trait]

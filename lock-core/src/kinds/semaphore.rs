@@ -13,6 +13,19 @@
 //! tokens, and local FIFO waiters per name (the head of the line polls, the
 //! others queue behind it, as in `tokio::sync::Semaphore`).
 //!
+//! **Fairness across permit sizes: an aging bound, not a FIFO.** A waiter
+//! for `k` permits that is refused leaves a reservation of `k` (see
+//! [`SemaphoreBackend::acquire_permits`]) that refuses newcomers until
+//! enough holders leave; a smaller request never takes it over, so a stream
+//! of smaller requests cannot starve it. There is one reservation per
+//! name: a larger waiter takes it over, an equal one waits for its turn, so
+//! a waiter's wait is bounded by the holds inside, the turns of the equal
+//! or larger waiters ahead of it, and for each the gap until the next one
+//! retries and reserves (at most a third of the TTL). Checked on every
+//! backend by the conformance cases
+//! `multi_permit_waiter_completes_under_single_permit_churn` and
+//! `two_permit_waiters_complete_under_single_permit_churn`.
+//!
 //! Every permit carries a fencing token on every backend (whatever the
 //! mutex builder's `fencing` setting says); tokens strictly increase per
 //! semaphore name across grants. Since up to `size` holders are legal at

@@ -161,6 +161,12 @@ impl<B: RwLockBackend + ?Sized> RwLockBackend for Hanging<B> {
         self.gate().await;
         self.inner.renew_rw(name, token, ttl).await
     }
+    async fn upgrade_rw(&self, name: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        self.inner.upgrade_rw(name, token, ttl).await
+    }
+    async fn downgrade_rw(&self, name: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        self.inner.downgrade_rw(name, token, ttl).await
+    }
 }
 
 #[async_trait]

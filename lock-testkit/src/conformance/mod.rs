@@ -29,6 +29,7 @@ pub mod reserved_cases;
 pub mod rw_cases;
 pub mod semaphore_cases;
 pub mod semaphore_token_cases;
+pub mod upgrade_cases;
 pub mod versioned_cases;
 
 type Connect<T> = Arc<dyn Fn() -> BoxFuture<'static, Arc<T>> + Send + Sync>;
@@ -548,7 +549,8 @@ macro_rules! semaphore_conformance {
             auto_renew_keeps_permits, drop_returns_permits, lost_fires_by_deadline_when_backend_hangs,
             with_permits_returns_output, fencing_tokens_increase,
             names_with_and_without_a_hash_tag_are_separate,
-            multi_permit_waiter_completes_under_single_permit_churn, reserved_semaphore_names_are_refused]; $($args)*);
+            multi_permit_waiter_completes_under_single_permit_churn,
+            two_permit_waiters_complete_under_single_permit_churn, reserved_semaphore_names_are_refused]; $($args)*);
         $crate::__conformance_runtime!([semaphore_token_cases:
             refreshed_holder_gets_its_own_fencing_token]; $($args)*);
     };
@@ -579,6 +581,11 @@ macro_rules! rw_conformance {
             with_rw_returns_output, names_with_and_without_a_hash_tag_are_separate,
             writers_complete_under_a_stream_of_readers, writer_fencing_tokens_increase,
             reserved_rw_names_are_refused]; $($args)*);
+        $crate::__conformance_runtime!([upgrade_cases:
+            one_upgradeable_reader_at_a_time, writer_waits_while_the_upgrader_reads,
+            upgrade_waits_for_readers_then_excludes_everyone, upgrade_goes_before_a_waiting_writer,
+            downgrade_lets_readers_in_but_no_writer, lost_upgradeable_read_cannot_upgrade,
+            lost_upgradeable_guard_refuses_to_upgrade, upgraders_and_writers_never_overlap]; $($args)*);
     };
 }
 
