@@ -112,6 +112,7 @@ mod builder;
 mod election;
 mod error;
 mod fair;
+mod inspect;
 mod kinds;
 mod lock;
 mod multi;
@@ -346,6 +347,11 @@ impl LockBackend for EtcdBackend {
     async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
         validate_key(key)?;
         self.inner.leave_queue(key, waiter).await
+    }
+
+    /// A range read of the key and its lease's time to live.
+    async fn inspect(&self, key: &str) -> Result<lock_core::LockInfo> {
+        self.inner.inspect(key).await
     }
 
     fn capabilities(&self) -> Capabilities {

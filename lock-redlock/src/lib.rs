@@ -162,6 +162,7 @@ mod election;
 mod follow_up;
 mod holdings;
 mod inflight;
+mod inspect;
 mod lazy;
 mod multi;
 mod notify;
@@ -410,6 +411,11 @@ impl LockBackend for Redlock {
     async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
         let _ = (key, waiter);
         Ok(())
+    }
+
+    /// A quorum read: see [`Redlock::inspect_quorum`].
+    async fn inspect(&self, key: &str) -> Result<lock_core::LockInfo> {
+        self.inspect_quorum(key).await
     }
 
     fn capabilities(&self) -> Capabilities {

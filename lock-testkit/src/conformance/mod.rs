@@ -18,6 +18,7 @@ use lock_core::{
 pub mod election_cases;
 pub mod fair_cases;
 mod hanging;
+pub mod inspect_cases;
 pub mod late_grant_cases;
 pub mod lock_cases;
 pub mod multi_cases;
@@ -495,6 +496,9 @@ macro_rules! lock_conformance {
             dropped_release_future_still_releases, reserved_keys_are_refused,
             reserved_keys_are_refused_by_renew_many,
             outside_a_runtime_is_a_typed_error_and_leaves_no_key]; $($args)*);
+        $crate::__conformance_runtime!([inspect_cases:
+            inspect_reports_free_and_held, inspect_leaves_the_fencing_counter_alone,
+            inspect_does_not_delay_a_waiter, inspect_leaves_the_fair_queue_alone]; $($args)*);
     };
 }
 

@@ -78,6 +78,16 @@ fn every_lock_case_is_in_the_macro_list() {
 }
 
 #[test]
+fn every_inspect_case_is_in_the_lock_macro() {
+    let functions = case_functions(include_str!("../../src/conformance/inspect_cases.rs"));
+    assert_same(
+        "inspect_cases.rs",
+        &functions,
+        &listed_cases("lock_conformance", "inspect_cases"),
+    );
+}
+
+#[test]
 fn every_versioned_case_is_in_the_macro_list() {
     let functions = case_functions(include_str!("../../src/conformance/versioned_cases.rs"));
     assert_same(

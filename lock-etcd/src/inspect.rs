@@ -1,0 +1,40 @@
+//! Inspecting a lock key: a range read of the key, then its lease's time
+//! to live. Nothing is written and no lease is granted.
+
+use std::time::Duration;
+
+use lock_core::{FencingToken, LockInfo, Result};
+
+use crate::Inner;
+use crate::error::failed;
+
+impl Inner {
+    /// The holder's fencing token (the key's create revision) and the time
+    /// its lease has left: etcd answers whole seconds, rounded down, so one
+    /// second is added (an upper bound). A lease that ended between the two
+    /// reads leaves the key gone: free.
+    pub(crate) async fn inspect(&self, key: &str) -> Result<LockInfo> {
+        let k = self.lock_key(key)?;
+        let (entry, _) = self.get_entry(&k).await?;
+        let Some(kv) = entry else {
+            return Ok(LockInfo::free());
+        };
+        let fence = u64::try_from(kv.create_revision()).ok().map(FencingToken);
+        let remaining = match kv.lease() {
+            0 => None,
+            lease => {
+                let resp = self
+                    .client
+                    .lease_client()
+                    .time_to_live(lease, None)
+                    .await
+                    .map_err(|e| failed("inspect (lease time to live)", e))?;
+                match u64::try_from(resp.ttl()) {
+                    Ok(secs) => Some(Duration::from_secs(secs + 1)),
+                    Err(_) => return Ok(LockInfo::free()), // -1: the lease ended
+                }
+            }
+        };
+        Ok(LockInfo::held(remaining).with_fencing_token(fence))
+    }
+}
