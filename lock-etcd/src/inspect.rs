@@ -38,3 +38,36 @@ impl Inner {
         Ok(LockInfo::held(remaining).with_fencing_token(fence))
     }
 }
+
+impl Inner {
+    /// The semaphore `name`'s live holders (entries `h/<token>`, value
+    /// `<size> <permits>`, each on its holder's lease: an expired one is
+    /// gone): one range read.
+    pub(crate) async fn inspect_permits(&self, name: &str) -> Result<lock_core::PermitsInfo> {
+        let holders = crate::kinds::Prefix::new(self, "sem", name)?.sub("h/");
+        let resp = self
+            .client
+            .kv_client()
+            .get(
+                holders.start.clone(),
+                Some(etcd_client::GetOptions::new().with_range(holders.end.clone())),
+            )
+            .await
+            .map_err(|e| failed("semaphore inspect", e))?;
+        let (mut in_use, mut count, mut size) = (0u32, 0u32, None);
+        for kv in resp.kvs() {
+            let mut parts = kv.value().split(|b| *b == b' ');
+            let mut number = || {
+                parts
+                    .next()
+                    .and_then(|t| std::str::from_utf8(t).ok())
+                    .and_then(|t| t.parse::<u32>().ok())
+            };
+            let (s, permits) = (number(), number().unwrap_or(0));
+            size = size.or(s);
+            in_use = in_use.saturating_add(permits);
+            count = count.saturating_add(1);
+        }
+        Ok(lock_core::PermitsInfo::new(in_use, count, size))
+    }
+}

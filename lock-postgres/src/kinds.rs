@@ -128,6 +128,11 @@ fn key_list<'a>(keys: &[&'a str]) -> Result<Vec<&'a str>> {
 
 #[async_trait]
 impl SemaphoreBackend for PostgresBackend {
+    /// One `SELECT` of the live holders.
+    async fn inspect_permits(&self, name: &str) -> Result<lock_core::PermitsInfo> {
+        self.inspect_permits(name).await
+    }
+
     async fn acquire_permits(
         &self,
         name: &str,

@@ -78,6 +78,13 @@ macro_rules! kind_backends {
             ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::RenewOutcome> {
                 $crate::kinds::semaphore::renew(self, name, holder, ttl).await
             }
+
+            async fn inspect_permits(
+                &self,
+                name: &str,
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::PermitsInfo> {
+                $crate::kinds::inspect::semaphore(self, name).await
+            }
         }
 
         #[$crate::__private::lock_core::raw::async_trait]

@@ -307,6 +307,20 @@ impl SemaphoreManager {
         self.locks.shutdown();
     }
 
+    /// The permits of semaphore `name` in use, without taking any (a read:
+    /// see [`SemaphoreBackend::inspect_permits`]); no size needed.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad name; [`Error::Unsupported`]
+    /// when the backend cannot read them; the backend's error.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a read leaves nothing behind.
+    pub async fn inspect(&self, name: &str) -> Result<PermitsInfo> {
+        crate::validate::validate_key(name)?;
+        self.backend.inspect_permits(name).await
+    }
+
     /// The semaphore `name` of `size` permits.
     ///
     /// # Errors

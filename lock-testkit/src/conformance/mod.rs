@@ -29,6 +29,7 @@ pub mod renew_many_cases;
 pub mod reserved_cases;
 pub mod rw_cases;
 pub mod semaphore_cases;
+pub mod semaphore_inspect_cases;
 pub mod semaphore_token_cases;
 pub mod versioned_cases;
 
@@ -555,6 +556,8 @@ macro_rules! semaphore_conformance {
             multi_permit_waiter_completes_under_single_permit_churn, reserved_semaphore_names_are_refused]; $($args)*);
         $crate::__conformance_runtime!([semaphore_token_cases:
             refreshed_holder_gets_its_own_fencing_token]; $($args)*);
+        $crate::__conformance_runtime!([semaphore_inspect_cases:
+            inspect_counts_live_permits]; $($args)*);
     };
 }
 

@@ -126,3 +126,14 @@ fn every_semaphore_token_case_is_in_the_semaphore_macro() {
         "semaphore_token_cases.rs and its list in semaphore_conformance!"
     );
 }
+
+#[test]
+fn every_semaphore_inspect_case_is_in_the_semaphore_macro() {
+    let functions = case_functions(include_str!("../../src/conformance/semaphore_inspect_cases.rs"));
+    let listed = listed_cases("semaphore_conformance", "semaphore_inspect_cases");
+    assert!(!functions.is_empty(), "the parser found no case");
+    assert_eq!(
+        functions, listed,
+        "semaphore_inspect_cases.rs and its list in semaphore_conformance!"
+    );
+}
