@@ -80,6 +80,14 @@ pub struct HoldArgs {
     /// must be shorter than --ttl.
     #[arg(long, value_parser = duration)]
     pub kill_grace: Option<Duration>,
+
+    /// Keep the lease at least this long after it was taken, even when
+    /// PROGRAM exits sooner (ShedLock's lockAtLeastFor): the release then
+    /// sets the lease to end when this time is up instead of deleting it,
+    /// so a cron job started on several machines runs once per tick even
+    /// when their clocks differ. verrou still exits when PROGRAM does.
+    #[arg(long, value_parser = duration)]
+    pub hold_at_least: Option<Duration>,
 }
 
 /// `verrou lock`.

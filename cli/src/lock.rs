@@ -9,7 +9,7 @@ use crate::supervise::{Plan, Signals, run_program};
 /// `verrou lock NAME -- PROGRAM ARGS…`.
 pub async fn run(backend: &Backend, args: LockArgs) -> Result<u8, Failure> {
     let hold = &args.hold;
-    let plan = Plan::new(hold.ttl, hold.kill_grace, hold.wait, hold.no_wait)?;
+    let plan = Plan::new(hold.ttl, hold.kill_grace, hold.wait, hold.no_wait)?.min_hold(hold.hold_at_least);
     let mut signals = Signals::install()?;
     let locks = backend.manager(plan.options.clone())?;
     let what = format!("lock {:?}", args.name);

@@ -13,8 +13,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::Result;
-use crate::manager::LockManager;
 use crate::token::FencingToken;
 
 /// What a backend sees of a lock key ([`crate::LockBackend::inspect`]).
@@ -79,48 +77,13 @@ impl Inspection {
     pub fn is_held(&self) -> bool {
         self.info.held
     }
-}
 
-impl LockManager {
-    /// Look at `key` without taking it: held or free, the holder's
-    /// remaining lease, its fencing token, and [`Inspection::expires_by`]
-    /// on this process's clock. A read: no write, no fencing token drawn,
-    /// no place taken in a fair queue.
-    ///
-    /// # Errors
-    ///
-    /// [`crate::Error::Unsupported`] when the backend cannot look without
-    /// taking the lock (with the reason); [`crate::Error::InvalidArgument`]
-    /// for a bad key; the backend's error when the read failed.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: a read leaves nothing behind.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # async fn demo(locks: &lock_core::LockManager) -> lock_core::Result<()> {
-    /// let seen = locks.inspect("nightly-report").await?;
-    /// if seen.is_held() {
-    ///     println!("held, fencing token {:?}, {:?} left", seen.info.fencing_token, seen.info.remaining);
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn inspect(&self, key: &str) -> Result<Inspection> {
-        crate::validate::validate_key(key)?;
-        let sent_at = Instant::now();
-        let info = self.backend().inspect(key).await?;
-        Ok(self.inspection(info, sent_at))
-    }
-
-    /// The local reading of a backend's answer sent at `sent_at`.
-    pub(crate) fn inspection(&self, info: LockInfo, sent_at: Instant) -> Inspection {
+    /// The local reading of `info`, asked for at `sent_at` and answered
+    /// now, with a drift allowance of `drift_factor` on the remaining lease.
+    pub(crate) fn new(info: LockInfo, sent_at: Instant, drift_factor: f64) -> Self {
         let received_at = Instant::now();
         let expires_by = match info.remaining {
-            Some(left) if info.held => {
-                Some(received_at + left + crate::validate::clock_drift(left, self.options().drift_factor))
-            }
+            Some(left) if info.held => Some(received_at + left + crate::validate::clock_drift(left, drift_factor)),
             _ => None,
         };
         Inspection {

@@ -21,6 +21,7 @@ mod hanging;
 pub mod inspect_cases;
 pub mod late_grant_cases;
 pub mod lock_cases;
+pub mod min_hold_cases;
 pub mod multi_cases;
 #[cfg(feature = "harness")]
 pub mod paused_server;
@@ -500,6 +501,10 @@ macro_rules! lock_conformance {
         $crate::__conformance_runtime!([inspect_cases:
             inspect_reports_free_and_held, inspect_leaves_the_fencing_counter_alone,
             inspect_does_not_delay_a_waiter, inspect_leaves_the_fair_queue_alone]; $($args)*);
+        $crate::__conformance_runtime!([min_hold_cases:
+            early_release_keeps_the_key_until_the_minimum_hold, with_lock_keeps_the_key_until_the_minimum_hold,
+            dropped_guard_keeps_the_key_until_the_minimum_hold,
+            release_after_the_minimum_hold_frees_the_key]; $($args)*);
     };
 }
 

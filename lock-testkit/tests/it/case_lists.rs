@@ -88,6 +88,16 @@ fn every_inspect_case_is_in_the_lock_macro() {
 }
 
 #[test]
+fn every_min_hold_case_is_in_the_lock_macro() {
+    let functions = case_functions(include_str!("../../src/conformance/min_hold_cases.rs"));
+    assert_same(
+        "min_hold_cases.rs",
+        &functions,
+        &listed_cases("lock_conformance", "min_hold_cases"),
+    );
+}
+
+#[test]
 fn every_versioned_case_is_in_the_macro_list() {
     let functions = case_functions(include_str!("../../src/conformance/versioned_cases.rs"));
     assert_same(
