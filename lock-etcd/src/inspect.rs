@@ -71,3 +71,38 @@ impl Inner {
         Ok(lock_core::PermitsInfo::new(in_use, count, size))
     }
 }
+
+impl Inner {
+    /// The read-write lock `name`'s entries (readers `r/`, the writer `w/`,
+    /// intents `i/`, each on its holder's lease: an expired one is gone):
+    /// one range read. The writer's fencing token is its entry's create
+    /// revision.
+    pub(crate) async fn inspect_rw(&self, name: &str) -> Result<lock_core::RwInfo> {
+        let p = crate::kinds::Prefix::new(self, "rw", name)?;
+        let resp = self
+            .client
+            .kv_client()
+            .get(
+                p.start.clone(),
+                Some(etcd_client::GetOptions::new().with_range(p.end.clone())),
+            )
+            .await
+            .map_err(|e| failed("read-write inspect", e))?;
+        let (r, w, i) = (p.sub("r/"), p.sub("w/"), p.sub("i/"));
+        let (mut readers, mut writer, mut waiting) = (0u32, None, false);
+        for kv in resp.kvs() {
+            if r.owner(kv.key()).is_some() {
+                readers = readers.saturating_add(1);
+            } else if w.owner(kv.key()).is_some() {
+                writer = Some(u64::try_from(kv.create_revision()).ok().map(FencingToken));
+            } else if i.owner(kv.key()).is_some() {
+                waiting = true;
+            }
+        }
+        let info = match writer {
+            Some(token) => lock_core::RwInfo::writer(token),
+            None => lock_core::RwInfo::readers(readers),
+        };
+        Ok(info.with_writer_waiting(waiting))
+    }
+}

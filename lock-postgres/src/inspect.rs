@@ -49,3 +49,32 @@ impl PostgresBackend {
         Ok(lock_core::PermitsInfo::new(in_use, holders, size))
     }
 }
+
+impl PostgresBackend {
+    /// The read-write lock `name`'s live readers, writer and writer's
+    /// intent: one `SELECT`, no row locked. PostgreSQL keeps no writer's
+    /// fencing token with its row, so none is reported.
+    pub(crate) async fn inspect_rw(&self, name: &str) -> Result<lock_core::RwInfo> {
+        crate::check_key(name)?;
+        let s = format!("\"{}\"", self.inner.sql.schema);
+        let sql = format!(
+            "SELECT count(*) FILTER (WHERE role = 'r')::int8, count(*) FILTER (WHERE role = 'w')::int8, \
+               count(*) FILTER (WHERE role = 'i')::int8 \
+             FROM {s}.holders WHERE kind = 'w' AND name = $1 AND expires_at > clock_timestamp()"
+        );
+        let params: [Param<'_>; 1] = [(&name, Type::TEXT)];
+        let rows = self.query(&sql, &params, false).await?;
+        let row = rows.first().ok_or_else(|| bad_reply("read-write inspect"))?;
+        let count = |i: usize| -> Result<u32> {
+            let n: i64 = row.try_get(i).map_err(|_| bad_reply("read-write inspect"))?;
+            u32::try_from(n).map_err(|_| bad_reply("read-write inspect"))
+        };
+        let (readers, writers, intents) = (count(0)?, count(1)?, count(2)?);
+        let info = if writers > 0 {
+            lock_core::RwInfo::writer(None)
+        } else {
+            lock_core::RwInfo::readers(readers)
+        };
+        Ok(info.with_writer_waiting(intents > 0))
+    }
+}

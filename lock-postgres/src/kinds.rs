@@ -194,6 +194,11 @@ fn rw_role(mode: RwMode) -> i8 {
 
 #[async_trait]
 impl RwLockBackend for PostgresBackend {
+    /// One `SELECT` of the live holders.
+    async fn inspect_rw(&self, name: &str) -> Result<lock_core::RwInfo> {
+        self.inspect_rw(name).await
+    }
+
     async fn try_acquire_rw(
         &self,
         name: &str,

@@ -48,6 +48,13 @@ macro_rules! kind_backends {
             ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::RenewOutcome> {
                 $crate::kinds::rw::renew(self, name, token, ttl).await
             }
+
+            async fn inspect_rw(
+                &self,
+                name: &str,
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::RwInfo> {
+                $crate::kinds::inspect::rw(self, name).await
+            }
         }
 
         #[$crate::__private::lock_core::raw::async_trait]

@@ -48,12 +48,14 @@ pub enum KindScript {
     MultiRenew,
     /// [`inspect::SEMAPHORE_INSPECT`] (a read).
     SemaphoreInspect,
+    /// [`inspect::RW_INSPECT`] (a read).
+    RwInspect,
 }
 
 impl KindScript {
     /// Every script, in the order of [`KindScript::index`]: a backend
     /// prepares them once (SHA1s) and picks one by index.
-    pub const ALL: [KindScript; 14] = [
+    pub const ALL: [KindScript; 15] = [
         KindScript::RwAcquire,
         KindScript::RwRelease,
         KindScript::RwRenew,
@@ -68,6 +70,7 @@ impl KindScript {
         KindScript::MultiReleaseNotify,
         KindScript::MultiRenew,
         KindScript::SemaphoreInspect,
+        KindScript::RwInspect,
     ];
 
     /// The script's position in [`KindScript::ALL`].
@@ -92,6 +95,7 @@ impl KindScript {
             KindScript::MultiReleaseNotify => multi::RELEASE_ALL_NOTIFY,
             KindScript::MultiRenew => multi::RENEW_ALL,
             KindScript::SemaphoreInspect => inspect::SEMAPHORE_INSPECT,
+            KindScript::RwInspect => inspect::RW_INSPECT,
         }
     }
 

@@ -27,10 +27,11 @@ async fn inspect(m: &LockManager, key: &str) -> Option<Inspection> {
 
 /// A key nobody took is free; a held key reports its holder's fencing
 /// token and a remaining lease no longer than the TTL (plus etcd's whole
-/// second); a released key is free again.
+/// second); a released key is free again. (Every lease of these cases is
+/// renewed: a loaded machine must not let one expire before its release.)
 pub async fn inspect_reports_free_and_held(s: &LockSuite) {
     let key = s.key("inspect-held");
-    let m = s.manager(s.manual()).await;
+    let m = s.manager(s.options()).await;
     let Some(free) = inspect(&m, &key).await else { return };
     assert!(!free.is_held(), "a key nobody took: {free:?}");
     assert_eq!(
@@ -60,7 +61,7 @@ pub async fn inspect_reports_free_and_held(s: &LockSuite) {
 /// holds reports its own token every time (no grant in between).
 pub async fn inspect_leaves_the_fencing_counter_alone(s: &LockSuite) {
     let key = s.key("inspect-fence");
-    let m = s.manager(s.manual()).await;
+    let m = s.manager(s.options()).await;
     let Some(_) = inspect(&m, &key).await else { return };
     let g = m.lock(&key).await.expect("lock");
     let before = g.fencing_token();
@@ -86,9 +87,9 @@ pub async fn inspect_leaves_the_fencing_counter_alone(s: &LockSuite) {
 /// waiter gets a released key while inspections run.
 pub async fn inspect_does_not_delay_a_waiter(s: &LockSuite) {
     let key = s.key("inspect-waiter");
-    let m = s.manager(s.manual()).await;
+    let m = s.manager(s.options()).await;
     let Some(_) = inspect(&m, &key).await else { return };
-    let taker = s.manager(s.manual()).await;
+    let taker = s.manager(s.options()).await;
     for round in 0..10 {
         let (seen, taken) = tokio::join!(m.inspect(&key), taker.try_lock(&key));
         let taken = taken
@@ -98,7 +99,7 @@ pub async fn inspect_does_not_delay_a_waiter(s: &LockSuite) {
         assert_eq!(taken.release().await.expect("release"), ReleaseOutcome::Released);
     }
     let holder = m.lock(&key).await.expect("holder");
-    let waiter = s.manager(s.manual().acquire_timeout(s.ttl * 20)).await;
+    let waiter = s.manager(s.options().acquire_timeout(s.ttl * 20)).await;
     let k = key.clone();
     let waiting = tokio::spawn(async move { waiter.lock(&k).await });
     tokio::time::sleep(s.ttl / 4).await;
@@ -120,15 +121,15 @@ pub async fn inspect_does_not_delay_a_waiter(s: &LockSuite) {
 /// inspection then reports the waiter's own fencing token.
 pub async fn inspect_leaves_the_fair_queue_alone(s: &LockSuite) {
     let key = s.key("inspect-fair");
-    let m = s.manager(s.manual()).await;
+    let m = s.manager(s.options()).await;
     if !m.backend().capabilities().fair_queue {
         return;
     }
     let Some(_) = inspect(&m, &key).await else { return };
     let claim = s.ttl * 10;
-    let holder = s.manager(fair(s.manual().ttl(s.ttl * 4), claim)).await;
+    let holder = s.manager(fair(s.options(), claim)).await;
     let g = holder.lock(&key).await.expect("holder");
-    let (waiter, counter) = counted(s, fair(s.manual().ttl(s.ttl * 4).acquire_timeout(s.ttl * 40), claim)).await;
+    let (waiter, counter) = counted(s, fair(s.options().acquire_timeout(s.ttl * 40), claim)).await;
     let k = key.clone();
     let waiting = tokio::spawn(async move { waiter.lock(&k).await });
     counter.answered_at_least(1).await; // queued

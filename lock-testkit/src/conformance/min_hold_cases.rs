@@ -45,7 +45,7 @@ async fn taken_after(s: &LockSuite, other: &LockManager, key: &str, not_before: 
 pub async fn early_release_keeps_the_key_until_the_minimum_hold(s: &LockSuite) {
     let key = s.key("min-hold-release");
     let a = s.manager(s.options().min_hold(hold(s))).await;
-    let other = s.manager(s.manual()).await;
+    let other = s.manager(s.options()).await;
     let g = a.lock(&key).await.expect("lock");
     let (until, handle) = (g.acquired_at() + hold(s), g.handle());
     assert_eq!(g.release().await.expect("release"), ReleaseOutcome::Released);
@@ -63,7 +63,7 @@ pub async fn early_release_keeps_the_key_until_the_minimum_hold(s: &LockSuite) {
 pub async fn with_lock_keeps_the_key_until_the_minimum_hold(s: &LockSuite) {
     let key = s.key("min-hold-with-lock");
     let a = s.manager(s.options().min_hold(hold(s))).await;
-    let other = s.manager(s.manual()).await;
+    let other = s.manager(s.options()).await;
     let started = Instant::now();
     let out = a.with_lock(&key, |_| async { 7 }).await.expect("with_lock");
     assert_eq!(out, 7);
@@ -78,7 +78,7 @@ pub async fn with_lock_keeps_the_key_until_the_minimum_hold(s: &LockSuite) {
 pub async fn dropped_guard_keeps_the_key_until_the_minimum_hold(s: &LockSuite) {
     let key = s.key("min-hold-drop");
     let a = s.manager(s.options().min_hold(hold(s))).await;
-    let other = s.manager(s.manual()).await;
+    let other = s.manager(s.options()).await;
     let g = a.lock(&key).await.expect("lock");
     let until = g.acquired_at() + hold(s);
     drop(g);
@@ -94,7 +94,7 @@ pub async fn dropped_guard_keeps_the_key_until_the_minimum_hold(s: &LockSuite) {
 pub async fn release_after_the_minimum_hold_frees_the_key(s: &LockSuite) {
     let key = s.key("min-hold-after");
     let a = s.manager(s.options().min_hold(s.ttl / 2)).await;
-    let other = s.manager(s.manual()).await;
+    let other = s.manager(s.options()).await;
     let g = a.lock(&key).await.expect("lock");
     tokio::time::sleep(s.ttl).await; // renewed meanwhile
     assert!(!g.is_lost());

@@ -29,6 +29,7 @@ pub mod paused_server;
 pub mod renew_many_cases;
 pub mod reserved_cases;
 pub mod rw_cases;
+pub mod rw_inspect_cases;
 pub mod semaphore_cases;
 pub mod semaphore_inspect_cases;
 pub mod semaphore_token_cases;
@@ -591,6 +592,8 @@ macro_rules! rw_conformance {
             with_rw_returns_output, names_with_and_without_a_hash_tag_are_separate,
             writers_complete_under_a_stream_of_readers, writer_fencing_tokens_increase,
             reserved_rw_names_are_refused]; $($args)*);
+        $crate::__conformance_runtime!([rw_inspect_cases:
+            inspect_reports_readers_and_writer]; $($args)*);
     };
 }
 

@@ -15,7 +15,9 @@ use super::SemaphoreSuite;
 /// next permit's token is above the last one).
 pub async fn inspect_counts_live_permits(s: &SemaphoreSuite) {
     let name = s.key("sem-inspect");
-    let m = s.manager(s.manual()).await;
+    // Renewed permits, released by the case; `two` alone is left to expire.
+    let m = s.manager(s.options()).await;
+    let unrenewed = s.manager(s.manual()).await;
     let empty = match m.inspect(&name).await {
         Ok(seen) => seen,
         Err(Error::Unsupported { what, .. }) => {
@@ -26,7 +28,12 @@ pub async fn inspect_counts_live_permits(s: &SemaphoreSuite) {
     };
     assert_eq!((empty.in_use, empty.holders, empty.size), (0, 0, None));
     let sem = m.semaphore(&name, 3).expect("semaphore");
-    let two = sem.acquire(2).await.expect("two permits");
+    let two = unrenewed
+        .semaphore(&name, 3)
+        .expect("semaphore")
+        .acquire(2)
+        .await
+        .expect("two permits");
     let one = sem.acquire(1).await.expect("one permit");
     let seen = m.inspect(&name).await.expect("inspect");
     assert_eq!((seen.in_use, seen.holders, seen.size), (3, 2, Some(3)), "{seen:?}");

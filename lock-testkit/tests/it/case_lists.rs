@@ -147,3 +147,11 @@ fn every_semaphore_inspect_case_is_in_the_semaphore_macro() {
         "semaphore_inspect_cases.rs and its list in semaphore_conformance!"
     );
 }
+
+#[test]
+fn every_rw_inspect_case_is_in_the_rw_macro() {
+    let functions = case_functions(include_str!("../../src/conformance/rw_inspect_cases.rs"));
+    let listed = listed_cases("rw_conformance", "rw_inspect_cases");
+    assert!(!functions.is_empty(), "the parser found no case");
+    assert_eq!(functions, listed, "rw_inspect_cases.rs and its list in rw_conformance!");
+}
