@@ -54,7 +54,7 @@ impl LockInfo {
 }
 
 /// A [`LockInfo`] with what it means on this process's monotonic clock
-/// ([`LockManager::inspect`]).
+/// ([`crate::LockManager::inspect`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Inspection {

@@ -1,7 +1,7 @@
 //! Reading a lock key without taking it, as Lua text both backends run.
 
-/// KEYS[1] the lock, KEYS[2] (optional, with fencing) its fence counter;
-/// ARGV[1] the prefix of a reservation's value
+/// `KEYS[1]` the lock, `KEYS[2]` (optional, with fencing) its fence counter;
+/// `ARGV[1]` the prefix of a reservation's value
 /// ([`crate::wake::RESERVED_PREFIX`]: a key reserved for a woken waiter
 /// has no holder). Reads only. `{0}` free; `{1, pttl, fence}` held, where
 /// `fence` is the counter (the holder's token: a grant is the counter's

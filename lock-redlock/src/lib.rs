@@ -413,7 +413,11 @@ impl LockBackend for Redlock {
         Ok(())
     }
 
-    /// A quorum read: see [`Redlock::inspect_quorum`].
+    /// A quorum read of every node (each bounded by the maximum node
+    /// timeout): held when `M` nodes hold the key (the remaining lease is
+    /// the `M`-th longest), free when `N − M + 1` do not; otherwise an
+    /// error (`Unsupported` with the reason when nodes that cannot inspect
+    /// leave it open). No fencing token: Redlock issues none.
     async fn inspect(&self, key: &str) -> Result<lock_core::LockInfo> {
         self.inspect_quorum(key).await
     }
