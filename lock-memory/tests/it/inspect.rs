@@ -61,3 +61,25 @@ async fn kinds_report_their_live_holders() -> Result<()> {
     assert_eq!(rw.inspect("cfg").await?, lock_core::RwInfo::default());
     Ok(())
 }
+
+/// The kinds' guards release through the mutex's path: a permit given back
+/// before its minimum hold keeps its permits taken until then.
+#[tokio::test(start_paused = true)]
+async fn a_permit_given_back_early_stays_taken_for_its_minimum_hold() -> Result<()> {
+    let hold = Duration::from_secs(5);
+    let options = LockOptions::with_ttl(TTL).min_hold(hold);
+    let semaphores = SemaphoreManager::with_options(MemoryBackend::new(), options)?;
+    let job = semaphores.semaphore("job", 1)?;
+    let permit = job.acquire(1).await?;
+    let until = permit.acquired_at() + hold;
+    permit.release().await?;
+    assert!(
+        job.try_acquire(1).await?.is_none(),
+        "given back before the minimum hold"
+    );
+    tokio::time::sleep_until(until).await;
+    let next = job.try_acquire(1).await?.expect("free once the hold is over");
+    assert!(tokio::time::Instant::now() >= until);
+    next.release().await?;
+    Ok(())
+}
