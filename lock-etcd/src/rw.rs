@@ -39,6 +39,11 @@ const HELD: &[u8] = b"1";
 
 #[async_trait]
 impl RwLockBackend for EtcdBackend {
+    /// One range read of the lock's entries.
+    async fn inspect_rw(&self, name: &str) -> Result<lock_core::RwInfo> {
+        self.inner.inspect_rw(name).await
+    }
+
     async fn try_acquire_rw(
         &self,
         name: &str,

@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::raw::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome, RwLockBackend, conversion_not_held};
 use lock_core::raw::{validate_key, validate_ttl};
-use lock_core::{FencingToken, LockToken, Result, RwMode};
+use lock_core::{FencingToken, LockToken, Result, RwInfo, RwMode};
 use tokio::time::Instant;
 
 use crate::MemoryBackend;
@@ -249,5 +249,22 @@ impl RwLockBackend for MemoryBackend {
             return Ok(AcquireOutcome::Acquired(Lease::new()));
         }
         Err(conversion_not_held(name))
+    }
+
+    /// Counts the live holders without pruning the expired ones: a read.
+    async fn inspect_rw(&self, name: &str) -> Result<RwInfo> {
+        validate_key(name)?;
+        let now = Instant::now();
+        let all = self.lock_rw();
+        let Some(s) = all.by_name.get(name) else {
+            return Ok(RwInfo::default());
+        };
+        let waiting = s.intent.is_some_and(|(_, until)| until > now);
+        if s.writer.is_some_and(|(_, until)| until > now) {
+            let fence = all.fences.get(name).copied().map(FencingToken);
+            return Ok(RwInfo::writer(fence).with_writer_waiting(waiting));
+        }
+        let readers = s.readers.values().filter(|until| **until > now).count();
+        Ok(RwInfo::readers(u32::try_from(readers).unwrap_or(u32::MAX)).with_writer_waiting(waiting))
     }
 }

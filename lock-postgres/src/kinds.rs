@@ -130,6 +130,11 @@ fn key_list<'a>(keys: &[&'a str]) -> Result<Vec<&'a str>> {
 
 #[async_trait]
 impl SemaphoreBackend for PostgresBackend {
+    /// One `SELECT` of the live holders.
+    async fn inspect_permits(&self, name: &str) -> Result<lock_core::PermitsInfo> {
+        self.inspect_permits(name).await
+    }
+
     async fn acquire_permits(
         &self,
         name: &str,
@@ -223,6 +228,11 @@ impl PostgresBackend {
 
 #[async_trait]
 impl RwLockBackend for PostgresBackend {
+    /// One `SELECT` of the live holders.
+    async fn inspect_rw(&self, name: &str) -> Result<lock_core::RwInfo> {
+        self.inspect_rw(name).await
+    }
+
     async fn try_acquire_rw(
         &self,
         name: &str,

@@ -84,6 +84,7 @@ pub(crate) struct Statements {
     pub release_notify: String,
     pub renew: String,
     pub renew_many: String,
+    pub inspect: String,
     pub kv_get: String,
     pub kv_create: String,
     pub kv_cas: String,
@@ -192,6 +193,11 @@ impl Statements {
             renew_many: format!(
                 "SELECT code FROM {s}.renew_many($1::text[], $2::bytea[], $3::int8) WITH ORDINALITY AS r(code, n) \
                  ORDER BY n"
+            ),
+            // A read: the live holder's fence and remaining ms, or no row.
+            inspect: format!(
+                "SELECT fence, GREATEST(0, CEIL(EXTRACT(EPOCH FROM expires_at - clock_timestamp()) * 1000))::int8 \
+                 FROM {s}.locks WHERE key = $1 AND expires_at > clock_timestamp()"
             ),
             kv_get: format!(
                 "SELECT value, version FROM {s}.kv WHERE key = $1 \

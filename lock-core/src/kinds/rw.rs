@@ -126,6 +126,57 @@ pub trait RwLockBackend: LockBackend {
     /// [`Error::NotHeld`] when `token` holds neither the write nor the
     /// upgradeable read of `name`: nothing is written.
     async fn downgrade_rw(&self, name: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome>;
+    /// Readers and writer of `name`, without taking it: a read that never
+    /// writes, never draws a fencing token and never touches an intent.
+    /// The default answers [`Error::Unsupported`].
+    async fn inspect_rw(&self, name: &str) -> Result<RwInfo> {
+        let _ = name;
+        Err(Error::unsupported(
+            self.capabilities().name,
+            "inspecting a read-write lock without taking it",
+        ))
+    }
+}
+
+/// What a backend sees of a read-write lock ([`RwLockBackend::inspect_rw`]),
+/// counting live holders only.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RwInfo {
+    /// Readers inside.
+    pub readers: u32,
+    /// A writer holds the lock.
+    pub writer: bool,
+    /// The writer's fencing token, when a writer holds it.
+    pub writer_fencing_token: Option<crate::FencingToken>,
+    /// A waiting writer's intent holds new readers back.
+    pub writer_waiting: bool,
+}
+
+impl RwInfo {
+    /// `readers` readers and no writer.
+    pub fn readers(readers: u32) -> Self {
+        RwInfo {
+            readers,
+            ..RwInfo::default()
+        }
+    }
+
+    /// A writer holding the lock with `token`.
+    pub fn writer(token: Option<crate::FencingToken>) -> Self {
+        RwInfo {
+            writer: true,
+            writer_fencing_token: token,
+            ..RwInfo::default()
+        }
+    }
+
+    /// Mark whether a waiting writer's intent is live.
+    #[must_use]
+    pub fn with_writer_waiting(mut self, waiting: bool) -> Self {
+        self.writer_waiting = waiting;
+        self
+    }
 }
 
 /// The error a backend answers an upgrade or a downgrade of a token that
@@ -213,9 +264,16 @@ impl LockBackend for RwAsLock {
 /// w.release().await?;
 /// # Ok(()) }
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct RwLockManager {
     locks: LockManager,
+    backend: Arc<dyn RwLockBackend>,
+}
+
+impl std::fmt::Debug for RwLockManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RwLockManager").field("locks", &self.locks).finish()
+    }
 }
 
 impl RwLockManager {
@@ -243,10 +301,27 @@ impl RwLockManager {
     /// As [`RwLockManager::with_options`].
     pub fn from_arc(backend: Arc<dyn RwLockBackend>, options: LockOptions) -> Result<Self> {
         let caps = backend.capabilities();
-        let adapter = RwAsLock { backend };
+        let adapter = RwAsLock {
+            backend: backend.clone(),
+        };
         Ok(RwLockManager {
             locks: kind_locks(caps, |c| c.rw_locks, "read-write locks", adapter, options)?,
+            backend,
         })
+    }
+
+    /// Readers and writer of `name`, without taking it (a read: see
+    /// [`RwLockBackend::inspect_rw`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad name; [`Error::Unsupported`]
+    /// when the backend cannot read them; the backend's error.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a read leaves nothing behind.
+    pub async fn inspect(&self, name: &str) -> Result<RwInfo> {
+        validate_key(name)?;
+        self.backend.inspect_rw(name).await
     }
 
     /// The options in force.
@@ -524,5 +599,8 @@ impl<B: RwLockBackend + ?Sized> RwLockBackend for Arc<B> {
     }
     async fn downgrade_rw(&self, name: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
         (**self).downgrade_rw(name, token, ttl).await
+    }
+    async fn inspect_rw(&self, name: &str) -> Result<RwInfo> {
+        (**self).inspect_rw(name).await
     }
 }
