@@ -16,10 +16,11 @@ pub use lock_core::kinds::semaphore::{MAX_SEMAPHORE_SIZE, Permits};
 pub use lock_core::options::{DEFAULT_DRIFT_FACTOR, MIN_CLAIM};
 pub use lock_core::{
     Backoff, BoxError, Capabilities, CasOutcome, CreateOutcome, DEFAULT_CLAIM, DeleteOutcome, ElectionManager, Error,
-    Expiry, Fairness, FencingToken, LeaderInfo, Leadership, LeaseHandle, LockBackend, LockGuard, LockManager,
-    LockOptions, LockToken, LossReason, MAX_TIMEOUT, MAX_TTL, MIN_TTL, MultiLockGuard, MultiLockManager, NodeOutcome,
-    NodeReports, NotHeldReason, OnShortfall, Permit, Renewal, ReplicaAck, Replication, Result, RwLockGuard,
-    RwLockManager, RwMode, Semaphore, SemaphoreManager, UpdateOptions, Versioned, VersionedStore, VersionedStoreExt,
+    Expiry, Fairness, FencingToken, Inspection, LeaderInfo, Leadership, LeaseHandle, LockBackend, LockGuard, LockInfo,
+    LockManager, LockOptions, LockToken, LossReason, MAX_TIMEOUT, MAX_TTL, MIN_TTL, MultiLockGuard, MultiLockManager,
+    NodeOutcome, NodeReports, NotHeldReason, OnShortfall, Permit, PermitsInfo, Renewal, ReplicaAck, Replication,
+    Result, RwHold, RwInfo, RwLockGuard, RwLockManager, RwMode, Semaphore, SemaphoreManager, UpdateOptions, Versioned,
+    VersionedStore, VersionedStoreExt,
 };
 pub use lock_core::{layers, observe, raw, wait_for_background_releases};
 

@@ -42,7 +42,9 @@ pub enum Command {
     /// its exit code.
     #[command(after_help = exit::ELECT_HELP)]
     Elect(ElectArgs),
-    /// Is NAME held? Exit 0 when held, 1 when free.
+    /// Is NAME held? Reads what the backend sees, takes nothing: the lock,
+    /// the semaphore's permits in use and the election's leader of NAME.
+    /// Exit 0 when any is held, 1 when none is.
     Status(StatusArgs),
     /// Print KEY's value and version (exit 1 when absent).
     Get(KeyArgs),
@@ -78,6 +80,14 @@ pub struct HoldArgs {
     /// must be shorter than --ttl.
     #[arg(long, value_parser = duration)]
     pub kill_grace: Option<Duration>,
+
+    /// Keep the lease at least this long after it was taken, even when
+    /// PROGRAM exits sooner (ShedLock's lockAtLeastFor): the release then
+    /// sets the lease to end when this time is up instead of deleting it,
+    /// so a cron job started on several machines runs once per tick even
+    /// when their clocks differ. verrou still exits when PROGRAM does.
+    #[arg(long, value_parser = duration)]
+    pub hold_at_least: Option<Duration>,
 }
 
 /// `verrou lock`.
@@ -134,8 +144,38 @@ pub struct ElectArgs {
 /// `verrou status`.
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// The lock's name.
+    /// Which of NAME's kinds to read: `lock` (`verrou lock`), `semaphore`
+    /// (`verrou semaphore`), `election` (`verrou elect`), or `all` of those
+    /// the backend offers.
+    #[arg(long, value_enum, default_value = "all")]
+    pub kind: StatusKind,
+
+    /// The name.
     pub name: String,
+}
+
+/// What `verrou status` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StatusKind {
+    /// The lock, the semaphore and the election.
+    All,
+    /// The lock of `verrou lock`.
+    Lock,
+    /// The semaphore of `verrou semaphore`.
+    Semaphore,
+    /// The election of `verrou elect`.
+    Election,
+}
+
+impl StatusKind {
+    /// Its member in `--json` output.
+    pub fn json_name(self) -> &'static str {
+        match self {
+            StatusKind::All | StatusKind::Lock => "lock",
+            StatusKind::Semaphore => "semaphore",
+            StatusKind::Election => "leader",
+        }
+    }
 }
 
 /// A subcommand taking just a key.

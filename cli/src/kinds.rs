@@ -12,7 +12,7 @@ use crate::supervise::{Plan, Signals, run_program};
 /// semaphore of N.
 pub async fn semaphore(backend: &Backend, args: SemaphoreArgs) -> Result<u8, Failure> {
     let hold = &args.hold;
-    let plan = Plan::new(hold.ttl, hold.kill_grace, hold.wait, hold.no_wait)?;
+    let plan = Plan::new(hold.ttl, hold.kill_grace, hold.wait, hold.no_wait)?.min_hold(hold.hold_at_least);
     let mut signals = Signals::install()?;
     let semaphore = backend
         .semaphores(plan.options.clone())?
@@ -35,7 +35,7 @@ pub async fn semaphore(backend: &Backend, args: SemaphoreArgs) -> Result<u8, Fai
 /// `verrou elect NAME -- PROGRAM ARGS…`: campaign, run while leader.
 pub async fn elect(backend: &Backend, args: ElectArgs) -> Result<u8, Failure> {
     let hold = &args.hold;
-    let plan = Plan::new(hold.ttl, hold.kill_grace, hold.wait, hold.no_wait)?;
+    let plan = Plan::new(hold.ttl, hold.kill_grace, hold.wait, hold.no_wait)?.min_hold(hold.hold_at_least);
     let mut signals = Signals::install()?;
     let elections = backend.elections(plan.options.clone())?;
     let identity = args.identity.clone().unwrap_or_else(default_identity);

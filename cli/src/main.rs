@@ -5,6 +5,7 @@ mod args;
 mod exit;
 mod kinds;
 mod lock;
+mod status;
 mod store;
 mod supervise;
 mod terminal;
@@ -55,7 +56,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Lock(args) => lock::run(&backend, args).await,
         Command::Semaphore(args) => kinds::semaphore(&backend, args).await,
         Command::Elect(args) => kinds::elect(&backend, args).await,
-        Command::Status(args) => lock::status(&backend, &args.name, json).await,
+        Command::Status(args) => status::status(&backend, &args, json).await,
         Command::Get(args) => store::get(&backend, &args.key, json).await,
         Command::Set(args) => store::set(&backend, args, json).await,
         Command::Cas(args) => store::cas(&backend, args, json).await,

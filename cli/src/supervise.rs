@@ -95,6 +95,15 @@ impl Plan {
     }
 }
 
+impl Plan {
+    /// The same plan, holding the lease at least `min_hold` (`--hold-at-least`).
+    #[must_use]
+    pub fn min_hold(mut self, min_hold: Option<Duration>) -> Plan {
+        self.options = self.options.min_hold(min_hold.unwrap_or_default());
+        self
+    }
+}
+
 /// Durations shown to a human, to the millisecond.
 pub fn round_ms(d: Duration) -> Duration {
     Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))

@@ -106,6 +106,21 @@ pub trait LockBackend: Send + Sync + 'static {
         Ok(())
     }
 
+    /// What the server sees of `key`, without taking it: held or free,
+    /// the holder's remaining lease and fencing token
+    /// ([`crate::LockInfo`]). A read: it never writes, never advances a
+    /// fencing counter, never joins or reorders a fair queue.
+    ///
+    /// The default answers [`crate::Error::Unsupported`] with the reason:
+    /// a backend that can read its key state overrides it.
+    async fn inspect(&self, key: &str) -> Result<crate::LockInfo> {
+        let _ = key;
+        Err(crate::Error::unsupported(
+            self.capabilities().name,
+            "inspecting a lock without taking it (this backend has no read of its lock state)",
+        ))
+    }
+
     /// What this backend can do.
     fn capabilities(&self) -> Capabilities;
 
@@ -504,6 +519,9 @@ impl<B: LockBackend + ?Sized> LockBackend for std::sync::Arc<B> {
     }
     async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
         (**self).leave_queue(key, waiter).await
+    }
+    async fn inspect(&self, key: &str) -> Result<crate::LockInfo> {
+        (**self).inspect(key).await
     }
     fn capabilities(&self) -> Capabilities {
         (**self).capabilities()

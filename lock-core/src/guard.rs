@@ -151,6 +151,9 @@ pub struct LockGuard {
     /// release and on drop.
     pub(crate) renewer: Option<crate::renewer::Renewer>,
     pub(crate) released: bool,
+    /// [`crate::LockOptions::min_hold`]: a release before it is over
+    /// shortens the lease instead of deleting the key.
+    pub(crate) min_hold: Duration,
 }
 
 impl std::fmt::Debug for LockGuard {
@@ -268,6 +271,9 @@ impl LockGuard {
     ///
     /// `Released` means we deleted our own lock; `HeldByOther` / `Missing`
     /// mean it was already lost (nothing of anyone else's was touched).
+    /// Before the [`crate::LockOptions::min_hold`] is over, the key is not
+    /// deleted: its TTL is set to what is left of the hold (owner-checked),
+    /// and `Released` means that renewal found our lock.
     ///
     /// # Errors
     ///
@@ -297,14 +303,20 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<ReleaseOutcome> {
         self.stop_renewing();
         let state = &self.handle.state;
-        let (result, now) = match state.ctx.backend.instant() {
-            Some(instant) => {
+        let held = crate::min_hold::hold_left(&*state.ctx.backend, state.acquired_at, self.min_hold);
+        let (result, now) = match (held, state.ctx.backend.instant()) {
+            (Some(left), _) => {
+                crate::runtime::current()?;
+                let result = crate::min_hold::shorten(state, left, self.op_timeout).await;
+                (result, Instant::now())
+            }
+            (None, Some(instant)) => {
                 // One clock read for the release and the end of the lease
                 // (read before the release: it can only find a loss later).
                 let now = Instant::now();
                 (instant.release_at(&state.key, &state.token, now), now)
             }
-            None => {
+            (None, None) => {
                 // Its timeout needs a runtime; outside one the guard's drop
                 // cannot release either, and the TTL frees the key.
                 crate::runtime::current()?;
@@ -341,6 +353,15 @@ impl crate::observe::Fenced for LockGuard {
 }
 
 impl LockGuard {
+    /// Stop renewing and end this lease without a release: its token's hold
+    /// now belongs to another guard (an upgraded or downgraded read-write
+    /// lock's), which renews and releases it.
+    pub(crate) fn hand_over(mut self) {
+        self.stop_renewing();
+        // The drop ends the lease (`Released`) and sends nothing.
+        self.released = true;
+    }
+
     fn stop_renewing(&mut self) {
         if let Some(renewer) = self.renewer.take() {
             renewer.stop(&self.handle.state);
@@ -360,6 +381,11 @@ impl Drop for LockGuard {
             return;
         }
         let op_timeout = self.op_timeout;
+        let backend = &state.ctx.backend;
+        if let Some(left) = crate::min_hold::hold_left(&**backend, state.acquired_at, self.min_hold) {
+            crate::min_hold::spawn_shorten(state.clone(), left, op_timeout);
+            return;
+        }
         spawn_release(
             state.ctx.backend.clone(),
             state.key.clone(),

@@ -553,6 +553,7 @@ impl LockManager {
             op_timeout: options.op_timeout,
             renewer: None,
             released: false,
+            min_hold: options.min_hold,
         };
         if let Renewal::Auto { interval } = options.renewal
             && let Some(renewer) = self.inner.renewer(&runtime)

@@ -163,6 +163,11 @@ pub struct LockOptions {
     pub op_timeout: Duration,
     /// Barging (default) or first come, first served across managers.
     pub fairness: Fairness,
+    /// The shortest time the key stays held, counted from when the
+    /// acquire was sent (default zero: none). A release before then
+    /// shortens the lease to what is left of it instead of deleting the
+    /// key (see [`LockOptions::min_hold`]).
+    pub min_hold: Duration,
 }
 
 impl Default for LockOptions {
@@ -182,6 +187,7 @@ impl LockOptions {
             drift_factor: DEFAULT_DRIFT_FACTOR,
             op_timeout: Duration::from_secs(2),
             fairness: Fairness::Barging,
+            min_hold: Duration::ZERO,
         }
     }
 
@@ -244,6 +250,24 @@ impl LockOptions {
         self
     }
 
+    /// Hold the key at least `min_hold` from when its acquire was sent
+    /// (ShedLock's `lockAtLeastFor`): a job that every machine's cron
+    /// starts runs once per tick even when it ends in milliseconds and the
+    /// machines' clocks differ. A release before `acquired_at + min_hold`
+    /// (explicit, the guard's drop, the end of `with_lock`) does not delete
+    /// the key: it sets the key's TTL to what is left of the minimum hold
+    /// (an owner-checked renewal; at least the backend's
+    /// [`crate::Capabilities::min_ttl`]), so nobody else gets the key
+    /// before then, and it answers `Released`. The renewer stops at the
+    /// release as always; the lease's handles see
+    /// [`crate::LossReason::Released`] at once. A release after the minimum
+    /// hold deletes the key as usual. At most [`MAX_TTL`].
+    #[must_use]
+    pub fn min_hold(mut self, min_hold: Duration) -> Self {
+        self.min_hold = min_hold;
+        self
+    }
+
     /// The drift allowance for a TTL: `ttl × drift_factor + 2 ms`.
     pub fn drift(&self, ttl: Duration) -> Duration {
         clock_drift(ttl, self.drift_factor)
@@ -264,6 +288,12 @@ impl LockOptions {
         {
             return Err(Error::invalid(format!(
                 "renew interval {interval:?} must be above zero and below the ttl minus drift ({validity:?})"
+            )));
+        }
+        if self.min_hold > MAX_TTL {
+            return Err(Error::invalid(format!(
+                "min_hold {:?} is above the maximum {MAX_TTL:?}",
+                self.min_hold
             )));
         }
         if self.op_timeout.is_zero() {

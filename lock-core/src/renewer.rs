@@ -407,6 +407,10 @@ async fn renew_batch(shared: Arc<Shared>, batch: Vec<Entry>) {
     let mut sent = Vec::with_capacity(batch.len());
     for entry in &batch {
         match entry.lease.ttl_change.try_lock() {
+            // Stopped since the filter above (a release, which may be
+            // shortening the lease to its minimum hold under this turn):
+            // nothing to renew.
+            Ok(_) if entry.lease.renew_slot.stopped.load(Ordering::Relaxed) => {}
             Ok(turn) => {
                 turns.push(turn);
                 sent.push(entry);

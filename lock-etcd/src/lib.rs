@@ -113,6 +113,7 @@ mod config;
 mod election;
 mod error;
 mod fair;
+mod inspect;
 mod kinds;
 mod lock;
 mod multi;
@@ -339,6 +340,11 @@ impl LockBackend for EtcdBackend {
     async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
         validate_key(key)?;
         self.inner.leave_queue(key, waiter).await
+    }
+
+    /// A range read of the key and its lease's time to live.
+    async fn inspect(&self, key: &str) -> Result<lock_core::LockInfo> {
+        self.inner.inspect(key).await
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -136,6 +136,11 @@ impl View {
 
 #[async_trait]
 impl SemaphoreBackend for EtcdBackend {
+    /// One range read of the holders' entries.
+    async fn inspect_permits(&self, name: &str) -> Result<lock_core::PermitsInfo> {
+        self.inner.inspect_permits(name).await
+    }
+
     async fn acquire_permits(
         &self,
         name: &str,

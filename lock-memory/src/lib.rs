@@ -479,6 +479,18 @@ impl LockBackend for MemoryBackend {
         Ok(())
     }
 
+    async fn inspect(&self, key: &str) -> Result<lock_core::LockInfo> {
+        validate_key(key)?;
+        let now = Instant::now();
+        let s = self.lock_state();
+        Ok(match s.locks.get(key).filter(|l| l.expires_at > now) {
+            Some(l) => {
+                lock_core::LockInfo::held(Some(l.expires_at - now)).with_fencing_token(Some(FencingToken(l.fence)))
+            }
+            None => lock_core::LockInfo::free(),
+        })
+    }
+
     fn capabilities(&self) -> Capabilities {
         let mut caps = Capabilities::new("memory");
         caps.fair_queue = true;

@@ -1,14 +1,15 @@
 //! [`RwLockBackend`] for the in-process backend, with the writer-preferring
 //! policy of the Lua scripts (a refused writer's intent holds new readers
-//! back), on tokio's clock.
+//! back), on tokio's clock. The upgradeable holder is one of the readers,
+//! named as such.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::raw::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome, RwLockBackend};
+use lock_core::raw::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome, RwLockBackend, conversion_not_held};
 use lock_core::raw::{validate_key, validate_ttl};
-use lock_core::{FencingToken, LockToken, Result, RwMode};
+use lock_core::{FencingToken, LockToken, Result, RwInfo, RwMode};
 use tokio::time::Instant;
 
 use crate::MemoryBackend;
@@ -26,6 +27,8 @@ struct RwState {
     readers: HashMap<LockToken, Instant>,
     writer: Option<(LockToken, Instant)>,
     intent: Option<(LockToken, Instant)>,
+    /// Which reader may upgrade (while it is a reader).
+    upgrader: Option<LockToken>,
 }
 
 impl RwState {
@@ -37,6 +40,24 @@ impl RwState {
         if self.intent.is_some_and(|(_, until)| until <= now) {
             self.intent = None;
         }
+        if self.upgrader.is_some_and(|t| !self.readers.contains_key(&t)) {
+            self.upgrader = None;
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.readers.is_empty() && self.writer.is_none() && self.intent.is_none()
+    }
+
+    /// What refuses a new reader (another's intent, the writer) or a new
+    /// upgradeable reader (also another upgradeable one): until when.
+    fn reader_blocker(&self, token: &LockToken, upgradeable: bool) -> Option<Instant> {
+        let upgrader = self
+            .upgrader
+            .filter(|_| upgradeable)
+            .and_then(|t| self.readers.get(&t).copied());
+        let blocker = self.writer.or(self.intent.filter(|(t, _)| t != token));
+        blocker.map(|(_, until)| until).or(upgrader)
     }
 
     /// Time until the earliest holder blocking a writer leaves.
@@ -67,18 +88,23 @@ impl RwLockBackend for MemoryBackend {
         s.prune(now);
         let granted = Ok(AcquireOutcome::Acquired(Lease::new()));
         match mode {
-            RwMode::Read => {
-                if let Some(until) = s.readers.get_mut(token) {
+            RwMode::Read | RwMode::Upgradeable => {
+                let upgradeable = mode == RwMode::Upgradeable;
+                if let Some(until) = s.readers.get_mut(token)
+                    && (!upgradeable || s.upgrader == Some(*token))
+                {
                     *until = now + ttl;
                     return granted;
                 }
-                let blocker = s.writer.or(s.intent.filter(|(t, _)| t != token));
-                if let Some((_, until)) = blocker {
+                if let Some(until) = s.reader_blocker(token, upgradeable) {
                     return Ok(AcquireOutcome::Held {
                         retry_after: Some(until.saturating_duration_since(now).max(Duration::from_millis(1))),
                     });
                 }
                 s.readers.insert(*token, now + ttl);
+                if upgradeable {
+                    s.upgrader = Some(*token);
+                }
                 granted
             }
             RwMode::Write => {
@@ -127,7 +153,7 @@ impl RwLockBackend for MemoryBackend {
         } else {
             s.readers.remove(token).is_some()
         };
-        if s.readers.is_empty() && s.writer.is_none() && s.intent.is_none() {
+        if s.is_empty() {
             all.by_name.remove(name);
         }
         Ok(if released {
@@ -157,5 +183,88 @@ impl RwLockBackend for MemoryBackend {
             return Ok(RenewOutcome::Renewed);
         }
         Ok(RenewOutcome::Missing)
+    }
+
+    async fn upgrade_rw(&self, name: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        validate_key(name)?;
+        validate_ttl(ttl)?;
+        let now = Instant::now();
+        let mut all = self.lock_rw();
+        let RwLocks { by_name, fences } = &mut *all;
+        let Some(s) = by_name.get_mut(name) else {
+            return Err(conversion_not_held(name));
+        };
+        s.prune(now);
+        let fence = fences.entry(name.to_owned()).or_insert(0);
+        if let Some((holder, until)) = &mut s.writer
+            && holder == token
+        {
+            *until = now + ttl;
+            return Ok(AcquireOutcome::Acquired(
+                Lease::new().with_fencing_token(Some(FencingToken(*fence))),
+            ));
+        }
+        if s.upgrader != Some(*token) {
+            return Err(conversion_not_held(name));
+        }
+        // Writers are out (a reader is inside: this one); other readers?
+        let others = s
+            .readers
+            .iter()
+            .filter(|(t, _)| *t != token)
+            .map(|(_, until)| *until)
+            .min();
+        if let Some(until) = others {
+            if s.intent.is_none_or(|(t, _)| t == *token) {
+                s.intent = Some((*token, now + ttl));
+            }
+            return Ok(AcquireOutcome::Held {
+                retry_after: Some(until.saturating_duration_since(now).max(Duration::from_millis(1))),
+            });
+        }
+        s.readers.remove(token);
+        s.upgrader = None;
+        s.intent = None;
+        s.writer = Some((*token, now + ttl));
+        *fence += 1;
+        Ok(AcquireOutcome::Acquired(
+            Lease::new().with_fencing_token(Some(FencingToken(*fence))),
+        ))
+    }
+
+    async fn downgrade_rw(&self, name: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        validate_key(name)?;
+        validate_ttl(ttl)?;
+        let now = Instant::now();
+        let mut all = self.lock_rw();
+        let Some(s) = all.by_name.get_mut(name) else {
+            return Err(conversion_not_held(name));
+        };
+        s.prune(now);
+        let upgrader = s.upgrader == Some(*token);
+        if s.writer.is_some_and(|(t, _)| t == *token) || upgrader {
+            s.writer = None;
+            s.readers.insert(*token, now + ttl);
+            s.upgrader = Some(*token);
+            return Ok(AcquireOutcome::Acquired(Lease::new()));
+        }
+        Err(conversion_not_held(name))
+    }
+
+    /// Counts the live holders without pruning the expired ones: a read.
+    async fn inspect_rw(&self, name: &str) -> Result<RwInfo> {
+        validate_key(name)?;
+        let now = Instant::now();
+        let all = self.lock_rw();
+        let Some(s) = all.by_name.get(name) else {
+            return Ok(RwInfo::default());
+        };
+        let waiting = s.intent.is_some_and(|(_, until)| until > now);
+        if s.writer.is_some_and(|(_, until)| until > now) {
+            let fence = all.fences.get(name).copied().map(FencingToken);
+            return Ok(RwInfo::writer(fence).with_writer_waiting(waiting));
+        }
+        let readers = s.readers.values().filter(|until| **until > now).count();
+        Ok(RwInfo::readers(u32::try_from(readers).unwrap_or(u32::MAX)).with_writer_waiting(waiting))
     }
 }

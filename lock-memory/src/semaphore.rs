@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::raw::{AcquireOutcome, Lease, PermitRequest, ReleaseOutcome, RenewOutcome, SemaphoreBackend};
 use lock_core::raw::{validate_key, validate_ttl};
-use lock_core::{FencingToken, LockToken, Result};
+use lock_core::{FencingToken, LockToken, PermitsInfo, Result};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -212,5 +212,18 @@ impl SemaphoreBackend for MemoryBackend {
         // Created before any later release: notify_waiters reaches it.
         let notified = notify.notified();
         let _ = tokio::time::timeout(max_wait, notified).await;
+    }
+
+    /// Counts the live holders without dropping the expired ones: a read.
+    async fn inspect_permits(&self, name: &str) -> Result<PermitsInfo> {
+        validate_key(name)?;
+        let now = Instant::now();
+        let s = self.lock_semaphores();
+        let Some(held) = s.by_name.get(name) else {
+            return Ok(PermitsInfo::default());
+        };
+        let live = held.holders.values().filter(|h| h.expires_at > now);
+        let (in_use, holders) = live.fold((0, 0), |(p, n), h| (p + h.permits, n + 1));
+        Ok(PermitsInfo::new(in_use, holders, (holders > 0).then_some(held.size)))
     }
 }

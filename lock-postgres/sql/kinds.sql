@@ -14,7 +14,8 @@ CREATE TABLE IF NOT EXISTS "verrou".names (
 );
 
 -- Holders: a semaphore's (kind 's', with their permits) and a read-write
--- lock's (kind 'r' reader, 'w' writer, 'i' a waiting writer's intent).
+-- lock's (kind 'w'; role 'r' reader, 'u' the upgradeable reader, 'w'
+-- writer, 'i' a waiting writer's or upgrade's intent).
 CREATE TABLE IF NOT EXISTS "verrou".holders (
     kind       "char" NOT NULL,
     name       text NOT NULL,
@@ -143,7 +144,7 @@ DECLARE live boolean;
 BEGIN
     WITH g AS (DELETE FROM "verrou".holders AS t WHERE t.kind = 'w' AND t.name = n AND t.holder = h
         RETURNING t.role, t.expires_at > clock_timestamp() AS live)
-    SELECT bool_or(g.live AND g.role IN ('r', 'w')) INTO live FROM g;
+    SELECT bool_or(g.live AND g.role IN ('r', 'u', 'w')) INTO live FROM g;
     PERFORM 1 FROM "verrou".names AS t WHERE t.kind = 'w' AND t.name = n FOR UPDATE SKIP LOCKED;
     IF FOUND THEN PERFORM "verrou".forget_name('w', n); END IF;
     RETURN CASE WHEN live THEN 0 ELSE 2 END;
@@ -193,6 +194,7 @@ END $$;
 -- Read-write acquire (writer-preferring): fence (0) when granted, else the
 -- milliseconds until the earliest blocker leaves. A refused writer that is
 -- waiting leaves its intent (one at a time), which holds new readers back.
+-- An upgradeable reader ('u') is a reader that excludes other upgradeable ones.
 CREATE OR REPLACE FUNCTION "verrou".rw_acquire(n text, h bytea, want "char", waiting boolean, ttl_ms bigint)
 RETURNS TABLE (fence bigint, retry_ms bigint) LANGUAGE plpgsql AS $$
 DECLARE until timestamptz := clock_timestamp() + ttl_ms * interval '1 millisecond';
@@ -207,12 +209,13 @@ BEGIN
         fence := CASE WHEN want = 'w' THEN nextval('"verrou".fence_seq') ELSE 0 END;
         retry_ms := NULL; RETURN NEXT; RETURN;
     END IF;
-    IF want = 'r' THEN
+    IF want IN ('r', 'u') THEN
         SELECT min(t.expires_at) INTO until FROM "verrou".holders AS t
-         WHERE t.kind = 'w' AND t.name = n AND (t.role = 'w' OR (t.role = 'i' AND t.holder <> h));
+         WHERE t.kind = 'w' AND t.name = n
+           AND (t.role = 'w' OR (t.role = 'i' AND t.holder <> h) OR (want = 'u' AND t.role = 'u'));
     ELSE
         SELECT min(t.expires_at) INTO until FROM "verrou".holders AS t
-         WHERE t.kind = 'w' AND t.name = n AND t.role IN ('r', 'w');
+         WHERE t.kind = 'w' AND t.name = n AND t.role IN ('r', 'u', 'w');
         IF until IS NOT NULL AND waiting AND NOT EXISTS (SELECT 1 FROM "verrou".holders AS t
              WHERE t.kind = 'w' AND t.name = n AND t.role = 'i' AND t.holder <> h) THEN
             INSERT INTO "verrou".holders (kind, name, holder, role, expires_at)
@@ -273,5 +276,49 @@ BEGIN
     -- The set's token: the highest of its keys' tokens, so it is above every
     -- earlier token of each key (the sequence only grows).
     fence := top; retry_ms := NULL;
+    RETURN NEXT;
+END $$;
+
+-- Upgrade (want 'w': the holder's upgradeable read becomes the write once no
+-- other reader is inside; refused meanwhile, leaving its intent as a waiting
+-- writer does) or downgrade (want 'u': its write becomes the upgradeable
+-- read at once). fence (0 for a downgrade) when done or already done, else
+-- retry_ms; retry_ms -1 when the holder holds neither (nothing written).
+CREATE OR REPLACE FUNCTION "verrou".rw_convert(n text, h bytea, want "char", ttl_ms bigint)
+RETURNS TABLE (fence bigint, retry_ms bigint) LANGUAGE plpgsql AS $$
+DECLARE until timestamptz := clock_timestamp() + ttl_ms * interval '1 millisecond'; other timestamptz;
+BEGIN
+    PERFORM "verrou".lock_name('w', n);
+    -- Already converted (a re-sent call): refreshed.
+    UPDATE "verrou".holders AS t SET expires_at = until
+     WHERE t.kind = 'w' AND t.name = n AND t.holder = h AND t.role = want;
+    IF FOUND THEN
+        fence := CASE WHEN want = 'w' THEN nextval('"verrou".fence_seq') ELSE 0 END;
+        retry_ms := NULL; RETURN NEXT; RETURN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM "verrou".holders AS t WHERE t.kind = 'w' AND t.name = n AND t.holder = h
+        AND t.role = CASE WHEN want = 'w' THEN 'u' ELSE 'w' END) THEN
+        fence := NULL; retry_ms := -1; RETURN NEXT; RETURN;
+    END IF;
+    IF want = 'w' THEN
+        SELECT min(t.expires_at) INTO other FROM "verrou".holders AS t
+         WHERE t.kind = 'w' AND t.name = n AND t.role IN ('r', 'u', 'w') AND t.holder <> h;
+        IF other IS NOT NULL THEN
+            IF NOT EXISTS (SELECT 1 FROM "verrou".holders AS t
+                 WHERE t.kind = 'w' AND t.name = n AND t.role = 'i' AND t.holder <> h) THEN
+                INSERT INTO "verrou".holders (kind, name, holder, role, expires_at)
+                VALUES ('w', n, h, 'i', until)
+                ON CONFLICT (kind, name, holder, role) DO UPDATE SET expires_at = excluded.expires_at;
+            END IF;
+            fence := NULL;
+            retry_ms := GREATEST(1, CEIL(EXTRACT(EPOCH FROM other - clock_timestamp()) * 1000))::int8;
+            RETURN NEXT; RETURN;
+        END IF;
+        DELETE FROM "verrou".holders AS t WHERE t.kind = 'w' AND t.name = n AND t.role = 'i';
+    END IF;
+    UPDATE "verrou".holders AS t SET role = want, expires_at = until
+     WHERE t.kind = 'w' AND t.name = n AND t.holder = h AND t.role = CASE WHEN want = 'w' THEN 'u' ELSE 'w' END;
+    fence := CASE WHEN want = 'w' THEN nextval('"verrou".fence_seq') ELSE 0 END;
+    retry_ms := NULL;
     RETURN NEXT;
 END $$;

@@ -4,12 +4,12 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::raw::size_mismatch;
 use lock_core::raw::validate_identity;
 use lock_core::raw::{
     AcquireOutcome, ElectionBackend, Lease, MultiLockBackend, PermitRequest, ReleaseOutcome, RenewOutcome,
     RwLockBackend, SemaphoreBackend,
 };
+use lock_core::raw::{conversion_not_held, size_mismatch};
 use lock_core::{Error, LeaderInfo, LockToken, Result, RwMode};
 use tokio_postgres::types::Type;
 
@@ -34,6 +34,7 @@ pub(crate) struct KindStatements {
     rw_acquire: String,
     rw_release: String,
     rw_renew: String,
+    rw_convert: String,
     multi_acquire: String,
     multi_release: String,
     multi_renew: String,
@@ -59,7 +60,8 @@ impl KindStatements {
             // Drops the intent too; released only when a live hold went;
             // the name's row goes when nobody holds it any more.
             rw_release: format!("SELECT {s}.rw_release($1, $2)"),
-            rw_renew: holder_renew("w", "'r', 'w'"),
+            rw_renew: holder_renew("w", "'r', 'u', 'w'"),
+            rw_convert: format!("SELECT fence, retry_ms FROM {s}.rw_convert($1, $2, $3, $4)"),
             multi_acquire: format!("SELECT fence, retry_ms FROM {s}.multi_acquire($1, $2, $3)"),
             multi_release: format!(
                 "WITH gone AS (DELETE FROM {s}.locks WHERE key = ANY($1) AND owner = $2 \
@@ -128,6 +130,11 @@ fn key_list<'a>(keys: &[&'a str]) -> Result<Vec<&'a str>> {
 
 #[async_trait]
 impl SemaphoreBackend for PostgresBackend {
+    /// One `SELECT` of the live holders.
+    async fn inspect_permits(&self, name: &str) -> Result<lock_core::PermitsInfo> {
+        self.inspect_permits(name).await
+    }
+
     async fn acquire_permits(
         &self,
         name: &str,
@@ -183,12 +190,49 @@ impl SemaphoreBackend for PostgresBackend {
 fn rw_role(mode: RwMode) -> i8 {
     match mode {
         RwMode::Read => b'r' as i8,
+        RwMode::Upgradeable => b'u' as i8,
         RwMode::Write => b'w' as i8,
+    }
+}
+
+impl PostgresBackend {
+    /// `rw_convert`: `token`'s hold of `name` becomes `to`.
+    async fn convert_rw(&self, name: &str, token: &LockToken, to: RwMode, ttl: Duration) -> Result<AcquireOutcome> {
+        check_key(name)?;
+        let ms = ttl_param(ttl)?;
+        let owner: &[u8] = token.as_bytes();
+        let role = rw_role(to);
+        let params: [Param<'_>; 4] = [
+            (&name, Type::TEXT),
+            (&owner, Type::BYTEA),
+            (&role, Type::CHAR),
+            (&ms, Type::INT8),
+        ];
+        let rows = self.run(&self.kinds().rw_convert, &params, Op::Grant(owner)).await?;
+        let not_held = rows
+            .first()
+            .map(|row| row.try_get::<_, Option<i64>>(1))
+            .transpose()
+            .map_err(|_| bad_reply("rw_convert"))?
+            .flatten()
+            == Some(-1);
+        if not_held {
+            return Err(conversion_not_held(name));
+        }
+        Ok(match acquire_outcome(&rows)? {
+            AcquireOutcome::Acquired(_) if to != RwMode::Write => AcquireOutcome::Acquired(Lease::new()),
+            outcome => outcome,
+        })
     }
 }
 
 #[async_trait]
 impl RwLockBackend for PostgresBackend {
+    /// One `SELECT` of the live holders.
+    async fn inspect_rw(&self, name: &str) -> Result<lock_core::RwInfo> {
+        self.inspect_rw(name).await
+    }
+
     async fn try_acquire_rw(
         &self,
         name: &str,
@@ -211,7 +255,7 @@ impl RwLockBackend for PostgresBackend {
         let rows = self.run(&self.kinds().rw_acquire, &params, Op::Grant(owner)).await?;
         // Writers carry a fencing token; readers none (their fence column is 0).
         Ok(match acquire_outcome(&rows)? {
-            AcquireOutcome::Acquired(_) if mode == RwMode::Read => AcquireOutcome::Acquired(Lease::new()),
+            AcquireOutcome::Acquired(_) if mode != RwMode::Write => AcquireOutcome::Acquired(Lease::new()),
             outcome => outcome,
         })
     }
@@ -229,6 +273,14 @@ impl RwLockBackend for PostgresBackend {
             .holder_call(&self.kinds().rw_renew, name, token, Some(ms), false)
             .await?;
         Ok(renew_outcome(code))
+    }
+
+    async fn upgrade_rw(&self, name: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        self.convert_rw(name, token, RwMode::Write, ttl).await
+    }
+
+    async fn downgrade_rw(&self, name: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        self.convert_rw(name, token, RwMode::Upgradeable, ttl).await
     }
 }
 

@@ -164,6 +164,7 @@ mod builder;
 mod config;
 mod conn;
 mod error;
+mod inspect;
 mod kinds;
 mod notify;
 mod replication;
@@ -501,6 +502,12 @@ impl LockBackend for PostgresBackend {
             Some(n) => n.wait_fair(key, waiter, max_wait).await,
             None => tokio::time::sleep(max_wait).await,
         }
+    }
+
+    /// One `SELECT` of the key's live row: its fence and remaining ms.
+    async fn inspect(&self, key: &str) -> Result<lock_core::LockInfo> {
+        check_key(key)?;
+        self.inspect_lock(key).await
     }
 
     fn capabilities(&self) -> Capabilities {

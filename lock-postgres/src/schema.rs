@@ -84,6 +84,7 @@ pub(crate) struct Statements {
     pub release_notify: String,
     pub renew: String,
     pub renew_many: String,
+    pub inspect: String,
     pub kv_get: String,
     pub kv_create: String,
     pub kv_cas: String,
@@ -193,6 +194,11 @@ impl Statements {
                 "SELECT code FROM {s}.renew_many($1::text[], $2::bytea[], $3::int8) WITH ORDINALITY AS r(code, n) \
                  ORDER BY n"
             ),
+            // A read: the live holder's fence and remaining ms, or no row.
+            inspect: format!(
+                "SELECT fence, GREATEST(0, CEIL(EXTRACT(EPOCH FROM expires_at - clock_timestamp()) * 1000))::int8 \
+                 FROM {s}.locks WHERE key = $1 AND expires_at > clock_timestamp()"
+            ),
             kv_get: format!(
                 "SELECT value, version FROM {s}.kv WHERE key = $1 \
                  AND (expires_at IS NULL OR expires_at > clock_timestamp())"
@@ -235,6 +241,7 @@ impl Statements {
                    AND to_regclass('{s}.leaders') IS NOT NULL \
                    AND to_regprocedure('{s}.multi_acquire(text[], bytea, bigint)') IS NOT NULL \
                    AND to_regprocedure('{s}.rw_release(text, bytea)') IS NOT NULL \
+                   AND to_regprocedure('{s}.rw_convert(text, bytea, \"char\", bigint)') IS NOT NULL \
                    AND to_regprocedure('{s}.forget_name(\"char\", text)') IS NOT NULL \
                    AND to_regprocedure('{s}.sweep(integer)') IS NOT NULL"
             ),

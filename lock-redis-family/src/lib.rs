@@ -14,6 +14,7 @@
 
 pub mod board;
 pub mod fence;
+pub mod inspect;
 pub mod keys;
 pub mod kinds;
 mod macros;

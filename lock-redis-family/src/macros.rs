@@ -48,6 +48,31 @@ macro_rules! kind_backends {
             ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::RenewOutcome> {
                 $crate::kinds::rw::renew(self, name, token, ttl).await
             }
+
+            async fn upgrade_rw(
+                &self,
+                name: &str,
+                token: &$crate::__private::lock_core::LockToken,
+                ttl: ::std::time::Duration,
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::AcquireOutcome> {
+                $crate::kinds::rw::upgrade(self, name, token, ttl).await
+            }
+
+            async fn downgrade_rw(
+                &self,
+                name: &str,
+                token: &$crate::__private::lock_core::LockToken,
+                ttl: ::std::time::Duration,
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::AcquireOutcome> {
+                $crate::kinds::rw::downgrade(self, name, token, ttl).await
+            }
+
+            async fn inspect_rw(
+                &self,
+                name: &str,
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::RwInfo> {
+                $crate::kinds::inspect::rw(self, name).await
+            }
         }
 
         #[$crate::__private::lock_core::raw::async_trait]
@@ -77,6 +102,13 @@ macro_rules! kind_backends {
                 ttl: ::std::time::Duration,
             ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::RenewOutcome> {
                 $crate::kinds::semaphore::renew(self, name, holder, ttl).await
+            }
+
+            async fn inspect_permits(
+                &self,
+                name: &str,
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::PermitsInfo> {
+                $crate::kinds::inspect::semaphore(self, name).await
             }
         }
 

@@ -169,6 +169,7 @@ mod fair;
 #[cfg(test)]
 mod hand_off_tests;
 mod in_flight;
+mod inspect;
 mod keys;
 mod kinds;
 mod notify;
@@ -566,6 +567,12 @@ impl LockBackend for RedisLuaBackend {
     async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
         check_key(key)?;
         self.inner.leave_queue(key, waiter).await
+    }
+
+    /// One read-only script: the key's value, `PTTL` and fence counter.
+    async fn inspect(&self, key: &str) -> Result<lock_core::LockInfo> {
+        check_key(key)?;
+        self.inner.inspect(key).await
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -322,6 +322,10 @@ impl LockBackend for LazyNode {
         }
     }
 
+    async fn inspect(&self, key: &str) -> Result<lock_core::LockInfo> {
+        self.node()?.inspect(key).await
+    }
+
     /// The connected backend's; before that, conservative defaults under
     /// the node's name.
     fn capabilities(&self) -> Capabilities {

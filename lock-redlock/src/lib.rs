@@ -163,6 +163,7 @@ mod election;
 mod follow_up;
 mod holdings;
 mod inflight;
+mod inspect;
 mod lazy;
 mod multi;
 mod notify;
@@ -412,6 +413,15 @@ impl LockBackend for Redlock {
     async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
         let _ = (key, waiter);
         Ok(())
+    }
+
+    /// A quorum read of every node (each bounded by the maximum node
+    /// timeout): held when `M` nodes hold the key (the remaining lease is
+    /// the `M`-th longest), free when `N − M + 1` do not; otherwise an
+    /// error (`Unsupported` with the reason when nodes that cannot inspect
+    /// leave it open). No fencing token: Redlock issues none.
+    async fn inspect(&self, key: &str) -> Result<lock_core::LockInfo> {
+        self.inspect_quorum(key).await
     }
 
     fn capabilities(&self) -> Capabilities {

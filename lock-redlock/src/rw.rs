@@ -1,4 +1,4 @@
-//! Redlock and read-write locks: not supported yet. A quorum per operation
+//! Redlock and read-write locks (upgradeable reads included): not supported yet. A quorum per operation
 //! would be sound (pairwise exclusion), but the nodes are plain
 //! [`LockBackend`]s without reader sets; so every call answers
 //! [`Error::Unsupported`] and
@@ -37,6 +37,14 @@ impl RwLockBackend for Redlock {
     }
 
     async fn renew_rw(&self, _name: &str, _token: &LockToken, _ttl: Duration) -> Result<RenewOutcome> {
+        Err(unsupported(self))
+    }
+
+    async fn upgrade_rw(&self, _name: &str, _token: &LockToken, _ttl: Duration) -> Result<AcquireOutcome> {
+        Err(unsupported(self))
+    }
+
+    async fn downgrade_rw(&self, _name: &str, _token: &LockToken, _ttl: Duration) -> Result<AcquireOutcome> {
         Err(unsupported(self))
     }
 }

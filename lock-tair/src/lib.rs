@@ -191,6 +191,7 @@ mod builder;
 mod config;
 mod conn;
 mod fair;
+mod inspect;
 mod keys;
 mod kinds;
 mod notify;
@@ -560,6 +561,12 @@ impl LockBackend for TairBackend {
     async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
         self.check_key(key)?;
         self.leave_fair_queue(key, waiter).await
+    }
+
+    /// One read-only script: the key's value, `PTTL` and fence counter.
+    async fn inspect(&self, key: &str) -> Result<lock_core::LockInfo> {
+        self.check_key(key)?;
+        self.inspect_lock(key).await
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -99,7 +99,7 @@ impl FaultControl {
 /// Wraps a backend and injects the faults set on its [`FaultControl`].
 ///
 /// Every call that reaches the server takes the fault: acquire (plain and
-/// fair), release, renew, `renew_many` and leaving a fair queue. The waits
+/// fair), release, renew, `renew_many`, leaving a fair queue and `inspect`. The waits
 /// (`wait_for_release`, `wait_fair`) are hints and pass through untouched.
 /// The wrapped backend's [`LockBackend::instant`] is never used, so every
 /// call goes through the wrapper.
@@ -202,6 +202,9 @@ impl LockBackend for FaultyBackend {
     }
     async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
         self.run(self.inner.leave_queue(key, waiter)).await
+    }
+    async fn inspect(&self, key: &str) -> Result<lock_core::LockInfo> {
+        self.run(self.inner.inspect(key)).await
     }
     fn capabilities(&self) -> Capabilities {
         let mut caps = self.inner.capabilities();

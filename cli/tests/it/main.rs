@@ -9,6 +9,8 @@ mod common;
 mod deadline;
 mod kinds;
 mod limits;
+mod min_hold;
 mod program_group;
 mod readme;
 mod secrets;
+mod status;

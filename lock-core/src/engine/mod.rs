@@ -49,6 +49,17 @@ pub(crate) enum Identity {
     /// whose outcome is unknown is settled by the next one (same token); the
     /// token is released once when the call ends without a grant.
     Kept,
+    /// [`Identity::Kept`] with a token the caller already holds under (an
+    /// upgradeable read's, for its upgrade or downgrade): released once when
+    /// the call ends without a grant, which ends that hold as well.
+    Given(LockToken),
+}
+
+impl Identity {
+    /// One token for the whole call.
+    fn is_kept(self) -> bool {
+        matches!(self, Identity::Kept | Identity::Given(_))
+    }
 }
 
 /// What one acquire call asks of the engine.
@@ -234,7 +245,11 @@ impl<'a> Engine<'a> {
             return AtOnce::NotTried;
         };
         let (key, options, wait) = (call.key, call.options, call.wait);
-        if call.attempt.is_some() || options.fairness != Fairness::Barging || (wait && self.lanes.is_waited(key)) {
+        if call.attempt.is_some()
+            || call.identity.is_kept()
+            || options.fairness != Fairness::Barging
+            || (wait && self.lanes.is_waited(key))
+        {
             return AtOnce::NotTried;
         }
         if let Err(e) = self.validate(call) {
@@ -307,6 +322,7 @@ impl<'a> Engine<'a> {
         }
         let kept = match call.identity {
             Identity::Kept => Some(LockToken::generate()?),
+            Identity::Given(token) => Some(token),
             Identity::PerAttempt => None,
         };
         let mut kept_cleanup = kept.map(|token| ReleaseOnDrop::new(backend, key, token, options.op_timeout));
@@ -483,7 +499,7 @@ impl<'a> Engine<'a> {
                         hint.max(Duration::from_millis(1))
                     });
                 }
-                if call.identity == Identity::Kept {
+                if call.identity.is_kept() {
                     // Refresh what the backend keeps for this waiter well
                     // within its TTL.
                     delay = delay.min(options.ttl / 3);

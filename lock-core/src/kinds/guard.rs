@@ -44,6 +44,11 @@ impl<K> KindGuard<K> {
         &self.kind
     }
 
+    /// The inner guard (its hold handed over, say).
+    pub(crate) fn into_guard(self) -> LockGuard {
+        self.guard
+    }
+
     /// The adapter's lock key.
     pub(crate) fn lock_key(&self) -> &str {
         self.guard.key()

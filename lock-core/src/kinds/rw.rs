@@ -28,6 +28,21 @@
 //! its token). Refused readers retry at spread instants, not all at the
 //! intent's expiry.
 //!
+//! **Upgradeable reads.** [`RwLockManager::upgradeable_read`] takes a read
+//! that can become the write with no other writer in between (read, decide,
+//! then write). At most one upgradeable holder per name at a time (a second
+//! one is refused, as a reader is by a writer); plain readers share the lock
+//! with it; writers are excluded, as by any reader. [`RwLockGuard::upgrade`]
+//! waits until the other readers have left, then turns the hold into the
+//! write (with a fencing token). **While an upgrade waits, new readers are
+//! refused** (plain and upgradeable): it leaves a waiting writer's intent,
+//! so a stream of readers cannot starve it (writer preference, as for a
+//! waiting writer). With one upgradeable holder at a time, two upgrades
+//! never wait for each other. [`RwLockGuard::downgrade`] turns a write
+//! (upgraded or not) back into the upgradeable read at once, nobody let in
+//! between. Both keep the holder's token and consume the guard: when they
+//! fail (a timeout, a lost lease) the hold is released.
+//!
 //! **Fencing:** every writer grant carries a fencing token, strictly
 //! increasing per name (on every backend, whatever the mutex's `fencing`
 //! setting). Hand [`LeaseHandle::fencing_token`] to the protected resource
@@ -42,21 +57,24 @@ use async_trait::async_trait;
 
 use super::guard::{KindGuard, adapter_capabilities, kind_locks};
 use crate::backend::{AcquireOutcome, Capabilities, LockBackend, ReleaseOutcome, RenewOutcome};
-use crate::engine::Identity;
-use crate::error::{Error, Result};
+use crate::engine::{Call, Identity};
+use crate::error::{Error, NotHeldReason, Result};
 use crate::guard::LeaseHandle;
 use crate::manager::LockManager;
 use crate::options::LockOptions;
 use crate::token::LockToken;
 use crate::validate::validate_key;
 
-/// Read or write.
+/// Read, write, or a read that can become the write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RwMode {
     /// Shared with other readers.
     Read,
     /// Exclusive.
     Write,
+    /// A read shared with plain readers, at most one per name at a time,
+    /// that can be upgraded to the write (see the module docs).
+    Upgradeable,
 }
 
 /// Primitive, owner-checked read-write lock operations: one round trip each.
@@ -69,8 +87,10 @@ pub enum RwMode {
 pub trait RwLockBackend: LockBackend {
     /// Take `name` in `mode` for `token` if the policy allows (see the module
     /// docs). A refused writer that is `waiting` (it will try again) leaves
-    /// its intent; a granted writer clears any intent. A repeated call for a
-    /// holder refreshes its lease.
+    /// its intent; a granted writer clears any intent. An upgradeable reader
+    /// is a reader that is also refused while another token's upgradeable
+    /// read is live (`waiting` means nothing to readers). A repeated call
+    /// for a holder refreshes its lease.
     async fn try_acquire_rw(
         &self,
         name: &str,
@@ -86,25 +106,125 @@ pub trait RwLockBackend: LockBackend {
 
     /// Reset `token`'s lease (either mode) if still live; else `Missing`.
     async fn renew_rw(&self, name: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome>;
-}
 
-/// The lock key: a one-letter prefix (`r` read, `w` waiting writer, `W`
-/// writer without intent), then the name.
-fn encode(mode: RwMode, waiting: bool, name: &str) -> String {
-    match (mode, waiting) {
-        (RwMode::Read, _) => format!("r{name}"),
-        (RwMode::Write, true) => format!("w{name}"),
-        (RwMode::Write, false) => format!("W{name}"),
+    /// Turn `token`'s upgradeable read of `name` into the write (a lease of
+    /// `ttl`, with a fencing token above every earlier writer's) when no
+    /// other reader is inside; else `Held`, leaving `token`'s intent as a
+    /// refused waiting writer does (new readers are refused while it is
+    /// live). A repeated call by the writer it became refreshes its lease.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when `token` holds neither the upgradeable read nor
+    /// the write of `name` (expired or released): nothing is written.
+    async fn upgrade_rw(&self, name: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome>;
+
+    /// Turn `token`'s write of `name` into the upgradeable read (a lease of
+    /// `ttl`, no fencing token) at once: nobody gets in between. A repeated
+    /// call by the upgradeable holder it became refreshes its lease.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when `token` holds neither the write nor the
+    /// upgradeable read of `name`: nothing is written.
+    async fn downgrade_rw(&self, name: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome>;
+    /// Readers and writer of `name`, without taking it: a read that never
+    /// writes, never draws a fencing token and never touches an intent.
+    /// The default answers [`Error::Unsupported`].
+    async fn inspect_rw(&self, name: &str) -> Result<RwInfo> {
+        let _ = name;
+        Err(Error::unsupported(
+            self.capabilities().name,
+            "inspecting a read-write lock without taking it",
+        ))
     }
 }
 
-fn decode(key: &str) -> Result<(RwMode, bool, &str)> {
-    match key.split_at_checked(1) {
-        Some(("r", name)) => Ok((RwMode::Read, true, name)),
-        Some(("w", name)) => Ok((RwMode::Write, true, name)),
-        Some(("W", name)) => Ok((RwMode::Write, false, name)),
-        _ => Err(Error::invalid(format!("not a read-write lock key: {key:?}"))),
+/// What a backend sees of a read-write lock ([`RwLockBackend::inspect_rw`]),
+/// counting live holders only.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RwInfo {
+    /// Readers inside.
+    pub readers: u32,
+    /// A writer holds the lock.
+    pub writer: bool,
+    /// The writer's fencing token, when a writer holds it.
+    pub writer_fencing_token: Option<crate::FencingToken>,
+    /// A waiting writer's intent holds new readers back.
+    pub writer_waiting: bool,
+}
+
+impl RwInfo {
+    /// `readers` readers and no writer.
+    pub fn readers(readers: u32) -> Self {
+        RwInfo {
+            readers,
+            ..RwInfo::default()
+        }
     }
+
+    /// A writer holding the lock with `token`.
+    pub fn writer(token: Option<crate::FencingToken>) -> Self {
+        RwInfo {
+            writer: true,
+            writer_fencing_token: token,
+            ..RwInfo::default()
+        }
+    }
+
+    /// Mark whether a waiting writer's intent is live.
+    #[must_use]
+    pub fn with_writer_waiting(mut self, waiting: bool) -> Self {
+        self.writer_waiting = waiting;
+        self
+    }
+}
+
+/// The error a backend answers an upgrade or a downgrade of a token that
+/// holds nothing of `name` with.
+pub fn conversion_not_held(name: &str) -> Error {
+    Error::NotHeld {
+        key: name.to_owned(),
+        reason: NotHeldReason::Missing,
+    }
+}
+
+/// What an adapter key asks for.
+#[derive(Clone, Copy)]
+enum Op {
+    /// Take the lock in a mode (waiting or not).
+    Take(RwMode, bool),
+    /// Upgrade the holder's upgradeable read.
+    Upgrade,
+    /// Downgrade the holder's write.
+    Downgrade,
+}
+
+/// The lock key: a one-letter prefix (`r` read, `u` upgradeable read, `w`
+/// waiting writer, `W` writer without intent, `U` upgrade, `D` downgrade),
+/// then the name.
+fn encode(op: Op, name: &str) -> String {
+    let prefix = match op {
+        Op::Take(RwMode::Read, _) => 'r',
+        Op::Take(RwMode::Upgradeable, _) => 'u',
+        Op::Take(RwMode::Write, true) => 'w',
+        Op::Take(RwMode::Write, false) => 'W',
+        Op::Upgrade => 'U',
+        Op::Downgrade => 'D',
+    };
+    format!("{prefix}{name}")
+}
+
+fn decode(key: &str) -> Result<(Op, &str)> {
+    let op = match key.split_at_checked(1) {
+        Some(("r", name)) => (Op::Take(RwMode::Read, true), name),
+        Some(("u", name)) => (Op::Take(RwMode::Upgradeable, true), name),
+        Some(("w", name)) => (Op::Take(RwMode::Write, true), name),
+        Some(("W", name)) => (Op::Take(RwMode::Write, false), name),
+        Some(("U", name)) => (Op::Upgrade, name),
+        Some(("D", name)) => (Op::Downgrade, name),
+        _ => return Err(Error::invalid(format!("not a read-write lock key: {key:?}"))),
+    };
+    Ok(op)
 }
 
 struct RwAsLock {
@@ -114,14 +234,17 @@ struct RwAsLock {
 #[async_trait]
 impl LockBackend for RwAsLock {
     async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
-        let (mode, waiting, name) = decode(key)?;
-        self.backend.try_acquire_rw(name, mode, waiting, token, ttl).await
+        match decode(key)? {
+            (Op::Take(mode, waiting), name) => self.backend.try_acquire_rw(name, mode, waiting, token, ttl).await,
+            (Op::Upgrade, name) => self.backend.upgrade_rw(name, token, ttl).await,
+            (Op::Downgrade, name) => self.backend.downgrade_rw(name, token, ttl).await,
+        }
     }
     async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
-        self.backend.release_rw(decode(key)?.2, token).await
+        self.backend.release_rw(decode(key)?.1, token).await
     }
     async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
-        self.backend.renew_rw(decode(key)?.2, token, ttl).await
+        self.backend.renew_rw(decode(key)?.1, token, ttl).await
     }
     fn capabilities(&self) -> Capabilities {
         adapter_capabilities(self.backend.capabilities(), true)
@@ -141,9 +264,16 @@ impl LockBackend for RwAsLock {
 /// w.release().await?;
 /// # Ok(()) }
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct RwLockManager {
     locks: LockManager,
+    backend: Arc<dyn RwLockBackend>,
+}
+
+impl std::fmt::Debug for RwLockManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RwLockManager").field("locks", &self.locks).finish()
+    }
 }
 
 impl RwLockManager {
@@ -171,10 +301,27 @@ impl RwLockManager {
     /// As [`RwLockManager::with_options`].
     pub fn from_arc(backend: Arc<dyn RwLockBackend>, options: LockOptions) -> Result<Self> {
         let caps = backend.capabilities();
-        let adapter = RwAsLock { backend };
+        let adapter = RwAsLock {
+            backend: backend.clone(),
+        };
         Ok(RwLockManager {
             locks: kind_locks(caps, |c| c.rw_locks, "read-write locks", adapter, options)?,
+            backend,
         })
+    }
+
+    /// Readers and writer of `name`, without taking it (a read: see
+    /// [`RwLockBackend::inspect_rw`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad name; [`Error::Unsupported`]
+    /// when the backend cannot read them; the backend's error.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a read leaves nothing behind.
+    pub async fn inspect(&self, name: &str) -> Result<RwInfo> {
+        validate_key(name)?;
+        self.backend.inspect_rw(name).await
     }
 
     /// The options in force.
@@ -183,8 +330,9 @@ impl RwLockManager {
     }
 
     /// Take `name` in `mode`, waiting up to the acquire timeout
-    /// ([`RwLockManager::read`] and [`RwLockManager::write`] are its two
-    /// modes; [`RwLockManager::lock_opts`] takes per-call options).
+    /// ([`RwLockManager::read`], [`RwLockManager::write`] and
+    /// [`RwLockManager::upgradeable_read`] are its modes;
+    /// [`RwLockManager::lock_opts`] takes per-call options).
     ///
     /// # Errors
     /// [`Error::Timeout`], [`Error::InvalidArgument`], or the last backend error.
@@ -209,14 +357,22 @@ impl RwLockManager {
         // release the engine sends when the wait ends without a grant.
         // Readers have nothing to keep.
         let identity = match mode {
-            RwMode::Read => Identity::PerAttempt,
+            RwMode::Read | RwMode::Upgradeable => Identity::PerAttempt,
             RwMode::Write => Identity::Kept,
         };
         let guard = self
             .locks
-            .lock_kind(&encode(mode, true, name), options, None, identity)
+            .lock_kind(&encode(Op::Take(mode, true), name), options, None, identity)
             .await?;
-        Ok(KindGuard::new(guard, mode))
+        Ok(KindGuard::new(guard, self.hold(mode, options)))
+    }
+
+    fn hold(&self, mode: RwMode, options: &LockOptions) -> RwHold {
+        RwHold {
+            mode,
+            locks: self.locks.clone(),
+            options: options.clone(),
+        }
     }
 
     /// Take `name` for reading: [`RwLockManager::lock`] in [`RwMode::Read`].
@@ -241,6 +397,28 @@ impl RwLockManager {
         self.lock(name, RwMode::Write).await
     }
 
+    /// Take `name` for an upgradeable read: [`RwLockManager::lock`] in
+    /// [`RwMode::Upgradeable`] (one such holder at a time, plain readers
+    /// beside it; see [`RwLockGuard::upgrade`]).
+    ///
+    /// # Errors
+    /// As [`RwLockManager::lock`].
+    ///
+    /// # Cancel safety
+    /// As [`RwLockManager::lock`].
+    ///
+    /// ```
+    /// # async fn demo(locks: lock_core::RwLockManager) -> lock_core::Result<()> {
+    /// let read = locks.upgradeable_read("config").await?; // plain readers may join
+    /// // ... read, decide ...
+    /// let write = read.upgrade().await?; // no writer got in between
+    /// write.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn upgradeable_read(&self, name: &str) -> Result<RwLockGuard> {
+        self.lock(name, RwMode::Upgradeable).await
+    }
+
     /// One attempt in `mode`, no waiting: `Ok(None)` when refused.
     ///
     /// # Errors
@@ -261,8 +439,11 @@ impl RwLockManager {
     /// As [`RwLockManager::lock`].
     pub async fn try_lock_opts(&self, name: &str, mode: RwMode, options: &LockOptions) -> Result<Option<RwLockGuard>> {
         validate_key(name)?;
-        let guard = self.locks.try_lock_opts(&encode(mode, false, name), options).await?;
-        Ok(guard.map(|guard| KindGuard::new(guard, mode)))
+        let guard = self
+            .locks
+            .try_lock_opts(&encode(Op::Take(mode, false), name), options)
+            .await?;
+        Ok(guard.map(|guard| KindGuard::new(guard, self.hold(mode, options))))
     }
 
     /// Run `body` holding `name` in `mode`; on loss the body is dropped and
@@ -298,19 +479,100 @@ impl RwLockManager {
     }
 }
 
-/// A held read or write lock (the shared [`KindGuard`], holding its
-/// [`RwMode`]). Owned and `'static`; dropping it releases in the background.
-pub type RwLockGuard = KindGuard<RwMode>;
+/// What an [`RwLockGuard`] knows of its hold: its [`RwMode`], and the
+/// manager and options that took it (an upgrade or a downgrade runs there).
+#[derive(Debug, Clone)]
+pub struct RwHold {
+    mode: RwMode,
+    locks: LockManager,
+    options: LockOptions,
+}
 
-impl KindGuard<RwMode> {
+/// A held read, write or upgradeable read lock (the shared [`KindGuard`],
+/// holding its [`RwHold`]). Owned and `'static`; dropping it releases in
+/// the background.
+pub type RwLockGuard = KindGuard<RwHold>;
+
+impl KindGuard<RwHold> {
     /// The lock's name.
     pub fn name(&self) -> &str {
         self.lock_key().get(1..).unwrap_or_default()
     }
 
-    /// Read or write.
+    /// Read, write or upgradeable read.
     pub fn mode(&self) -> RwMode {
-        *self.kind()
+        self.kind().mode
+    }
+
+    /// Turn this upgradeable read into the write: waits (up to the acquire
+    /// timeout of the options it was taken with) until the other readers
+    /// have left, refusing new readers meanwhile; no writer can get in
+    /// before it (this holder is a reader all along). The write guard keeps
+    /// this guard's token, with a fencing token of its own.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] on a guard that is not
+    /// [`RwMode::Upgradeable`]; [`Error::NotHeld`] when the read was lost
+    /// (before or during the wait); [`Error::Timeout`]; a backend error.
+    /// On any error the upgradeable read is released as well.
+    ///
+    /// # Cancel safety
+    /// Dropping the future releases the hold (in the background), whether
+    /// it was still the read or already the write.
+    pub async fn upgrade(self) -> Result<RwLockGuard> {
+        self.convert(RwMode::Upgradeable, Op::Upgrade, RwMode::Write).await
+    }
+
+    /// Turn this write into the upgradeable read at once: plain readers may
+    /// join from then on, no writer gets in between. The guard keeps its
+    /// token; it carries no fencing token any more.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] on a guard that is not [`RwMode::Write`];
+    /// [`Error::NotHeld`] when the write was lost; a backend error. On any
+    /// error the write is released as well.
+    ///
+    /// # Cancel safety
+    /// Dropping the future releases the hold (in the background).
+    pub async fn downgrade(self) -> Result<RwLockGuard> {
+        self.convert(RwMode::Write, Op::Downgrade, RwMode::Upgradeable).await
+    }
+
+    async fn convert(self, from: RwMode, op: Op, to: RwMode) -> Result<RwLockGuard> {
+        let hold = self.kind().clone();
+        if hold.mode != from {
+            return Err(Error::invalid(format!(
+                "only a {from:?} hold can become {to:?}; this one is {:?}",
+                hold.mode
+            )));
+        }
+        let name = self.name().to_owned();
+        if self.is_lost() {
+            return Err(Error::NotHeld {
+                key: name,
+                reason: NotHeldReason::Expired,
+            });
+        }
+        // The old guard keeps renewing the token's hold while the new call
+        // waits; once granted, the new guard renews and releases it.
+        let wait = matches!(op, Op::Upgrade);
+        let key = encode(op, &name);
+        let call = Call {
+            key: &key,
+            options: &hold.options,
+            wait,
+            attempt: None,
+            identity: Identity::Given(*self.token()),
+            spread: false,
+            key_checked: false,
+        };
+        let guard = match hold.locks.acquire_observed(&call).await? {
+            Some(guard) => guard,
+            None if wait => return Err(call.timed_out()),
+            None => return Err(conversion_not_held(&name)),
+        };
+        self.into_guard().hand_over();
+        Ok(KindGuard::new(guard, RwHold { mode: to, ..hold }))
     }
 }
 
@@ -331,5 +593,14 @@ impl<B: RwLockBackend + ?Sized> RwLockBackend for Arc<B> {
     }
     async fn renew_rw(&self, name: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
         (**self).renew_rw(name, token, ttl).await
+    }
+    async fn upgrade_rw(&self, name: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        (**self).upgrade_rw(name, token, ttl).await
+    }
+    async fn downgrade_rw(&self, name: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        (**self).downgrade_rw(name, token, ttl).await
+    }
+    async fn inspect_rw(&self, name: &str) -> Result<RwInfo> {
+        (**self).inspect_rw(name).await
     }
 }

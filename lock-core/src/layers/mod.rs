@@ -161,6 +161,10 @@ macro_rules! observing_lock_backend {
                 self.inner.leave_queue(key, waiter).await
             }
 
+            async fn inspect(&self, key: &str) -> $crate::error::Result<$crate::inspect::LockInfo> {
+                self.inner.inspect(key).await
+            }
+
             fn capabilities(&self) -> $crate::backend::Capabilities {
                 self.inner.capabilities().without_kinds()
             }

@@ -137,6 +137,10 @@ impl<B: LockBackend> LockBackend for PrefixLayer<B> {
         self.inner.leave_queue(&full, waiter).await
     }
 
+    async fn inspect(&self, key: &str) -> Result<crate::LockInfo> {
+        self.inner.inspect(&self.server_key(key)?).await
+    }
+
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities().without_kinds()
     }

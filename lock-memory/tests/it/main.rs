@@ -5,6 +5,7 @@
 
 mod conformance;
 mod election_conformance;
+mod inspect;
 mod instant_at;
 mod multi_conformance;
 mod rw_conformance;

@@ -4,6 +4,7 @@
 //! acknowledgement).
 
 pub mod election;
+pub mod inspect;
 pub mod multi;
 pub mod rw;
 pub mod scripted;

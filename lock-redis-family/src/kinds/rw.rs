@@ -2,7 +2,8 @@
 //! backends. Keys of `name`, all in its slot: `readers` (sorted set, token →
 //! deadline in server ms), `writer` (string: token, with a TTL), `intent`
 //! (string: a waiting writer's token, with its TTL; see the policy in
-//! [`super::rw`]), `fence` (the last writer's fencing token, no TTL) and
+//! [`super::rw`]), `upgrader` (string: which reader holds the upgradeable
+//! read, with its TTL; it counts only while that token is a reader), `fence` (the last writer's fencing token, no TTL) and
 //! `gone` (tokens whose release found nothing, refused by later grants for
 //! [`super::semaphore::GONE_WINDOW_MS`], as the semaphore's: a clean-up
 //! release that reached the server before its own grant, across a
@@ -18,10 +19,10 @@ use super::semaphore::{GONE_FUNCTIONS, kind_key};
 use lock_core::backend::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use lock_core::error::Result;
 use lock_core::kinds::rw::RwMode;
-use lock_core::raw::{ttl_millis, validate_key, validate_ttl};
+use lock_core::raw::{conversion_not_held, ttl_millis, validate_key, validate_ttl};
 use lock_core::token::{FencingToken, LockToken};
 
-/// The three keys of one read-write lock.
+/// The keys of one read-write lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RwKeys {
     /// Sorted set of reader deadlines.
@@ -34,6 +35,8 @@ pub struct RwKeys {
     pub fence: String,
     /// Tokens released before their grant arrived.
     pub gone: String,
+    /// The upgradeable reader's token.
+    pub upgrader: String,
 }
 
 impl RwKeys {
@@ -57,6 +60,7 @@ impl RwKeys {
             intent: kind_key(prefix, name, "rw:intent")?,
             fence: kind_key(prefix, name, "rw:fence")?,
             gone: kind_key(prefix, name, "rw:gone")?,
+            upgrader: kind_key(prefix, name, "rw:upgrader")?,
         })
     }
 }
@@ -75,42 +79,88 @@ end
     };
 }
 
-/// KEYS readers, writer, intent, fence, gone; ARGV token, ttl ms, mode (`r`
-/// read, `w` waiting writer, `W` writer without intent). `{1}` a reader
-/// granted, `{1, fence}` a writer granted (it clears the intent; its fencing
-/// token is above every earlier writer's, even if the fence key was lost, as
-/// the mutex's); `{0, retry_ms}` refused (a refused waiting writer leaves its
-/// intent unless another writer's is live; a token already released, in
-/// `gone`, is refused with nothing written).
+/// KEYS readers, writer, intent, fence, gone, upgrader; ARGV token, ttl
+/// ms, mode (`r` read, `u` upgradeable read, `w` waiting writer, `W` writer
+/// without intent, `U` upgrade the token's upgradeable read, `D` downgrade
+/// its write). `{1}` a reader granted, `{1, fence}` a writer granted (it
+/// clears the intent; its fencing token is above every earlier writer's,
+/// even if the fence key was lost, as the mutex's); `{0, retry_ms}` refused
+/// (a refused waiting writer or upgrade leaves its intent unless another
+/// writer's is live; a token already released, in `gone`, is refused with
+/// nothing written); `{-1}` an upgrade or downgrade of a token holding
+/// neither the upgradeable read nor the write (nothing written).
 pub const ACQUIRE: &str = const_format::concatcp!(
     rw_prologue!(),
     GONE_FUNCTIONS,
     r"
 if is_gone(KEYS[5], ARGV[1], now) then return {0, 1} end
 local ttl = tonumber(ARGV[2])
+local mode = ARGV[3]
 local writer = redis.call('GET', KEYS[2])
-if ARGV[3] == 'r' then
-  if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-    redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
-    expire_readers()
-    return {1}
+local function upgrader()
+  local u = redis.call('GET', KEYS[6])
+  if u and redis.call('ZSCORE', KEYS[1], u) then return u end
+  return nil
+end
+local function hold_read(upgradeable)
+  redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+  expire_readers()
+  if upgradeable then redis.call('SET', KEYS[6], ARGV[1], 'PX', ttl) end
+  return {1}
+end
+local function hold_write()
+  redis.call('SET', KEYS[2], ARGV[1], 'PX', ttl)
+  redis.call('DEL', KEYS[3])
+  local last = tonumber(redis.call('GET', KEYS[4]) or '0') or 0
+  local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if fence <= last then fence = last + 1 end
+  redis.call('SET', KEYS[4], string.format('%.0f', fence))
+  return {1, fence}
+end
+local function leave_intent()
+  local intent = redis.call('GET', KEYS[3])
+  if not intent or intent == ARGV[1] then redis.call('SET', KEYS[3], ARGV[1], 'PX', ttl) end
+end
+if mode == 'D' then
+  if writer == ARGV[1] then
+    redis.call('DEL', KEYS[2])
+  elseif upgrader() ~= ARGV[1] then
+    return {-1}
+  end
+  return hold_read(true)
+end
+if writer == ARGV[1] and (mode == 'U' or mode == 'w' or mode == 'W') then
+  redis.call('PEXPIRE', KEYS[2], ttl)
+  return {1, tonumber(redis.call('GET', KEYS[4]) or '0') or 0}
+end
+if mode == 'U' then
+  if upgrader() ~= ARGV[1] then return {-1} end
+  local first = redis.call('ZRANGE', KEYS[1], 0, 1, 'WITHSCORES')
+  local other = first[2]
+  if first[1] == ARGV[1] then other = first[4] end
+  if other then
+    leave_intent()
+    return {0, math.max(1, tonumber(other) - now)}
+  end
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  redis.call('DEL', KEYS[6])
+  return hold_write()
+end
+if mode == 'r' or mode == 'u' then
+  local u = upgrader()
+  if redis.call('ZSCORE', KEYS[1], ARGV[1]) and (mode == 'r' or u == ARGV[1]) then
+    return hold_read(mode == 'u')
   end
   if writer then return {0, math.max(1, redis.call('PTTL', KEYS[2]))} end
   local intent = redis.call('GET', KEYS[3])
   if intent and intent ~= ARGV[1] then return {0, math.max(1, redis.call('PTTL', KEYS[3]))} end
-  redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
-  expire_readers()
-  return {1}
-end
-if writer == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[2], ttl)
-  return {1, tonumber(redis.call('GET', KEYS[4]) or '0') or 0}
+  if mode == 'u' and u then
+    return {0, math.max(1, tonumber(redis.call('ZSCORE', KEYS[1], u)) - now)}
+  end
+  return hold_read(mode == 'u')
 end
 if writer or redis.call('ZCARD', KEYS[1]) > 0 then
-  local intent = redis.call('GET', KEYS[3])
-  if ARGV[3] == 'w' and (not intent or intent == ARGV[1]) then
-    redis.call('SET', KEYS[3], ARGV[1], 'PX', ttl)
-  end
+  if mode == 'w' then leave_intent() end
   local wait = 1
   if writer then
     wait = redis.call('PTTL', KEYS[2])
@@ -120,24 +170,20 @@ if writer or redis.call('ZCARD', KEYS[1]) > 0 then
   end
   return {0, math.max(1, wait)}
 end
-redis.call('SET', KEYS[2], ARGV[1], 'PX', ttl)
-redis.call('DEL', KEYS[3])
-local last = tonumber(redis.call('GET', KEYS[4]) or '0') or 0
-local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-if fence <= last then fence = last + 1 end
-redis.call('SET', KEYS[4], string.format('%.0f', fence))
-return {1, fence}
+return hold_write()
 "
 );
 
-/// KEYS readers, writer, intent, gone; ARGV token. `1` released, `0`
-/// missing (expired or never granted: the token is then refused by grants
-/// for [`super::semaphore::GONE_WINDOW_MS`]). Also drops the token's intent.
+/// KEYS readers, writer, intent, gone, upgrader; ARGV token. `1` released,
+/// `0` missing (expired or never granted: the token is then refused by
+/// grants for [`super::semaphore::GONE_WINDOW_MS`]). Also drops the token's
+/// intent and its upgradeable mark.
 pub const RELEASE: &str = const_format::concatcp!(
     rw_prologue!(),
     GONE_FUNCTIONS,
     r"
 if redis.call('GET', KEYS[3]) == ARGV[1] then redis.call('DEL', KEYS[3]) end
+if redis.call('GET', KEYS[5]) == ARGV[1] then redis.call('DEL', KEYS[5]) end
 if redis.call('GET', KEYS[2]) == ARGV[1] then
   redis.call('DEL', KEYS[2])
   return 1
@@ -148,8 +194,8 @@ return 0
 "
 );
 
-/// KEYS readers, writer; ARGV token, ttl ms. `1` renewed, `0` missing (an
-/// expired reader was pruned above: never revived).
+/// KEYS readers, writer, upgrader; ARGV token, ttl ms. `1` renewed, `0`
+/// missing (an expired reader was pruned above: never revived).
 pub const RENEW: &str = concat!(
     rw_prologue!(),
     r"
@@ -160,6 +206,7 @@ end
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1])
   expire_readers()
+  if redis.call('GET', KEYS[3]) == ARGV[1] then redis.call('PEXPIRE', KEYS[3], ARGV[2]) end
   return 1
 end
 return 0
@@ -194,13 +241,57 @@ pub async fn try_acquire<K: ScriptedKinds + ?Sized>(
     token: &LockToken,
     ttl: Duration,
 ) -> Result<AcquireOutcome> {
-    let keys = keys_on(kinds, name)?;
-    validate_ttl(ttl)?;
     let mode: &[u8] = match (mode, waiting) {
         (RwMode::Read, _) => b"r",
+        (RwMode::Upgradeable, _) => b"u",
         (RwMode::Write, true) => b"w",
         (RwMode::Write, false) => b"W",
     };
+    acquire(kinds, name, mode, token, ttl).await
+}
+
+/// [`lock_core::kinds::rw::RwLockBackend::upgrade_rw`] with [`ACQUIRE`].
+///
+/// # Errors
+/// As the trait method.
+///
+/// # Cancel safety
+/// As the trait method.
+pub async fn upgrade<K: ScriptedKinds + ?Sized>(
+    kinds: &K,
+    name: &str,
+    token: &LockToken,
+    ttl: Duration,
+) -> Result<AcquireOutcome> {
+    acquire(kinds, name, b"U", token, ttl).await
+}
+
+/// [`lock_core::kinds::rw::RwLockBackend::downgrade_rw`] with [`ACQUIRE`].
+///
+/// # Errors
+/// As the trait method.
+///
+/// # Cancel safety
+/// As the trait method.
+pub async fn downgrade<K: ScriptedKinds + ?Sized>(
+    kinds: &K,
+    name: &str,
+    token: &LockToken,
+    ttl: Duration,
+) -> Result<AcquireOutcome> {
+    acquire(kinds, name, b"D", token, ttl).await
+}
+
+/// [`ACQUIRE`] in `mode` (its one-letter argument).
+async fn acquire<K: ScriptedKinds + ?Sized>(
+    kinds: &K,
+    name: &str,
+    mode: &[u8],
+    token: &LockToken,
+    ttl: Duration,
+) -> Result<AcquireOutcome> {
+    let keys = keys_on(kinds, name)?;
+    validate_ttl(ttl)?;
     let op = "read-write acquire";
     let (reply, replication) = kinds
         .run_kind_script(KindCall {
@@ -209,7 +300,14 @@ pub async fn try_acquire<K: ScriptedKinds + ?Sized>(
             script: KindScript::RwAcquire,
             token,
             ttl: Some(ttl),
-            keys: &[&keys.readers, &keys.writer, &keys.intent, &keys.fence, &keys.gone],
+            keys: &[
+                &keys.readers,
+                &keys.writer,
+                &keys.intent,
+                &keys.fence,
+                &keys.gone,
+                &keys.upgrader,
+            ],
             args: &[&token.hex_bytes(), ttl_millis(ttl).to_string().as_bytes(), mode],
         })
         .await?;
@@ -221,6 +319,7 @@ pub async fn try_acquire<K: ScriptedKinds + ?Sized>(
         Some([0, wait]) => Ok(AcquireOutcome::Held {
             retry_after: u64::try_from(*wait).ok().map(Duration::from_millis),
         }),
+        Some([-1]) => Err(conversion_not_held(name)),
         _ => Err(kinds.unexpected_reply(op, name, &reply)),
     }?;
     acked_grant(kinds, name, "took the read-write lock", outcome, replication, || {
@@ -247,7 +346,7 @@ pub async fn release<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str, token: &L
             script: KindScript::RwRelease,
             token,
             ttl: None,
-            keys: &[&keys.readers, &keys.writer, &keys.intent, &keys.gone],
+            keys: &[&keys.readers, &keys.writer, &keys.intent, &keys.gone, &keys.upgrader],
             args: &[&token.hex_bytes()],
         },
     )
@@ -278,7 +377,7 @@ pub async fn renew<K: ScriptedKinds + ?Sized>(
             script: KindScript::RwRenew,
             token,
             ttl: Some(ttl),
-            keys: &[&keys.readers, &keys.writer],
+            keys: &[&keys.readers, &keys.writer, &keys.upgrader],
             args: &[&token.hex_bytes(), ttl_millis(ttl).to_string().as_bytes()],
         })
         .await?;
@@ -299,5 +398,6 @@ mod tests {
         assert_eq!(k.intent, "rw:intent:{cfg}");
         assert_eq!(k.fence, "rw:fence:{cfg}");
         assert_eq!(k.gone, "rw:gone:{cfg}");
+        assert_eq!(k.upgrader, "rw:upgrader:{cfg}");
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{election, multi, rw, semaphore};
+use super::{election, inspect, multi, rw, semaphore};
 use lock_core::backend::{ReleaseOutcome, RenewOutcome, ReplicaAck, Replication};
 use lock_core::error::{Error, Result};
 use lock_core::kinds::election::LeaderInfo;
@@ -46,12 +46,16 @@ pub enum KindScript {
     MultiReleaseNotify,
     /// [`multi::RENEW_ALL`].
     MultiRenew,
+    /// [`inspect::SEMAPHORE_INSPECT`] (a read).
+    SemaphoreInspect,
+    /// [`inspect::RW_INSPECT`] (a read).
+    RwInspect,
 }
 
 impl KindScript {
     /// Every script, in the order of [`KindScript::index`]: a backend
     /// prepares them once (SHA1s) and picks one by index.
-    pub const ALL: [KindScript; 13] = [
+    pub const ALL: [KindScript; 15] = [
         KindScript::RwAcquire,
         KindScript::RwRelease,
         KindScript::RwRenew,
@@ -65,6 +69,8 @@ impl KindScript {
         KindScript::MultiRelease,
         KindScript::MultiReleaseNotify,
         KindScript::MultiRenew,
+        KindScript::SemaphoreInspect,
+        KindScript::RwInspect,
     ];
 
     /// The script's position in [`KindScript::ALL`].
@@ -88,6 +94,8 @@ impl KindScript {
             KindScript::MultiRelease => multi::RELEASE_ALL,
             KindScript::MultiReleaseNotify => multi::RELEASE_ALL_NOTIFY,
             KindScript::MultiRenew => multi::RENEW_ALL,
+            KindScript::SemaphoreInspect => inspect::SEMAPHORE_INSPECT,
+            KindScript::RwInspect => inspect::RW_INSPECT,
         }
     }
 

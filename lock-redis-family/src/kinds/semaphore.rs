@@ -468,7 +468,7 @@ mod tests {
     /// share `{x}:sem` without one.
     #[test]
     fn distinct_names_never_share_a_kind_key() {
-        const KINDS: [&str; 13] = [
+        const KINDS: [&str; 14] = [
             "sem",
             "sem:info",
             "sem:fence",
@@ -478,6 +478,7 @@ mod tests {
             "rw:intent",
             "rw:fence",
             "rw:gone",
+            "rw:upgrader",
             "leader",
             "leader:term",
             "leader:gone",

@@ -15,6 +15,7 @@ mod credentials;
 mod election_observe;
 mod faults;
 mod hot_path;
+mod inspect;
 mod issue39;
 mod kinds_conformance;
 mod kinds_replica_ack;

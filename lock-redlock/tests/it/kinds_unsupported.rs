@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use lock_core::{Error, LockBackend, LockToken, MultiLockManager, SemaphoreManager};
 
-use lock_core::raw::{MultiLockBackend, PermitRequest, SemaphoreBackend};
+use lock_core::raw::{MultiLockBackend, PermitRequest, RwLockBackend, SemaphoreBackend};
 use lock_memory::MemoryBackend;
 use lock_redlock::Redlock;
 
@@ -48,6 +48,17 @@ async fn multi_key_locks_are_unsupported_with_a_capability_flag() {
 async fn read_write_locks_are_unsupported_with_a_capability_flag() {
     let r = redlock();
     assert!(!r.capabilities().rw_locks);
+    // Upgradeable reads too, with the reason.
+    let token = LockToken::generate().expect("token");
+    for raw in [
+        r.upgrade_rw("rw", &token, Duration::from_secs(1)).await,
+        r.downgrade_rw("rw", &token, Duration::from_secs(1)).await,
+    ] {
+        match raw {
+            Err(Error::Unsupported { what, .. }) => assert!(what.contains("reader sets"), "{what}"),
+            other => panic!("expected Unsupported, got {other:?}"),
+        }
+    }
     assert!(matches!(
         lock_core::RwLockManager::new(r),
         Err(Error::Unsupported { .. })

@@ -17,14 +17,14 @@ use super::LockSuite;
 
 /// Counts the fair attempts that got an answer, so a case can wait until a
 /// waiter is queued instead of sleeping.
-struct Counted {
+pub(super) struct Counted {
     inner: Arc<dyn LockBackend>,
     answered: AtomicUsize,
     changed: Notify,
 }
 
 impl Counted {
-    async fn answered_at_least(&self, n: usize) {
+    pub(super) async fn answered_at_least(&self, n: usize) {
         loop {
             let changed = self.changed.notified();
             if self.answered.load(Ordering::SeqCst) >= n {
@@ -74,6 +74,9 @@ impl LockBackend for Counted {
     async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
         self.inner.leave_queue(key, waiter).await
     }
+    async fn inspect(&self, key: &str) -> Result<lock_core::LockInfo> {
+        self.inner.inspect(key).await
+    }
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
@@ -82,12 +85,12 @@ impl LockBackend for Counted {
     }
 }
 
-fn fair(options: LockOptions, claim: Duration) -> LockOptions {
+pub(super) fn fair(options: LockOptions, claim: Duration) -> LockOptions {
     options.fairness(Fairness::Fifo { claim })
 }
 
 /// A manager with `options` over a new client, and the client's counter.
-async fn counted(s: &LockSuite, options: LockOptions) -> (LockManager, Arc<Counted>) {
+pub(super) async fn counted(s: &LockSuite, options: LockOptions) -> (LockManager, Arc<Counted>) {
     let backend = Arc::new(Counted {
         inner: s.client().await,
         answered: AtomicUsize::new(0),

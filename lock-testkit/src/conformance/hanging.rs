@@ -96,6 +96,9 @@ impl<B: LockBackend + ?Sized> LockBackend for Hanging<B> {
     async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {
         self.inner.leave_queue(key, waiter).await
     }
+    async fn inspect(&self, key: &str) -> Result<lock_core::LockInfo> {
+        self.inner.inspect(key).await
+    }
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
@@ -125,6 +128,9 @@ impl<B: SemaphoreBackend + ?Sized> SemaphoreBackend for Hanging<B> {
     async fn renew_permits_many(&self, items: &[(&str, &LockToken)], ttl: Duration) -> Vec<Result<RenewOutcome>> {
         self.gate().await;
         self.inner.renew_permits_many(items, ttl).await
+    }
+    async fn inspect_permits(&self, name: &str) -> Result<lock_core::PermitsInfo> {
+        self.inner.inspect_permits(name).await
     }
 }
 
@@ -160,6 +166,15 @@ impl<B: RwLockBackend + ?Sized> RwLockBackend for Hanging<B> {
     async fn renew_rw(&self, name: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
         self.gate().await;
         self.inner.renew_rw(name, token, ttl).await
+    }
+    async fn upgrade_rw(&self, name: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        self.inner.upgrade_rw(name, token, ttl).await
+    }
+    async fn downgrade_rw(&self, name: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
+        self.inner.downgrade_rw(name, token, ttl).await
+    }
+    async fn inspect_rw(&self, name: &str) -> Result<lock_core::RwInfo> {
+        self.inner.inspect_rw(name).await
     }
 }
 

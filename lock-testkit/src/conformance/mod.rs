@@ -18,8 +18,10 @@ use lock_core::{
 pub mod election_cases;
 pub mod fair_cases;
 mod hanging;
+pub mod inspect_cases;
 pub mod late_grant_cases;
 pub mod lock_cases;
+pub mod min_hold_cases;
 pub mod multi_cases;
 #[cfg(feature = "harness")]
 pub mod paused_server;
@@ -27,8 +29,11 @@ pub mod paused_server;
 pub mod renew_many_cases;
 pub mod reserved_cases;
 pub mod rw_cases;
+pub mod rw_inspect_cases;
 pub mod semaphore_cases;
+pub mod semaphore_inspect_cases;
 pub mod semaphore_token_cases;
+pub mod upgrade_cases;
 pub mod versioned_cases;
 
 type Connect<T> = Arc<dyn Fn() -> BoxFuture<'static, Arc<T>> + Send + Sync>;
@@ -495,6 +500,13 @@ macro_rules! lock_conformance {
             dropped_release_future_still_releases, reserved_keys_are_refused,
             reserved_keys_are_refused_by_renew_many,
             outside_a_runtime_is_a_typed_error_and_leaves_no_key]; $($args)*);
+        $crate::__conformance_runtime!([inspect_cases:
+            inspect_reports_free_and_held, inspect_leaves_the_fencing_counter_alone,
+            inspect_does_not_delay_a_waiter, inspect_leaves_the_fair_queue_alone]; $($args)*);
+        $crate::__conformance_runtime!([min_hold_cases:
+            early_release_keeps_the_key_until_the_minimum_hold, with_lock_keeps_the_key_until_the_minimum_hold,
+            dropped_guard_keeps_the_key_until_the_minimum_hold,
+            release_after_the_minimum_hold_frees_the_key]; $($args)*);
     };
 }
 
@@ -548,9 +560,12 @@ macro_rules! semaphore_conformance {
             auto_renew_keeps_permits, drop_returns_permits, lost_fires_by_deadline_when_backend_hangs,
             with_permits_returns_output, fencing_tokens_increase,
             names_with_and_without_a_hash_tag_are_separate,
-            multi_permit_waiter_completes_under_single_permit_churn, reserved_semaphore_names_are_refused]; $($args)*);
+            multi_permit_waiter_completes_under_single_permit_churn,
+            two_permit_waiters_complete_under_single_permit_churn, reserved_semaphore_names_are_refused]; $($args)*);
         $crate::__conformance_runtime!([semaphore_token_cases:
             refreshed_holder_gets_its_own_fencing_token]; $($args)*);
+        $crate::__conformance_runtime!([semaphore_inspect_cases:
+            inspect_counts_live_permits]; $($args)*);
     };
 }
 
@@ -579,6 +594,13 @@ macro_rules! rw_conformance {
             with_rw_returns_output, names_with_and_without_a_hash_tag_are_separate,
             writers_complete_under_a_stream_of_readers, writer_fencing_tokens_increase,
             reserved_rw_names_are_refused]; $($args)*);
+        $crate::__conformance_runtime!([upgrade_cases:
+            one_upgradeable_reader_at_a_time, writer_waits_while_the_upgrader_reads,
+            upgrade_waits_for_readers_then_excludes_everyone, upgrade_goes_before_a_waiting_writer,
+            downgrade_lets_readers_in_but_no_writer, lost_upgradeable_read_cannot_upgrade,
+            lost_upgradeable_guard_refuses_to_upgrade, upgraders_and_writers_never_overlap]; $($args)*);
+        $crate::__conformance_runtime!([rw_inspect_cases:
+            inspect_reports_readers_and_writer]; $($args)*);
     };
 }
 

@@ -393,3 +393,78 @@ pub async fn multi_permit_waiter_completes_under_single_permit_churn(s: &Semapho
     }
     assert_eq!(got, 2, "the 3-permit waiter starved: {got} of 2 acquisitions");
 }
+
+/// Fairness across permit sizes: two 2-permit waiters, each on its own
+/// manager, among single-permit churn (four holders of 1 permit of 3, each
+/// holding twice the TTL and coming back at once). The one reservation per
+/// name goes to one 2-permit waiter at a time (an equal request does not
+/// take it over): each gets in three times, every wait within its acquire
+/// timeout (20 TTLs: the bound is the other 2-permit waiter's turn, one
+/// churner's hold and a third of the TTL, twice over).
+pub async fn two_permit_waiters_complete_under_single_permit_churn(s: &SemaphoreSuite) {
+    use std::sync::atomic::AtomicBool;
+    const SIZE: u32 = 3;
+    const ROUNDS: u32 = 3;
+    let name = s.key("churn2");
+    let stop = Arc::new(AtomicBool::new(false));
+    let singles = Arc::new(AtomicU32::new(0));
+    let mut churners = Vec::new();
+    for i in 0..4u32 {
+        let sem = s
+            .manager(s.options().acquire_timeout(s.ttl * 40))
+            .await
+            .semaphore(&name, SIZE)
+            .expect("semaphore");
+        let (stop, singles) = (stop.clone(), singles.clone());
+        let hold = s.ttl * 2;
+        let stagger = s.ttl / 2 * i;
+        churners.push(tokio::spawn(async move {
+            tokio::time::sleep(stagger).await;
+            while !stop.load(Ordering::SeqCst) {
+                if let Ok(p) = sem.acquire(1).await {
+                    singles.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(hold).await;
+                    let _ = p.release().await;
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(s.ttl * 2).await;
+    let mut doubles = Vec::new();
+    for _ in 0..2 {
+        let sem = s
+            .manager(s.options().acquire_timeout(s.ttl * 20))
+            .await
+            .semaphore(&name, SIZE)
+            .expect("semaphore");
+        let hold = s.hold;
+        doubles.push(tokio::spawn(async move {
+            let mut got = 0;
+            for _ in 0..ROUNDS {
+                match sem.acquire(2).await {
+                    Ok(p) => {
+                        tokio::time::sleep(hold).await;
+                        let _ = p.release().await;
+                        got += 1;
+                    }
+                    Err(e) => eprintln!("a 2-permit waiter's acquire failed: {e}"),
+                }
+            }
+            got
+        }));
+    }
+    let mut got = Vec::new();
+    for d in doubles {
+        got.push(d.await.expect("2-permit task"));
+    }
+    stop.store(true, Ordering::SeqCst);
+    for c in churners {
+        c.await.expect("churner task");
+    }
+    assert!(singles.load(Ordering::SeqCst) > 0, "the single-permit churn never ran");
+    assert_eq!(
+        got,
+        [ROUNDS, ROUNDS],
+        "a 2-permit waiter starved under single-permit churn"
+    );
+}

@@ -78,6 +78,26 @@ fn every_lock_case_is_in_the_macro_list() {
 }
 
 #[test]
+fn every_inspect_case_is_in_the_lock_macro() {
+    let functions = case_functions(include_str!("../../src/conformance/inspect_cases.rs"));
+    assert_same(
+        "inspect_cases.rs",
+        &functions,
+        &listed_cases("lock_conformance", "inspect_cases"),
+    );
+}
+
+#[test]
+fn every_min_hold_case_is_in_the_lock_macro() {
+    let functions = case_functions(include_str!("../../src/conformance/min_hold_cases.rs"));
+    assert_same(
+        "min_hold_cases.rs",
+        &functions,
+        &listed_cases("lock_conformance", "min_hold_cases"),
+    );
+}
+
+#[test]
 fn every_versioned_case_is_in_the_macro_list() {
     let functions = case_functions(include_str!("../../src/conformance/versioned_cases.rs"));
     assert_same(
@@ -115,4 +135,23 @@ fn every_semaphore_token_case_is_in_the_semaphore_macro() {
         functions, listed,
         "semaphore_token_cases.rs and its list in semaphore_conformance!"
     );
+}
+
+#[test]
+fn every_semaphore_inspect_case_is_in_the_semaphore_macro() {
+    let functions = case_functions(include_str!("../../src/conformance/semaphore_inspect_cases.rs"));
+    let listed = listed_cases("semaphore_conformance", "semaphore_inspect_cases");
+    assert!(!functions.is_empty(), "the parser found no case");
+    assert_eq!(
+        functions, listed,
+        "semaphore_inspect_cases.rs and its list in semaphore_conformance!"
+    );
+}
+
+#[test]
+fn every_rw_inspect_case_is_in_the_rw_macro() {
+    let functions = case_functions(include_str!("../../src/conformance/rw_inspect_cases.rs"));
+    let listed = listed_cases("rw_conformance", "rw_inspect_cases");
+    assert!(!functions.is_empty(), "the parser found no case");
+    assert_eq!(functions, listed, "rw_inspect_cases.rs and its list in rw_conformance!");
 }

@@ -23,6 +23,15 @@ pub struct KindMeasured {
     pub single_permit_holds: usize,
     /// Semaphore: fewest holds of one client.
     pub fewest_client_holds: usize,
+    /// Semaphore: fewest holds of one client asking for more than one permit.
+    pub fewest_multi_client_holds: usize,
+    /// Upgradeable: writer (or upgraded) holds inside an upgrader's read, both in their windows.
+    pub writer_upgrader_overlaps: usize,
+    /// Upgradeable: pairs of upgradeable holds (read or upgraded write) of
+    /// two clients inside both windows at once.
+    pub upgrader_overlaps: usize,
+    /// Upgradeable: upgraded writes.
+    pub upgrades: usize,
     /// Read-write: reader/writer pairs inside both windows at once.
     pub reader_writer_overlaps: usize,
     /// Read-write: writer holds.
@@ -86,7 +95,7 @@ pub fn measure(
     let exclusive: Vec<Body> = holds
         .iter()
         .flat_map(|h| match h.role {
-            Role::Permits(_) | Role::Reader => Vec::new(),
+            Role::Permits(_) | Role::Reader | Role::Upgrader => Vec::new(),
             _ => h.keys.iter().map(|&k| body(h, k)).collect(),
         })
         .collect();
@@ -114,6 +123,10 @@ pub fn measure(
     match kind {
         Kind::Semaphore => semaphore(holds, &mut k),
         Kind::ReadWrite => rw(holds, &per_hold, b, span, &mut k),
+        Kind::Upgradeable => {
+            rw(holds, &per_hold, b, span, &mut k);
+            upgradeable(holds, &mut k);
+        }
         Kind::MultiKey => {}
         Kind::Election => election(holds, &mut k),
     }
@@ -136,8 +149,15 @@ fn semaphore(holds: &[Hold], k: &mut KindMeasured) {
         }
     }
     let clients = holds.iter().map(|h| h.client).max().map_or(0, |c| c + 1);
-    k.fewest_client_holds = (0..clients)
-        .map(|c| holds.iter().filter(|h| h.client == c).count())
+    let per_client = |c: usize| holds.iter().filter(|h| h.client == c).count();
+    k.fewest_client_holds = (0..clients).map(per_client).min().unwrap_or(0);
+    k.fewest_multi_client_holds = (0..clients)
+        .filter(|&c| {
+            holds
+                .iter()
+                .any(|h| h.client == c && matches!(h.role, Role::Permits(n) if n > 1))
+        })
+        .map(per_client)
         .min()
         .unwrap_or(0);
     events.sort_unstable();
@@ -148,8 +168,34 @@ fn semaphore(holds: &[Hold], k: &mut KindMeasured) {
     }
 }
 
+/// Whether two holds are both inside their validity windows at some instant.
+fn overlap(a: &Hold, b: &Hold) -> bool {
+    a.start.max(b.start) < a.valid_end().min(b.valid_end())
+}
+
+/// The upgradeable rows' own claims: no writer (plain or upgraded) inside
+/// an upgrader's read, no two clients' upgradeable holds at once.
+fn upgradeable(holds: &[Hold], k: &mut KindMeasured) {
+    let reads: Vec<&Hold> = holds.iter().filter(|h| h.role == Role::Upgrader).collect();
+    let upgraded: Vec<&Hold> = holds.iter().filter(|h| h.role == Role::Upgraded).collect();
+    k.upgrades = upgraded.len();
+    for w in holds.iter().filter(|h| matches!(h.role, Role::Writer | Role::Upgraded)) {
+        k.writer_upgrader_overlaps += reads.iter().filter(|r| r.client != w.client && overlap(w, r)).count();
+    }
+    let ups: Vec<&Hold> = reads.iter().chain(upgraded.iter()).copied().collect();
+    for (i, a) in ups.iter().enumerate() {
+        k.upgrader_overlaps += ups[i + 1..]
+            .iter()
+            .filter(|b| b.client != a.client && overlap(a, b))
+            .count();
+    }
+}
+
 fn rw(holds: &[Hold], per_hold: &Snapshot, b: Bounds, span: (i64, i64), k: &mut KindMeasured) {
-    let writers: Vec<&Hold> = holds.iter().filter(|h| h.role == Role::Writer).collect();
+    let writers: Vec<&Hold> = holds
+        .iter()
+        .filter(|h| matches!(h.role, Role::Writer | Role::Upgraded))
+        .collect();
     let readers: Vec<&Hold> = holds.iter().filter(|h| h.role == Role::Reader).collect();
     k.writer_holds = writers.len();
     k.reader_holds = readers.len();
@@ -255,6 +301,23 @@ pub fn judge(row: &KindRow, m: &Measured, k: &KindMeasured) -> Vec<String> {
                 v.push("writers did not complete under the reader load (within 20 × TTL of the fault healing)".into());
             }
         }
+        Kind::Upgradeable => {
+            for (n, what) in [
+                (k.reader_writer_overlaps, "reader/writer overlaps"),
+                (k.writer_upgrader_overlaps, "writers inside an upgrader's read"),
+                (k.upgrader_overlaps, "overlaps of two upgradeable holds"),
+            ] {
+                if n > 0 {
+                    v.push(format!("{n} {what} inside validity windows"));
+                }
+            }
+            if k.upgrades == 0 {
+                v.push("no upgrade completed under the reader load".into());
+            }
+            if k.writers_stuck {
+                v.push("writes did not resume within 20 × TTL of the fault healing".into());
+            }
+        }
         Kind::MultiKey => {}
         Kind::Election => {
             if k.terms_shared > 0 {
@@ -312,6 +375,16 @@ pub fn cells(o: &KindOutcome) -> Cells {
             k.reader_holds,
             k.reader_presence * 100.0
         ),
+        Kind::Upgradeable => format!(
+            "{} writer/upgrader overlaps, {} upgrader/upgrader, {} reader/writer; {} upgrades, {} plain writes, {} \
+             reads",
+            k.writer_upgrader_overlaps,
+            k.upgrader_overlaps,
+            k.reader_writer_overlaps,
+            k.upgrades,
+            k.writer_holds - k.upgrades,
+            k.reader_holds
+        ),
         Kind::MultiKey => "per-key exclusion (sets and mutex holders)".to_owned(),
         Kind::Election => format!(
             "{} terms; shared {}, not increasing {}",
@@ -346,10 +419,10 @@ pub fn cells(o: &KindOutcome) -> Cells {
     }
     let liveness = match o.row.kind {
         Kind::Semaphore => format!(
-            "{} 2-permit holds, {} 1-permit; fewest per client {}",
-            k.multi_permit_holds, k.single_permit_holds, k.fewest_client_holds
+            "{} 2-permit holds, {} 1-permit; fewest per client {} (per 2-permit client {})",
+            k.multi_permit_holds, k.single_permit_holds, k.fewest_client_holds, k.fewest_multi_client_holds
         ),
-        Kind::ReadWrite => match k.writer_recovery_us {
+        Kind::ReadWrite | Kind::Upgradeable => match k.writer_recovery_us {
             Some(r) => format!("writers back {} after the fault", ms(r)),
             None if k.writers_stuck => "**writers stuck**".to_owned(),
             None => format!("{} writes", k.writer_holds),
@@ -421,6 +494,7 @@ mod tests {
         ];
         let (_, k) = measure(Kind::Semaphore, &holds, Snapshot::default(), B, false, 0, (0, 200));
         assert_eq!((k.max_permits, k.multi_permit_holds), (3, 1));
+        assert_eq!((k.fewest_client_holds, k.fewest_multi_client_holds), (1, 1));
         let mut past = holds.clone();
         past.push(hold(3, Role::Permits(1), 60, 90, None));
         let (_, k) = measure(Kind::Semaphore, &past, Snapshot::default(), B, false, 0, (0, 200));
@@ -448,6 +522,35 @@ mod tests {
             (0, 300),
         );
         assert!(k.writers_stuck, "no writer ever got in");
+    }
+
+    #[test]
+    fn a_writer_inside_an_upgraders_read_and_two_upgraders_are_counted() {
+        let holds = vec![
+            hold(0, Role::Upgrader, 0, 100, None),
+            hold(0, Role::Upgraded, 150, 250, Some(2)),
+            hold(1, Role::Reader, 0, 120, None),
+            hold(2, Role::Writer, 300, 400, Some(3)),
+        ];
+        let (m, k) = measure(Kind::Upgradeable, &holds, Snapshot::default(), B, false, 0, (0, 400));
+        assert_eq!(
+            (
+                k.writer_upgrader_overlaps,
+                k.upgrader_overlaps,
+                k.reader_writer_overlaps
+            ),
+            (0, 0, 0)
+        );
+        assert_eq!((k.upgrades, k.writer_holds, m.overlaps), (1, 2, 0));
+        let mut bad = holds.clone();
+        bad.push(hold(2, Role::Writer, 50, 90, Some(1)));
+        bad.push(hold(1, Role::Upgrader, 200, 260, None));
+        let (_, k) = measure(Kind::Upgradeable, &bad, Snapshot::default(), B, false, 0, (0, 400));
+        assert_eq!(
+            k.writer_upgrader_overlaps, 2,
+            "a writer in a read; the upgraded write in another's"
+        );
+        assert_eq!(k.upgrader_overlaps, 1, "two clients' upgradeable holds at once");
     }
 
     #[test]

@@ -33,6 +33,11 @@ pub enum Role {
     Reader,
     /// Write-locks.
     Writer,
+    /// Takes the upgradeable read, reads, upgrades, writes (its holds are
+    /// recorded as an `Upgrader` read, then an `Upgraded` write).
+    Upgrader,
+    /// The write of an upgraded read (a hold's role, not a client's).
+    Upgraded,
     /// Locks two or three of the keys at once.
     Set,
     /// Locks one key with the plain mutex.
@@ -47,6 +52,8 @@ impl Role {
             Role::Permits(_) => "permits",
             Role::Reader => "reader",
             Role::Writer => "writer",
+            Role::Upgrader => "upgrader",
+            Role::Upgraded => "upgraded writer",
             Role::Set => "key set",
             Role::Mutex => "mutex",
             Role::Candidate => "candidate",
@@ -55,7 +62,10 @@ impl Role {
 
     /// Exclusive holds write to the protected resource with their token.
     fn writes(self) -> bool {
-        matches!(self, Role::Writer | Role::Set | Role::Mutex | Role::Candidate)
+        matches!(
+            self,
+            Role::Writer | Role::Upgraded | Role::Set | Role::Mutex | Role::Candidate
+        )
     }
 }
 
@@ -266,17 +276,20 @@ impl KindClient {
             let result = match &managers {
                 Managers::Semaphore(sem) => {
                     let Role::Permits(n) = self.role else { return };
-                    sem.with_permits(n, |lease| self.body(Vec::new(), asked, lease, hold))
+                    sem.with_permits(n, |lease| self.body(self.role, Vec::new(), asked, lease, hold))
                         .await
                 }
+                Managers::Rw(rw) if self.role == Role::Upgrader => self.upgrade_once(rw, asked, hold).await,
                 Managers::Rw(rw) => {
                     let mode = if self.role == Role::Writer {
                         RwMode::Write
                     } else {
                         RwMode::Read
                     };
-                    rw.with_rw(&self.name, mode, |lease| self.body(vec![0], asked, lease, hold))
-                        .await
+                    rw.with_rw(&self.name, mode, |lease| {
+                        self.body(self.role, vec![0], asked, lease, hold)
+                    })
+                    .await
                 }
                 Managers::Multi(multi, _) if self.role == Role::Set => {
                     // Two or three of the keys, any order.
@@ -286,20 +299,20 @@ impl KindClient {
                     picked.sort_unstable();
                     let names: Vec<&str> = picked.iter().map(|&k| self.keys[k].as_str()).collect();
                     multi
-                        .with_locks(&names, |lease| self.body(picked.clone(), asked, lease, hold))
+                        .with_locks(&names, |lease| self.body(self.role, picked.clone(), asked, lease, hold))
                         .await
                 }
                 Managers::Multi(_, locks) => {
                     let k = rng.usize(..self.keys.len());
                     locks
-                        .with_lock(&self.keys[k], |lease| self.body(vec![k], asked, lease, hold))
+                        .with_lock(&self.keys[k], |lease| self.body(self.role, vec![k], asked, lease, hold))
                         .await
                 }
                 Managers::Election(election) => {
                     let identity = format!("candidate-{}", self.id);
                     election
                         .with_leadership(&self.name, identity.as_bytes(), |lease| {
-                            self.body(vec![0], asked, lease, hold)
+                            self.body(self.role, vec![0], asked, lease, hold)
                         })
                         .await
                 }
@@ -321,7 +334,9 @@ impl KindClient {
             Role::Permits(_) => {
                 Managers::Semaphore(SemaphoreManager::from_arc(b.semaphores, o)?.semaphore(&self.name, SEMAPHORE_SIZE)?)
             }
-            Role::Reader | Role::Writer => Managers::Rw(RwLockManager::from_arc(b.rw, o)?),
+            Role::Reader | Role::Writer | Role::Upgrader | Role::Upgraded => {
+                Managers::Rw(RwLockManager::from_arc(b.rw, o)?)
+            }
             Role::Set | Role::Mutex => Managers::Multi(
                 MultiLockManager::from_arc(b.multi, o.clone())?,
                 LockManager::from_arc(b.lock, o)?,
@@ -355,13 +370,43 @@ impl KindClient {
         }
     }
 
-    async fn body(&self, keys: Vec<usize>, asked: i64, lease: LeaseHandle, hold: Duration) {
+    /// One upgradeable read: half the hold reading, then the upgrade, then
+    /// half the hold writing with the upgraded write's token; each part
+    /// raced against the loss of its lease, as `with_rw` races its body.
+    async fn upgrade_once(&self, rw: &RwLockManager, asked: i64, hold: Duration) -> lock_core::Result<()> {
+        let read = rw.upgradeable_read(&self.name).await?;
+        self.held(Role::Upgrader, asked, read.handle(), hold / 2).await?;
+        let asked = clock::now();
+        let write = read.upgrade().await?;
+        self.held(Role::Upgraded, asked, write.handle(), hold / 2).await?;
+        match write.release().await? {
+            lock_core::raw::ReleaseOutcome::Released => Ok(()),
+            _ => Err(lost(&self.name, lock_core::LossReason::NotOwner)),
+        }
+    }
+
+    /// The body of a hold under `lease`, dropped when the lease is lost.
+    async fn held(&self, role: Role, asked: i64, lease: LeaseHandle, hold: Duration) -> lock_core::Result<()> {
+        let loss = lease.lost();
+        tokio::select! {
+            biased;
+            reason = loss => Err(lost(&self.name, reason)),
+            () = self.body(role, vec![0], asked, lease.clone(), hold) => if lease.is_lost() {
+                // The body returned past the deadline.
+                Err(lost(&self.name, lock_core::LossReason::DeadlinePassed))
+            } else {
+                Ok(())
+            },
+        }
+    }
+
+    async fn body(&self, role: Role, keys: Vec<usize>, asked: i64, lease: LeaseHandle, hold: Duration) {
         let fence = lease.fencing_token().map(|f| f.0);
         let mut open = Open {
             holds: &self.holds,
             hold: Hold {
                 client: self.id,
-                role: self.role,
+                role,
                 keys,
                 asked,
                 start: clock::now(),
@@ -375,7 +420,7 @@ impl KindClient {
         };
         let start = open.hold.start;
         let _inside = InBody::enter(&self.in_body);
-        self.write_all(&open.hold.keys, start, fence);
+        self.write_all(role, &open.hold.keys, start, fence);
         let until = Instant::now() + hold;
         loop {
             if let Some(stall) = &self.stall
@@ -387,7 +432,7 @@ impl KindClient {
                 self.log.window(from, clock::now());
                 stall.finish();
                 open.hold.stalled = true;
-                self.write_all(&open.hold.keys, start, fence);
+                self.write_all(role, &open.hold.keys, start, fence);
             }
             let now = Instant::now();
             if now >= until {
@@ -395,13 +440,13 @@ impl KindClient {
             }
             tokio::time::sleep((until - now).min(self.options.ttl / 10)).await;
         }
-        self.write_all(&open.hold.keys, start, fence);
+        self.write_all(role, &open.hold.keys, start, fence);
         open.hold.cancelled = false;
     }
 
     /// A write to the resource of each held key, with the hold's token.
-    fn write_all(&self, keys: &[usize], start: i64, fence: Option<u64>) {
-        if self.role.writes() {
+    fn write_all(&self, role: Role, keys: &[usize], start: i64, fence: Option<u64>) {
+        if role.writes() {
             for &k in keys {
                 self.log.write(self.id, k, start, fence);
             }
@@ -421,5 +466,14 @@ impl Drop for Open<'_> {
         self.hold.end = clock::now();
         self.hold.deadline = clock::at(self.lease.deadline());
         self.holds.push(self.hold.clone());
+    }
+}
+
+/// The error of a hold whose lease was lost.
+fn lost(name: &str, reason: lock_core::LossReason) -> Error {
+    Error::Lost {
+        key: name.to_owned(),
+        held_for: Duration::ZERO,
+        reason,
     }
 }

@@ -9,6 +9,9 @@
 //!   writers' stale writes rejected by their fencing tokens, and writers
 //!   complete under a continuous reader load (a row where writers never
 //!   complete, or do not resume after the fault, fails like a stuck row);
+//! - upgradeable read-write: the read-write claims, plus no writer inside an
+//!   upgrader's read and no two upgradeable holders at once, and upgrades
+//!   complete under the reader load;
 //! - multi-key: all keys or none (per-key exclusion against other sets and
 //!   against plain mutex holders of single keys), and a stalled holder's
 //!   writes rejected by its per-key fencing token;
@@ -47,6 +50,8 @@ pub enum Kind {
     Semaphore,
     /// Read-write lock, default writer preference.
     ReadWrite,
+    /// Read-write lock with upgradeable readers that upgrade.
+    Upgradeable,
     /// Multi-key lock over a few keys, beside plain mutex holders.
     MultiKey,
     /// Leader election.
@@ -61,13 +66,20 @@ const MULTI_KEYS: usize = 3;
 
 impl Kind {
     /// Every kind, in table order.
-    pub const ALL: [Kind; 4] = [Kind::Semaphore, Kind::ReadWrite, Kind::MultiKey, Kind::Election];
+    pub const ALL: [Kind; 5] = [
+        Kind::Semaphore,
+        Kind::ReadWrite,
+        Kind::Upgradeable,
+        Kind::MultiKey,
+        Kind::Election,
+    ];
 
     /// Name in the table and in `--only`.
     pub fn label(self) -> &'static str {
         match self {
             Kind::Semaphore => "semaphore",
             Kind::ReadWrite => "read-write",
+            Kind::Upgradeable => "upgradeable rw",
             Kind::MultiKey => "multi-key",
             Kind::Election => "election",
         }
@@ -96,6 +108,16 @@ impl Kind {
                 Role::Writer,
                 Role::Writer,
                 Role::Reader,
+                Role::Reader,
+                Role::Reader,
+                Role::Reader,
+            ],
+            // Two upgraders (client 0, the stalled one, among them) and a
+            // plain writer against three readers.
+            Kind::Upgradeable => vec![
+                Role::Upgrader,
+                Role::Upgrader,
+                Role::Writer,
                 Role::Reader,
                 Role::Reader,
                 Role::Reader,
@@ -210,6 +232,12 @@ pub fn quick() -> Vec<KindRow> {
     };
     let mut plan = Vec::new();
     plan.extend(pick(Kind::ReadWrite, Backend::Memory, Topology::InProcess, Fault::None));
+    plan.extend(pick(
+        Kind::Upgradeable,
+        Backend::Memory,
+        Topology::InProcess,
+        Fault::Stall,
+    ));
     plan.extend(pick(Kind::Semaphore, Backend::Lua, Topology::Single, Fault::Pause));
     plan.extend(pick(Kind::MultiKey, Backend::Lua, Topology::Single, Fault::Stall));
     plan.extend(pick(Kind::Election, Backend::Tair, Topology::Single, Fault::Stall));
@@ -373,11 +401,17 @@ pub fn markdown(outcomes: &[KindOutcome], p: &Params) -> String {
         md,
         "- **semaphore** ({SEMAPHORE_SIZE} permits; two clients ask for 2, four for 1): permits in use inside \
          validity windows never above {SEMAPHORE_SIZE}; liveness: 2-permit requests complete under the \
-         single-permit churn.\n\
+         single-permit churn (a refused waiting request reserves its permits, so smaller requests cannot \
+         starve it): the row reports the fewest holds of one client, and of one 2-permit client.\n\
          - **read-write** (2 writers, 4 readers holding without a gap): no reader inside a writer's window, no \
          two writers at once, stale writer writes rejected by the writer's fencing token; liveness: writers \
          complete while readers are continuously present, and resume within 20 × TTL of the fault healing \
          (a row where writers never complete fails).\n\
+         - **upgradeable rw** (2 upgraders, 1 writer, 3 readers): an upgrader takes the upgradeable read, reads \
+         for half its hold, upgrades and writes for the other half with the upgraded write's fencing token. \
+         The read-write checks (upgraded writes count as writes), plus: no writer (plain or upgraded) inside \
+         an upgrader's read, and no two clients' upgradeable holds (read or upgraded write) at once, inside \
+         validity windows; liveness: upgrades complete under the reader load.\n\
          - **multi-key** (4 clients locking 2 or 3 of {MULTI_KEYS} keys, 1 client locking single keys with the \
          mutex): all keys or none — no key held by two holders inside their windows — and a stalled holder's \
          writes, with its per-key fencing token, rejected.\n\
@@ -433,7 +467,7 @@ mod tests {
     #[test]
     fn every_backend_line_gives_every_kind_under_every_fault() {
         let r = rows(Backend::Lua, Topology::Single, &[Fault::None, Fault::Stall]);
-        assert_eq!(r.len(), 8);
+        assert_eq!(r.len(), 10);
         assert!(
             r.iter().any(|r| r.kind == Kind::Semaphore
                 && r.scenario.claim == Claim::Safe
