@@ -71,6 +71,20 @@ impl SentinelGroup {
     ///
     /// Dropping the future stops the processes it started.
     pub async fn start(builder: RedisServerBuilder) -> HarnessResult<Self> {
+        Self::start_with(builder, SENTINEL_DOWN_AFTER).await
+    }
+
+    /// [`SentinelGroup::start`] with another `down-after-milliseconds`:
+    /// a group shared by many test cases on a loaded machine takes a longer
+    /// one, so that a slow reply does not fail it over.
+    ///
+    /// # Errors
+    /// As [`SentinelGroup::start`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`SentinelGroup::start`].
+    pub async fn start_with(builder: RedisServerBuilder, down_after: Duration) -> HarnessResult<Self> {
         let primary = builder.start().await?;
         let replica = builder
             .clone()
@@ -87,7 +101,7 @@ impl SentinelGroup {
              sentinel failover-timeout {name} {failover}\n\
              sentinel parallel-syncs {name} {REPLICAS}\n",
             name = SENTINEL_MASTER_NAME,
-            down = SENTINEL_DOWN_AFTER.as_millis(),
+            down = down_after.as_millis(),
             failover = SENTINEL_FAILOVER_TIMEOUT.as_millis(),
         );
         let sentinel = RedisServerBuilder::new().sentinel_mode(config);
