@@ -35,8 +35,10 @@ async fn connect(group: &SentinelGroup) -> RedisLuaBackend {
 /// sentinels still name the dead primary); returns when it came.
 async fn first_grant(backend: &RedisLuaBackend, key: &str, token: &LockToken) -> Instant {
     let mut last = None;
-    for _ in 0..600 {
-        match backend.try_acquire(key, token, TTL).await {
+    for attempt in 0..600 {
+        // A key per attempt: an attempt whose outcome is unknown may hold its key.
+        let key = format!("{key}-{attempt}");
+        match backend.try_acquire(&key, token, TTL).await {
             Ok(AcquireOutcome::Acquired(lease)) => {
                 assert!(
                     matches!(lease.replication, Replication::Confirmed { .. }),
@@ -137,6 +139,11 @@ async fn a_replica_acked_lock_survives_the_primary_killed() {
          on the new primary (port {}) after {granted:?}",
         new.port()
     );
+    // The other replica follows the new primary: WAIT can count it again.
+    group
+        .wait_until_settled(FAILOVER)
+        .await
+        .expect("the replica follows the new primary");
     still_held(&group, &holder, &other, &mine, new.port()).await;
 }
 
