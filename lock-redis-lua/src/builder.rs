@@ -364,7 +364,10 @@ impl RedisLuaBuilder {
                     None => None,
                 };
                 if self.settings.release_notifications != Some(false) {
-                    notifier = Some(Notifier::new(PubSubSource::Client(client.clone()), ct.max(rt)));
+                    notifier = Some(Notifier::new(
+                        PubSubSource::Client(Box::new(client.clone())),
+                        ct.max(rt),
+                    ));
                 }
                 let shared = SharedStandalone::new(
                     StandaloneSource::Client {

@@ -68,7 +68,7 @@ struct State {
 /// Where the pub/sub connection goes.
 pub(crate) enum PubSubSource {
     /// The server of a URL.
-    Client(redis::Client),
+    Client(Box<redis::Client>),
     /// The primary found through Sentinel: a connection lost with a
     /// failover is opened again on the new primary by the next
     /// subscription.
@@ -162,7 +162,7 @@ impl Notifier {
             return Ok((live.generation, live.sink.clone()));
         }
         let client = match &self.client {
-            PubSubSource::Client(client) => client.clone(),
+            PubSubSource::Client(client) => (**client).clone(),
             PubSubSource::Sentinel(discovery) => match discovery.primary().await {
                 Ok(primary) => primary.client.clone(),
                 Err(e) => return Err(redis::RedisError::from(std::io::Error::other(e.to_string()))),
@@ -307,7 +307,7 @@ mod tests {
     async fn an_outage_keeps_no_idle_channels() {
         // Nothing listens on port 1: every connect is refused at once.
         let client = redis::Client::open("redis://127.0.0.1:1/").unwrap_or_else(|e| panic!("{e}"));
-        let notifier = Notifier::new(PubSubSource::Client(client), Duration::from_millis(200));
+        let notifier = Notifier::new(PubSubSource::Client(Box::new(client)), Duration::from_millis(200));
         for i in 0..200 {
             notifier
                 .wait([b'0'; 64], Duration::from_millis(2 + i % 2), Some(async { true }))
