@@ -12,3 +12,4 @@ mod limits;
 mod program_group;
 mod readme;
 mod secrets;
+mod sentinel;
