@@ -49,7 +49,7 @@ async fn first_grant(backend: &RedisLuaBackend, key: &str, token: &LockToken) ->
             }
             Ok(other) => panic!("{key} is free, got {other:?}"),
             Err(e) => {
-                eprintln!("{:?} {e}", Instant::now());
+                eprintln!("grant attempt {attempt} after the failover: {e}");
                 last = Some(e)
             }
         }
@@ -190,4 +190,77 @@ async fn a_demoted_primary_is_never_written_to() {
         let value = new.cmd(&["GET", key.as_str()]).await.expect("GET on the new primary");
         assert_eq!(value.as_str(), Some(t.to_hex().as_str()));
     }
+}
+
+/// `SENTINEL` calls on the sentinels, and the primary's calls of every
+/// command but those the sentinels and replicas send it on their own
+/// (`PING`, `INFO`, `PUBLISH` of their hellos, `REPLCONF`, `CLIENT`).
+async fn calls(group: &SentinelGroup, primary: &lock_testkit::server::RedisServer) -> (u64, u64) {
+    let mut sentinel = 0;
+    for s in group.sentinels() {
+        sentinel += s.command_calls("sentinel").await.expect("sentinel stats");
+    }
+    let stats = primary.info("commandstats").await.expect("INFO commandstats");
+    let own = ["ping", "info", "publish", "replconf", "client"];
+    let processed = stats
+        .iter()
+        .filter(|(name, _)| !own.iter().any(|o| name.as_str() == format!("cmdstat_{o}")))
+        .filter_map(|(_, v)| v.split(',').find_map(|kv| kv.strip_prefix("calls=")))
+        .filter_map(|n| n.parse::<u64>().ok())
+        .sum();
+    (sentinel, processed)
+}
+
+/// The hot path through Sentinel is the standalone one: no sentinel is
+/// asked anything per operation, and the primary sees as many commands per
+/// lock and unlock as from a backend connected to it directly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_sentinel_round_trip_per_operation() {
+    let group = SentinelGroup::start(RedisServer::builder())
+        .await
+        .expect("start a Sentinel group");
+    let primary = group.primary().await.expect("the primary");
+    let through = RedisLuaBackend::connect(&group.url("redis+sentinel"))
+        .await
+        .expect("connect through Sentinel");
+    let direct = RedisLuaBackend::connect(&primary.url())
+        .await
+        .expect("connect directly");
+    const N: u64 = 100;
+    let mut per_op = Vec::new();
+    for backend in [&through, &direct] {
+        // The first release loads its script (NOSCRIPT, then EVAL) once per
+        // server, whichever backend runs first.
+        let t = token();
+        backend.try_acquire("warm-up", &t, TTL).await.expect("acquire");
+        backend.release("warm-up", &t).await.expect("release");
+    }
+    for backend in [&through, &direct] {
+        let (sentinel_before, before) = calls(&group, primary).await;
+        for i in 0..N {
+            let t = token();
+            let key = format!("hot-{i}");
+            let AcquireOutcome::Acquired(_) = backend.try_acquire(&key, &t, TTL).await.expect("acquire") else {
+                panic!("{key} is free")
+            };
+            assert_eq!(
+                backend.release(&key, &t).await.expect("release"),
+                ReleaseOutcome::Released
+            );
+        }
+        let (sentinel_after, after) = calls(&group, primary).await;
+        assert_eq!(
+            sentinel_after, sentinel_before,
+            "the sentinels were asked during the operations"
+        );
+        per_op.push(after - before);
+    }
+    assert_eq!(
+        per_op[0], per_op[1],
+        "commands on the primary: through Sentinel vs direct"
+    );
+    eprintln!(
+        "primary commands for {N} lock + unlock pairs: {} through Sentinel, {} direct",
+        per_op[0], per_op[1]
+    );
 }
