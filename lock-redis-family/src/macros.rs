@@ -1,3 +1,6 @@
+//! [`crate::family_config!`]: the configuration contract on a backend
+//! crate's config type (the grammar is [`crate::url`]).
+//!
 //! [`crate::kind_backends!`]: the lock kinds' traits of a backend, one call
 //! per method to [`crate::kinds`]' functions. A blanket implementation over
 //! [`crate::kinds::scripted::ScriptedKinds`] is not possible (the traits and
@@ -184,6 +187,57 @@ macro_rules! kind_backends {
                 max_wait: ::std::time::Duration,
             ) {
                 $crate::kinds::scripted::ScriptedKinds::wait_for_leader(self, name, seen, max_wait).await;
+            }
+        }
+    };
+}
+
+/// Implements the configuration contract for a backend crate's config type
+/// (a newtype over [`FamilyConfig`](crate::url::FamilyConfig)): `BackendConfig`, `Default`, `Deref`,
+/// and `serde` where the crate enables it. A macro, as the two crates'
+/// types must be their own (the contract's trait is foreign to both).
+#[macro_export]
+macro_rules! family_config {
+    ($config:ident, $flavor:expr, [$($scheme:literal),+]) => {
+        impl ::std::default::Default for $config {
+            fn default() -> Self {
+                $config($crate::url::FamilyConfig::defaults($flavor))
+            }
+        }
+
+        impl ::std::ops::Deref for $config {
+            type Target = $crate::url::FamilyConfig;
+            fn deref(&self) -> &Self::Target {
+                &self.0
+            }
+        }
+
+        impl ::std::ops::DerefMut for $config {
+            fn deref_mut(&mut self) -> &mut Self::Target {
+                &mut self.0
+            }
+        }
+
+        impl $crate::__private::lock_core::raw::BackendConfig for $config {
+            const SCHEMES: &'static [&'static str] = &[$($scheme),+];
+            const PARAMS: &'static [&'static str] = $crate::url::FAMILY_PARAMS;
+
+            fn from_url(url: &str) -> $crate::__private::lock_core::Result<Self> {
+                $crate::url::FamilyConfig::parse(url, $flavor)
+                    .map($config)
+                    .map_err(|e| $crate::__private::lock_core::raw::hide_quoted_url_text(e, url))
+            }
+
+            fn set(&mut self, key: &str, value: &str) -> $crate::__private::lock_core::Result<()> {
+                self.0.set(key, value)
+            }
+
+            fn validate(&self) -> $crate::__private::lock_core::Result<()> {
+                self.0.validate()
+            }
+
+            fn description(&self) -> String {
+                self.0.description()
             }
         }
     };
