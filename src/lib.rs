@@ -15,11 +15,12 @@ pub use lock_core::kinds::multi::MAX_KEYS;
 pub use lock_core::kinds::semaphore::{MAX_SEMAPHORE_SIZE, Permits};
 pub use lock_core::options::{DEFAULT_DRIFT_FACTOR, MIN_CLAIM};
 pub use lock_core::{
-    Backoff, BoxError, Capabilities, CasOutcome, CreateOutcome, DEFAULT_CLAIM, DeleteOutcome, ElectionManager, Error,
-    Expiry, Fairness, FencingToken, LeaderInfo, Leadership, LeaseHandle, LockBackend, LockGuard, LockManager,
-    LockOptions, LockToken, LossReason, MAX_TIMEOUT, MAX_TTL, MIN_TTL, MultiLockGuard, MultiLockManager, NodeOutcome,
-    NodeReports, NotHeldReason, OnShortfall, Permit, Renewal, ReplicaAck, Replication, Result, RwLockGuard,
-    RwLockManager, RwMode, Semaphore, SemaphoreManager, UpdateOptions, Versioned, VersionedStore, VersionedStoreExt,
+    AcquireOutcome, Backoff, BoxError, Capabilities, CasOutcome, CreateOutcome, DEFAULT_CLAIM, DeleteOutcome,
+    ElectionManager, Error, Expiry, Fairness, FencingToken, LeaderInfo, Leadership, Lease, LeaseHandle, LockBackend,
+    LockGuard, LockManager, LockOptions, LockToken, LossReason, MAX_TIMEOUT, MAX_TTL, MIN_TTL, MultiLockGuard,
+    MultiLockManager, NodeOutcome, NodeReports, NotHeldReason, OnShortfall, Permit, ReleaseOutcome, RenewOutcome,
+    Renewal, ReplicaAck, Replication, Result, RwLockGuard, RwLockManager, RwMode, Semaphore, SemaphoreManager,
+    UpdateOptions, Versioned, VersionedStore, VersionedStoreExt,
 };
 pub use lock_core::{layers, observe, raw, wait_for_background_releases};
 

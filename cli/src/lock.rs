@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use serde_json::json;
-use verrou::raw::AcquireOutcome;
+use verrou::AcquireOutcome;
 use verrou::{Backend, LockToken};
 
 use crate::args::LockArgs;
@@ -52,7 +52,6 @@ fn replication_line(backend: &Backend) -> String {
 /// once when it succeeds (so a free lock's fencing counter advances by one),
 /// and whether the backend's confirmed writes are replica-acknowledged.
 pub async fn status(backend: &Backend, name: &str, json: bool) -> Result<u8, Failure> {
-    verrou::raw::validate_key(name)?;
     let locks = backend.locks();
     let caps = locks.capabilities();
     let (backend_name, replica_ack) = (caps.name, caps.replica_ack);

@@ -287,7 +287,7 @@ impl LockGuard {
     ///
     /// ```
     /// # async fn demo(locks: &lock_core::LockManager) -> lock_core::Result<()> {
-    /// use lock_core::raw::ReleaseOutcome;
+    /// use lock_core::ReleaseOutcome;
     /// let guard = locks.lock("orders:42").await?;
     /// if guard.release().await? != ReleaseOutcome::Released {
     ///     eprintln!("the lease had been lost before the release");

@@ -29,7 +29,10 @@ mod validate;
 mod value;
 pub mod versioned;
 
-pub use backend::{Capabilities, LockBackend, OnShortfall, ReplicaAck, Replication};
+pub use backend::{
+    AcquireOutcome, Capabilities, Lease, LockBackend, OnShortfall, ReleaseOutcome, RenewOutcome, ReplicaAck,
+    Replication,
+};
 pub use background::wait_for_background_releases;
 pub use error::{BoxError, Error, LossReason, NodeOutcome, NodeReports, NotHeldReason, Result};
 pub use guard::{LeaseHandle, LockGuard};
@@ -51,9 +54,7 @@ pub use versioned::{
 /// nothing here: it uses managers, guards, options and errors from the
 /// crate root.
 pub mod raw {
-    pub use crate::backend::{
-        AcquireOutcome, FairWaiter, InstantLockBackend, Lease, ReleaseOutcome, RenewOutcome, WaitOptions, Waiter,
-    };
+    pub use crate::backend::{FairWaiter, InstantLockBackend, WaitOptions, Waiter};
     pub use crate::batch::RenewBatch;
     pub use crate::kinds::election::{ElectionBackend, validate_identity};
     pub use crate::kinds::multi::MultiLockBackend;
@@ -61,6 +62,10 @@ pub mod raw {
     pub use crate::kinds::semaphore::{GONE_WINDOW_MS, PermitRequest, SemaphoreBackend, size_mismatch};
     pub use crate::redact::redact_url;
     pub use crate::validate::{MAX_KEY_LEN, clock_drift, ttl_millis, validate_key, validate_ttl};
+    // Transitional second path for the two backend files being split
+    // (issue 38): remove once they import these from the crate root.
+    #[doc(hidden)]
+    pub use crate::backend::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
     /// Re-exported so that backends implement the traits with the macro
     /// version lock-core uses.
     pub use async_trait::async_trait;

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use lock_core::ReleaseOutcome;
 use lock_core::layers::{MetricsLayer, TracingLayer};
-use lock_core::raw::ReleaseOutcome;
 use lock_core::{Error, LockBackend, LockManager, LockOptions, LossReason, Renewal};
 use lock_memory::MemoryBackend;
 use lock_testkit::{Fault, FaultControl, FaultyBackend};

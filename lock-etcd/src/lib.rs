@@ -125,8 +125,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{EventType, WatchFilterType, WatchOptions};
-use lock_core::raw::{AcquireOutcome, FairWaiter, ReleaseOutcome, RenewOutcome};
+use lock_core::raw::FairWaiter;
 use lock_core::raw::{validate_key, validate_ttl};
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_core::{Capabilities, Error, LockBackend, LockToken, Result};
 
 pub use builder::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_NAMESPACE, DEFAULT_RESPONSE_TIMEOUT, EtcdBuilder};

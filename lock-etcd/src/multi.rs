@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
-use lock_core::raw::{AcquireOutcome, MultiLockBackend, ReleaseOutcome, RenewOutcome};
+use lock_core::raw::MultiLockBackend;
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_core::{Error, LockToken, Result};
 use tokio::time::Instant;
 

@@ -174,8 +174,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::raw::{AcquireOutcome, FairWaiter, Lease, ReleaseOutcome, RenewOutcome};
+use lock_core::raw::FairWaiter;
 use lock_core::raw::{ttl_millis, validate_key, validate_ttl};
+use lock_core::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use lock_core::{Capabilities, Error, FencingToken, LockBackend, LockToken, Result};
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};

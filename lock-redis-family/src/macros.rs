@@ -28,7 +28,7 @@ macro_rules! kind_backends {
                 waiting: bool,
                 token: &$crate::__private::lock_core::LockToken,
                 ttl: ::std::time::Duration,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::AcquireOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::AcquireOutcome> {
                 $crate::kinds::rw::try_acquire(self, name, mode, waiting, token, ttl).await
             }
 
@@ -36,7 +36,7 @@ macro_rules! kind_backends {
                 &self,
                 name: &str,
                 token: &$crate::__private::lock_core::LockToken,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::ReleaseOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::ReleaseOutcome> {
                 $crate::kinds::rw::release(self, name, token).await
             }
 
@@ -45,7 +45,7 @@ macro_rules! kind_backends {
                 name: &str,
                 token: &$crate::__private::lock_core::LockToken,
                 ttl: ::std::time::Duration,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::RenewOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::RenewOutcome> {
                 $crate::kinds::rw::renew(self, name, token, ttl).await
             }
         }
@@ -58,7 +58,7 @@ macro_rules! kind_backends {
                 holder: &$crate::__private::lock_core::LockToken,
                 request: $crate::__private::lock_core::raw::PermitRequest,
                 ttl: ::std::time::Duration,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::AcquireOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::AcquireOutcome> {
                 $crate::kinds::semaphore::acquire(self, name, holder, request, ttl).await
             }
 
@@ -66,7 +66,7 @@ macro_rules! kind_backends {
                 &self,
                 name: &str,
                 holder: &$crate::__private::lock_core::LockToken,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::ReleaseOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::ReleaseOutcome> {
                 $crate::kinds::semaphore::release(self, name, holder).await
             }
 
@@ -75,7 +75,7 @@ macro_rules! kind_backends {
                 name: &str,
                 holder: &$crate::__private::lock_core::LockToken,
                 ttl: ::std::time::Duration,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::RenewOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::RenewOutcome> {
                 $crate::kinds::semaphore::renew(self, name, holder, ttl).await
             }
         }
@@ -87,7 +87,7 @@ macro_rules! kind_backends {
                 set: &[&str],
                 token: &$crate::__private::lock_core::LockToken,
                 ttl: ::std::time::Duration,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::AcquireOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::AcquireOutcome> {
                 $crate::kinds::multi::try_acquire_all(self, set, token, ttl).await
             }
 
@@ -95,7 +95,7 @@ macro_rules! kind_backends {
                 &self,
                 set: &[&str],
                 token: &$crate::__private::lock_core::LockToken,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::ReleaseOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::ReleaseOutcome> {
                 $crate::kinds::multi::release_all(self, set, token).await
             }
 
@@ -104,7 +104,7 @@ macro_rules! kind_backends {
                 set: &[&str],
                 token: &$crate::__private::lock_core::LockToken,
                 ttl: ::std::time::Duration,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::RenewOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::RenewOutcome> {
                 $crate::kinds::multi::renew_all(self, set, token, ttl).await
             }
         }
@@ -117,7 +117,7 @@ macro_rules! kind_backends {
                 token: &$crate::__private::lock_core::LockToken,
                 identity: &[u8],
                 ttl: ::std::time::Duration,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::AcquireOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::AcquireOutcome> {
                 $crate::kinds::election::try_lead(self, name, token, identity, ttl).await
             }
 
@@ -125,7 +125,7 @@ macro_rules! kind_backends {
                 &self,
                 name: &str,
                 token: &$crate::__private::lock_core::LockToken,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::ReleaseOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::ReleaseOutcome> {
                 $crate::kinds::election::resign(self, name, token).await
             }
 
@@ -134,7 +134,7 @@ macro_rules! kind_backends {
                 name: &str,
                 token: &$crate::__private::lock_core::LockToken,
                 ttl: ::std::time::Duration,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::RenewOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::RenewOutcome> {
                 $crate::kinds::election::renew(self, name, token, ttl).await
             }
 

@@ -12,7 +12,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::raw::{AcquireOutcome, FairWaiter, InstantLockBackend, ReleaseOutcome, RenewOutcome};
+use lock_core::raw::{FairWaiter, InstantLockBackend};
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_core::{Capabilities, Error, LockBackend, LockToken, Result};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;

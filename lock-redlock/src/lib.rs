@@ -36,7 +36,7 @@
 //!   the time since the first request was sent minus the drift allowance
 //!   (`ttl × 0.01 + 2 ms`), on tokio's monotonic clock — is positive; the
 //!   lease carries `validity = ttl − drift` measured from that first send
-//!   ([`Lease::validity`](lock_core::raw::Lease::validity)), which the manager combines with its own bound.
+//!   ([`Lease::validity`](lock_core::Lease::validity)), which the manager combines with its own bound.
 //!   On failure the nodes that granted are released before returning; nodes
 //!   that may have written (timed out, lost reply) and nodes still in flight
 //!   are released in the background, the latter when they answer (waiting
@@ -153,8 +153,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::raw::{AcquireOutcome, FairWaiter, InstantLockBackend, ReleaseOutcome, RenewOutcome, WaitOptions};
+use lock_core::raw::{FairWaiter, InstantLockBackend, WaitOptions};
 use lock_core::raw::{validate_key, validate_ttl};
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_core::{Capabilities, Error, LockBackend, LockToken, Result};
 
 mod acquire;

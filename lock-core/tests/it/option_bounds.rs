@@ -46,14 +46,10 @@ impl LockBackend for ShortTtls {
         key: &str,
         token: &lock_core::LockToken,
         ttl: Duration,
-    ) -> lock_core::Result<lock_core::raw::AcquireOutcome> {
+    ) -> lock_core::Result<lock_core::AcquireOutcome> {
         self.0.try_acquire(key, token, ttl).await
     }
-    async fn release(
-        &self,
-        key: &str,
-        token: &lock_core::LockToken,
-    ) -> lock_core::Result<lock_core::raw::ReleaseOutcome> {
+    async fn release(&self, key: &str, token: &lock_core::LockToken) -> lock_core::Result<lock_core::ReleaseOutcome> {
         self.0.release(key, token).await
     }
     async fn renew(
@@ -61,7 +57,7 @@ impl LockBackend for ShortTtls {
         key: &str,
         token: &lock_core::LockToken,
         ttl: Duration,
-    ) -> lock_core::Result<lock_core::raw::RenewOutcome> {
+    ) -> lock_core::Result<lock_core::RenewOutcome> {
         self.0.renew(key, token, ttl).await
     }
     fn capabilities(&self) -> lock_core::Capabilities {
@@ -89,19 +85,15 @@ impl LockBackend for Hinting {
         key: &str,
         token: &lock_core::LockToken,
         ttl: Duration,
-    ) -> lock_core::Result<lock_core::raw::AcquireOutcome> {
+    ) -> lock_core::Result<lock_core::AcquireOutcome> {
         Ok(match self.0.try_acquire(key, token, ttl).await? {
-            lock_core::raw::AcquireOutcome::Acquired(lease) => {
-                lock_core::raw::AcquireOutcome::Acquired(lease.with_validity(Some(self.1)))
+            lock_core::AcquireOutcome::Acquired(lease) => {
+                lock_core::AcquireOutcome::Acquired(lease.with_validity(Some(self.1)))
             }
             other => other,
         })
     }
-    async fn release(
-        &self,
-        key: &str,
-        token: &lock_core::LockToken,
-    ) -> lock_core::Result<lock_core::raw::ReleaseOutcome> {
+    async fn release(&self, key: &str, token: &lock_core::LockToken) -> lock_core::Result<lock_core::ReleaseOutcome> {
         self.0.release(key, token).await
     }
     async fn renew(
@@ -109,7 +101,7 @@ impl LockBackend for Hinting {
         key: &str,
         token: &lock_core::LockToken,
         ttl: Duration,
-    ) -> lock_core::Result<lock_core::raw::RenewOutcome> {
+    ) -> lock_core::Result<lock_core::RenewOutcome> {
         self.0.renew(key, token, ttl).await
     }
     fn capabilities(&self) -> lock_core::Capabilities {

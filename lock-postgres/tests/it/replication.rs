@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use lock_core::{Expiry, LockBackend, LockToken, VersionedStore};
 
-use lock_core::raw::AcquireOutcome;
+use lock_core::AcquireOutcome;
 use lock_postgres::{PostgresBackend, Refusal, ReplicationMode, refusal};
 use lock_testkit::server::{PostgresPair, PostgresServer};
 use lock_testkit::{ElectionSuite, LockSuite, MultiSuite, RwSuite, SemaphoreSuite, VersionedSuite};
@@ -122,7 +122,7 @@ async fn a_confirmed_lease_survives_the_promotion_of_a_synchronous_standby() {
     // The owner still holds it there, and fencing tokens keep growing.
     assert_eq!(
         promoted.release("failover", &owner).await.expect("release"),
-        lock_core::raw::ReleaseOutcome::Released
+        lock_core::ReleaseOutcome::Released
     );
     assert!(acquired_fence(promoted.try_acquire("failover", &thief, ttl).await.expect("acquire")) > fence);
 }

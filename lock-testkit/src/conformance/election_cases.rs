@@ -7,7 +7,8 @@ pub use super::reserved_cases::reserved_election_names_are_refused;
 use std::sync::atomic::Ordering;
 
 use futures::StreamExt;
-use lock_core::raw::{AcquireOutcome, ElectionBackend, ReleaseOutcome, RenewOutcome};
+use lock_core::raw::ElectionBackend;
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_core::{ElectionManager, Error, LeaderInfo, LockToken};
 use tokio::time::Instant;
 

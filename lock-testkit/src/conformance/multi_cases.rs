@@ -8,7 +8,9 @@ use std::sync::atomic::Ordering;
 
 use lock_core::{Error, LockManager, LockToken, MultiLockManager};
 
-use lock_core::raw::{AcquireOutcome, MultiLockBackend, ReleaseOutcome, RenewOutcome};
+use lock_core::raw::MultiLockBackend;
+
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use tokio::time::Instant;
 
 use super::MultiSuite;

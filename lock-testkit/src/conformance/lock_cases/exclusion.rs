@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use lock_core::{Error, LockManager, LockOptions, LockToken, MAX_TTL};
 
-use lock_core::raw::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use tokio::time::Instant;
 
 use crate::conformance::LockSuite;

@@ -1,0 +1,41 @@
+//! The public face, read from the sources: what an application touches is
+//! reachable from the crate root, so the project's own applications (the
+//! command and the examples) import nothing from `raw`.
+
+#![allow(clippy::expect_used, clippy::panic)]
+
+use crate::support::{rust_files, workspace};
+
+/// The Rust files of `dir` that name `raw` through `verrou` or `lock_core`
+/// (`verrou::raw::…`, or `raw` inside a `use verrou::{…}` list, however
+/// the list is laid out over lines).
+fn raw_paths(dir: &str) -> Vec<String> {
+    let mut files = Vec::new();
+    rust_files(&workspace().join(dir), &mut files);
+    assert!(!files.is_empty(), "no sources under {dir}");
+    let mut found = Vec::new();
+    for file in files {
+        let source = std::fs::read_to_string(&file).expect("read a source file");
+        let flat: String = source.split_whitespace().collect();
+        let lists = ["verrou::{", "lock_core::{"].iter().flat_map(|open| {
+            flat.match_indices(open)
+                .map(|(at, _)| &flat[at..flat[at..].find("};").map_or(flat.len(), |end| at + end)])
+        });
+        let in_list = lists.into_iter().any(|list| {
+            list.split(|c: char| !c.is_alphanumeric() && c != '_')
+                .any(|w| w == "raw")
+        });
+        if in_list || flat.contains("verrou::raw") || flat.contains("lock_core::raw") {
+            found.push(file.display().to_string());
+        }
+    }
+    found
+}
+
+#[test]
+fn the_command_and_the_examples_import_nothing_from_raw() {
+    for dir in ["cli/src", "cli/tests", "examples"] {
+        let found = raw_paths(dir);
+        assert!(found.is_empty(), "applications reach into `raw`:\n{}", found.join("\n"));
+    }
+}
