@@ -7,27 +7,27 @@
 //! once, so every backend behaves the same.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod backend;
+mod backend;
 mod background;
 mod batch;
 mod clock;
 mod engine;
-pub mod error;
-pub mod guard;
-pub mod kinds;
+mod error;
+mod guard;
+mod kinds;
 mod lane;
 pub mod layers;
 mod lease;
-pub mod manager;
+mod manager;
 pub mod observe;
-pub mod options;
+mod options;
 mod redact;
 mod renewer;
 mod runtime;
-pub mod token;
+mod token;
 mod validate;
 mod value;
-pub mod versioned;
+mod versioned;
 
 pub use backend::{
     AcquireOutcome, Capabilities, Lease, LockBackend, OnShortfall, ReleaseOutcome, RenewOutcome, ReplicaAck,
@@ -36,12 +36,16 @@ pub use backend::{
 pub use background::wait_for_background_releases;
 pub use error::{BoxError, Error, LossReason, NodeOutcome, NodeReports, NotHeldReason, Result};
 pub use guard::{LeaseHandle, LockGuard};
-pub use kinds::election::{ElectionManager, LeaderInfo, Leadership};
-pub use kinds::multi::{MultiLockGuard, MultiLockManager};
+pub use kinds::election::{ElectionManager, Lead, LeaderInfo, Leadership, MAX_IDENTITY};
+pub use kinds::guard::KindGuard;
+pub use kinds::multi::{KeySet, MAX_KEYS, MultiLockGuard, MultiLockManager};
 pub use kinds::rw::{RwLockGuard, RwLockManager, RwMode};
-pub use kinds::semaphore::{Permit, Semaphore, SemaphoreManager};
+pub use kinds::semaphore::{MAX_SEMAPHORE_SIZE, Permit, Permits, Semaphore, SemaphoreManager};
 pub use manager::LockManager;
-pub use options::{Backoff, DEFAULT_CLAIM, Fairness, LockOptions, MAX_TIMEOUT, MAX_TTL, MIN_TTL, Renewal};
+pub use options::{
+    Backoff, DEFAULT_CLAIM, DEFAULT_DRIFT_FACTOR, Fairness, LockOptions, MAX_TIMEOUT, MAX_TTL, MIN_CLAIM, MIN_TTL,
+    Renewal,
+};
 pub use token::{FencingToken, LockToken};
 pub use versioned::{
     CasOutcome, CreateOutcome, DeleteOutcome, Expiry, UpdateOptions, Versioned, VersionedStore, VersionedStoreExt,

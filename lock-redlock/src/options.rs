@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use lock_core::options::DEFAULT_DRIFT_FACTOR;
+use lock_core::DEFAULT_DRIFT_FACTOR;
 use lock_core::{Error, MAX_TIMEOUT, Result};
 
 /// Default per-node timeout as a fraction of the TTL (redsync's 0.05).
@@ -38,7 +38,7 @@ pub struct RedlockOptions {
     pub max_node_timeout: Duration,
     /// Clock-drift allowance as a fraction of the TTL; 2 ms are added: the
     /// same allowance as [`lock_core::LockOptions::drift_factor`], with the
-    /// same default ([`lock_core::options::DEFAULT_DRIFT_FACTOR`]) and formula
+    /// same default ([`lock_core::DEFAULT_DRIFT_FACTOR`]) and formula
     /// ([`lock_core::raw::clock_drift`]), applied by Redlock to its quorum:
     /// a grant or renewal reached after `ttl − drift` is refused, and a
     /// grant reports `ttl − drift` as its validity. Under a

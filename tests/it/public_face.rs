@@ -39,3 +39,26 @@ fn the_command_and_the_examples_import_nothing_from_raw() {
         assert!(found.is_empty(), "applications reach into `raw`:\n{}", found.join("\n"));
     }
 }
+
+/// The modules lock-core may keep public, each holding items found under
+/// it only (ARCHITECTURE.md says why).
+const PUBLIC_MODULES: [&str; 3] = ["raw", "layers", "observe"];
+
+#[test]
+fn lock_core_items_have_one_path() {
+    let lib = std::fs::read_to_string(workspace().join("lock-core/src/lib.rs")).expect("read lock-core/src/lib.rs");
+    let public: Vec<&str> = lib
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("pub mod "))
+        .map(|rest| rest.trim_end_matches([';', '{', ' ']))
+        .collect();
+    let extra: Vec<&&str> = public.iter().filter(|m| !PUBLIC_MODULES.contains(m)).collect();
+    assert!(extra.is_empty(), "lock-core modules reachable besides the root: {extra:?}");
+    // What the public modules hold is not re-exported at the root too.
+    for module in ["layers", "observe"] {
+        assert!(
+            !lib.contains(&format!("pub use {module}::")),
+            "lock-core re-exports items of `{module}` at its root"
+        );
+    }
+}

@@ -72,7 +72,7 @@ pub trait MultiLockBackend: LockBackend {
 /// # Errors
 /// [`Error::InvalidArgument`] for no keys, more than [`MAX_KEYS`], or an
 /// invalid key.
-pub fn key_set<S: AsRef<str>>(keys: &[S]) -> Result<Vec<String>> {
+pub(crate) fn key_set<S: AsRef<str>>(keys: &[S]) -> Result<Vec<String>> {
     let mut set: Vec<String> = Vec::with_capacity(keys.len());
     for key in keys {
         validate_key(key.as_ref())?;

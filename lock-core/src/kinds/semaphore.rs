@@ -210,8 +210,8 @@ impl LockBackend for HolderAsLock {
 /// and local waiting lines. Cheap to clone.
 ///
 /// ```
-/// # async fn demo(backend: impl lock_core::kinds::semaphore::SemaphoreBackend) -> lock_core::Result<()> {
-/// use lock_core::kinds::semaphore::SemaphoreManager;
+/// # async fn demo(backend: impl lock_core::raw::SemaphoreBackend) -> lock_core::Result<()> {
+/// use lock_core::SemaphoreManager;
 /// let semaphores = SemaphoreManager::new(backend)?;
 /// let api = semaphores.semaphore("partner-api", 4)?; // at most 4 permits at once
 /// let permit = api.acquire(1).await?;               // leased and renewed
