@@ -29,7 +29,7 @@ use verrou::{Error, LeaseHandle, LockGuard, LockOptions, Renewal};
 use crate::exit::{BUSY, CANNOT_EXECUTE, CONFIG, Failure, LOST, NOT_FOUND, SOFTWARE};
 
 /// "Wait as long as it takes": a year, the longest lease verrou accepts.
-pub const FOREVER: Duration = verrou::MAX_TTL;
+pub const FOREVER: Duration = LockOptions::MAX_TTL;
 
 /// The lease's timing for one run: its options, and the SIGTERM-to-deadline
 /// grace.

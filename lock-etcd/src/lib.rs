@@ -137,13 +137,13 @@ pub use etcd_client::{Certificate, Identity, TlsOptions};
 pub use semaphore::GONE_WINDOW;
 
 /// `d` in whole seconds, rounded up: [`Error::InvalidArgument`] above
-/// [`lock_core::MAX_TTL`] (no lease that long is needed, and etcd's own
+/// [`lock_core::LockOptions::MAX_TTL`] (no lease that long is needed, and etcd's own
 /// limit is not far above), never an overflow.
 pub(crate) fn whole_secs(d: Duration, what: &str) -> Result<i64> {
-    if d > lock_core::MAX_TTL {
+    if d > lock_core::LockOptions::MAX_TTL {
         return Err(Error::invalid(format!(
             "{what} {d:?} is above the maximum {:?}",
-            lock_core::MAX_TTL
+            lock_core::LockOptions::MAX_TTL
         )));
     }
     let secs = d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0));

@@ -18,10 +18,10 @@ fn check(keys: &[&str]) -> Result<()> {
     if keys.is_empty() {
         return Err(Error::invalid("a multi-key lock needs at least one key"));
     }
-    if keys.len() > lock_core::MAX_KEYS {
+    if keys.len() > lock_core::MultiLockManager::MAX_KEYS {
         return Err(Error::invalid(format!(
             "a multi-key lock takes at most {} keys, got {}",
-            lock_core::MAX_KEYS,
+            lock_core::MultiLockManager::MAX_KEYS,
             keys.len()
         )));
     }

@@ -262,8 +262,16 @@ impl Redlock {
         let mut capabilities = Capabilities::new(NAME);
         capabilities.release_notifications = node_caps.iter().any(|c| c.release_notifications);
         capabilities.distinguishes_missing = node_caps.iter().all(|c| c.distinguishes_missing);
-        capabilities.max_ttl = node_caps.iter().map(|c| c.max_ttl).min().unwrap_or(lock_core::MAX_TTL);
-        capabilities.min_ttl = node_caps.iter().map(|c| c.min_ttl).max().unwrap_or(lock_core::MIN_TTL);
+        capabilities.max_ttl = node_caps
+            .iter()
+            .map(|c| c.max_ttl)
+            .min()
+            .unwrap_or(lock_core::LockOptions::MAX_TTL);
+        capabilities.min_ttl = node_caps
+            .iter()
+            .map(|c| c.min_ttl)
+            .max()
+            .unwrap_or(lock_core::LockOptions::MIN_TTL);
         let notifying = node_caps
             .iter()
             .enumerate()

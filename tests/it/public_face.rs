@@ -53,7 +53,10 @@ fn lock_core_items_have_one_path() {
         .map(|rest| rest.trim_end_matches([';', '{', ' ']))
         .collect();
     let extra: Vec<&&str> = public.iter().filter(|m| !PUBLIC_MODULES.contains(m)).collect();
-    assert!(extra.is_empty(), "lock-core modules reachable besides the root: {extra:?}");
+    assert!(
+        extra.is_empty(),
+        "lock-core modules reachable besides the root: {extra:?}"
+    );
     // What the public modules hold is not re-exported at the root too.
     for module in ["layers", "observe"] {
         assert!(
@@ -61,4 +64,59 @@ fn lock_core_items_have_one_path() {
             "lock-core re-exports items of `{module}` at its root"
         );
     }
+}
+
+/// The names a crate root re-exports, outside its `raw` module, from the
+/// `pub use` statements of `lib.rs`.
+fn root_names(lib: &str) -> Vec<String> {
+    let before_raw = lib.split("pub mod raw").next().unwrap_or(lib);
+    let flat: String = before_raw.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut names = Vec::new();
+    for statement in flat.split("pub use ").skip(1) {
+        let statement = statement.split(';').next().unwrap_or_default();
+        let items = statement.rsplit_once('{').map_or(statement, |(_, list)| list);
+        for item in items.split(',') {
+            let item = item.trim().trim_end_matches('}').trim();
+            let name = item.rsplit("::").next().unwrap_or(item);
+            let name = name.rsplit(" as ").next().unwrap_or(name);
+            if !name.is_empty() {
+                names.push(name.to_owned());
+            }
+        }
+    }
+    names
+}
+
+/// Left for the facade's `connect` and the backends' builders until their
+/// rework (issue 38) names `LockOptions::MAX_TIMEOUT` or `raw::MAX_TIMEOUT`.
+const TRANSITIONAL: [&str; 1] = ["MAX_TIMEOUT"];
+
+#[test]
+fn limits_are_constants_of_the_types_they_bound() {
+    for lib in ["src/lib.rs", "lock-core/src/lib.rs"] {
+        let source = std::fs::read_to_string(workspace().join(lib)).expect("read lib.rs");
+        let names = root_names(&source);
+        assert!(
+            names.iter().any(|n| n == "LockOptions"),
+            "{lib}: no root names read: {names:?}"
+        );
+        let free: Vec<&String> = names
+            .iter()
+            .filter(|n| {
+                n.len() > 1
+                    && n.chars()
+                        .all(|c| c.is_ascii_uppercase() || c == '_' || c.is_ascii_digit())
+            })
+            .filter(|n| !TRANSITIONAL.contains(&n.as_str()))
+            .collect();
+        assert!(free.is_empty(), "{lib}: free constants at the root: {free:?}");
+    }
+    assert_eq!(
+        verrou::LockOptions::MAX_TTL,
+        std::time::Duration::from_secs(365 * 24 * 3600)
+    );
+    assert!(verrou::Fairness::MIN_CLAIM < verrou::Fairness::DEFAULT_CLAIM);
+    assert_eq!(verrou::Semaphore::MAX_PERMITS, 1 << 20);
+    assert_eq!(verrou::MultiLockManager::MAX_KEYS, 64);
+    assert_eq!(verrou::ElectionManager::MAX_IDENTITY, 4096);
 }

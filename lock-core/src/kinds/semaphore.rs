@@ -35,10 +35,6 @@ use crate::manager::LockManager;
 use crate::options::LockOptions;
 use crate::token::LockToken;
 
-/// Largest semaphore size accepted (keeps every count exact in Lua and small
-/// enough to be a plausible request rather than a unit mistake).
-pub const MAX_SEMAPHORE_SIZE: u32 = 1 << 20;
-
 /// What one holder asks for: `permits` of a semaphore of `size`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -70,15 +66,16 @@ impl PermitRequest {
         self
     }
 
-    /// Check `1 <= permits <= size <= MAX_SEMAPHORE_SIZE`.
+    /// Check `1 <= permits <= size <= Semaphore::MAX_PERMITS`.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] naming the bad value.
     pub fn validate(&self) -> Result<()> {
-        if self.size == 0 || self.size > MAX_SEMAPHORE_SIZE {
+        if self.size == 0 || self.size > Semaphore::MAX_PERMITS {
             return Err(Error::invalid(format!(
-                "semaphore size {} must be in 1..={MAX_SEMAPHORE_SIZE}",
-                self.size
+                "semaphore size {} must be in 1..={}",
+                self.size,
+                Semaphore::MAX_PERMITS
             )));
         }
         if self.permits == 0 || self.permits > self.size {
@@ -280,7 +277,7 @@ impl SemaphoreManager {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty name or a size outside
-    /// `1..=MAX_SEMAPHORE_SIZE`.
+    /// `1..=`[`Semaphore::MAX_PERMITS`].
     pub fn semaphore(&self, name: &str, size: u32) -> Result<Semaphore> {
         crate::validate::validate_key(name)?;
         PermitRequest::new(size, 1).validate()?;
@@ -312,6 +309,11 @@ impl std::fmt::Debug for Semaphore {
 }
 
 impl Semaphore {
+    /// Largest semaphore size accepted, so the most permits one semaphore
+    /// has (keeps every count exact in Lua and small enough to be a
+    /// plausible request rather than a unit mistake).
+    pub const MAX_PERMITS: u32 = 1 << 20;
+
     /// The semaphore's name.
     pub fn name(&self) -> &str {
         &self.name

@@ -31,7 +31,7 @@ async fn an_unbounded_acquire_timeout_is_refused_not_a_panic() {
 async fn the_longest_acquire_timeout_waits_without_overflow() {
     let locks = LockManager::new(MemoryBackend::new()).expect("manager");
     let _holder = locks.lock("k").await.expect("lock");
-    let options = LockOptions::default().acquire_timeout(lock_core::MAX_TIMEOUT);
+    let options = LockOptions::default().acquire_timeout(lock_core::LockOptions::MAX_TIMEOUT);
     let waited = tokio::time::timeout(Duration::from_secs(60), locks.lock_opts("k", &options)).await;
     assert!(waited.is_err(), "still waiting for the held key after a minute");
 }

@@ -194,7 +194,7 @@ pub async fn invalid_campaigns_are_rejected(s: &ElectionSuite) {
         m.try_campaign(&name, b"").await,
         Err(Error::InvalidArgument(_))
     ));
-    let big = vec![b'x'; lock_core::MAX_IDENTITY + 1];
+    let big = vec![b'x'; lock_core::ElectionManager::MAX_IDENTITY + 1];
     assert!(matches!(
         m.try_campaign(&name, &big).await,
         Err(Error::InvalidArgument(_))
