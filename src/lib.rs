@@ -13,9 +13,9 @@ pub use lock_core::{
     AcquireOutcome, Backoff, BoxError, Capabilities, CasOutcome, CreateOutcome, DeleteOutcome, ElectionManager, Error,
     Expiry, Fairness, FencingToken, KeySet, KindGuard, Lead, LeaderInfo, Leadership, Lease, LeaseHandle, LockBackend,
     LockGuard, LockManager, LockOptions, LockToken, LossReason, MultiLockGuard, MultiLockManager, NodeOutcome,
-    NodeReports, NotHeldReason, OnShortfall, Permit, Permits, ReleaseOutcome, RenewOutcome, Renewal, ReplicaAck,
-    Replication, Result, RwLockGuard, RwLockManager, RwMode, Semaphore, SemaphoreManager, UpdateOptions, Versioned,
-    VersionedStore, VersionedStoreExt,
+    NodeReports, NotHeldReason, OnShortfall, Permit, Permits, RefusalReason, ReleaseOutcome, RenewOutcome, Renewal,
+    ReplicaAck, Replication, Result, RwLockGuard, RwLockManager, RwMode, Semaphore, SemaphoreManager, UpdateOptions,
+    Versioned, VersionedStore, VersionedStoreExt,
 };
 pub use lock_core::{layers, observe, raw, wait_for_background_releases};
 // Transitional, for `connect`'s docs until its rework (issue 38) names

@@ -34,7 +34,7 @@ pub use backend::{
     Replication,
 };
 pub use background::wait_for_background_releases;
-pub use error::{BoxError, Error, LossReason, NodeOutcome, NodeReports, NotHeldReason, Result};
+pub use error::{BoxError, Error, LossReason, NodeOutcome, NodeReports, NotHeldReason, RefusalReason, Result};
 pub use guard::{LeaseHandle, LockGuard};
 pub use kinds::election::{ElectionManager, Lead, LeaderInfo, Leadership};
 pub use kinds::guard::KindGuard;

@@ -133,7 +133,7 @@ use lock_core::{Capabilities, Error, LockBackend, LockToken, Result};
 pub use builder::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_NAMESPACE, DEFAULT_RESPONSE_TIMEOUT, EtcdBuilder};
 #[cfg(feature = "tls")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
-pub use etcd_client::{Certificate, Identity, TlsOptions};
+pub use etcd_client::{Certificate, Identity as TlsIdentity, TlsOptions};
 pub use semaphore::GONE_WINDOW;
 
 /// `d` in whole seconds, rounded up: [`Error::InvalidArgument`] above

@@ -10,7 +10,8 @@ use std::time::Duration;
 use lock_core::{Expiry, LockBackend, LockToken, VersionedStore};
 
 use lock_core::AcquireOutcome;
-use lock_postgres::{PostgresBackend, Refusal, ReplicationMode, refusal};
+use lock_core::{Error, RefusalReason};
+use lock_postgres::{PostgresBackend, ReplicationMode};
 use lock_testkit::server::{PostgresPair, PostgresServer};
 use lock_testkit::{ElectionSuite, LockSuite, MultiSuite, RwSuite, SemaphoreSuite, VersionedSuite};
 use tokio::sync::OnceCell;
@@ -161,6 +162,15 @@ async fn asynchronous_and_standby_servers_are_told_apart_and_a_standby_refuses_w
         .try_acquire("ro", &LockToken::generate().expect("token"), Duration::from_secs(1))
         .await
         .expect_err("a standby cannot take a lock");
-    assert!(matches!(refusal(&err), Some(Refusal::ReadOnly { .. })), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Refused {
+                reason: RefusalReason::ReadOnly,
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert!(!err.is_outcome_unknown(), "a refused write did nothing: {err}");
 }
