@@ -464,7 +464,11 @@ impl LockManager {
         // Boxed: the call that waits (or talks to a server) pays one
         // allocation, and the uncontended in-process call moves no large
         // future around.
-        let acquire = engine.acquire(call, finish);
+        let acquire = async {
+            let mut made = 0;
+            let result = engine.acquire(call, finish, &mut made).await;
+            (result, made)
+        };
         Box::pin(crate::observe::acquiring(call.wait, span, started, attempted, acquire)).await
     }
 

@@ -17,6 +17,6 @@ mod crate_docs;
 mod examples;
 mod facade;
 mod facade_backends;
-mod public_face;
 mod readme_claims;
+mod shape;
 mod support;

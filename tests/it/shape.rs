@@ -1,6 +1,8 @@
-//! The public face, read from the sources: what an application touches is
-//! reachable from the crate root, so the project's own applications (the
-//! command and the examples) import nothing from `raw`.
+//! The workspace's shape, read from the sources: what an application
+//! touches is reachable from the crate root, so the project's own
+//! applications (the command and the examples) import nothing from `raw`;
+//! each lock-core item has one path; limits are constants of the types they
+//! bound; no task-local state in lock-core.
 
 #![allow(clippy::expect_used, clippy::panic)]
 
@@ -119,4 +121,23 @@ fn limits_are_constants_of_the_types_they_bound() {
     assert_eq!(verrou::Semaphore::MAX_PERMITS, 1 << 20);
     assert_eq!(verrou::MultiLockManager::MAX_KEYS, 64);
     assert_eq!(verrou::ElectionManager::MAX_IDENTITY, 4096);
+}
+
+#[test]
+fn lock_core_keeps_no_task_local_state() {
+    let mut files = Vec::new();
+    rust_files(&workspace().join("lock-core/src"), &mut files);
+    assert!(!files.is_empty(), "no lock-core sources");
+    let found: Vec<String> = files
+        .iter()
+        .filter(|file| {
+            let source = std::fs::read_to_string(file).expect("read a source file");
+            source.contains("task_local!")
+        })
+        .map(|file| file.display().to_string())
+        .collect();
+    assert!(
+        found.is_empty(),
+        "task-local state in lock-core (pass it explicitly): {found:?}"
+    );
 }
