@@ -24,6 +24,7 @@ mod options;
 mod redact;
 mod renewer;
 mod runtime;
+mod scoped;
 mod token;
 mod validate;
 mod value;
