@@ -30,7 +30,7 @@ impl std::fmt::Debug for LeaseHandle {
             .field("fencing_token", &self.state.fencing_token)
             .field("remaining", &self.remaining())
             .field("lost", &self.state.is_marked_lost())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -158,7 +158,7 @@ impl std::fmt::Debug for LockGuard {
         f.debug_struct("LockGuard")
             .field("lease", &self.handle)
             .field("ttl", &self.ttl)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 

@@ -118,7 +118,7 @@ impl std::fmt::Debug for LockManager {
         f.debug_struct("LockManager")
             .field("backend", &self.inner.backend.capabilities().name)
             .field("options", &self.inner.options)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 

@@ -131,6 +131,9 @@ use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_core::{Capabilities, Error, LockBackend, LockToken, Result};
 
 pub use builder::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_NAMESPACE, DEFAULT_RESPONSE_TIMEOUT, EtcdBuilder};
+/// The etcd-client version this crate is built with: the type of
+/// [`EtcdBackend::client`], and the TLS settings of [`EtcdBuilder::tls`].
+pub use etcd_client;
 #[cfg(feature = "tls")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub use etcd_client::{Certificate, Identity as TlsIdentity, TlsOptions};

@@ -82,7 +82,7 @@ impl std::fmt::Debug for MemoryBackend {
         f.debug_struct("MemoryBackend")
             .field("locks", &s.locks.len())
             .field("values", &s.values.len())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 

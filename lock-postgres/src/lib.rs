@@ -233,7 +233,7 @@ impl std::fmt::Debug for PostgresBackend {
             .field("source", &self.inner.description)
             .field("schema", &self.inner.sql.schema)
             .field("response_timeout", &self.inner.response_timeout)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 

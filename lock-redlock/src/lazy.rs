@@ -87,7 +87,7 @@ impl std::fmt::Debug for LazyNode {
         f.debug_struct("LazyNode")
             .field("name", &self.shared.name)
             .field("connected", &self.is_connected())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 

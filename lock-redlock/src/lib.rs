@@ -219,7 +219,7 @@ impl std::fmt::Debug for Redlock {
             .field("nodes", &self.inner.names)
             .field("quorum", &self.inner.quorum)
             .field("options", &self.inner.options)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 

@@ -144,7 +144,9 @@ pub struct ElectionManager {
 
 impl std::fmt::Debug for ElectionManager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ElectionManager").field("locks", &self.locks).finish()
+        f.debug_struct("ElectionManager")
+            .field("locks", &self.locks)
+            .finish_non_exhaustive()
     }
 }
 

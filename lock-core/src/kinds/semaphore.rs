@@ -224,7 +224,9 @@ pub struct SemaphoreManager {
 
 impl std::fmt::Debug for SemaphoreManager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SemaphoreManager").field("locks", &self.locks).finish()
+        f.debug_struct("SemaphoreManager")
+            .field("locks", &self.locks)
+            .finish_non_exhaustive()
     }
 }
 
@@ -304,7 +306,7 @@ impl std::fmt::Debug for Semaphore {
         f.debug_struct("Semaphore")
             .field("name", &self.name)
             .field("size", &self.size)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 

@@ -126,7 +126,7 @@ impl fmt::Debug for EtcdCluster {
         f.debug_struct("EtcdCluster")
             .field("endpoints", &self.endpoints())
             .field("dir", &self.dir.path())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
