@@ -31,7 +31,7 @@ macro_rules! kind_backends {
                 waiting: bool,
                 token: &$crate::__private::lock_core::LockToken,
                 ttl: ::std::time::Duration,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::AcquireOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::AcquireOutcome> {
                 $crate::kinds::rw::try_acquire(self, name, mode, waiting, token, ttl).await
             }
 
@@ -39,7 +39,7 @@ macro_rules! kind_backends {
                 &self,
                 name: &str,
                 token: &$crate::__private::lock_core::LockToken,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::ReleaseOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::ReleaseOutcome> {
                 $crate::kinds::rw::release(self, name, token).await
             }
 
@@ -48,7 +48,7 @@ macro_rules! kind_backends {
                 name: &str,
                 token: &$crate::__private::lock_core::LockToken,
                 ttl: ::std::time::Duration,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::RenewOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::RenewOutcome> {
                 $crate::kinds::rw::renew(self, name, token, ttl).await
             }
 
@@ -57,7 +57,7 @@ macro_rules! kind_backends {
                 name: &str,
                 token: &$crate::__private::lock_core::LockToken,
                 ttl: ::std::time::Duration,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::AcquireOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::AcquireOutcome> {
                 $crate::kinds::rw::upgrade(self, name, token, ttl).await
             }
 
@@ -66,7 +66,7 @@ macro_rules! kind_backends {
                 name: &str,
                 token: &$crate::__private::lock_core::LockToken,
                 ttl: ::std::time::Duration,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::AcquireOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::AcquireOutcome> {
                 $crate::kinds::rw::downgrade(self, name, token, ttl).await
             }
 
@@ -86,7 +86,7 @@ macro_rules! kind_backends {
                 holder: &$crate::__private::lock_core::LockToken,
                 request: $crate::__private::lock_core::raw::PermitRequest,
                 ttl: ::std::time::Duration,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::AcquireOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::AcquireOutcome> {
                 $crate::kinds::semaphore::acquire(self, name, holder, request, ttl).await
             }
 
@@ -94,7 +94,7 @@ macro_rules! kind_backends {
                 &self,
                 name: &str,
                 holder: &$crate::__private::lock_core::LockToken,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::ReleaseOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::ReleaseOutcome> {
                 $crate::kinds::semaphore::release(self, name, holder).await
             }
 
@@ -103,7 +103,7 @@ macro_rules! kind_backends {
                 name: &str,
                 holder: &$crate::__private::lock_core::LockToken,
                 ttl: ::std::time::Duration,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::RenewOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::RenewOutcome> {
                 $crate::kinds::semaphore::renew(self, name, holder, ttl).await
             }
 
@@ -122,7 +122,7 @@ macro_rules! kind_backends {
                 set: &[&str],
                 token: &$crate::__private::lock_core::LockToken,
                 ttl: ::std::time::Duration,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::AcquireOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::AcquireOutcome> {
                 $crate::kinds::multi::try_acquire_all(self, set, token, ttl).await
             }
 
@@ -130,7 +130,7 @@ macro_rules! kind_backends {
                 &self,
                 set: &[&str],
                 token: &$crate::__private::lock_core::LockToken,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::ReleaseOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::ReleaseOutcome> {
                 $crate::kinds::multi::release_all(self, set, token).await
             }
 
@@ -139,7 +139,7 @@ macro_rules! kind_backends {
                 set: &[&str],
                 token: &$crate::__private::lock_core::LockToken,
                 ttl: ::std::time::Duration,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::RenewOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::RenewOutcome> {
                 $crate::kinds::multi::renew_all(self, set, token, ttl).await
             }
         }
@@ -152,7 +152,7 @@ macro_rules! kind_backends {
                 token: &$crate::__private::lock_core::LockToken,
                 identity: &[u8],
                 ttl: ::std::time::Duration,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::AcquireOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::AcquireOutcome> {
                 $crate::kinds::election::try_lead(self, name, token, identity, ttl).await
             }
 
@@ -160,7 +160,7 @@ macro_rules! kind_backends {
                 &self,
                 name: &str,
                 token: &$crate::__private::lock_core::LockToken,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::ReleaseOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::ReleaseOutcome> {
                 $crate::kinds::election::resign(self, name, token).await
             }
 
@@ -169,7 +169,7 @@ macro_rules! kind_backends {
                 name: &str,
                 token: &$crate::__private::lock_core::LockToken,
                 ttl: ::std::time::Duration,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::RenewOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::RenewOutcome> {
                 $crate::kinds::election::renew(self, name, token, ttl).await
             }
 

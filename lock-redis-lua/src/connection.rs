@@ -365,7 +365,7 @@ impl std::fmt::Debug for Dedicated {
             .field("kind", &kind)
             .field("size", &status.size)
             .field("max_size", &status.max_size)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 

@@ -188,8 +188,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_redis::redis::{self, Cmd, Value};
-use lock_core::raw::{AcquireOutcome, FairWaiter, ReleaseOutcome, RenewOutcome, WaitOptions};
+use lock_core::raw::{FairWaiter, WaitOptions};
 use lock_core::raw::{validate_key, validate_ttl};
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_core::{Capabilities, Error, LockBackend, LockToken, Result};
 use lock_redis_family::board::Subscriber;
 
@@ -235,7 +236,7 @@ impl std::fmt::Debug for RedisLuaBackend {
             .field("dedicated", &i.dedicated)
             .field("connect_timeout", &i.connect_timeout)
             .field("response_timeout", &i.response_timeout)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 

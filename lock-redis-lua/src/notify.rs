@@ -94,7 +94,7 @@ impl std::fmt::Debug for Notifier {
             .field("connected", &s.live.is_some())
             .field("refused", &self.listener.is_refused())
             .field("channels", &s.channels.len())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 

@@ -7,9 +7,9 @@
 
 use std::time::Duration;
 
-use lock_core::raw::AcquireOutcome;
-use lock_core::raw::{ReleaseOutcome, RenewOutcome};
+use lock_core::AcquireOutcome;
 use lock_core::{LockBackend, LockToken, Replication};
+use lock_core::{ReleaseOutcome, RenewOutcome};
 use lock_redis_lua::RedisLuaBackend;
 use lock_testkit::server::{RedisServer, SentinelGroup};
 use tokio::time::Instant;

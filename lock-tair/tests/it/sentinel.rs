@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use lock_core::raw::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_core::{LockBackend, LockToken, Replication};
 use lock_tair::TairBackend;
 use lock_testkit::server::SentinelGroup;

@@ -72,7 +72,7 @@ impl fmt::Debug for RedisServer {
             .field("port", &self.port)
             .field("pid", &self.pid())
             .field("dir", &self.dir.path())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
