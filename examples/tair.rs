@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use verrou::raw::AcquireOutcome;
+use verrou::AcquireOutcome;
 use verrou::tair::TairBackend;
 use verrou::{LockBackend, LockManager, LockOptions, LockToken, UpdateOptions, VersionedStore, VersionedStoreExt};
 

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 # System packages, each detected by what the build and the tests actually
 # load (scripts/prereqs.sh; its detection is tested by scripts/test-prereqs.sh):
-# a real redis-server (+ redis-cli) for the backend tests, and the libclang C
+# a real redis-server (+ redis-cli, redis-sentinel) for the backend tests, and the libclang C
 # library plus clang's resource headers for the redis-module bindings (bindgen)
 # of the TairString-compatible module; protoc for etcd-client (lock-etcd);
 # pkg-config and libssl-dev for openssl-sys (a bench peer's sqlx TLS).
@@ -17,6 +17,9 @@ cd "$(dirname "$0")/.."
 . scripts/prereqs.sh
 missing=()
 command -v "${VERROU_REDIS_SERVER:-redis-server}" >/dev/null 2>&1 || { echo "==> missing: redis-server (the backend tests start real servers)"; missing+=(redis-server); }
+# The sentinels of the Sentinel topology run what lock-testkit runs:
+# $VERROU_REDIS_SENTINEL, else redis-sentinel (Debian's redis-sentinel package).
+command -v "${VERROU_REDIS_SENTINEL:-redis-sentinel}" >/dev/null 2>&1 || { echo "==> missing: redis-sentinel (the Sentinel tests start real sentinels)"; missing+=(redis-sentinel); }
 command -v redis-cli >/dev/null 2>&1 || { echo "==> missing: redis-cli (redis-benchmark ceilings in verrou-bench)"; missing+=(redis-tools); }
 while read -r pkg why; do
   [ -n "$pkg" ] || continue

@@ -9,18 +9,13 @@ pub mod guide {}
 
 // What an application uses, at the root; what a backend author needs, under
 // `raw` only. One path per item.
-pub use lock_core::kinds::election::{Lead, MAX_IDENTITY};
-pub use lock_core::kinds::guard::KindGuard;
-pub use lock_core::kinds::multi::MAX_KEYS;
-pub use lock_core::kinds::semaphore::{MAX_SEMAPHORE_SIZE, Permits};
-pub use lock_core::options::{DEFAULT_DRIFT_FACTOR, MIN_CLAIM};
 pub use lock_core::{
-    Backoff, BoxError, Capabilities, CasOutcome, CreateOutcome, DEFAULT_CLAIM, DeleteOutcome, ElectionManager, Error,
-    Expiry, Fairness, FencingToken, Inspection, LeaderInfo, Leadership, LeaseHandle, LockBackend, LockGuard, LockInfo,
-    LockManager, LockOptions, LockToken, LossReason, MAX_TIMEOUT, MAX_TTL, MIN_TTL, MultiLockGuard, MultiLockManager,
-    NodeOutcome, NodeReports, NotHeldReason, OnShortfall, Permit, PermitsInfo, Renewal, ReplicaAck, Replication,
-    Result, RwHold, RwInfo, RwLockGuard, RwLockManager, RwMode, Semaphore, SemaphoreManager, UpdateOptions, Versioned,
-    VersionedStore, VersionedStoreExt,
+    AcquireOutcome, Backoff, BoxError, Capabilities, CasOutcome, CreateOutcome, DeleteOutcome, ElectionManager, Error,
+    Expiry, Fairness, FencingToken, Inspection, KeySet, KindGuard, Lead, LeaderInfo, Leadership, Lease, LeaseHandle,
+    LockBackend, LockGuard, LockInfo, LockManager, LockOptions, LockToken, LossReason, MultiLockGuard,
+    MultiLockManager, NodeOutcome, NodeReports, NotHeldReason, OnShortfall, Permit, Permits, PermitsInfo,
+    RefusalReason, ReleaseOutcome, RenewOutcome, Renewal, ReplicaAck, Replication, Result, RwHold, RwInfo, RwLockGuard,
+    RwLockManager, RwMode, Semaphore, SemaphoreManager, UpdateOptions, Versioned, VersionedStore, VersionedStoreExt,
 };
 pub use lock_core::{layers, observe, raw, wait_for_background_releases};
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use deadpool_redis::redis;
 use fred::interfaces::{ClientLike, KeysInterface};
 use fred::types::{Expiration, SetOptions};
-use lock_core::raw::ReleaseOutcome;
+use lock_core::ReleaseOutcome;
 use lock_core::{LockGuard, LockManager};
 
 use crate::BoxResult;

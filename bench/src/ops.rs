@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use deadpool_redis::redis;
 use fred::prelude::*;
-use lock_core::raw::{AcquireOutcome, ReleaseOutcome};
+use lock_core::{AcquireOutcome, ReleaseOutcome};
 use lock_core::{Backoff, LockBackend, LockToken, UpdateOptions, VersionedStore, VersionedStoreExt};
 
 use crate::BoxResult;

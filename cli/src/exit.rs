@@ -150,7 +150,7 @@ impl Failure {
 impl From<Error> for Failure {
     fn from(e: Error) -> Self {
         let code = match &e {
-            Error::InvalidArgument(_) | Error::Unsupported { .. } => CONFIG,
+            Error::InvalidArgument(_) | Error::Unsupported { .. } | Error::Refused { .. } => CONFIG,
             Error::Backend { .. } | Error::QuorumUnreachable { .. } => UNAVAILABLE,
             Error::Timeout { .. } => BUSY,
             Error::Lost { .. } | Error::NotHeld { .. } => LOST,

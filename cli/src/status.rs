@@ -102,7 +102,6 @@ fn replication_line(backend: &Backend) -> String {
 /// another kind is held; a kind the backend does not offer is left out of
 /// `--kind all`.
 pub async fn status(backend: &Backend, args: &StatusArgs, json: bool) -> Result<u8, Failure> {
-    verrou::raw::validate_key(&args.name)?;
     let caps = backend.locks().capabilities();
     let name = args.name.as_str();
     let kinds: Vec<StatusKind> = match args.kind {

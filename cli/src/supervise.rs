@@ -23,13 +23,13 @@ use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 use verrou::KindGuard;
-use verrou::raw::ReleaseOutcome;
+use verrou::ReleaseOutcome;
 use verrou::{Error, LeaseHandle, LockGuard, LockOptions, Renewal};
 
 use crate::exit::{BUSY, CANNOT_EXECUTE, CONFIG, Failure, LOST, NOT_FOUND, SOFTWARE};
 
 /// "Wait as long as it takes": a year, the longest lease verrou accepts.
-pub const FOREVER: Duration = verrou::MAX_TTL;
+pub const FOREVER: Duration = LockOptions::MAX_TTL;
 
 /// The lease's timing for one run: its options, and the SIGTERM-to-deadline
 /// grace.
@@ -50,9 +50,9 @@ impl Plan {
     /// A [`CONFIG`] failure for a grace that leaves too little of the TTL
     /// for renewals (a grace at or above the TTL in particular).
     pub fn new(ttl: Duration, grace: Option<Duration>, wait: Option<Duration>, no_wait: bool) -> Result<Plan, Failure> {
-        verrou::raw::validate_ttl(ttl)?;
-        let grace = grace.unwrap_or(ttl / 3);
         let mut options = LockOptions::with_ttl(ttl);
+        options.validate()?;
+        let grace = grace.unwrap_or(ttl / 3);
         let drift = options.drift(ttl);
         let shown = |d: Duration| humantime::format_duration(d).to_string();
         if grace >= ttl {

@@ -85,6 +85,19 @@ pub enum Error {
         nodes: NodeReports,
     },
 
+    /// The server refused the backend's setup outright (its schema is
+    /// missing, the user lacks a privilege, the server is read-only):
+    /// retrying will not help until the setup changes. Nothing was applied.
+    #[error("{backend}: {reason}: {message}")]
+    Refused {
+        /// Backend name.
+        backend: String,
+        /// What the server refused.
+        reason: RefusalReason,
+        /// The server's message, and what to do about it.
+        message: String,
+    },
+
     /// The backend or its transport failed.
     ///
     /// When `outcome_unknown` is true the request may or may not have been
@@ -139,6 +152,15 @@ impl Error {
         }
     }
 
+    /// A `Refused` error: the server refused `backend`'s setup.
+    pub fn refused(backend: impl Into<String>, reason: RefusalReason, message: impl Into<String>) -> Self {
+        Error::Refused {
+            backend: backend.into(),
+            reason,
+            message: message.into(),
+        }
+    }
+
     /// Attach a source error (only meaningful on `Backend`).
     #[must_use]
     pub fn with_source(mut self, err: impl Into<BoxError>) -> Self {
@@ -183,6 +205,29 @@ impl std::fmt::Display for NotHeldReason {
             NotHeldReason::HeldByOther => "held by another client",
             NotHeldReason::Missing => "key missing or expired",
             NotHeldReason::Expired => "local validity deadline passed",
+        })
+    }
+}
+
+/// What the server refused, in an [`Error::Refused`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RefusalReason {
+    /// The backend's tables or functions are missing (not created, or
+    /// another schema name).
+    MissingSchema,
+    /// The user may not read or write the backend's data (or create it).
+    PermissionDenied,
+    /// The server is read-only (a standby, or a read-only session).
+    ReadOnly,
+}
+
+impl std::fmt::Display for RefusalReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RefusalReason::MissingSchema => "the lock tables are missing",
+            RefusalReason::PermissionDenied => "permission denied",
+            RefusalReason::ReadOnly => "the server is read-only (a standby?)",
         })
     }
 }

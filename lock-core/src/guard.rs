@@ -30,7 +30,7 @@ impl std::fmt::Debug for LeaseHandle {
             .field("fencing_token", &self.state.fencing_token)
             .field("remaining", &self.remaining())
             .field("lost", &self.state.is_marked_lost())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -161,7 +161,7 @@ impl std::fmt::Debug for LockGuard {
         f.debug_struct("LockGuard")
             .field("lease", &self.handle)
             .field("ttl", &self.ttl)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -293,7 +293,7 @@ impl LockGuard {
     ///
     /// ```
     /// # async fn demo(locks: &lock_core::LockManager) -> lock_core::Result<()> {
-    /// use lock_core::raw::ReleaseOutcome;
+    /// use lock_core::ReleaseOutcome;
     /// let guard = locks.lock("orders:42").await?;
     /// if guard.release().await? != ReleaseOutcome::Released {
     ///     eprintln!("the lease had been lost before the release");

@@ -7,43 +7,48 @@
 //! once, so every backend behaves the same.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod backend;
+mod backend;
 mod background;
 mod batch;
 mod clock;
 mod config;
 mod engine;
-pub mod error;
-pub mod guard;
-pub mod inspect;
+mod error;
+mod guard;
+mod inspect;
 mod inspecting;
-pub mod kinds;
+mod kinds;
 mod lane;
 pub mod layers;
 mod lease;
-pub mod manager;
+mod manager;
 mod min_hold;
 pub mod observe;
-pub mod options;
+mod options;
 mod redact;
 mod renewer;
 mod runtime;
-pub mod token;
+mod scoped;
+mod token;
 mod validate;
 mod value;
-pub mod versioned;
+mod versioned;
 
-pub use backend::{Capabilities, LockBackend, OnShortfall, ReplicaAck, Replication};
+pub use backend::{
+    AcquireOutcome, Capabilities, Lease, LockBackend, OnShortfall, ReleaseOutcome, RenewOutcome, ReplicaAck,
+    Replication,
+};
 pub use background::wait_for_background_releases;
-pub use error::{BoxError, Error, LossReason, NodeOutcome, NodeReports, NotHeldReason, Result};
+pub use error::{BoxError, Error, LossReason, NodeOutcome, NodeReports, NotHeldReason, RefusalReason, Result};
 pub use guard::{LeaseHandle, LockGuard};
 pub use inspect::{Inspection, LockInfo};
-pub use kinds::election::{ElectionManager, LeaderInfo, Leadership};
-pub use kinds::multi::{MultiLockGuard, MultiLockManager};
+pub use kinds::election::{ElectionManager, Lead, LeaderInfo, Leadership};
+pub use kinds::guard::KindGuard;
+pub use kinds::multi::{KeySet, MultiLockGuard, MultiLockManager};
 pub use kinds::rw::{RwHold, RwInfo, RwLockGuard, RwLockManager, RwMode};
-pub use kinds::semaphore::{Permit, PermitsInfo, Semaphore, SemaphoreManager};
+pub use kinds::semaphore::{Permit, Permits, PermitsInfo, Semaphore, SemaphoreManager};
 pub use manager::LockManager;
-pub use options::{Backoff, DEFAULT_CLAIM, Fairness, LockOptions, MAX_TIMEOUT, MAX_TTL, MIN_TTL, Renewal};
+pub use options::{Backoff, Fairness, LockOptions, Renewal};
 pub use token::{FencingToken, LockToken};
 pub use versioned::{
     CasOutcome, CreateOutcome, DeleteOutcome, Expiry, UpdateOptions, Versioned, VersionedStore, VersionedStoreExt,
@@ -56,9 +61,7 @@ pub use versioned::{
 /// nothing here: it uses managers, guards, options and errors from the
 /// crate root.
 pub mod raw {
-    pub use crate::backend::{
-        AcquireOutcome, FairWaiter, InstantLockBackend, Lease, ReleaseOutcome, RenewOutcome, WaitOptions, Waiter,
-    };
+    pub use crate::backend::{FairWaiter, InstantLockBackend, WaitOptions, Waiter};
     pub use crate::batch::RenewBatch;
     pub use crate::config::{
         BackendConfig, Connected, Connector, SchemeEntry, SchemeTable, UrlParts, hide_quoted_url_text, in_context,

@@ -1,6 +1,7 @@
 //! What the manager itself reports about each lease, whichever backend and
 //! layers sit below it: a `verrou.lock` span around every `lock` / `try_lock`
-//! (attempts, wait time, outcome), a `verrou.with_lock` span around scoped
+//! (attempts, wait time, outcome) with a `verrou.attempt` span (`attempt`:
+//! 0-based) around each attempt's backend call, a `verrou.with_lock` span around scoped
 //! sections, a `verrou.renewer` span per batch of renewals (`leases`: how
 //! many were due together), and an `error!` event when a lease is lost (key,
 //! reason, how late it was noticed).
@@ -21,7 +22,6 @@
 //!
 //! [`metrics`]: https://docs.rs/metrics
 
-use std::cell::Cell;
 use std::future::Future;
 use std::time::Duration;
 
@@ -43,29 +43,10 @@ pub const RENEW_LATENCY_SECONDS: &str = "verrou_renew_latency_seconds";
 /// Name of the lost-lease counter.
 pub const LOSSES_TOTAL: &str = "verrou_losses_total";
 
-/// The acquire attempts of the `lock` / `try_lock` call running in a task.
-#[derive(Default)]
-struct Attempts {
-    /// 0-based number of the attempt in progress (backoff step).
-    current: Cell<u32>,
-    /// Backend calls made so far.
-    made: Cell<u32>,
-}
-
-tokio::task_local! {
-    static ATTEMPTS: Attempts;
-}
-
 /// What a `lock` call's span records of a grant (the guard, which this
 /// module does not need to know).
 pub(crate) trait Fenced {
     fn fencing_token(&self) -> Option<FencingToken>;
-}
-
-/// The 0-based acquire attempt the manager is making in the current task,
-/// when called from inside `lock` / `try_lock` (layers read it).
-pub fn current_attempt() -> Option<u32> {
-    ATTEMPTS.try_with(|a| a.current.get()).ok()
 }
 
 pub(crate) fn micros(d: Duration) -> u64 {
@@ -92,7 +73,8 @@ pub(crate) fn lock_started(span: &Span) -> Option<Instant> {
 }
 
 /// Run the manager's acquire loop inside its span, then record how it went
-/// (`attempted`: attempts made before the loop).
+/// (`attempted`: attempts made before the loop; the loop answers with the
+/// attempts it made).
 pub(crate) async fn acquiring<F, G>(
     wait: bool,
     span: Span,
@@ -101,17 +83,10 @@ pub(crate) async fn acquiring<F, G>(
     acquire: F,
 ) -> Result<Option<G>>
 where
-    F: Future<Output = Result<Option<G>>>,
+    F: Future<Output = (Result<Option<G>>, u32)>,
     G: Fenced,
 {
-    let counted = async {
-        let result = acquire.await;
-        (result, ATTEMPTS.try_with(|a| a.made.get()).unwrap_or(0))
-    };
-    let (result, attempts) = ATTEMPTS
-        .scope(Attempts::default(), counted)
-        .instrument(span.clone())
-        .await;
+    let (result, attempts) = acquire.instrument(span.clone()).await;
     record_lock(&span, wait, started, attempted.saturating_add(attempts), &result);
     result
 }
@@ -147,12 +122,11 @@ pub(crate) fn record_lock<G: Fenced>(
     metrics::histogram!(LOCK_WAIT_SECONDS, "outcome" => outcome).record(waited.as_secs_f64());
 }
 
-/// The manager is about to make acquire attempt `n` (0-based).
-pub(crate) fn attempt(n: u32) {
-    let _ = ATTEMPTS.try_with(|a| {
-        a.current.set(n);
-        a.made.set(a.made.get().saturating_add(1));
-    });
+/// The span of acquire attempt `attempt` (0-based) of a `lock` /
+/// `try_lock` call: the backend calls of the attempt (a layer's spans) sit
+/// under it.
+pub(crate) fn attempt_span(attempt: u32) -> Span {
+    tracing::debug_span!("verrou.attempt", attempt)
 }
 
 /// The span of one `with_lock` call (the body runs inside it).

@@ -4,8 +4,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-pub use crate::validate::{MAX_TIMEOUT, MAX_TTL, MIN_TTL};
-use crate::validate::{clock_drift, validate_ttl};
+use crate::validate::{MAX_TIMEOUT, MAX_TTL, MIN_TTL, clock_drift, validate_ttl};
 
 /// How a held lock's lease is kept alive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,15 +121,16 @@ pub enum Fairness {
     },
 }
 
-/// The default [`Fairness::Fifo`] claim: a dead waiter delays the queue by
-/// at most about this long.
-pub const DEFAULT_CLAIM: Duration = Duration::from_millis(1000);
+impl Fairness {
+    /// The default [`Fairness::Fifo`] claim: a dead waiter delays the queue
+    /// by at most about this long.
+    pub const DEFAULT_CLAIM: Duration = Duration::from_millis(1000);
 
-/// Default clock-drift factor (Redlock, node-redlock, rslock): the allowance
-/// is `ttl × 0.01 + 2 ms` ([`crate::raw::clock_drift`]). The one default of
-/// the one drift allowance: [`LockOptions::drift_factor`] and Redlock's own
-/// `RedlockOptions::drift_factor` start from it.
-pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+    /// The shortest [`Fairness::Fifo`] claim: waiters refresh their entry
+    /// every third of it, and a shorter claim would expire live waiters on a
+    /// loaded machine.
+    pub const MIN_CLAIM: Duration = Duration::from_millis(30);
+}
 
 /// Settings of a [`crate::LockManager`].
 ///
@@ -154,7 +154,7 @@ pub struct LockOptions {
     /// Delay between acquire attempts on a held key.
     pub backoff: Backoff,
     /// Clock-drift allowance as a fraction of the TTL; 2 ms are added
-    /// ([`crate::raw::clock_drift`]; default [`DEFAULT_DRIFT_FACTOR`]). The
+    /// ([`crate::raw::clock_drift`]; default [`LockOptions::DEFAULT_DRIFT_FACTOR`]). The
     /// guard's deadline is `sent_at + ttl − drift`. A backend that applies
     /// the same allowance itself (Redlock, to its quorum's validity) reports
     /// its bound with the grant, and the guard keeps the earlier deadline.
@@ -177,6 +177,26 @@ impl Default for LockOptions {
 }
 
 impl LockOptions {
+    /// The longest TTL verrou accepts: one year. Every backend can represent
+    /// it in milliseconds, and a longer lease is almost certainly a unit
+    /// mistake.
+    pub const MAX_TTL: Duration = MAX_TTL;
+
+    /// The shortest TTL verrou accepts. Below this the drift allowance eats
+    /// the whole lease.
+    pub const MIN_TTL: Duration = MIN_TTL;
+
+    /// The longest `acquire_timeout` and `op_timeout` (and fair-queue claim)
+    /// verrou accepts: one year. Longer waits are almost certainly a unit
+    /// mistake (and `Duration::MAX` cannot be added to an instant).
+    pub const MAX_TIMEOUT: Duration = MAX_TIMEOUT;
+
+    /// Default clock-drift factor (Redlock, node-redlock, rslock): the
+    /// allowance is `ttl × 0.01 + 2 ms` ([`crate::raw::clock_drift`]). The
+    /// one default of the one drift allowance: [`LockOptions::drift_factor`]
+    /// and Redlock's own `RedlockOptions::drift_factor` start from it.
+    pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+
     /// Defaults for a given TTL: renew every `ttl / 3`.
     pub fn with_ttl(ttl: Duration) -> Self {
         LockOptions {
@@ -184,7 +204,7 @@ impl LockOptions {
             renewal: Renewal::Auto { interval: ttl / 3 },
             acquire_timeout: Duration::from_secs(10),
             backoff: Backoff::default(),
-            drift_factor: DEFAULT_DRIFT_FACTOR,
+            drift_factor: Self::DEFAULT_DRIFT_FACTOR,
             op_timeout: Duration::from_secs(2),
             fairness: Fairness::Barging,
             min_hold: Duration::ZERO,
@@ -237,10 +257,12 @@ impl LockOptions {
     }
 
     /// First come, first served across managers, with the
-    /// [`DEFAULT_CLAIM`] (see [`Fairness::Fifo`]).
+    /// [`Fairness::DEFAULT_CLAIM`] (see [`Fairness::Fifo`]).
     #[must_use]
     pub fn fair(self) -> Self {
-        self.fairness(Fairness::Fifo { claim: DEFAULT_CLAIM })
+        self.fairness(Fairness::Fifo {
+            claim: Fairness::DEFAULT_CLAIM,
+        })
     }
 
     /// Set how waiters of different managers share a contended key.
@@ -261,7 +283,7 @@ impl LockOptions {
     /// before then, and it answers `Released`. The renewer stops at the
     /// release as always; the lease's handles see
     /// [`crate::LossReason::Released`] at once. A release after the minimum
-    /// hold deletes the key as usual. At most [`MAX_TTL`].
+    /// hold deletes the key as usual. At most [`Self::MAX_TTL`].
     #[must_use]
     pub fn min_hold(mut self, min_hold: Duration) -> Self {
         self.min_hold = min_hold;
@@ -312,20 +334,16 @@ impl LockOptions {
             )));
         }
         if let Fairness::Fifo { claim } = self.fairness
-            && !(MIN_CLAIM..=MAX_TIMEOUT).contains(&claim)
+            && !(Fairness::MIN_CLAIM..=MAX_TIMEOUT).contains(&claim)
         {
             return Err(Error::invalid(format!(
-                "fair queue claim {claim:?} must be between {MIN_CLAIM:?} and {MAX_TIMEOUT:?}"
+                "fair queue claim {claim:?} must be between {:?} and {MAX_TIMEOUT:?}",
+                Fairness::MIN_CLAIM
             )));
         }
         self.backoff.validate()
     }
 }
-
-/// The shortest [`Fairness::Fifo`] claim: waiters refresh their entry every
-/// third of it, and a shorter claim would expire live waiters on a loaded
-/// machine.
-pub const MIN_CLAIM: Duration = Duration::from_millis(30);
 
 #[cfg(test)]
 mod tests {

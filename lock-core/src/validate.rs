@@ -9,16 +9,16 @@ use crate::error::{Error, Result};
 
 /// The longest TTL verrou accepts: one year. Every backend can represent it in
 /// milliseconds, and a longer lease is almost certainly a unit mistake.
-pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+pub(crate) const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 
-/// The longest `acquire_timeout` and `op_timeout` verrou accepts: one year.
-/// Longer waits are almost certainly a unit mistake (and `Duration::MAX`
-/// cannot be added to an instant).
+/// The longest `acquire_timeout` and `op_timeout` verrou accepts: one year
+/// ([`crate::LockOptions::MAX_TIMEOUT`]); a backend bounds its own
+/// timeouts by it too, as the manager cuts its calls at `op_timeout`.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// The shortest TTL verrou accepts. Below this the drift allowance eats the
 /// whole lease.
-pub const MIN_TTL: Duration = Duration::from_millis(10);
+pub(crate) const MIN_TTL: Duration = Duration::from_millis(10);
 
 /// The clock-drift allowance of a lease: `ttl × factor + 2 ms` (the Redlock
 /// rule; `factor` clamped to [0, 1]).
@@ -27,7 +27,7 @@ pub fn clock_drift(ttl: Duration, factor: f64) -> Duration {
         .saturating_add(Duration::from_millis(2))
 }
 
-/// Check a TTL against [`MIN_TTL`] and [`MAX_TTL`].
+/// Check a TTL against [`crate::LockOptions::MIN_TTL`] and [`crate::LockOptions::MAX_TTL`].
 pub fn validate_ttl(ttl: Duration) -> Result<()> {
     if ttl < MIN_TTL {
         return Err(Error::invalid(format!("ttl {ttl:?} is below the minimum {MIN_TTL:?}")));

@@ -23,7 +23,7 @@ pub enum Expiry {
 }
 
 impl Expiry {
-    /// Check the TTL of `After` against [`crate::MIN_TTL`] / [`crate::MAX_TTL`].
+    /// Check the TTL of `After` against [`crate::LockOptions::MIN_TTL`] / [`crate::LockOptions::MAX_TTL`].
     pub fn validate(self) -> Result<()> {
         if let Expiry::After(ttl) = self {
             crate::validate::validate_ttl(ttl)?;

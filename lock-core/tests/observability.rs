@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use lock_core::ReleaseOutcome;
 use lock_core::layers::{MetricsLayer, TracingLayer};
-use lock_core::raw::ReleaseOutcome;
 use lock_core::{Error, LockBackend, LockManager, LockOptions, LossReason, Renewal};
 use lock_memory::MemoryBackend;
 use lock_testkit::{Fault, FaultControl, FaultyBackend};
@@ -278,19 +278,25 @@ async fn scripted_lifecycle_emits_spans_events_and_metrics() {
         "a renewer span per batch of renewals"
     );
 
-    // Spans of the layer, nested under the manager's.
+    // Spans of the layer, nested under the manager's: each acquire under
+    // the span of its attempt, numbered from 0.
     let acquires = spans.spans("verrou.acquire");
     assert!(
         acquires
             .iter()
-            .all(|s| s.parent.as_deref() == Some("verrou.lock") && s.fields["backend"] == BACKEND),
+            .all(|s| s.parent.as_deref() == Some("verrou.attempt") && s.fields["backend"] == BACKEND),
         "{acquires:#?}"
     );
     let held: Vec<_> = acquires.iter().filter(|s| s.fields["outcome"] == "held").collect();
     assert!(held.len() >= 2, "{acquires:#?}");
+    let attempts = spans.spans("verrou.attempt");
     assert!(
-        held.iter().any(|s| s.fields["attempt"] == "1"),
-        "retries carry their attempt: {held:#?}"
+        attempts.iter().all(|s| s.parent.as_deref() == Some("verrou.lock")),
+        "{attempts:#?}"
+    );
+    assert!(
+        attempts.iter().any(|s| s.fields["attempt"] == "1"),
+        "retries carry their attempt: {attempts:#?}"
     );
     assert!(
         acquires.iter().any(|s| s.fields["outcome"] == "cancelled"),

@@ -133,10 +133,10 @@ impl EtcdBuilder {
             ("connect_timeout", self.connect_timeout),
             ("response_timeout", self.response_timeout),
         ] {
-            if timeout.is_zero() || timeout > lock_core::MAX_TIMEOUT {
+            if timeout.is_zero() || timeout > lock_core::raw::MAX_TIMEOUT {
                 return Err(Error::invalid(format!(
                     "etcd {name} must be above zero and at most {} days, got {timeout:?}",
-                    lock_core::MAX_TIMEOUT.as_secs() / 86_400
+                    lock_core::raw::MAX_TIMEOUT.as_secs() / 86_400
                 )));
             }
         }

@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp};
+use lock_core::raw::ElectionBackend;
 use lock_core::raw::validate_identity;
 use lock_core::raw::validate_key;
-use lock_core::raw::{AcquireOutcome, ElectionBackend, ReleaseOutcome, RenewOutcome};
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_core::{LeaderInfo, LockToken, Result};
 use tokio::time::Instant;
 

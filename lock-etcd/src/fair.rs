@@ -11,7 +11,8 @@
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse};
-use lock_core::raw::{AcquireOutcome, FairWaiter};
+use lock_core::AcquireOutcome;
+use lock_core::raw::FairWaiter;
 use lock_core::{Error, LockToken, Result};
 use tokio::time::Instant;
 

@@ -127,25 +127,29 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{EventType, WatchFilterType, WatchOptions};
-use lock_core::raw::{AcquireOutcome, FairWaiter, ReleaseOutcome, RenewOutcome};
+use lock_core::raw::FairWaiter;
 use lock_core::raw::{validate_key, validate_ttl};
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_core::{Capabilities, Error, LockBackend, LockToken, Result};
 
 pub use builder::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_NAMESPACE, DEFAULT_RESPONSE_TIMEOUT, EtcdBuilder};
 pub use config::{DEFAULT_PORT, ETCD_PARAMS, EtcdConfig, EtcdConnector};
+/// The etcd-client version this crate is built with: the type of
+/// [`EtcdBackend::client`], and the TLS settings of [`EtcdBuilder::tls`].
+pub use etcd_client;
 #[cfg(feature = "tls")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
-pub use etcd_client::{Certificate, Identity, TlsOptions};
+pub use etcd_client::{Certificate, Identity as TlsIdentity, TlsOptions};
 pub use semaphore::GONE_WINDOW;
 
 /// `d` in whole seconds, rounded up: [`Error::InvalidArgument`] above
-/// [`lock_core::MAX_TTL`] (no lease that long is needed, and etcd's own
+/// [`lock_core::LockOptions::MAX_TTL`] (no lease that long is needed, and etcd's own
 /// limit is not far above), never an overflow.
 pub(crate) fn whole_secs(d: Duration, what: &str) -> Result<i64> {
-    if d > lock_core::MAX_TTL {
+    if d > lock_core::LockOptions::MAX_TTL {
         return Err(Error::invalid(format!(
             "{what} {d:?} is above the maximum {:?}",
-            lock_core::MAX_TTL
+            lock_core::LockOptions::MAX_TTL
         )));
     }
     let secs = d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0));

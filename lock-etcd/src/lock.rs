@@ -8,7 +8,7 @@ use std::time::Duration;
 use etcd_client::{
     Compare, CompareOp, DeleteOptions, GetOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
-use lock_core::raw::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
+use lock_core::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use lock_core::{Error, FencingToken, LockToken, Result};
 use tokio::time::Instant;
 

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
-use lock_core::raw::{AcquireOutcome, MultiLockBackend, ReleaseOutcome, RenewOutcome};
+use lock_core::raw::MultiLockBackend;
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_core::{Error, LockToken, Result};
 use tokio::time::Instant;
 
@@ -17,10 +18,10 @@ fn check(keys: &[&str]) -> Result<()> {
     if keys.is_empty() {
         return Err(Error::invalid("a multi-key lock needs at least one key"));
     }
-    if keys.len() > lock_core::kinds::multi::MAX_KEYS {
+    if keys.len() > lock_core::MultiLockManager::MAX_KEYS {
         return Err(Error::invalid(format!(
             "a multi-key lock takes at most {} keys, got {}",
-            lock_core::kinds::multi::MAX_KEYS,
+            lock_core::MultiLockManager::MAX_KEYS,
             keys.len()
         )));
     }

@@ -25,7 +25,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, DeleteOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
-use lock_core::raw::{AcquireOutcome, ReleaseOutcome, RenewOutcome, RwLockBackend, conversion_not_held};
+use lock_core::raw::{RwLockBackend, conversion_not_held};
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_core::{LockToken, Result, RwMode};
 use tokio::time::Instant;
 

@@ -28,7 +28,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use etcd_client::{Compare, DeleteOptions, GetOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
 use lock_core::raw::size_mismatch;
-use lock_core::raw::{AcquireOutcome, PermitRequest, ReleaseOutcome, RenewOutcome, SemaphoreBackend};
+use lock_core::raw::{PermitRequest, SemaphoreBackend};
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_core::{LockToken, Result};
 use tokio::time::Instant;
 

@@ -5,9 +5,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use lock_core::raw::ElectionBackend;
 use lock_core::raw::validate_identity;
-use lock_core::raw::{AcquireOutcome, ElectionBackend, Lease, ReleaseOutcome, RenewOutcome};
 use lock_core::raw::{validate_key, validate_ttl};
+use lock_core::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use lock_core::{FencingToken, LeaderInfo, LockToken, Result};
 use tokio::time::Instant;
 

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use lock_core::{FencingToken, LockToken};
 
-use lock_core::raw::{AcquireOutcome, FairWaiter, Lease};
+use lock_core::raw::FairWaiter;
+
+use lock_core::{AcquireOutcome, Lease};
 use tokio::time::Instant;
 
 use crate::State;

@@ -54,8 +54,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::raw::{AcquireOutcome, FairWaiter, InstantLockBackend, Lease, ReleaseOutcome, RenewOutcome};
+use lock_core::raw::{FairWaiter, InstantLockBackend};
 use lock_core::raw::{validate_key, validate_ttl};
+use lock_core::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use lock_core::{
     Capabilities, CasOutcome, CreateOutcome, DeleteOutcome, Expiry, FencingToken, LockBackend, LockToken, Result,
     Versioned, VersionedStore,
@@ -84,7 +85,7 @@ impl std::fmt::Debug for MemoryBackend {
         f.debug_struct("MemoryBackend")
             .field("locks", &s.locks.len())
             .field("values", &s.values.len())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 

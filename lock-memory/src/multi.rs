@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::raw::{AcquireOutcome, Lease, MultiLockBackend, ReleaseOutcome, RenewOutcome};
+use lock_core::raw::MultiLockBackend;
 use lock_core::raw::{validate_key, validate_ttl};
+use lock_core::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use lock_core::{FencingToken, LockToken, Result};
 use tokio::time::Instant;
 

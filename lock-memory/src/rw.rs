@@ -7,8 +7,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::raw::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome, RwLockBackend, conversion_not_held};
+use lock_core::raw::{RwLockBackend, conversion_not_held};
 use lock_core::raw::{validate_key, validate_ttl};
+use lock_core::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use lock_core::{FencingToken, LockToken, Result, RwInfo, RwMode};
 use tokio::time::Instant;
 

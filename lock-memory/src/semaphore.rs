@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::raw::{AcquireOutcome, Lease, PermitRequest, ReleaseOutcome, RenewOutcome, SemaphoreBackend};
+use lock_core::raw::{PermitRequest, SemaphoreBackend};
 use lock_core::raw::{validate_key, validate_ttl};
+use lock_core::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use lock_core::{FencingToken, LockToken, PermitsInfo, Result};
 use tokio::sync::Notify;
 use tokio::time::Instant;

@@ -5,11 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use lock_core::{Error, Result};
+use lock_core::{Error, RefusalReason, Result};
 use tokio_postgres::config::SslMode;
 
 use crate::conn::Op;
-use crate::error::{BACKEND, Refusal, statement_error};
+use crate::error::{BACKEND, missing_schema, statement_error};
 use crate::schema::{DEFAULT_SCHEMA, Statements, schema_sql};
 use crate::{Inner, PostgresBackend};
 
@@ -120,7 +120,7 @@ impl PostgresBuilder {
 
     /// Create the schema at build when it is missing (default `true`). With
     /// `false`, a missing schema fails the build with a
-    /// [`Refusal::MissingSchema`] (apply [`schema_sql`] in your migrations).
+    /// [`Error::Refused`] for [`RefusalReason::MissingSchema`] (apply [`schema_sql`] in your migrations).
     #[must_use]
     pub fn create_schema(mut self, create: bool) -> Self {
         self.create_schema = create;
@@ -177,10 +177,10 @@ impl PostgresBuilder {
     /// Connect, check (or create) the schema, and return the backend.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for bad settings; [`Error::Backend`] when
-    /// the server cannot be reached or refuses (see [`Refusal`]: missing
-    /// schema, privilege, or a read-only server when the schema must be
-    /// created), or when a round trip (the schema check, its creation, which
+    /// [`Error::InvalidArgument`] for bad settings; [`Error::Refused`] when
+    /// the server refuses (a missing schema or privilege, or a read-only
+    /// server when the schema must be created); [`Error::Backend`] when the
+    /// server cannot be reached, or when a round trip (the schema check, its creation, which
     /// waits for another session creating it) takes longer than the
     /// response timeout.
     ///
@@ -193,10 +193,10 @@ impl PostgresBuilder {
             ("connect_timeout", self.connect_timeout),
             ("response_timeout", self.response_timeout),
         ] {
-            if timeout.is_zero() || timeout > lock_core::MAX_TIMEOUT {
+            if timeout.is_zero() || timeout > lock_core::raw::MAX_TIMEOUT {
                 return Err(Error::invalid(format!(
                     "{name} must be above zero and at most {} days, got {timeout:?}",
-                    lock_core::MAX_TIMEOUT.as_secs() / 86_400
+                    lock_core::raw::MAX_TIMEOUT.as_secs() / 86_400
                 )));
             }
         }
@@ -352,13 +352,12 @@ async fn ensure_schema(backend: &PostgresBackend, create: bool) -> Result<()> {
         return Ok(());
     }
     if !create {
-        let r = Refusal::MissingSchema {
-            schema: schema.to_owned(),
-            detail: format!(
-                "create_schema(false) and the schema is incomplete: apply lock_postgres::schema_sql({schema:?})"
-            ),
-        };
-        return Err(Error::backend(BACKEND, r.to_string()).with_source(r));
+        let detail = "create_schema(false) and the schema is incomplete";
+        return Err(Error::refused(
+            BACKEND,
+            RefusalReason::MissingSchema,
+            missing_schema(schema, detail),
+        ));
     }
     // One simple-protocol string runs as one implicit transaction: all of it
     // or none, and the xact lock is held to its end.

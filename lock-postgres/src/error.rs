@@ -1,50 +1,17 @@
 //! Mapping tokio-postgres and pool errors onto [`lock_core::Error`].
 
-use lock_core::Error;
+use lock_core::{Error, RefusalReason};
 use tokio_postgres::error::SqlState;
 
 /// Backend name in errors and capabilities.
 pub(crate) const BACKEND: &str = "postgres";
 
-/// Why the server refused the backend's statements outright: the setup is
-/// wrong, and retrying will not help. Carried as the source of an
-/// [`Error::Backend`]; [`refusal`] finds it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum Refusal {
-    /// The schema's tables or functions are missing (not created, or
-    /// another schema name).
-    #[error("the lock tables are missing in schema {schema:?}: {detail}")]
-    MissingSchema {
-        /// The configured schema.
-        schema: String,
-        /// The server's message.
-        detail: String,
-    },
-    /// The database user may not read or write the tables (or create them).
-    #[error("permission denied: {detail}")]
-    MissingPrivilege {
-        /// The server's message.
-        detail: String,
-    },
-    /// The server is a read-only standby (or the session is read-only).
-    #[error("the server is read-only (a standby?): {detail}")]
-    ReadOnly {
-        /// The server's message.
-        detail: String,
-    },
-}
-
-/// The [`Refusal`] behind `err`, if the server refused the setup.
-pub fn refusal(err: &Error) -> Option<&Refusal> {
-    let mut source = std::error::Error::source(err);
-    while let Some(e) = source {
-        if let Some(r) = e.downcast_ref::<Refusal>() {
-            return Some(r);
-        }
-        source = e.source();
-    }
-    None
+/// The message of a [`RefusalReason::MissingSchema`]: the schema, the
+/// server's (or the build's) words, and what to apply.
+pub(crate) fn missing_schema(schema: &str, detail: &str) -> String {
+    format!(
+        "in schema {schema:?}: {detail} (build with create_schema(true), or apply lock_postgres::schema_sql({schema:?}))"
+    )
 }
 
 /// A failed statement. A server error means the statement (its own
@@ -59,21 +26,16 @@ pub(crate) fn statement_error(e: tokio_postgres::Error, write: bool, schema: &st
             || *code == SqlState::UNDEFINED_FUNCTION
             || *code == SqlState::INVALID_SCHEMA_NAME
         {
-            Some(Refusal::MissingSchema {
-                schema: schema.to_owned(),
-                detail: format!(
-                    "{detail} (build with create_schema(true), or apply lock_postgres::schema_sql({schema:?}))"
-                ),
-            })
+            Some((RefusalReason::MissingSchema, missing_schema(schema, &detail)))
         } else if *code == SqlState::INSUFFICIENT_PRIVILEGE {
-            Some(Refusal::MissingPrivilege { detail })
+            Some((RefusalReason::PermissionDenied, detail))
         } else if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
-            Some(Refusal::ReadOnly { detail })
+            Some((RefusalReason::ReadOnly, detail))
         } else {
             None
         };
-        if let Some(r) = refusal {
-            return Error::backend(BACKEND, r.to_string()).with_source(r);
+        if let Some((reason, message)) = refusal {
+            return Error::refused(BACKEND, reason, message);
         }
         let class = code.code().get(..2).unwrap_or_default();
         let unknown = write && matches!(class, "08" | "57" | "58" | "XX");

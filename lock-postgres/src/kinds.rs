@@ -5,11 +5,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::raw::validate_identity;
-use lock_core::raw::{
-    AcquireOutcome, ElectionBackend, Lease, MultiLockBackend, PermitRequest, ReleaseOutcome, RenewOutcome,
-    RwLockBackend, SemaphoreBackend,
-};
+use lock_core::raw::{ElectionBackend, MultiLockBackend, PermitRequest, RwLockBackend, SemaphoreBackend};
 use lock_core::raw::{conversion_not_held, size_mismatch};
+use lock_core::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use lock_core::{Error, LeaderInfo, LockToken, Result, RwMode};
 use tokio_postgres::types::Type;
 

@@ -92,7 +92,7 @@
 //! [`PostgresBuilder::create_schema(false)`](PostgresBuilder::create_schema)
 //! leaves that to your migrations and fails the build when it is not there.
 //! A missing table, a missing privilege or a read-only server is an
-//! [`Error::Backend`] whose source is a [`Refusal`] ([`refusal`] finds it).
+//! [`Error::Refused`] whose [`RefusalReason`](lock_core::RefusalReason) says which.
 //! Every round trip of the build is bounded by the response timeout. The
 //! sequences start at the server's time in microseconds, so a schema
 //! dropped and created again does not repeat a fencing token or a version.
@@ -176,8 +176,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::raw::{AcquireOutcome, FairWaiter, Lease, ReleaseOutcome, RenewOutcome};
+use lock_core::raw::FairWaiter;
 use lock_core::raw::{ttl_millis, validate_key, validate_ttl};
+use lock_core::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use lock_core::{Capabilities, Error, FencingToken, LockBackend, LockToken, Result};
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
@@ -188,7 +189,6 @@ pub use builder::{
 /// The deadpool-postgres crate the backend is built on (hand over a `Pool`).
 pub use config::{POSTGRES_PARAMS, PostgresConfig, PostgresConnector};
 pub use deadpool_postgres;
-pub use error::{Refusal, refusal};
 pub use kinds::GONE_WINDOW;
 pub use replication::ReplicationMode;
 pub use schema::{DEFAULT_SCHEMA, LockStatements, SCHEMA_SQL, schema_sql, validate_identifier};
@@ -236,7 +236,7 @@ impl std::fmt::Debug for PostgresBackend {
             .field("source", &self.inner.description)
             .field("schema", &self.inner.sql.schema)
             .field("response_timeout", &self.inner.response_timeout)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -539,6 +539,9 @@ fn clone_invalid(e: &Error) -> Error {
 
 /// One batch failure, repeated for every item of the batch.
 fn copy_error(e: &Error) -> Error {
+    if let Error::Refused { reason, message, .. } = e {
+        return Error::refused(BACKEND, *reason, message.clone());
+    }
     let message = match e {
         Error::Backend { message, .. } => message.clone(),
         other => other.to_string(),

@@ -11,7 +11,7 @@ use crate::error::bad_reply;
 #[non_exhaustive]
 pub enum ReplicationMode {
     /// The server is a standby (in recovery): read-only, every write is
-    /// refused with [`Refusal::ReadOnly`](crate::Refusal::ReadOnly).
+    /// refused with [`RefusalReason::ReadOnly`](lock_core::RefusalReason::ReadOnly).
     Standby,
     /// No synchronous standby: a commit is confirmed once it is on the
     /// primary. A failover to a standby can lose confirmed leases (two

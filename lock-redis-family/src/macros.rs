@@ -1,3 +1,6 @@
+//! [`crate::family_config!`]: the configuration contract on a backend
+//! crate's config type (the grammar is [`crate::url`]).
+//!
 //! [`crate::kind_backends!`]: the lock kinds' traits of a backend, one call
 //! per method to [`crate::kinds`]' functions. A blanket implementation over
 //! [`crate::kinds::scripted::ScriptedKinds`] is not possible (the traits and
@@ -28,7 +31,7 @@ macro_rules! kind_backends {
                 waiting: bool,
                 token: &$crate::__private::lock_core::LockToken,
                 ttl: ::std::time::Duration,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::AcquireOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::AcquireOutcome> {
                 $crate::kinds::rw::try_acquire(self, name, mode, waiting, token, ttl).await
             }
 
@@ -36,7 +39,7 @@ macro_rules! kind_backends {
                 &self,
                 name: &str,
                 token: &$crate::__private::lock_core::LockToken,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::ReleaseOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::ReleaseOutcome> {
                 $crate::kinds::rw::release(self, name, token).await
             }
 
@@ -45,7 +48,7 @@ macro_rules! kind_backends {
                 name: &str,
                 token: &$crate::__private::lock_core::LockToken,
                 ttl: ::std::time::Duration,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::RenewOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::RenewOutcome> {
                 $crate::kinds::rw::renew(self, name, token, ttl).await
             }
 
@@ -54,7 +57,7 @@ macro_rules! kind_backends {
                 name: &str,
                 token: &$crate::__private::lock_core::LockToken,
                 ttl: ::std::time::Duration,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::AcquireOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::AcquireOutcome> {
                 $crate::kinds::rw::upgrade(self, name, token, ttl).await
             }
 
@@ -63,7 +66,7 @@ macro_rules! kind_backends {
                 name: &str,
                 token: &$crate::__private::lock_core::LockToken,
                 ttl: ::std::time::Duration,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::AcquireOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::AcquireOutcome> {
                 $crate::kinds::rw::downgrade(self, name, token, ttl).await
             }
 
@@ -83,7 +86,7 @@ macro_rules! kind_backends {
                 holder: &$crate::__private::lock_core::LockToken,
                 request: $crate::__private::lock_core::raw::PermitRequest,
                 ttl: ::std::time::Duration,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::AcquireOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::AcquireOutcome> {
                 $crate::kinds::semaphore::acquire(self, name, holder, request, ttl).await
             }
 
@@ -91,7 +94,7 @@ macro_rules! kind_backends {
                 &self,
                 name: &str,
                 holder: &$crate::__private::lock_core::LockToken,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::ReleaseOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::ReleaseOutcome> {
                 $crate::kinds::semaphore::release(self, name, holder).await
             }
 
@@ -100,7 +103,7 @@ macro_rules! kind_backends {
                 name: &str,
                 holder: &$crate::__private::lock_core::LockToken,
                 ttl: ::std::time::Duration,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::RenewOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::RenewOutcome> {
                 $crate::kinds::semaphore::renew(self, name, holder, ttl).await
             }
 
@@ -119,7 +122,7 @@ macro_rules! kind_backends {
                 set: &[&str],
                 token: &$crate::__private::lock_core::LockToken,
                 ttl: ::std::time::Duration,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::AcquireOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::AcquireOutcome> {
                 $crate::kinds::multi::try_acquire_all(self, set, token, ttl).await
             }
 
@@ -127,7 +130,7 @@ macro_rules! kind_backends {
                 &self,
                 set: &[&str],
                 token: &$crate::__private::lock_core::LockToken,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::ReleaseOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::ReleaseOutcome> {
                 $crate::kinds::multi::release_all(self, set, token).await
             }
 
@@ -136,7 +139,7 @@ macro_rules! kind_backends {
                 set: &[&str],
                 token: &$crate::__private::lock_core::LockToken,
                 ttl: ::std::time::Duration,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::RenewOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::RenewOutcome> {
                 $crate::kinds::multi::renew_all(self, set, token, ttl).await
             }
         }
@@ -149,7 +152,7 @@ macro_rules! kind_backends {
                 token: &$crate::__private::lock_core::LockToken,
                 identity: &[u8],
                 ttl: ::std::time::Duration,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::AcquireOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::AcquireOutcome> {
                 $crate::kinds::election::try_lead(self, name, token, identity, ttl).await
             }
 
@@ -157,7 +160,7 @@ macro_rules! kind_backends {
                 &self,
                 name: &str,
                 token: &$crate::__private::lock_core::LockToken,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::ReleaseOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::ReleaseOutcome> {
                 $crate::kinds::election::resign(self, name, token).await
             }
 
@@ -166,7 +169,7 @@ macro_rules! kind_backends {
                 name: &str,
                 token: &$crate::__private::lock_core::LockToken,
                 ttl: ::std::time::Duration,
-            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::raw::RenewOutcome> {
+            ) -> $crate::__private::lock_core::Result<$crate::__private::lock_core::RenewOutcome> {
                 $crate::kinds::election::renew(self, name, token, ttl).await
             }
 
@@ -184,6 +187,57 @@ macro_rules! kind_backends {
                 max_wait: ::std::time::Duration,
             ) {
                 $crate::kinds::scripted::ScriptedKinds::wait_for_leader(self, name, seen, max_wait).await;
+            }
+        }
+    };
+}
+
+/// Implements the configuration contract for a backend crate's config type
+/// (a newtype over [`FamilyConfig`](crate::url::FamilyConfig)): `BackendConfig`, `Default`, `Deref`,
+/// and `serde` where the crate enables it. A macro, as the two crates'
+/// types must be their own (the contract's trait is foreign to both).
+#[macro_export]
+macro_rules! family_config {
+    ($config:ident, $flavor:expr, [$($scheme:literal),+]) => {
+        impl ::std::default::Default for $config {
+            fn default() -> Self {
+                $config($crate::url::FamilyConfig::defaults($flavor))
+            }
+        }
+
+        impl ::std::ops::Deref for $config {
+            type Target = $crate::url::FamilyConfig;
+            fn deref(&self) -> &Self::Target {
+                &self.0
+            }
+        }
+
+        impl ::std::ops::DerefMut for $config {
+            fn deref_mut(&mut self) -> &mut Self::Target {
+                &mut self.0
+            }
+        }
+
+        impl $crate::__private::lock_core::raw::BackendConfig for $config {
+            const SCHEMES: &'static [&'static str] = &[$($scheme),+];
+            const PARAMS: &'static [&'static str] = $crate::url::FAMILY_PARAMS;
+
+            fn from_url(url: &str) -> $crate::__private::lock_core::Result<Self> {
+                $crate::url::FamilyConfig::parse(url, $flavor)
+                    .map($config)
+                    .map_err(|e| $crate::__private::lock_core::raw::hide_quoted_url_text(e, url))
+            }
+
+            fn set(&mut self, key: &str, value: &str) -> $crate::__private::lock_core::Result<()> {
+                self.0.set(key, value)
+            }
+
+            fn validate(&self) -> $crate::__private::lock_core::Result<()> {
+                self.0.validate()
+            }
+
+            fn description(&self) -> String {
+                self.0.description()
             }
         }
     };

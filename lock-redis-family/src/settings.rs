@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use lock_core::{Error, MAX_TIMEOUT, ReplicaAck, Result};
+use lock_core::raw::MAX_TIMEOUT;
+use lock_core::{Error, ReplicaAck, Result};
 
 /// Default time to open a connection (TCP, TLS, `HELLO`/`AUTH`): 2 s, as on
 /// the PostgreSQL backend.

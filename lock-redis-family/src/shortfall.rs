@@ -1,8 +1,8 @@
 //! The rule both Redis-family backends apply to a renewal under replica
 //! acknowledgement (`WAIT` after the write).
 
-use lock_core::backend::{RenewOutcome, ReplicaAck, Replication};
-use lock_core::error::{Error, Result};
+use lock_core::{Error, Result};
+use lock_core::{RenewOutcome, ReplicaAck, Replication};
 
 /// A renewal of `key` on the primary that `acknowledged` replicas have:
 /// below `ack.replicas`, an outcome-unknown error of `backend`, whatever

@@ -1,18 +1,22 @@
 //! The URL grammar both Redis-family backends read —
-//! `redis://[user:pass@]host[:port][/db][?…]` and its TLS and cluster forms
-//! — into one settings struct; each backend crate wraps it in its own
+//! `redis://[user:pass@]host[:port][/db][?…]` and its TLS, cluster and
+//! Sentinel forms — into one settings struct; each backend crate wraps it in its own
 //! config type with its own schemes (`RedisLuaConfig`, `TairConfig`).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use lock_core::raw::{UrlParts, parse_bool, parse_duration, parse_host_port, parse_number, unknown_parameter};
+use lock_core::raw::{
+    UrlParts, parse_bool, parse_duration, parse_host_port, parse_number, percent_decode, unknown_parameter,
+};
 use lock_core::{Error, ReplicaAck, Result};
 
 use crate::settings::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, MAX_ACK_CONNECTIONS, Settings};
 
 /// Port used when a host names none.
 pub const DEFAULT_PORT: u16 = 6379;
+/// Port used when a sentinel's host names none.
+pub const DEFAULT_SENTINEL_PORT: u16 = 26379;
 
 /// Longest `replica_ack_timeout` ([`ReplicaAck::validate`]'s bound).
 const MAX_REPLICA_ACK_TIMEOUT: Duration = Duration::from_secs(3600);
@@ -29,13 +33,15 @@ pub const FAMILY_PARAMS: &[&str] = &[
     "ack_connections",
     "db",
     "tls_ca",
+    "sentinel_username",
+    "sentinel_password",
 ];
 
 /// What tells the two backends' URLs apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Flavor {
     /// `redis` or `tair`: the plain scheme; `…s` is TLS, `…+cluster` a
-    /// cluster.
+    /// cluster, `…+sentinel` a primary found through Redis Sentinel.
     pub base: &'static str,
     /// Whether this build of the backend crate has TLS.
     pub tls_compiled: bool,
@@ -50,14 +56,17 @@ pub struct Flavor {
 }
 
 impl Flavor {
-    /// The four schemes: plain, TLS, cluster, TLS cluster.
-    pub fn schemes(&self) -> [String; 4] {
+    /// The six schemes: plain, TLS, cluster, TLS cluster, Sentinel, TLS
+    /// Sentinel.
+    pub fn schemes(&self) -> [String; 6] {
         let b = self.base;
         [
             b.to_owned(),
             format!("{b}s"),
             format!("{b}+cluster"),
             format!("{b}s+cluster"),
+            format!("{b}+sentinel"),
+            format!("{b}s+sentinel"),
         ]
     }
 }
@@ -71,10 +80,19 @@ pub struct FamilyConfig {
     pub tls: bool,
     /// A Redis Cluster (`…+cluster://`), seeded by [`FamilyConfig::hosts`].
     pub cluster: bool,
-    /// `host:port`, at least one (one unless a cluster).
+    /// Redis Sentinel (`…+sentinel://S1,S2/NAME`): the name the sentinels
+    /// monitor the primary under; [`FamilyConfig::hosts`] are then the
+    /// sentinels' (default port [`DEFAULT_SENTINEL_PORT`]).
+    pub sentinel_master: Option<String>,
+    /// `host:port`, at least one (one unless a cluster or the sentinels).
     pub hosts: Vec<String>,
-    /// `user:password` as written (percent-encoded); never printed.
+    /// `user:password` as written (percent-encoded); never printed. The
+    /// data nodes' credentials, also through Sentinel.
     user_info: Option<String>,
+    /// `sentinel_username` and `sentinel_password`, decoded: the
+    /// sentinels' own credentials; never printed.
+    sentinel_username: Option<String>,
+    sentinel_password: Option<String>,
     /// The database (`/N` or `db=N`); a cluster has only 0.
     pub db: Option<u32>,
     /// `connect_timeout`: time to open a connection.
@@ -120,8 +138,11 @@ impl FamilyConfig {
         FamilyConfig {
             tls: false,
             cluster: false,
+            sentinel_master: None,
             hosts: vec![format!("127.0.0.1:{DEFAULT_PORT}")],
             user_info: None,
+            sentinel_username: None,
+            sentinel_password: None,
             db: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
@@ -143,17 +164,20 @@ impl FamilyConfig {
     pub fn parse(url: &str, flavor: Flavor) -> Result<Self> {
         let parts = UrlParts::parse(url, &[])?;
         let scheme = parts.scheme.as_str();
-        let [plain, tls, cluster, tls_cluster] = flavor.schemes();
+        let [plain, tls, cluster, tls_cluster, sentinel, tls_sentinel] = flavor.schemes();
         let also = flavor.also;
         let alias = |suffix: &str| !also.is_empty() && scheme == format!("{also}{suffix}");
-        let (is_tls, is_cluster) = match scheme {
-            s if s == plain || alias("") => (false, false),
-            s if s == tls || alias("s") => (true, false),
-            s if s == cluster || alias("+cluster") => (false, true),
-            s if s == tls_cluster || alias("s+cluster") => (true, true),
+        let (is_tls, is_cluster, is_sentinel) = match scheme {
+            s if s == plain || alias("") => (false, false, false),
+            s if s == tls || alias("s") => (true, false, false),
+            s if s == cluster || alias("+cluster") => (false, true, false),
+            s if s == tls_cluster || alias("s+cluster") => (true, true, false),
+            s if s == sentinel || alias("+sentinel") => (false, false, true),
+            s if s == tls_sentinel || alias("s+sentinel") => (true, false, true),
             _ => {
                 return Err(Error::invalid(format!(
-                    "{scheme}:// is not a {} URL: use {plain}://, {tls}://, {cluster}:// or {tls_cluster}://",
+                    "{scheme}:// is not a {} URL: use {plain}://, {tls}://, {cluster}://, {tls_cluster}://, \
+                     {sentinel}:// or {tls_sentinel}://",
                     flavor.crate_name
                 )));
             }
@@ -170,15 +194,24 @@ impl FamilyConfig {
         if parts.hosts.is_empty() {
             return Err(Error::invalid(format!(
                 "{scheme}:// URL has no host: write {scheme}://HOST[:PORT]{}",
-                if is_cluster { "[,HOST[:PORT]…]" } else { "" }
+                match (is_cluster, is_sentinel) {
+                    (true, _) => "[,HOST[:PORT]…]",
+                    (_, true) => "[,HOST[:PORT]…]/MASTER_NAME (the sentinels)",
+                    _ => "",
+                }
             )));
         }
+        let port = if is_sentinel {
+            DEFAULT_SENTINEL_PORT
+        } else {
+            DEFAULT_PORT
+        };
         let hosts = parts
             .hosts
             .split(',')
-            .map(|h| parse_host_port(scheme, h, DEFAULT_PORT))
+            .map(|h| parse_host_port(scheme, h, port))
             .collect::<Result<Vec<_>>>()?;
-        if !is_cluster && hosts.len() > 1 {
+        if !is_cluster && !is_sentinel && hosts.len() > 1 {
             return Err(Error::invalid(format!(
                 "{scheme}:// takes one host, got {}: for a cluster seeded with several nodes use {scheme}+cluster://",
                 hosts.len()
@@ -191,7 +224,13 @@ impl FamilyConfig {
             user_info: parts.user_info.clone(),
             ..FamilyConfig::defaults(flavor)
         };
-        match parts.path.trim_start_matches('/') {
+        let mut path = parts.path.trim_start_matches('/');
+        if is_sentinel {
+            let (name, db) = path.split_once('/').unwrap_or((path, ""));
+            config.sentinel_master = Some(parse_master_name(scheme, name)?);
+            path = db;
+        }
+        match path {
             "" => {}
             n => config.db = Some(parse_db(scheme, n)?),
         }
@@ -205,11 +244,11 @@ impl FamilyConfig {
     /// The scheme this config stands for.
     pub fn scheme(&self) -> String {
         let b = self.flavor.base;
-        match (self.tls, self.cluster) {
-            (false, false) => b.to_owned(),
-            (true, false) => format!("{b}s"),
-            (false, true) => format!("{b}+cluster"),
-            (true, true) => format!("{b}s+cluster"),
+        let s = if self.tls { "s" } else { "" };
+        match (self.cluster, self.sentinel_master.is_some()) {
+            (true, _) => format!("{b}{s}+cluster"),
+            (false, true) => format!("{b}{s}+sentinel"),
+            (false, false) => format!("{b}{s}"),
         }
     }
 
@@ -240,6 +279,8 @@ impl FamilyConfig {
                 self.db = Some(n);
             }
             "tls_ca" => self.tls_ca = Some(PathBuf::from(value)),
+            "sentinel_username" => self.sentinel_username = Some(value.to_owned()),
+            "sentinel_password" => self.sentinel_password = Some(value.to_owned()),
             other => return Err(unknown_parameter(&self.scheme(), other, FAMILY_PARAMS)),
         }
         Ok(())
@@ -252,11 +293,26 @@ impl FamilyConfig {
     /// [`Error::InvalidArgument`] naming the parameters.
     pub fn validate(&self) -> Result<()> {
         let scheme = self.scheme();
-        if self.hosts.is_empty() || (!self.cluster && self.hosts.len() > 1) {
+        let sentinel = self.sentinel_master.is_some();
+        let many = self.cluster || sentinel;
+        if self.hosts.is_empty() || (!many && self.hosts.len() > 1) {
             return Err(Error::invalid(format!(
                 "{scheme}:// needs one host{}, got {}",
-                if self.cluster { " or more" } else { "" },
+                if many { " or more" } else { "" },
                 self.hosts.len()
+            )));
+        }
+        if let Some(name) = &self.sentinel_master {
+            if self.cluster {
+                return Err(Error::invalid(
+                    "a URL is either a cluster or Sentinel's: set cluster or sentinel_master, not both",
+                ));
+            }
+            parse_master_name(&scheme, name)?;
+        } else if self.sentinel_username.is_some() || self.sentinel_password.is_some() {
+            return Err(Error::invalid(format!(
+                "sentinel_username and sentinel_password are for {}+sentinel:// URLs: remove them",
+                self.flavor.base
             )));
         }
         if self.tls_ca.is_some() && !self.tls {
@@ -332,8 +388,13 @@ impl FamilyConfig {
             },
             None => String::new(),
         };
+        let master = self
+            .sentinel_master
+            .as_ref()
+            .map(|m| format!("/{m}"))
+            .unwrap_or_default();
         let db = self.db.map(|d| format!("/{d}")).unwrap_or_default();
-        format!("{}://{user}{}{db}", self.scheme(), self.hosts.join(","))
+        format!("{}://{user}{}{master}{db}", self.scheme(), self.hosts.join(","))
     }
 
     /// Sets the credentials (`user:password`, percent-encoded as in a URL;
@@ -342,38 +403,96 @@ impl FamilyConfig {
         self.user_info = user_info;
     }
 
+    /// Sets the sentinels' own credentials (decoded; `None` for none).
+    pub fn set_sentinel_credentials(&mut self, username: Option<String>, password: Option<String>) {
+        self.sentinel_username = username;
+        self.sentinel_password = password;
+    }
+
+    /// The sentinels' user name and password (`sentinel_username`,
+    /// `sentinel_password`), decoded.
+    pub fn sentinel_credentials(&self) -> (Option<&str>, Option<&str>) {
+        (self.sentinel_username.as_deref(), self.sentinel_password.as_deref())
+    }
+
+    /// The data nodes' user name and password, decoded (`None` without
+    /// credentials; an empty user for a password alone).
+    pub fn credentials_decoded(&self) -> Option<(String, String)> {
+        let info = self.user_info.as_deref()?;
+        Some(match info.split_once(':') {
+            Some((user, password)) => (percent_decode(user), percent_decode(password)),
+            None => (String::new(), percent_decode(info)),
+        })
+    }
+
     fn credentials(&self) -> String {
         self.user_info.as_ref().map(|u| format!("{u}@")).unwrap_or_default()
     }
 
     /// One `redis[s]://[user:pass@]host:port[/db]` URL per host, as
-    /// redis-rs takes them.
+    /// redis-rs takes them (through Sentinel: [`FamilyConfig::node_url`]
+    /// and [`FamilyConfig::sentinel_urls`]).
     pub fn node_urls(&self) -> Vec<String> {
+        self.hosts.iter().map(|h| self.node_url(h)).collect()
+    }
+
+    /// The `redis[s]://[user:pass@]host:port[/db]` URL of the data node at
+    /// `host` (`name:port`), with the data nodes' credentials and database.
+    pub fn node_url(&self, host: &str) -> String {
         let scheme = if self.tls { "rediss" } else { "redis" };
         let db = self.db.map(|d| format!("/{d}")).unwrap_or_default();
+        format!("{scheme}://{}{host}{db}", self.credentials())
+    }
+
+    /// One `redis[s]://[user:pass@]host:port` URL per sentinel, with the
+    /// sentinels' credentials (`sentinel_username`, `sentinel_password`).
+    pub fn sentinel_urls(&self) -> Vec<String> {
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        let user = self
+            .sentinel_username
+            .as_deref()
+            .map(percent_encode)
+            .unwrap_or_default();
+        let credentials = match &self.sentinel_password {
+            Some(p) => format!("{user}:{}@", percent_encode(p)),
+            None if !user.is_empty() => format!("{user}@"),
+            None => String::new(),
+        };
         self.hosts
             .iter()
-            .map(|h| format!("{scheme}://{}{h}{db}", self.credentials()))
+            .map(|h| format!("{scheme}://{credentials}{h}"))
             .collect()
     }
 
-    /// The single URL fred takes: `redis[s][-cluster]://…?node=h:p…`.
+    /// The single URL fred takes: `redis[s][-cluster|-sentinel]://…?node=h:p…`
+    /// (through Sentinel the hosts are the sentinels', with
+    /// `sentinelServiceName` and the sentinels' own credentials, which
+    /// fred reads with its `sentinel-auth` feature).
     pub fn fred_url(&self) -> String {
-        let scheme = match (self.tls, self.cluster) {
-            (false, false) => "redis",
-            (true, false) => "rediss",
-            (false, true) => "redis-cluster",
-            (true, true) => "rediss-cluster",
+        let tls = if self.tls { "s" } else { "" };
+        let topology = match (self.cluster, self.sentinel_master.is_some()) {
+            (true, _) => "-cluster",
+            (false, true) => "-sentinel",
+            (false, false) => "",
         };
         let (first, others) = self.hosts.split_first().map_or(("", &[][..]), |(f, o)| (f.as_str(), o));
         let db = self.db.map(|d| format!("/{d}")).unwrap_or_default();
-        let nodes: Vec<String> = others.iter().map(|h| format!("node={h}")).collect();
-        let query = if nodes.is_empty() {
+        let mut query: Vec<String> = others.iter().map(|h| format!("node={h}")).collect();
+        if let Some(name) = &self.sentinel_master {
+            query.push(format!("sentinelServiceName={}", percent_encode(name)));
+            if let Some(user) = &self.sentinel_username {
+                query.push(format!("sentinelUsername={}", percent_encode(user)));
+            }
+            if let Some(password) = &self.sentinel_password {
+                query.push(format!("sentinelPassword={}", percent_encode(password)));
+            }
+        }
+        let query = if query.is_empty() {
             String::new()
         } else {
-            format!("?{}", nodes.join("&"))
+            format!("?{}", query.join("&"))
         };
-        format!("{scheme}://{}{first}{db}{query}", self.credentials())
+        format!("redis{tls}{topology}://{}{first}{db}{query}", self.credentials())
     }
 
     /// The `tls_ca` file's contents, if set.
@@ -393,6 +512,33 @@ impl FamilyConfig {
     }
 }
 
+/// A master name as Sentinel knows it: percent-decoded, not empty, no
+/// spaces or control characters.
+fn parse_master_name(scheme: &str, text: &str) -> Result<String> {
+    let name = percent_decode(text);
+    if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c.is_control() || c == '/') {
+        return Err(Error::invalid(format!(
+            "{scheme}:// needs the name the sentinels monitor the primary under: write \
+             {scheme}://SENTINEL[:PORT][,SENTINEL[:PORT]…]/MASTER_NAME[/DB] (e.g. /mymaster)"
+        )));
+    }
+    Ok(name)
+}
+
+/// `text` with everything but unreserved characters percent-encoded (for
+/// credentials in a URL's authority).
+fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 fn parse_db(scheme: &str, text: &str) -> Result<u32> {
     text.parse().map_err(|_| {
         Error::invalid(format!(
@@ -402,124 +548,6 @@ fn parse_db(scheme: &str, text: &str) -> Result<u32> {
     })
 }
 
-/// Implements the configuration contract for a backend crate's config type
-/// (a newtype over [`FamilyConfig`]): `BackendConfig`, `Default`, `Deref`,
-/// and `serde` where the crate enables it. A macro, as the two crates'
-/// types must be their own (the contract's trait is foreign to both).
-#[macro_export]
-macro_rules! family_config {
-    ($config:ident, $flavor:expr, [$($scheme:literal),+]) => {
-        impl ::std::default::Default for $config {
-            fn default() -> Self {
-                $config($crate::url::FamilyConfig::defaults($flavor))
-            }
-        }
-
-        impl ::std::ops::Deref for $config {
-            type Target = $crate::url::FamilyConfig;
-            fn deref(&self) -> &Self::Target {
-                &self.0
-            }
-        }
-
-        impl ::std::ops::DerefMut for $config {
-            fn deref_mut(&mut self) -> &mut Self::Target {
-                &mut self.0
-            }
-        }
-
-        impl $crate::__private::lock_core::raw::BackendConfig for $config {
-            const SCHEMES: &'static [&'static str] = &[$($scheme),+];
-            const PARAMS: &'static [&'static str] = $crate::url::FAMILY_PARAMS;
-
-            fn from_url(url: &str) -> $crate::__private::lock_core::Result<Self> {
-                $crate::url::FamilyConfig::parse(url, $flavor)
-                    .map($config)
-                    .map_err(|e| $crate::__private::lock_core::raw::hide_quoted_url_text(e, url))
-            }
-
-            fn set(&mut self, key: &str, value: &str) -> $crate::__private::lock_core::Result<()> {
-                self.0.set(key, value)
-            }
-
-            fn validate(&self) -> $crate::__private::lock_core::Result<()> {
-                self.0.validate()
-            }
-
-            fn description(&self) -> String {
-                self.0.description()
-            }
-        }
-    };
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const LUA: Flavor = Flavor {
-        base: "redis",
-        tls_compiled: false,
-        crate_name: "lock-redis-lua",
-        default_ack_connections: 16,
-        also: "",
-    };
-
-    #[test]
-    fn urls_parse_into_bounded_settings() {
-        let c = FamilyConfig::parse("redis://u:p%2Fw@h:7/3?fencing=true&response_timeout=500ms", LUA).ok();
-        let c = c.as_ref();
-        assert_eq!(c.map(|c| c.hosts.clone()), Some(vec!["h:7".to_owned()]));
-        assert_eq!(c.and_then(|c| c.db), Some(3));
-        assert_eq!(c.map(|c| c.fencing), Some(true));
-        assert_eq!(c.map(|c| c.description()), Some("redis://u:***@h:7/3".to_owned()));
-        assert_eq!(c.map(|c| c.node_urls()), Some(vec!["redis://u:p%2Fw@h:7/3".to_owned()]));
-        for bad in [
-            "redis://h?ack_connections=0",
-            "redis://h?ack_connections=18446744073709551615",
-            "redis://h?response_timeout=18446744073709551615s",
-            "redis://h?replica_ack=1",
-            "redis://h?fencing=true&fencing=false",
-            "redis://h/1?db=2",
-            "redis+cluster://a,b/1",
-            "redis://a,b",
-            "rediss://h",
-            "redis://h?tls_ca=x.pem",
-            "redis://h?nope=1",
-        ] {
-            assert!(FamilyConfig::parse(bad, LUA).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn hosts_ports_and_databases_are_normalised() {
-        let tair = Flavor {
-            base: "tair",
-            tls_compiled: true,
-            crate_name: "lock-tair",
-            default_ack_connections: 2,
-            also: "redis",
-        };
-        let url = |u: &str, f: Flavor| FamilyConfig::parse(u, f).map_err(|e| e.to_string());
-        assert_eq!(
-            url("redis://u:p@example.com/3?connect_timeout=250ms", LUA).map(|c| (c.node_urls(), c.connect_timeout)),
-            Ok((
-                vec!["redis://u:p@example.com:6379/3".to_owned()],
-                Duration::from_millis(250)
-            ))
-        );
-        assert_eq!(
-            url("tair+cluster://[::1]:7000,b", tair).map(|c| c.fred_url()),
-            Ok("redis-cluster://[::1]:7000?node=b:6379".to_owned())
-        );
-        assert_eq!(
-            url("tairs://h?db=4", tair).map(|c| c.fred_url()),
-            Ok("rediss://h:6379/4".to_owned())
-        );
-        // The Tair backend's own connect also reads redis:// URLs.
-        assert_eq!(
-            url("redis://h", tair).map(|c| c.description()),
-            Ok("tair://h:6379".to_owned())
-        );
-    }
-}
+#[path = "url_tests.rs"]
+mod tests;

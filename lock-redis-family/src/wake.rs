@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use const_format::concatcp;
-use lock_core::token::FencingToken;
+use lock_core::FencingToken;
 use tokio::time::Instant;
 
 /// How much longer than its wait a waiter's marker lives, ms: the round

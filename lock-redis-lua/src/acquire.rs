@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use deadpool_redis::redis::{Cmd, Value};
 use lock_core::raw::ttl_millis;
-use lock_core::raw::{AcquireOutcome, Lease};
+use lock_core::{AcquireOutcome, Lease};
 use lock_core::{Error, FencingToken, LockToken, Replication, Result};
 use std::sync::atomic::Ordering;
 

@@ -13,7 +13,8 @@ use lock_core::{Error, Result};
 
 use crate::connection::{Dedicated, Shared, SharedStandalone, StandaloneSource, pool_error};
 use crate::error::{connect_error, redact_url};
-use crate::notify::Notifier;
+use crate::notify::{Notifier, PubSubSource};
+use crate::sentinel::{AckPool, Discovery};
 use crate::{Inner, RedisLuaBackend};
 
 use lock_redis_family::settings::Settings;
@@ -31,6 +32,11 @@ enum Source {
     ClusterPool(cluster::Pool),
     Connection(MultiplexedConnection),
     ClusterConnection(ClusterConnection),
+    Sentinel {
+        sentinels: Vec<String>,
+        master_name: String,
+        node_url: String,
+    },
 }
 
 impl Source {
@@ -42,6 +48,9 @@ impl Source {
             Source::ClusterPool(_) => "application cluster pool".to_owned(),
             Source::Connection(_) => "application connection".to_owned(),
             Source::ClusterConnection(_) => "application cluster connection".to_owned(),
+            Source::Sentinel {
+                sentinels, master_name, ..
+            } => format!("{master_name} through the sentinels [{}]", redact_all(sentinels)),
         }
     }
 
@@ -116,6 +125,27 @@ impl RedisLuaBuilder {
         S: Into<String>,
     {
         Self::new(Source::ClusterUrls(urls.into_iter().map(Into::into).collect()))
+    }
+
+    /// A primary found through Redis Sentinel: `sentinel_urls` (one
+    /// `redis[s]://[user:password@]host:port` per sentinel, with the
+    /// sentinels' own credentials) monitor it as `master_name`; `node_url`
+    /// gives the data nodes' scheme, credentials and database
+    /// (`redis[s]://[user:password@]any-host[/db]`: its host is replaced by
+    /// the primary's each time the primary is found). The primary is found
+    /// at `build`, confirmed with `ROLE`, and found again whenever the
+    /// shared connection is replaced (a dropped connection, a `READONLY`
+    /// reply), never per operation.
+    pub fn sentinel<I, S>(sentinel_urls: I, master_name: impl Into<String>, node_url: impl Into<String>) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::new(Source::Sentinel {
+            sentinels: sentinel_urls.into_iter().map(Into::into).collect(),
+            master_name: master_name.into(),
+            node_url: node_url.into(),
+        })
     }
 
     /// The application's deadpool-redis pool: one connection stays checked
@@ -246,10 +276,18 @@ impl RedisLuaBuilder {
                  trust the certificates)",
             ));
         }
-        if self.settings.release_notifications == Some(true) && !matches!(self.source, Source::Url(_)) {
+        if self.settings.release_notifications == Some(true)
+            && !matches!(self.source, Source::Url(_) | Source::Sentinel { .. })
+        {
             return Err(Error::invalid(
-                "release_notifications needs a standalone URL source (it opens its own pub/sub connection)",
+                "release_notifications needs a standalone URL or Sentinel source (it opens its own pub/sub \
+                 connection)",
             ));
+        }
+        if let Source::Sentinel { sentinels, .. } = &self.source
+            && sentinels.is_empty()
+        {
+            return Err(Error::invalid("Sentinel needs at least one sentinel URL"));
         }
         Ok(())
     }
@@ -283,36 +321,53 @@ impl RedisLuaBuilder {
         let tls_root_certs = self.tls_root_certs;
         #[cfg(not(feature = "tls"))]
         let tls_root_certs: Option<Vec<u8>> = None;
+        let ack_pool = ack.map(|ack| AckPool {
+            max_size: self.settings.ack_connections,
+            connect_timeout: ct,
+            response_timeout: rt,
+            wait_timeout: ack.timeout,
+        });
         let (shared, dedicated) = match self.source {
+            Source::Sentinel {
+                sentinels,
+                master_name,
+                node_url,
+            } => {
+                let sentinels = sentinels
+                    .iter()
+                    .map(|u| open_client(u, tls_root_certs.clone()))
+                    .collect::<Result<Vec<_>>>()?;
+                let node = open_client(&node_url, tls_root_certs)?.get_connection_info().clone();
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(ct))
+                    .set_response_timeout(Some(rt));
+                let discovery = Arc::new(Discovery::new(sentinels, master_name, node, config, ack_pool));
+                if self.settings.release_notifications != Some(false) {
+                    notifier = Some(Notifier::new(PubSubSource::Sentinel(discovery.clone()), ct.max(rt)));
+                }
+                let dedicated = ack.map(|_| Dedicated::Sentinel(discovery.clone()));
+                // A discovery is two connections and two replies (a sentinel,
+                // then the primary), a second sentinel if the first fails.
+                let budget = ct.saturating_add(rt).saturating_mul(2);
+                let shared = SharedStandalone::new(StandaloneSource::Sentinel(discovery), budget);
+                (Shared::Standalone(Box::new(shared)), dedicated)
+            }
             Source::Url(url) => {
                 let client = open_client(&url, tls_root_certs)?;
                 let config = AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(ct))
                     .set_response_timeout(Some(rt));
-                let dedicated = match ack {
-                    Some(ack) => {
-                        // WAIT may block for its timeout: the dedicated
-                        // connections wait that much longer for a reply.
-                        let config = config
-                            .clone()
-                            .set_response_timeout(Some(rt.saturating_add(ack.timeout)));
-                        let manager =
-                            deadpool_redis::Manager::new_with_config(client.get_connection_info().clone(), config)
-                                .map_err(|e| bad_url(&url, &e))?;
-                        let pool = deadpool_redis::Pool::builder(manager)
-                            .max_size(self.settings.ack_connections)
-                            .runtime(Runtime::Tokio1)
-                            .wait_timeout(Some(ct.saturating_add(rt).saturating_add(ack.timeout)))
-                            .create_timeout(Some(ct))
-                            .recycle_timeout(Some(rt))
-                            .build()
-                            .map_err(pool_error)?;
-                        Some(Dedicated::Standalone(pool))
-                    }
+                let dedicated = match ack_pool {
+                    Some(spec) => Some(Dedicated::Standalone(
+                        spec.build(client.get_connection_info().clone(), config.clone())?,
+                    )),
                     None => None,
                 };
                 if self.settings.release_notifications != Some(false) {
-                    notifier = Some(Notifier::new(client.clone(), ct.max(rt)));
+                    notifier = Some(Notifier::new(
+                        PubSubSource::Client(Box::new(client.clone())),
+                        ct.max(rt),
+                    ));
                 }
                 let shared = SharedStandalone::new(
                     StandaloneSource::Client {

@@ -21,7 +21,10 @@ const FLAVOR: Flavor = Flavor {
 
 /// The configuration of a [`RedisLuaBackend`]: what a
 /// `redis://[user:pass@]host[:port][/db][?…]` URL says (also `rediss://`
-/// for TLS, `redis+cluster://h1[:p1],h2[:p2]…` and `rediss+cluster://`),
+/// for TLS, `redis+cluster://h1[:p1],h2[:p2]…` and `rediss+cluster://`,
+/// `redis+sentinel://s1[:p1],s2[:p2]…/MASTER_NAME[/db]` and
+/// `rediss+sentinel://` for a primary found through Redis Sentinel, the
+/// sentinels' own credentials in `sentinel_username` / `sentinel_password`),
 /// with the defaults for what it leaves out. The settings are the fields
 /// of [`FamilyConfig`] (through `Deref`), shared with the Tair backend;
 /// the parameters are [`lock_redis_family::url::FAMILY_PARAMS`].
@@ -42,7 +45,14 @@ pub struct RedisLuaConfig(FamilyConfig);
 lock_redis_family::family_config!(
     RedisLuaConfig,
     FLAVOR,
-    ["redis", "rediss", "redis+cluster", "rediss+cluster"]
+    [
+        "redis",
+        "rediss",
+        "redis+cluster",
+        "rediss+cluster",
+        "redis+sentinel",
+        "rediss+sentinel"
+    ]
 );
 
 impl std::fmt::Debug for RedisLuaConfig {
@@ -82,7 +92,11 @@ impl RedisLuaBackend {
     /// validate or its `tls_ca` file cannot be read.
     pub fn builder_from(config: RedisLuaConfig) -> Result<RedisLuaBuilder> {
         config.validate()?;
-        let mut builder = if config.cluster {
+        let mut builder = if let Some(master) = &config.sentinel_master {
+            // The data nodes' URL: any host, replaced by the primary's.
+            let node = config.node_url(config.hosts.first().map_or("127.0.0.1:6379", String::as_str));
+            RedisLuaBuilder::sentinel(config.sentinel_urls(), master.clone(), node)
+        } else if config.cluster {
             RedisLuaBuilder::cluster(config.node_urls())
         } else {
             RedisLuaBuilder::url(config.node_urls().into_iter().next().unwrap_or_default())

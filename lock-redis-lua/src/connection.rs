@@ -3,8 +3,8 @@
 //! unrecoverable error; and dedicated pooled connections for write + WAIT
 //! pairs, because WAIT blocks the server-side connection it is sent on.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -16,6 +16,7 @@ use lock_core::{Error, Result};
 
 use crate::error::{BACKEND, connect_error};
 use crate::scripts::LuaScript;
+use crate::sentinel::Discovery;
 
 /// After this many timeouts in a row the shared connection is replaced: a
 /// half-open TCP connection would otherwise time out forever.
@@ -84,11 +85,16 @@ pub(crate) enum StandaloneSource {
     Pool(deadpool_redis::Pool),
     /// The application's connection: used as is, never replaced.
     Fixed(MultiplexedConnection),
+    /// The primary found through Redis Sentinel, found again at each
+    /// reconnection.
+    Sentinel(Arc<Discovery>),
 }
 
 struct Current {
     generation: u64,
     conn: MultiplexedConnection,
+    /// The primary's address and the discovery's epoch, through Sentinel.
+    primary: Option<(String, u64)>,
     /// Keeps a pooled connection checked out while it is in use.
     _checkout: Option<deadpool_redis::Connection>,
 }
@@ -136,7 +142,13 @@ impl SharedStandalone {
     }
 
     fn cached(&self) -> Option<(Checkout, MultiplexedConnection)> {
-        self.current().as_ref().map(|c| {
+        let current = self.current();
+        if let (StandaloneSource::Sentinel(d), Some(c)) = (&self.source, current.as_ref())
+            && c.primary.as_ref().is_some_and(|(_, epoch)| *epoch != d.epoch())
+        {
+            return None; // the primary changed: reconnect
+        }
+        current.as_ref().map(|c| {
             (
                 Checkout {
                     generation: Some(c.generation),
@@ -179,7 +191,7 @@ impl SharedStandalone {
                 self.connect_timeout
             ))),
         };
-        let (conn, checkout) = match attempt {
+        let (conn, checkout, primary) = match attempt {
             Ok(found) => found,
             Err(e) => {
                 let why = match &e {
@@ -198,6 +210,7 @@ impl SharedStandalone {
             *current = Some(Current {
                 generation,
                 conn: conn.clone(),
+                primary,
                 _checkout: checkout,
             });
         }
@@ -209,21 +222,32 @@ impl SharedStandalone {
         ))
     }
 
-    async fn connect(&self) -> Result<(MultiplexedConnection, Option<deadpool_redis::Connection>)> {
+    #[allow(clippy::type_complexity)]
+    async fn connect(
+        &self,
+    ) -> Result<(
+        MultiplexedConnection,
+        Option<deadpool_redis::Connection>,
+        Option<(String, u64)>,
+    )> {
         match &self.source {
             StandaloneSource::Client { client, config } => {
                 let conn = client
                     .get_multiplexed_async_connection_with_config(config)
                     .await
                     .map_err(connect_error)?;
-                Ok((conn, None))
+                Ok((conn, None, None))
             }
             StandaloneSource::Pool(pool) => {
                 let checkout = pool.get().await.map_err(connect_error)?;
                 let conn: MultiplexedConnection = (*checkout).clone();
-                Ok((conn, Some(checkout)))
+                Ok((conn, Some(checkout), None))
             }
-            StandaloneSource::Fixed(conn) => Ok((conn.clone(), None)),
+            StandaloneSource::Fixed(conn) => Ok((conn.clone(), None, None)),
+            StandaloneSource::Sentinel(discovery) => {
+                let (primary, conn) = discovery.discover().await?;
+                Ok((conn, None, Some((primary.addr.clone(), primary.epoch))))
+            }
         }
     }
 
@@ -248,7 +272,13 @@ impl SharedStandalone {
         if current.as_ref().is_none_or(|c| c.generation != generation) {
             return;
         }
+        let sentinel = match &self.source {
+            StandaloneSource::Sentinel(d) => Some(d),
+            _ => None,
+        };
         let drop_it = match error {
+            // A demoted primary: find the new one (through Sentinel).
+            Some(e) if sentinel.is_some() && e.code() == Some("READONLY") => true,
             Some(e) if e.code().is_some() => false, // the server answered
             Some(e) if e.is_unrecoverable_error() || e.is_connection_dropped() => true,
             Some(e) if !e.is_timeout() => false,
@@ -264,6 +294,10 @@ impl SharedStandalone {
                 generation,
                 "dropping the shared Redis connection; the next call reconnects"
             );
+            if let (Some(discovery), Some((primary, _))) = (sentinel, current.as_ref().and_then(|c| c.primary.as_ref()))
+            {
+                discovery.forget(primary);
+            }
             *current = None;
         }
     }
@@ -289,7 +323,14 @@ impl Shared {
     /// application's pool or connection may have none, and the cluster
     /// client retries (redirects, reconnects) past one request's timeout.
     pub(crate) fn bounds_each_request(&self) -> bool {
-        matches!(self, Shared::Standalone(s) if matches!(s.source, StandaloneSource::Client { .. }))
+        matches!(self, Shared::Standalone(s)
+            if matches!(s.source, StandaloneSource::Client { .. } | StandaloneSource::Sentinel(_)))
+    }
+
+    /// Whether the primary is found through Sentinel (and found again
+    /// after a `READONLY` reply).
+    pub(crate) fn follows_primary(&self) -> bool {
+        matches!(self, Shared::Standalone(s) if matches!(s.source, StandaloneSource::Sentinel(_)))
     }
 
     pub(crate) fn succeeded(&self, checkout: Checkout) {
@@ -309,6 +350,8 @@ impl Shared {
 pub(crate) enum Dedicated {
     Standalone(deadpool_redis::Pool),
     Cluster(deadpool_redis::cluster::Pool),
+    /// The pool of the primary found through Sentinel.
+    Sentinel(Arc<Discovery>),
 }
 
 impl std::fmt::Debug for Dedicated {
@@ -316,12 +359,13 @@ impl std::fmt::Debug for Dedicated {
         let (kind, status) = match self {
             Dedicated::Standalone(p) => ("standalone", p.status()),
             Dedicated::Cluster(p) => ("cluster", p.status()),
+            Dedicated::Sentinel(d) => return f.debug_tuple("Dedicated").field(d).finish(),
         };
         f.debug_struct("Dedicated")
             .field("kind", &kind)
             .field("size", &status.size)
             .field("max_size", &status.max_size)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 

@@ -145,6 +145,13 @@ pub(crate) fn op_timeout(op: &str, key: &str, after: Duration, access: Access) -
 }
 
 /// Getting a connection failed: nothing was sent.
+/// A `READONLY` reply: the node is a replica (a demoted primary) and ran
+/// nothing.
+pub(crate) fn is_readonly(e: &Error) -> bool {
+    matches!(e, Error::Backend { source: Some(s), .. }
+        if s.downcast_ref::<RedisError>().is_some_and(|r| r.code() == Some("READONLY")))
+}
+
 pub(crate) fn connect_error(e: impl std::fmt::Display) -> Error {
     Error::backend(BACKEND, format!("cannot connect to the server: {e}"))
 }

@@ -6,8 +6,9 @@
 use std::time::Duration;
 
 use deadpool_redis::redis::Value;
+use lock_core::AcquireOutcome;
+use lock_core::raw::FairWaiter;
 use lock_core::raw::ttl_millis;
-use lock_core::raw::{AcquireOutcome, FairWaiter};
 use lock_core::{Error, LockToken, Result};
 use lock_redis_family::board::{self, Subscriber};
 use lock_redis_family::wake::FairReply;

@@ -165,6 +165,7 @@ mod builder;
 mod config;
 mod connection;
 mod error;
+mod exec;
 mod fair;
 #[cfg(test)]
 mod hand_off_tests;
@@ -178,6 +179,7 @@ mod renew;
 mod replica_ack;
 mod replies;
 mod scripts;
+mod sentinel;
 mod versioned;
 
 use std::sync::Arc;
@@ -186,8 +188,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_redis::redis::{self, Cmd, Value};
-use lock_core::raw::{AcquireOutcome, FairWaiter, ReleaseOutcome, RenewOutcome, WaitOptions};
+use lock_core::raw::{FairWaiter, WaitOptions};
 use lock_core::raw::{validate_key, validate_ttl};
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_core::{Capabilities, Error, LockBackend, LockToken, Result};
 use lock_redis_family::board::Subscriber;
 
@@ -206,11 +209,11 @@ pub use deadpool_redis;
 pub const RESERVED_KEY_PREFIX: &str = keys::RESERVED_PREFIX;
 
 use connection::{Dedicated, Shared, run_script};
-use error::{Access, BACKEND, command_error, op_timeout};
+use error::{Access, BACKEND};
 use in_flight::InFlight;
 use keys::Helper;
 use notify::Notifier;
-use replies::{answered, server_version};
+use replies::server_version;
 use scripts::{LuaScript, Scripts};
 use versioned::WriteIds;
 
@@ -233,7 +236,7 @@ impl std::fmt::Debug for RedisLuaBackend {
             .field("dedicated", &i.dedicated)
             .field("connect_timeout", &i.connect_timeout)
             .field("response_timeout", &i.response_timeout)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -277,6 +280,7 @@ pub(crate) struct Inner {
 }
 
 /// One command or script call.
+#[derive(Clone)]
 enum Call<'a> {
     Script {
         script: &'a LuaScript,
@@ -394,64 +398,6 @@ impl Inner {
             Ok(Value::Nil) => self.native_renew.store(true, Ordering::Relaxed),
             Ok(other) => tracing::debug!(reply = ?other, "unexpected SET IFEQ reply; renewing with the script"),
             Err(e) => tracing::debug!(error = %e, "no SET IFEQ; renewing with the script"),
-        }
-    }
-
-    /// Bound of one call on an open connection: a script may take two
-    /// round trips (EVALSHA, NOSCRIPT, EVAL).
-    fn call_budget(&self) -> Duration {
-        self.response_timeout.saturating_mul(2)
-    }
-
-    /// Runs `call` on the shared connection.
-    async fn exec(&self, op: &str, key: &str, access: Access, call: Call<'_>) -> Result<Value> {
-        self.exec_tracked(op, key, access, call, None).await
-    }
-
-    /// Runs `call` on the shared connection; an acquire (`acquire`: its
-    /// token and TTL) is remembered with its connection until it gets a
-    /// reply (see [`InFlight`]).
-    async fn exec_tracked(
-        &self,
-        op: &str,
-        key: &str,
-        access: Access,
-        call: Call<'_>,
-        acquire: Option<(&LockToken, Duration)>,
-    ) -> Result<Value> {
-        let (checkout, mut conn) = self.shared.get().await?;
-        // Registered only if no answer comes (timeout, cancellation, a
-        // broken connection): the answered acquire costs no registry work.
-        let mut unanswered =
-            acquire.map(|(token, ttl)| in_flight::Unanswered::new(&self.in_flight, *token, conn.clone(), ttl));
-        let budget = self.call_budget();
-        // A connection we configured bounds each request itself (a script
-        // is at most two: within `budget`); a second timer per call would
-        // only cost a timer-wheel insert and removal.
-        let reply = if self.shared.bounds_each_request() {
-            Ok(call.run(&mut conn).await)
-        } else {
-            tokio::time::timeout(budget, call.run(&mut conn)).await
-        };
-        if let (Some(unanswered), Ok(r)) = (&mut unanswered, &reply)
-            && answered(r)
-        {
-            unanswered.answered();
-        }
-        drop(unanswered);
-        match reply {
-            Ok(Ok(value)) => {
-                self.shared.succeeded(checkout);
-                Ok(value)
-            }
-            Ok(Err(e)) => {
-                self.shared.failed(checkout, Some(&e));
-                Err(command_error(e, op, key, access))
-            }
-            Err(_) => {
-                self.shared.failed(checkout, None);
-                Err(op_timeout(op, key, budget, access))
-            }
         }
     }
 }

@@ -20,6 +20,7 @@ use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 use crate::error::BACKEND;
+use crate::sentinel::Discovery;
 
 pub(crate) use lock_redis_family::board::{WaiterId, waiter_id};
 /// A channel nobody waited on for this long is unsubscribed.
@@ -64,9 +65,19 @@ struct State {
     channels: HashMap<String, Entry>,
 }
 
+/// Where the pub/sub connection goes.
+pub(crate) enum PubSubSource {
+    /// The server of a URL.
+    Client(Box<redis::Client>),
+    /// The primary found through Sentinel: a connection lost with a
+    /// failover is opened again on the new primary by the next
+    /// subscription.
+    Sentinel(Arc<Discovery>),
+}
+
 /// Subscriptions of one backend.
 pub(crate) struct Notifier {
-    client: redis::Client,
+    client: PubSubSource,
     /// This backend's id and whether the server refused SUBSCRIBE.
     listener: Listener,
     timeout: Duration,
@@ -83,12 +94,12 @@ impl std::fmt::Debug for Notifier {
             .field("connected", &s.live.is_some())
             .field("refused", &self.listener.is_refused())
             .field("channels", &s.channels.len())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
 impl Notifier {
-    pub(crate) fn new(client: redis::Client, timeout: Duration) -> Arc<Self> {
+    pub(crate) fn new(client: PubSubSource, timeout: Duration) -> Arc<Self> {
         Arc::new(Notifier {
             client,
             listener: Listener::default(),
@@ -150,7 +161,14 @@ impl Notifier {
         if let Some(live) = &self.state().live {
             return Ok((live.generation, live.sink.clone()));
         }
-        let pubsub = tokio::time::timeout(self.timeout, self.client.get_async_pubsub())
+        let client = match &self.client {
+            PubSubSource::Client(client) => (**client).clone(),
+            PubSubSource::Sentinel(discovery) => match discovery.primary().await {
+                Ok(primary) => primary.client.clone(),
+                Err(e) => return Err(redis::RedisError::from(std::io::Error::other(e.to_string()))),
+            },
+        };
+        let pubsub = tokio::time::timeout(self.timeout, client.get_async_pubsub())
             .await
             .map_err(|_| {
                 redis::RedisError::from(std::io::Error::new(
@@ -289,7 +307,7 @@ mod tests {
     async fn an_outage_keeps_no_idle_channels() {
         // Nothing listens on port 1: every connect is refused at once.
         let client = redis::Client::open("redis://127.0.0.1:1/").unwrap_or_else(|e| panic!("{e}"));
-        let notifier = Notifier::new(client, Duration::from_millis(200));
+        let notifier = Notifier::new(PubSubSource::Client(Box::new(client)), Duration::from_millis(200));
         for i in 0..200 {
             notifier
                 .wait([b'0'; 64], Duration::from_millis(2 + i % 2), Some(async { true }))

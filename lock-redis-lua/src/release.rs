@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use deadpool_redis::redis::Value;
-use lock_core::raw::ReleaseOutcome;
+use lock_core::ReleaseOutcome;
 use lock_core::raw::ttl_millis;
 use lock_core::{LockToken, Result};
 

@@ -6,7 +6,8 @@ use std::time::Duration;
 use std::sync::atomic::Ordering;
 
 use deadpool_redis::redis::{Cmd, Value};
-use lock_core::raw::{RenewBatch, RenewOutcome};
+use lock_core::RenewOutcome;
+use lock_core::raw::RenewBatch;
 use lock_core::raw::{ttl_millis, validate_ttl};
 use lock_core::{Error, LockToken, Replication, Result};
 use lock_redis_family::shortfall;

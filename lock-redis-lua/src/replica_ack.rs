@@ -1,6 +1,7 @@
 //! Replica acknowledgement: a write and its `WAIT` on one dedicated
 //! connection (one pipeline to one node in a cluster).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_redis::redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
@@ -9,9 +10,10 @@ use lock_core::raw::ttl_millis;
 use lock_core::{Error, LockToken, Replication, Result};
 
 use crate::connection::{Conn, Dedicated, pool_error};
-use crate::error::{Access, BACKEND, command_error, op_timeout};
+use crate::error::{Access, BACKEND, command_error, is_readonly, op_timeout};
 use crate::keys;
 use crate::replies::answered;
+use crate::sentinel::{Discovery, Primary};
 use crate::{Call, Inner, OnShortfall, ReplicaAck};
 
 impl Inner {
@@ -30,7 +32,19 @@ impl Inner {
         wrote: impl Fn(&Value) -> bool + Send,
         acquire: Option<(&LockToken, Duration)>,
     ) -> Result<(Value, Option<Replication>)> {
-        Box::pin(self.exec_acked_unboxed(op, key, call, ack, wrote, acquire)).await
+        Box::pin(async move {
+            // Through Sentinel, a demoted primary's READONLY (nothing ran):
+            // once more, on the primary found again.
+            let again = matches!(self.dedicated, Some(Dedicated::Sentinel(_))).then(|| call.clone());
+            match self.exec_acked_unboxed(op, key, call, ack, &wrote, acquire).await {
+                Err(e) if is_readonly(&e) => match again {
+                    Some(call) => self.exec_acked_unboxed(op, key, call, ack, &wrote, acquire).await,
+                    None => Err(e),
+                },
+                other => other,
+            }
+        })
+        .await
     }
 
     async fn exec_acked_unboxed(
@@ -48,19 +62,32 @@ impl Inner {
             .arg(ttl_millis(ack.timeout))
             .to_owned();
         let wait_budget = ack.timeout.saturating_add(self.response_timeout);
+        // Through Sentinel: the primary found last, with its own pool.
+        let mut primary = None;
+        let forget = |primary: &Option<(&Arc<Discovery>, Arc<Primary>)>| {
+            if let Some((d, p)) = primary {
+                d.forget(&p.addr);
+            }
+        };
         let acknowledged = match &self.dedicated {
             None => {
                 let value = self.exec_tracked(op, key, Access::Write, call, acquire).await?;
                 return Ok((value, None));
             }
-            Some(Dedicated::Standalone(pool)) => {
-                let mut conn =
-                    match tokio::time::timeout(self.connect_timeout.saturating_add(self.response_timeout), pool.get())
-                        .await
-                    {
+            Some(Dedicated::Standalone(_) | Dedicated::Sentinel(_)) => {
+                let checkout = self.connect_timeout.saturating_add(self.response_timeout);
+                let mut conn = match &self.dedicated {
+                    Some(Dedicated::Sentinel(d)) => {
+                        let (conn, p) = d.ack_connection(checkout).await?;
+                        primary = Some((d, p));
+                        conn
+                    }
+                    Some(Dedicated::Standalone(pool)) => match tokio::time::timeout(checkout, pool.get()).await {
                         Ok(r) => r.map_err(pool_error)?,
                         Err(_) => return Err(pool_error("no dedicated connection within the connect timeout")),
-                    };
+                    },
+                    _ => return Err(pool_error("no pool of write + WAIT connections")),
+                };
                 if let Some((token, ttl)) = acquire {
                     // A clone keeps the connection open after the pool's copy is closed.
                     self.in_flight.start(token, Conn::Single((*conn).clone()), ttl);
@@ -77,10 +104,14 @@ impl Inner {
                         if e.code().is_none() {
                             drop(deadpool_redis::Connection::take(conn));
                         }
+                        if e.code().is_none_or(|c| c == "READONLY") {
+                            forget(&primary);
+                        }
                         return Err(command_error(e, op, key, Access::Write));
                     }
                     Err(_) => {
                         drop(deadpool_redis::Connection::take(conn));
+                        forget(&primary);
                         return Err(op_timeout(op, key, budget, Access::Write));
                     }
                 };

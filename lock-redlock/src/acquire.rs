@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use lock_core::{Error, LockToken, Result};
 
-use lock_core::raw::{AcquireOutcome, Lease};
+use lock_core::{AcquireOutcome, Lease};
 use tokio::time::Instant;
 
 use crate::follow_up::{FollowUp, spawn_follow_up};

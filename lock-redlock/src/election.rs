@@ -9,7 +9,8 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::raw::{AcquireOutcome, ElectionBackend, ReleaseOutcome, RenewOutcome};
+use lock_core::raw::ElectionBackend;
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_core::{Error, LeaderInfo, LockBackend, LockToken, Result};
 
 use crate::Redlock;

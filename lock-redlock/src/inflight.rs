@@ -66,7 +66,10 @@ impl Inflight {
     pub(crate) fn mark_released(&self, key: &str, token: &LockToken, margin: Duration) {
         let now = Instant::now();
         let ttl = Duration::from_millis(self.longest_ttl_ms.load(Ordering::Relaxed));
-        let until = now + ttl.saturating_add(margin).min(lock_core::MAX_TTL.saturating_mul(2));
+        let until = now
+            + ttl
+                .saturating_add(margin)
+                .min(lock_core::LockOptions::MAX_TTL.saturating_mul(2));
         let mut marks = self.marks();
         marks.until.insert((key.to_owned(), *token), until);
         if marks.until.len() >= marks.sweep_at {

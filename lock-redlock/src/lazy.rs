@@ -12,7 +12,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::raw::{AcquireOutcome, FairWaiter, InstantLockBackend, ReleaseOutcome, RenewOutcome};
+use lock_core::raw::{FairWaiter, InstantLockBackend};
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_core::{Capabilities, Error, LockBackend, LockToken, Result};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
@@ -86,7 +87,7 @@ impl std::fmt::Debug for LazyNode {
         f.debug_struct("LazyNode")
             .field("name", &self.shared.name)
             .field("connected", &self.is_connected())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 

@@ -36,7 +36,7 @@
 //!   the time since the first request was sent minus the drift allowance
 //!   (`ttl × 0.01 + 2 ms`), on tokio's monotonic clock — is positive; the
 //!   lease carries `validity = ttl − drift` measured from that first send
-//!   ([`Lease::validity`](lock_core::raw::Lease::validity)), which the manager combines with its own bound.
+//!   ([`Lease::validity`](lock_core::Lease::validity)), which the manager combines with its own bound.
 //!   On failure the nodes that granted are released before returning; nodes
 //!   that may have written (timed out, lost reply) and nodes still in flight
 //!   are released in the background, the latter when they answer (waiting
@@ -153,8 +153,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::raw::{AcquireOutcome, FairWaiter, InstantLockBackend, ReleaseOutcome, RenewOutcome, WaitOptions};
+use lock_core::raw::{FairWaiter, InstantLockBackend, WaitOptions};
 use lock_core::raw::{validate_key, validate_ttl};
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_core::{Capabilities, Error, LockBackend, LockToken, Result};
 
 mod acquire;
@@ -221,7 +222,7 @@ impl std::fmt::Debug for Redlock {
             .field("nodes", &self.inner.names)
             .field("quorum", &self.inner.quorum)
             .field("options", &self.inner.options)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -264,8 +265,16 @@ impl Redlock {
         let mut capabilities = Capabilities::new(NAME);
         capabilities.release_notifications = node_caps.iter().any(|c| c.release_notifications);
         capabilities.distinguishes_missing = node_caps.iter().all(|c| c.distinguishes_missing);
-        capabilities.max_ttl = node_caps.iter().map(|c| c.max_ttl).min().unwrap_or(lock_core::MAX_TTL);
-        capabilities.min_ttl = node_caps.iter().map(|c| c.min_ttl).max().unwrap_or(lock_core::MIN_TTL);
+        capabilities.max_ttl = node_caps
+            .iter()
+            .map(|c| c.max_ttl)
+            .min()
+            .unwrap_or(lock_core::LockOptions::MAX_TTL);
+        capabilities.min_ttl = node_caps
+            .iter()
+            .map(|c| c.min_ttl)
+            .max()
+            .unwrap_or(lock_core::LockOptions::MIN_TTL);
         let notifying = node_caps
             .iter()
             .enumerate()

@@ -8,7 +8,8 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::raw::{AcquireOutcome, MultiLockBackend, ReleaseOutcome, RenewOutcome};
+use lock_core::raw::MultiLockBackend;
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_core::{Error, LockBackend, LockToken, Result};
 
 use crate::Redlock;

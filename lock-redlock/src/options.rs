@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use lock_core::options::DEFAULT_DRIFT_FACTOR;
-use lock_core::{Error, MAX_TIMEOUT, Result};
+use lock_core::raw::MAX_TIMEOUT;
+use lock_core::{Error, LockOptions, Result};
 
 /// Default per-node timeout as a fraction of the TTL (redsync's 0.05).
 pub const DEFAULT_NODE_TIMEOUT_FACTOR: f64 = 0.05;
@@ -38,7 +38,7 @@ pub struct RedlockOptions {
     pub max_node_timeout: Duration,
     /// Clock-drift allowance as a fraction of the TTL; 2 ms are added: the
     /// same allowance as [`lock_core::LockOptions::drift_factor`], with the
-    /// same default ([`lock_core::options::DEFAULT_DRIFT_FACTOR`]) and formula
+    /// same default ([`LockOptions::DEFAULT_DRIFT_FACTOR`]) and formula
     /// ([`lock_core::raw::clock_drift`]), applied by Redlock to its quorum:
     /// a grant or renewal reached after `ttl − drift` is refused, and a
     /// grant reports `ttl − drift` as its validity. Under a
@@ -59,7 +59,7 @@ impl Default for RedlockOptions {
             node_timeout_factor: DEFAULT_NODE_TIMEOUT_FACTOR,
             min_node_timeout: DEFAULT_MIN_NODE_TIMEOUT,
             max_node_timeout: DEFAULT_MAX_NODE_TIMEOUT,
-            drift_factor: DEFAULT_DRIFT_FACTOR,
+            drift_factor: LockOptions::DEFAULT_DRIFT_FACTOR,
             reseed_on_renew: true,
         }
     }
@@ -207,7 +207,7 @@ mod tests {
             o.node_timeout_for(Duration::from_millis(100)),
             Duration::from_millis(10)
         );
-        assert_eq!(o.node_timeout_for(lock_core::MAX_TTL), Duration::from_secs(1));
+        assert_eq!(o.node_timeout_for(LockOptions::MAX_TTL), Duration::from_secs(1));
         let fixed = RedlockOptions::default().node_timeout(Duration::from_millis(70));
         assert_eq!(
             fixed.node_timeout_for(Duration::from_secs(30)),

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use lock_core::{Error, LockToken, NodeReports, Result};
 
-use lock_core::raw::ReleaseOutcome;
+use lock_core::ReleaseOutcome;
 
 use crate::follow_up::{FollowUp, spawn_follow_up};
 use crate::round::{NodeCall, Reply, Round, Vote, node_call};

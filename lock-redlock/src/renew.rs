@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use lock_core::{Error, LockToken, Result};
 
-use lock_core::raw::RenewOutcome;
+use lock_core::RenewOutcome;
 use tokio::time::Instant;
 
 use crate::acquire::classify_acquire;

@@ -7,7 +7,8 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::raw::{AcquireOutcome, ReleaseOutcome, RenewOutcome, RwLockBackend};
+use lock_core::raw::RwLockBackend;
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_core::{Error, LockBackend, LockToken, Result, RwMode};
 
 use crate::Redlock;

@@ -21,7 +21,10 @@ const FLAVOR: Flavor = Flavor {
 
 /// The configuration of a [`TairBackend`]: what a
 /// `tair://[user:pass@]host[:port][/db][?…]` URL says (also `tairs://`
-/// for TLS, `tair+cluster://h1[:p1],h2[:p2]…` and `tairs+cluster://`),
+/// for TLS, `tair+cluster://h1[:p1],h2[:p2]…` and `tairs+cluster://`,
+/// `tair+sentinel://s1[:p1],s2[:p2]…/MASTER_NAME[/db]` and
+/// `tairs+sentinel://` for a primary found through Redis Sentinel, the
+/// sentinels' own credentials in `sentinel_username` / `sentinel_password`),
 /// with the defaults for what it leaves out. The settings are the fields
 /// of [`FamilyConfig`] (through `Deref`), shared with the Lua backend.
 /// `TairBackend::connect` reads `redis://` URLs (and their TLS and cluster
@@ -41,7 +44,18 @@ const FLAVOR: Flavor = Flavor {
 #[derive(Clone, PartialEq)]
 pub struct TairConfig(FamilyConfig);
 
-lock_redis_family::family_config!(TairConfig, FLAVOR, ["tair", "tairs", "tair+cluster", "tairs+cluster"]);
+lock_redis_family::family_config!(
+    TairConfig,
+    FLAVOR,
+    [
+        "tair",
+        "tairs",
+        "tair+cluster",
+        "tairs+cluster",
+        "tair+sentinel",
+        "tairs+sentinel"
+    ]
+);
 
 impl std::fmt::Debug for TairConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -10,8 +10,9 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use fred::types::Value;
+use lock_core::raw::FairWaiter;
 use lock_core::raw::ttl_millis;
-use lock_core::raw::{AcquireOutcome, FairWaiter, Lease};
+use lock_core::{AcquireOutcome, Lease};
 use lock_core::{Error, LockToken, Result};
 use lock_redis_family::board::{self, Subscriber};
 use lock_redis_family::wake::{self as wake_lua, FairReply};

@@ -43,7 +43,7 @@ use std::sync::OnceLock;
 use async_trait::async_trait;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use fred::util::redis_keyslot;
-use lock_core::raw::ReleaseOutcome;
+use lock_core::ReleaseOutcome;
 use lock_core::{Error, LeaderInfo, ReplicaAck, Replication, Result};
 use lock_redis_family::kinds::election::keys_on;
 use lock_redis_family::kinds::scripted::{KindCall, KindScript, ScriptedKinds};

@@ -213,8 +213,9 @@ use fred::interfaces::ClientLike;
 use fred::types::Value;
 use fred::types::config::Options;
 use fred::util::redis_keyslot;
-use lock_core::raw::{AcquireOutcome, FairWaiter, Lease, ReleaseOutcome, RenewOutcome, WaitOptions};
+use lock_core::raw::{FairWaiter, WaitOptions};
 use lock_core::raw::{ttl_millis, validate_key, validate_ttl};
+use lock_core::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use lock_core::{Capabilities, Error, FencingToken, LockBackend, LockToken, Result};
 
 /// The prefix of the lock kinds' keys and the waiter markers: user keys
@@ -305,7 +306,7 @@ impl std::fmt::Debug for TairBackend {
             .field("fencing", &self.inner.fence_prefix.is_some())
             .field("replica_ack", &self.inner.ack.as_ref().map(|(_, a)| a))
             .field("response_timeout", &self.inner.response_timeout)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 

@@ -4,7 +4,7 @@
 
 use fred::types::{ClusterHash, CustomCommand, Value};
 use fred::util::redis_keyslot;
-use lock_core::raw::RenewOutcome;
+use lock_core::RenewOutcome;
 use lock_core::{LockToken, Result};
 
 use crate::conn::{self, Access, OptionsClient, map_error, send, unexpected_reply};

@@ -6,7 +6,7 @@ use fred::clients::Client;
 use fred::interfaces::{ClientLike, EventInterface};
 use fred::types::{ClusterHash, CustomCommand, Value};
 use fred::util::redis_keyslot;
-use lock_core::raw::RenewOutcome;
+use lock_core::RenewOutcome;
 use lock_core::{Error, LockBackend, LockToken, OnShortfall, ReplicaAck, Replication, Result};
 
 use crate::TairBackend;

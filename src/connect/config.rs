@@ -53,7 +53,7 @@ impl std::fmt::Debug for ConnectConfig {
         f.debug_struct("ConnectConfig")
             .field("url", &lock_core::raw::redact_url(&self.url))
             .field("params", &self.params.keys().collect::<Vec<_>>())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 

@@ -222,3 +222,29 @@ async fn a_config_struct_maps_to_the_same_parameters() {
     exercise(&backend, "config").await;
     assert!(!format!("{:?}", verrou::ConnectConfig::new("redis://:pw@h")).contains("pw@"));
 }
+
+/// Through Redis Sentinel: `redis+sentinel://` and `tair+sentinel://` reach
+/// the primary the sentinels name (the lock's key is on it), with the
+/// standalone URL's parameters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_urls_reach_the_primary() {
+    use lock_testkit::server::SentinelGroup;
+    let group = SentinelGroup::start(RedisServer::builder().tair_module())
+        .await
+        .expect("a Sentinel group with the Tair module");
+    let primary = group.primary().await.expect("the primary");
+    let params = "fencing=true&replica_ack=1&replica_ack_timeout=2s";
+    for scheme in ["redis+sentinel", "tair+sentinel"] {
+        let url = format!("{}/1?{params}", group.url(scheme));
+        let backend = verrou::connect(&url).await.expect(&url);
+        assert!(backend.locks().capabilities().replica_ack, "{url}");
+        exercise(&backend, &format!("{scheme}-key")).await;
+        let locks = backend.manager(LockOptions::default()).expect("manager");
+        let guard = locks.lock("held-on-primary").await.expect("lock");
+        let mut client = primary.client().await.expect("a connection to the primary");
+        client.cmd(&["SELECT", "1"]).await.expect("SELECT");
+        let exists = client.cmd(&["EXISTS", "held-on-primary"]).await.expect("EXISTS");
+        assert_eq!(exists.as_int(), Some(1), "{url}");
+        guard.release().await.expect("release");
+    }
+}

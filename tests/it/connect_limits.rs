@@ -9,11 +9,13 @@
 
 use std::time::Duration;
 
-use verrou::{Error, MAX_TIMEOUT};
+use verrou::{Error, LockOptions};
+
+const MAX_TIMEOUT: Duration = LockOptions::MAX_TIMEOUT;
 
 const MAX: &str = "18446744073709551615";
 
-/// A duration one second above [`MAX_TIMEOUT`], as a URL value.
+/// A duration one second above [`LockOptions::MAX_TIMEOUT`], as a URL value.
 fn over_max_timeout() -> String {
     format!("{}s", MAX_TIMEOUT.as_secs() + 1)
 }

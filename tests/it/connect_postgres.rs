@@ -96,8 +96,11 @@ async fn a_missing_schema_is_a_typed_refusal_when_creation_is_off() {
     let err = verrou::connect(&url).await.expect_err("no schema");
     assert!(
         matches!(
-            verrou::postgres::refusal(&err),
-            Some(verrou::postgres::Refusal::MissingSchema { .. })
+            err,
+            verrou::Error::Refused {
+                reason: verrou::RefusalReason::MissingSchema,
+                ..
+            }
         ),
         "{err}"
     );

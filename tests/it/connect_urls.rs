@@ -27,6 +27,10 @@ fn every_scheme_is_dispatched_to_its_crate() {
         "tairs://h:1",
         "tair+cluster://a:1,b:2",
         "tairs+cluster://a:1",
+        "redis+sentinel://s1,s2:26380,s3/mymaster/2?sentinel_password=x&replica_ack=1&replica_ack_timeout=100ms",
+        "rediss+sentinel://u:p@s1/mymaster",
+        "tair+sentinel://s1,s2/mymaster?sentinel_username=w&sentinel_password=x",
+        "tairs+sentinel://s1/mymaster",
         "redlock://?quorum=2&node=redis://a:1&node=tair://b:2&node=redis://c:3%3Ffencing%3Dtrue",
         "postgres://app@db/app?schema=locks",
         "postgresql://app@db/app",
@@ -58,6 +62,10 @@ fn malformed_urls_get_errors_that_say_what_to_fix() {
         ("redis://h/x", "is not a number: write /N or db=N"),
         ("redis://h/1?db=2", "two databases"),
         ("redis+cluster://a,b/1", "only database 0"),
+        ("redis+sentinel://s1", "/MASTER_NAME"),
+        ("tair+sentinel://", "/MASTER_NAME (the sentinels)"),
+        ("redis+sentinel://s1/m/x", "is not a number"),
+        ("redis://h?sentinel_password=x", "are for redis+sentinel://"),
         (
             "redis://h?colour=blue",
             "unknown parameter `colour` for redis://: the parameters are connect_timeout",
@@ -126,6 +134,10 @@ fn passwords_never_appear_in_errors() {
         "etcd://u:hunter2@h?nope=1",
         "nats://u:hunter2@h?nope=1",
         "postgres://u:hunter2@h/db?nope=1",
+        "redis+sentinel://u:hunter2@s/m/x",
+        "redis+sentinel://s/m/x?sentinel_password=hunter2",
+        "redis+sentinel://s/m?sentinel_password=hunter2&sentinel_password=hunter3",
+        "tair+sentinel://s/m?colour=blue&sentinel_password=hunter2",
     ] {
         let message = invalid(url);
         assert!(!message.contains("hunter2"), "{url}: {message}");

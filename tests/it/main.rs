@@ -21,4 +21,5 @@ mod examples;
 mod facade;
 mod facade_backends;
 mod readme_claims;
+mod shape;
 mod support;

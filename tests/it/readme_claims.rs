@@ -78,11 +78,11 @@ fn the_readme_defaults_table_is_lock_options_default() {
             }
             "fairness" => {
                 assert_eq!(o.fairness, lock_core::Fairness::Barging);
-                assert_eq!(lock_core::DEFAULT_CLAIM, Duration::from_secs(1));
+                assert_eq!(lock_core::Fairness::DEFAULT_CLAIM, Duration::from_secs(1));
                 assert!(
                     value.starts_with(&format!(
                         "barging; `fair()`: FIFO queue on the server, entries live `claim` = {}",
-                        secs(lock_core::DEFAULT_CLAIM)
+                        secs(lock_core::Fairness::DEFAULT_CLAIM)
                     )),
                     "{value:?}"
                 );
@@ -106,8 +106,11 @@ fn the_readme_defaults_table_is_lock_options_default() {
                 );
             }
             "longest `acquire_timeout` / `op_timeout`" => {
-                assert_eq!(lock_core::options::MAX_TIMEOUT, Duration::from_secs(365 * 24 * 3600));
-                assert!(value.starts_with("one year (`MAX_TIMEOUT`"), "{value:?}");
+                assert_eq!(
+                    lock_core::LockOptions::MAX_TIMEOUT,
+                    Duration::from_secs(365 * 24 * 3600)
+                );
+                assert!(value.starts_with("one year (`LockOptions::MAX_TIMEOUT`"), "{value:?}");
                 // "longer is refused": lock-core's option_bounds tests.
             }
             other => panic!("unchecked row {other:?}"),

@@ -12,7 +12,7 @@ use lock_core::{
     RwLockManager, Semaphore, SemaphoreManager,
 };
 
-use lock_core::raw::ReleaseOutcome;
+use lock_core::ReleaseOutcome;
 
 #[allow(clippy::wildcard_imports)]
 use super::*;

@@ -13,4 +13,5 @@ mod min_hold;
 mod program_group;
 mod readme;
 mod secrets;
+mod sentinel;
 mod status;

@@ -194,7 +194,7 @@ impl fmt::Debug for SchemeEntry {
             .field("scheme", &self.scheme)
             .field("feature", &self.feature)
             .field("compiled_in", &self.connector.is_some())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 

@@ -38,7 +38,7 @@ impl std::fmt::Debug for UrlParts {
             .field("hosts", &self.hosts)
             .field("path", &self.path)
             .field("params", &self.params.iter().map(|(k, _)| k).collect::<Vec<_>>())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 

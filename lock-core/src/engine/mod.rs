@@ -18,6 +18,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use self::cleanup::{LeaveOnDrop, ReleaseOnDrop};
 use crate::backend::{AcquireOutcome, FairWaiter, LockBackend};
@@ -298,11 +299,13 @@ impl<'a> Engine<'a> {
     /// Attempts until a grant, a final error, or the acquire timeout
     /// (`Ok(None)`: `lock` turns it into [`Error::Timeout`]). The grant goes
     /// through `finish` while the call still holds its place in the key's
-    /// line.
+    /// line. `made` counts the backend calls made (the `lock` span's
+    /// `attempts`); each runs in its `verrou.attempt` span.
     pub(crate) async fn acquire<G>(
         &self,
         call: &Call<'_>,
         finish: impl FnOnce(Grant) -> Result<G>,
+        made: &mut u32,
     ) -> Result<Option<G>> {
         self.validate(call)?;
         let (backend, key, options) = (self.backend, call.key, call.options);
@@ -328,9 +331,10 @@ impl<'a> Engine<'a> {
         let mut kept_cleanup = kept.map(|token| ReleaseOnDrop::new(backend, key, token, options.op_timeout));
         let mut attempt: u32 = 0;
         loop {
-            crate::observe::attempt(attempt);
+            *made = made.saturating_add(1);
             let sent_at = first_sent_at.take().unwrap_or_else(Instant::now);
-            let (retry_after, failure) = match self.attempt_once(call, &pace, kept, sent_at).await? {
+            let once = self.attempt_once(call, &pace, kept, sent_at);
+            let (retry_after, failure) = match once.instrument(crate::observe::attempt_span(attempt)).await? {
                 Answer::Granted(grant) => {
                     leave.disarm();
                     if let Some(cleanup) = &mut kept_cleanup {

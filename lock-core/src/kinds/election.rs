@@ -26,9 +26,6 @@ use crate::options::LockOptions;
 use crate::token::LockToken;
 use crate::validate::validate_key;
 
-/// Longest identity accepted.
-pub const MAX_IDENTITY: usize = 4096;
-
 /// The current leader of a name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -77,14 +74,15 @@ pub trait ElectionBackend: LockBackend {
     }
 }
 
-/// Check an identity: 1 to [`MAX_IDENTITY`] bytes.
+/// Check an identity: 1 to [`ElectionManager::MAX_IDENTITY`] bytes.
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] otherwise.
 pub fn validate_identity(identity: &[u8]) -> Result<()> {
-    if identity.is_empty() || identity.len() > MAX_IDENTITY {
+    if identity.is_empty() || identity.len() > ElectionManager::MAX_IDENTITY {
         return Err(Error::invalid(format!(
-            "an identity must be 1 to {MAX_IDENTITY} bytes, got {}",
+            "an identity must be 1 to {} bytes, got {}",
+            ElectionManager::MAX_IDENTITY,
             identity.len()
         )));
     }
@@ -146,11 +144,16 @@ pub struct ElectionManager {
 
 impl std::fmt::Debug for ElectionManager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ElectionManager").field("locks", &self.locks).finish()
+        f.debug_struct("ElectionManager")
+            .field("locks", &self.locks)
+            .finish_non_exhaustive()
     }
 }
 
 impl ElectionManager {
+    /// Longest identity accepted, in bytes.
+    pub const MAX_IDENTITY: usize = 4096;
+
     /// A manager with the default [`LockOptions`].
     ///
     /// # Errors

@@ -85,7 +85,7 @@ impl<K> KindGuard<K> {
 
     /// Runs `body` while this guard holds, for every kind's `with_*` helper,
     /// with the mutex's `with_lock` semantics (see
-    /// `crate::manager::run_while_held`): [`Error::Lost`] (naming `what`) on
+    /// `crate::scoped::run_while_held`): [`Error::Lost`] (naming `what`) on
     /// loss during the body, on a body that returned past the deadline, or
     /// on a release that found the lease gone; otherwise the guard is
     /// released and the body's output returned.
@@ -94,7 +94,7 @@ impl<K> KindGuard<K> {
         F: FnOnce(LeaseHandle) -> Fut,
         Fut: Future<Output = T>,
     {
-        crate::manager::run_while_held(self.guard, what, body).await
+        crate::scoped::run_while_held(self.guard, what, body).await
     }
 }
 

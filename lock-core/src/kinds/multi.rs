@@ -40,12 +40,8 @@ use crate::options::LockOptions;
 use crate::token::LockToken;
 use crate::validate::validate_key;
 
-/// Most keys in one multi-key lock (one script holds the server while it
-/// checks them all).
-pub const MAX_KEYS: usize = 64;
-
 /// Primitive, owner-checked operations over a set of keys (sorted, no
-/// duplicates, at most [`MAX_KEYS`]): one round trip each.
+/// duplicates, at most [`MultiLockManager::MAX_KEYS`]): one round trip each.
 ///
 /// # Cancel safety
 ///
@@ -70,9 +66,9 @@ pub trait MultiLockBackend: LockBackend {
 /// Check, deduplicate and sort `keys`.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] for no keys, more than [`MAX_KEYS`], or an
+/// [`Error::InvalidArgument`] for no keys, more than [`MultiLockManager::MAX_KEYS`], or an
 /// invalid key.
-pub fn key_set<S: AsRef<str>>(keys: &[S]) -> Result<Vec<String>> {
+pub(crate) fn key_set<S: AsRef<str>>(keys: &[S]) -> Result<Vec<String>> {
     let mut set: Vec<String> = Vec::with_capacity(keys.len());
     for key in keys {
         validate_key(key.as_ref())?;
@@ -83,9 +79,10 @@ pub fn key_set<S: AsRef<str>>(keys: &[S]) -> Result<Vec<String>> {
     if set.is_empty() {
         return Err(Error::invalid("a multi-key lock needs at least one key"));
     }
-    if set.len() > MAX_KEYS {
+    if set.len() > MultiLockManager::MAX_KEYS {
         return Err(Error::invalid(format!(
-            "a multi-key lock takes at most {MAX_KEYS} keys, got {}",
+            "a multi-key lock takes at most {} keys, got {}",
+            MultiLockManager::MAX_KEYS,
             set.len()
         )));
     }
@@ -157,6 +154,10 @@ pub struct MultiLockManager {
 }
 
 impl MultiLockManager {
+    /// Most keys in one multi-key lock (one script holds the server while
+    /// it checks them all).
+    pub const MAX_KEYS: usize = 64;
+
     /// A manager with the default [`LockOptions`].
     ///
     /// # Errors

@@ -48,10 +48,6 @@ use crate::manager::LockManager;
 use crate::options::LockOptions;
 use crate::token::LockToken;
 
-/// Largest semaphore size accepted (keeps every count exact in Lua and small
-/// enough to be a plausible request rather than a unit mistake).
-pub const MAX_SEMAPHORE_SIZE: u32 = 1 << 20;
-
 /// What one holder asks for: `permits` of a semaphore of `size`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -83,15 +79,16 @@ impl PermitRequest {
         self
     }
 
-    /// Check `1 <= permits <= size <= MAX_SEMAPHORE_SIZE`.
+    /// Check `1 <= permits <= size <= Semaphore::MAX_PERMITS`.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] naming the bad value.
     pub fn validate(&self) -> Result<()> {
-        if self.size == 0 || self.size > MAX_SEMAPHORE_SIZE {
+        if self.size == 0 || self.size > Semaphore::MAX_PERMITS {
             return Err(Error::invalid(format!(
-                "semaphore size {} must be in 1..={MAX_SEMAPHORE_SIZE}",
-                self.size
+                "semaphore size {} must be in 1..={}",
+                self.size,
+                Semaphore::MAX_PERMITS
             )));
         }
         if self.permits == 0 || self.permits > self.size {
@@ -254,8 +251,8 @@ impl LockBackend for HolderAsLock {
 /// and local waiting lines. Cheap to clone.
 ///
 /// ```
-/// # async fn demo(backend: impl lock_core::kinds::semaphore::SemaphoreBackend) -> lock_core::Result<()> {
-/// use lock_core::kinds::semaphore::SemaphoreManager;
+/// # async fn demo(backend: impl lock_core::raw::SemaphoreBackend) -> lock_core::Result<()> {
+/// use lock_core::SemaphoreManager;
 /// let semaphores = SemaphoreManager::new(backend)?;
 /// let api = semaphores.semaphore("partner-api", 4)?; // at most 4 permits at once
 /// let permit = api.acquire(1).await?;               // leased and renewed
@@ -271,7 +268,9 @@ pub struct SemaphoreManager {
 
 impl std::fmt::Debug for SemaphoreManager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SemaphoreManager").field("locks", &self.locks).finish()
+        f.debug_struct("SemaphoreManager")
+            .field("locks", &self.locks)
+            .finish_non_exhaustive()
     }
 }
 
@@ -338,7 +337,7 @@ impl SemaphoreManager {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty name or a size outside
-    /// `1..=MAX_SEMAPHORE_SIZE`.
+    /// `1..=`[`Semaphore::MAX_PERMITS`].
     pub fn semaphore(&self, name: &str, size: u32) -> Result<Semaphore> {
         crate::validate::validate_key(name)?;
         PermitRequest::new(size, 1).validate()?;
@@ -365,11 +364,16 @@ impl std::fmt::Debug for Semaphore {
         f.debug_struct("Semaphore")
             .field("name", &self.name)
             .field("size", &self.size)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
 impl Semaphore {
+    /// Largest semaphore size accepted, so the most permits one semaphore
+    /// has (keeps every count exact in Lua and small enough to be a
+    /// plausible request rather than a unit mistake).
+    pub const MAX_PERMITS: u32 = 1 << 20;
+
     /// The semaphore's name.
     pub fn name(&self) -> &str {
         &self.name

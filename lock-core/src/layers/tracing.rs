@@ -12,7 +12,7 @@ use tracing::{Instrument, Span};
 use super::{CANCELLED, Label, observing_lock_backend, result_label};
 use crate::backend::{AcquireOutcome, LockBackend, ReleaseOutcome, RenewOutcome};
 use crate::error::Result;
-use crate::observe::{current_attempt, micros};
+use crate::observe::micros;
 use crate::token::LockToken;
 use crate::versioned::{CasOutcome, CreateOutcome, DeleteOutcome, Expiry, Versioned, VersionedStore};
 
@@ -25,15 +25,15 @@ use crate::versioned::{CasOutcome, CreateOutcome, DeleteOutcome, Expiry, Version
 /// | `backend` | the wrapped backend's name |
 /// | `key` | the key (`keys`: how many, for `renew_many`) |
 /// | `outcome` | `acquired`, `held`, `released`, `renewed`, `held_by_other`, `missing`, `found`, `created`, `written`, `deleted`, `conflict`, `error`, `unknown` (an error after which the write may have happened), `cancelled` (the caller stopped waiting) |
-/// | `attempt` | 0-based acquire attempt, when called from `LockManager::lock` / `try_lock` |
 /// | `fencing_token` | of a granted acquire, when the backend issues them |
 /// | `version` | written by a versioned op |
 /// | `elapsed_us` | call duration in microseconds |
 /// | `renewed`, `not_held`, `failed` | per-item counts of `renew_many` |
 ///
 /// The spans are children of the current span, so calls the manager makes
-/// sit under its `verrou.lock` span, and wrapping each node of a quorum
-/// backend gives one child span per node.
+/// sit under its `verrou.lock` span (an acquire under the `verrou.attempt`
+/// span that numbers it, see [`crate::observe`]), and wrapping each node of
+/// a quorum backend gives one child span per node.
 #[derive(Debug, Clone)]
 pub struct TracingLayer<B> {
     inner: B,
@@ -106,7 +106,6 @@ macro_rules! key_span {
             key = $key,
             outcome = Empty,
             elapsed_us = Empty,
-            attempt = Empty,
             fencing_token = Empty,
             version = Empty,
         )
@@ -122,7 +121,6 @@ impl<B: LockBackend> TracingLayer<B> {
 observing_lock_backend!(TracingLayer {
     async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
         let span = key_span!("verrou.acquire", self.lock_name(), key);
-        span.record("attempt", current_attempt());
         let result = traced(span.clone(), self.inner.try_acquire(key, token, ttl)).await;
         if let Ok(AcquireOutcome::Acquired(lease)) = &result {
             span.record("fencing_token", lease.fencing_token.map(|t| t.0));

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use lock_core::{LockManager, LockOptions};
 
-use lock_core::raw::ReleaseOutcome;
+use lock_core::ReleaseOutcome;
 use lock_memory::MemoryBackend;
 
 /// A 30 s lease under automatic renewal shortened to 2 s by `extend`: the

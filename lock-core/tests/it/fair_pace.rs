@@ -8,7 +8,9 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use lock_core::raw::{AcquireOutcome, FairWaiter, Lease, ReleaseOutcome, RenewOutcome};
+use lock_core::raw::FairWaiter;
+
+use lock_core::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use lock_core::{Backoff, Capabilities, LockBackend, LockManager, LockOptions, LockToken, Result};
 use tokio::time::Instant;
 

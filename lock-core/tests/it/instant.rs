@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use lock_core::{Capabilities, LockBackend, LockManager, LockOptions, LockToken, Result};
 
-use lock_core::raw::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_memory::MemoryBackend;
 
 /// Counts the calls that reach it; does not forward `instant`.

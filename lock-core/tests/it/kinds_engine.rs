@@ -9,8 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
+use lock_core::raw::ElectionBackend;
 use lock_core::raw::async_trait;
-use lock_core::raw::{AcquireOutcome, ElectionBackend, ReleaseOutcome, RenewOutcome};
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_core::{
     Capabilities, ElectionManager, Error, LeaderInfo, LockBackend, LockManager, LockOptions, LockToken, Result,
     RwLockManager, SemaphoreManager,

@@ -116,7 +116,7 @@ async fn fair_acquires_through_the_fault_injector_take_its_faults() {
     use lock_testkit::{Fault, FaultyBackend};
     let (faulty, control) = FaultyBackend::new(std::sync::Arc::new(MemoryBackend::new()));
     let fifo = LockOptions::default().fairness(Fairness::Fifo {
-        claim: lock_core::DEFAULT_CLAIM,
+        claim: lock_core::Fairness::DEFAULT_CLAIM,
     });
     let locks = LockManager::with_options(faulty, fifo).expect("valid options");
     let guard = locks.try_lock("k").await.expect("fair try_lock").expect("free");

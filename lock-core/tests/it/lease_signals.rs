@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use lock_core::{LockManager, LockOptions, LossReason, Renewal};
 
-use lock_core::raw::ReleaseOutcome;
+use lock_core::ReleaseOutcome;
 use lock_memory::MemoryBackend;
 use tokio::time::Instant;
 

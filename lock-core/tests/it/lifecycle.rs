@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use lock_core::{Error, LockBackend, LockManager, LockOptions, LossReason, Renewal};
 
-use lock_core::raw::ReleaseOutcome;
+use lock_core::ReleaseOutcome;
 use lock_memory::MemoryBackend;
 use lock_testkit::{Fault, FaultControl, FaultyBackend};
 
@@ -283,11 +283,9 @@ impl LockBackend for NoHint {
         key: &str,
         token: &lock_core::LockToken,
         ttl: Duration,
-    ) -> lock_core::Result<lock_core::raw::AcquireOutcome> {
+    ) -> lock_core::Result<lock_core::AcquireOutcome> {
         match self.0.try_acquire(key, token, ttl).await? {
-            lock_core::raw::AcquireOutcome::Held { .. } => {
-                Ok(lock_core::raw::AcquireOutcome::Held { retry_after: None })
-            }
+            lock_core::AcquireOutcome::Held { .. } => Ok(lock_core::AcquireOutcome::Held { retry_after: None }),
             other => Ok(other),
         }
     }
@@ -299,7 +297,7 @@ impl LockBackend for NoHint {
         key: &str,
         token: &lock_core::LockToken,
         ttl: Duration,
-    ) -> lock_core::Result<lock_core::raw::RenewOutcome> {
+    ) -> lock_core::Result<lock_core::RenewOutcome> {
         self.0.renew(key, token, ttl).await
     }
     async fn wait_for_release(&self, key: &str, max_wait: Duration) {
@@ -319,7 +317,7 @@ async fn lateness_after_expiry(memory: &MemoryBackend, waiter: &LockManager, rou
             .try_acquire(&key, &crashed, Duration::from_millis(150))
             .await
             .expect("acquire");
-        assert!(matches!(acquired, lock_core::raw::AcquireOutcome::Acquired(_)));
+        assert!(matches!(acquired, lock_core::AcquireOutcome::Acquired(_)));
         let expires = tokio::time::Instant::now() + memory.lock_ttl(&key).expect("held");
         let guard = waiter.lock(&key).await.expect("waiter acquires after expiry");
         lateness.push(tokio::time::Instant::now().saturating_duration_since(expires));

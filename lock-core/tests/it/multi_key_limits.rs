@@ -2,7 +2,9 @@
 
 #![allow(clippy::expect_used, clippy::panic)] // test helpers
 
-use lock_core::raw::{MAX_KEY_LEN, ReleaseOutcome};
+use lock_core::raw::MAX_KEY_LEN;
+
+use lock_core::ReleaseOutcome;
 use lock_core::{Error, MultiLockManager};
 use lock_memory::MemoryBackend;
 

@@ -31,7 +31,7 @@ async fn an_unbounded_acquire_timeout_is_refused_not_a_panic() {
 async fn the_longest_acquire_timeout_waits_without_overflow() {
     let locks = LockManager::new(MemoryBackend::new()).expect("manager");
     let _holder = locks.lock("k").await.expect("lock");
-    let options = LockOptions::default().acquire_timeout(lock_core::MAX_TIMEOUT);
+    let options = LockOptions::default().acquire_timeout(lock_core::LockOptions::MAX_TIMEOUT);
     let waited = tokio::time::timeout(Duration::from_secs(60), locks.lock_opts("k", &options)).await;
     assert!(waited.is_err(), "still waiting for the held key after a minute");
 }
@@ -46,14 +46,10 @@ impl LockBackend for ShortTtls {
         key: &str,
         token: &lock_core::LockToken,
         ttl: Duration,
-    ) -> lock_core::Result<lock_core::raw::AcquireOutcome> {
+    ) -> lock_core::Result<lock_core::AcquireOutcome> {
         self.0.try_acquire(key, token, ttl).await
     }
-    async fn release(
-        &self,
-        key: &str,
-        token: &lock_core::LockToken,
-    ) -> lock_core::Result<lock_core::raw::ReleaseOutcome> {
+    async fn release(&self, key: &str, token: &lock_core::LockToken) -> lock_core::Result<lock_core::ReleaseOutcome> {
         self.0.release(key, token).await
     }
     async fn renew(
@@ -61,7 +57,7 @@ impl LockBackend for ShortTtls {
         key: &str,
         token: &lock_core::LockToken,
         ttl: Duration,
-    ) -> lock_core::Result<lock_core::raw::RenewOutcome> {
+    ) -> lock_core::Result<lock_core::RenewOutcome> {
         self.0.renew(key, token, ttl).await
     }
     fn capabilities(&self) -> lock_core::Capabilities {
@@ -89,19 +85,15 @@ impl LockBackend for Hinting {
         key: &str,
         token: &lock_core::LockToken,
         ttl: Duration,
-    ) -> lock_core::Result<lock_core::raw::AcquireOutcome> {
+    ) -> lock_core::Result<lock_core::AcquireOutcome> {
         Ok(match self.0.try_acquire(key, token, ttl).await? {
-            lock_core::raw::AcquireOutcome::Acquired(lease) => {
-                lock_core::raw::AcquireOutcome::Acquired(lease.with_validity(Some(self.1)))
+            lock_core::AcquireOutcome::Acquired(lease) => {
+                lock_core::AcquireOutcome::Acquired(lease.with_validity(Some(self.1)))
             }
             other => other,
         })
     }
-    async fn release(
-        &self,
-        key: &str,
-        token: &lock_core::LockToken,
-    ) -> lock_core::Result<lock_core::raw::ReleaseOutcome> {
+    async fn release(&self, key: &str, token: &lock_core::LockToken) -> lock_core::Result<lock_core::ReleaseOutcome> {
         self.0.release(key, token).await
     }
     async fn renew(
@@ -109,7 +101,7 @@ impl LockBackend for Hinting {
         key: &str,
         token: &lock_core::LockToken,
         ttl: Duration,
-    ) -> lock_core::Result<lock_core::raw::RenewOutcome> {
+    ) -> lock_core::Result<lock_core::RenewOutcome> {
         self.0.renew(key, token, ttl).await
     }
     fn capabilities(&self) -> lock_core::Capabilities {

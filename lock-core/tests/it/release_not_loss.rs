@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use lock_core::raw::ReleaseOutcome;
+use lock_core::ReleaseOutcome;
 use lock_core::{LockBackend, LockManager, LockOptions, LossReason};
 use lock_memory::MemoryBackend;
 use lock_testkit::FaultyBackend;

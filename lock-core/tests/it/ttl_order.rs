@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use lock_core::{Capabilities, LockBackend, LockManager, LockOptions, LockToken, Result};
 
-use lock_core::raw::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_memory::MemoryBackend;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;

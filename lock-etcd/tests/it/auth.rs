@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use lock_core::raw::{AcquireOutcome, ReleaseOutcome};
+use lock_core::{AcquireOutcome, ReleaseOutcome};
 use lock_core::{LockBackend, LockManager, LockOptions, LockToken};
 use lock_etcd::{EtcdBackend, EtcdBuilder};
 use lock_testkit::server::EtcdCluster;

@@ -9,8 +9,10 @@ use crate::common;
 
 use std::time::Duration;
 
-use lock_core::raw::{AcquireOutcome, ElectionBackend, PermitRequest, ReleaseOutcome, RenewOutcome, SemaphoreBackend};
+use lock_core::raw::{ElectionBackend, PermitRequest, SemaphoreBackend};
+
 use lock_core::raw::{RwLockBackend, validate_key};
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_core::{CasOutcome, CreateOutcome, Expiry, LockBackend, LockToken, RwMode, VersionedStore};
 use lock_etcd::{EtcdBackend, EtcdBuilder};
 use lock_testkit::server::EtcdCluster;

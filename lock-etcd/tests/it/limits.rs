@@ -7,7 +7,9 @@ use crate::common;
 
 use std::time::Duration;
 
-use lock_core::raw::{AcquireOutcome, FairWaiter};
+use lock_core::raw::FairWaiter;
+
+use lock_core::AcquireOutcome;
 use lock_core::{Error, Expiry, LockBackend, LockToken, VersionedStore};
 
 fn granted_or_invalid(what: &str, got: &lock_core::Result<AcquireOutcome>) {

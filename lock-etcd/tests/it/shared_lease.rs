@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use lock_core::{LockBackend, LockManager, LockOptions, LockToken};
 
-use lock_core::raw::{AcquireOutcome, FairWaiter, MultiLockBackend, RenewOutcome};
+use lock_core::raw::{FairWaiter, MultiLockBackend};
+
+use lock_core::{AcquireOutcome, RenewOutcome};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewing_many_locks_uses_one_keepalive_stream() {
@@ -25,7 +27,7 @@ async fn renewing_many_locks_uses_one_keepalive_stream() {
         .collect();
     for (key, token) in &tokens {
         let got = backend.try_acquire(key, token, ttl).await.expect("acquire");
-        assert!(matches!(got, lock_core::raw::AcquireOutcome::Acquired(_)), "{got:?}");
+        assert!(matches!(got, lock_core::AcquireOutcome::Acquired(_)), "{got:?}");
     }
     let items: Vec<(&str, &LockToken)> = tokens.iter().map(|(k, t)| (k.as_str(), t)).collect();
     let (before, streams) = (backend.keepalives_sent(), backend.keepalive_streams_opened());
@@ -56,7 +58,7 @@ async fn ttls_below_the_server_minimum_are_refused() {
     // Not whole seconds: accepted, rounded up on the server.
     let odd = min + Duration::from_millis(300);
     let got = backend.try_acquire("odd", &token, odd).await.expect("acquire");
-    assert!(matches!(got, lock_core::raw::AcquireOutcome::Acquired(_)), "{got:?}");
+    assert!(matches!(got, lock_core::AcquireOutcome::Acquired(_)), "{got:?}");
     let mut leases = backend.client().lease_client();
     let mut found = false;
     for lease in leases.leases().await.expect("leases").leases() {
@@ -76,7 +78,7 @@ async fn renewal_after_the_lease_ended_says_missing() {
     let ttl = backend.min_ttl();
     let token = LockToken::generate().unwrap();
     let got = backend.try_acquire("ended", &token, ttl).await.expect("acquire");
-    assert!(matches!(got, lock_core::raw::AcquireOutcome::Acquired(_)), "{got:?}");
+    assert!(matches!(got, lock_core::AcquireOutcome::Acquired(_)), "{got:?}");
     let admin = common::connect(etcd.endpoints()).await;
     revoke_lease_of(&admin, "ended").await;
     let renewed = backend.renew("ended", &token, ttl).await.expect("an answer");

@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use lock_core::raw::{AcquireOutcome, InstantLockBackend, ReleaseOutcome};
+use lock_core::raw::InstantLockBackend;
+
+use lock_core::{AcquireOutcome, ReleaseOutcome};
 use lock_core::{LockToken, Result};
 use lock_memory::MemoryBackend;
 use tokio::time::Instant;

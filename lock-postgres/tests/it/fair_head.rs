@@ -10,7 +10,9 @@
 
 use std::time::Duration;
 
-use lock_core::raw::{AcquireOutcome, FairWaiter};
+use lock_core::raw::FairWaiter;
+
+use lock_core::AcquireOutcome;
 use lock_core::{LockBackend, LockToken};
 use lock_postgres::PostgresBackend;
 use lock_testkit::server::PostgresServer;

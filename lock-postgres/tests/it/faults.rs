@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use lock_core::{LockBackend, LockManager, LockOptions, LockToken};
 
-use lock_core::raw::{ReleaseOutcome, RenewOutcome};
+use lock_core::{ReleaseOutcome, RenewOutcome};
 use lock_postgres::PostgresBackend;
 use lock_testkit::server::{PostgresServer, TcpProxy};
 
@@ -39,7 +39,7 @@ async fn a_confirmed_lock_survives_kill_and_restart() {
     let owner = LockToken::generate().expect("token");
     let long = Duration::from_secs(60);
     let lease = match a.try_acquire("crash", &owner, long).await.expect("acquire") {
-        lock_core::raw::AcquireOutcome::Acquired(lease) => lease,
+        lock_core::AcquireOutcome::Acquired(lease) => lease,
         other => panic!("{other:?}"),
     };
     let fence = lease.fencing_token.expect("fence");
@@ -52,7 +52,7 @@ async fn a_confirmed_lock_survives_kill_and_restart() {
         .try_acquire("crash", &other, long)
         .await
         .expect("acquire after restart");
-    assert!(matches!(held, lock_core::raw::AcquireOutcome::Held { .. }), "{held:?}");
+    assert!(matches!(held, lock_core::AcquireOutcome::Held { .. }), "{held:?}");
     // The first client's pool had only dead connections: they are replaced.
     let mut released = None;
     for _ in 0..5 {
@@ -66,7 +66,7 @@ async fn a_confirmed_lock_survives_kill_and_restart() {
     }
     assert_eq!(released, Some(ReleaseOutcome::Released));
     match b.try_acquire("crash", &other, long).await.expect("acquire") {
-        lock_core::raw::AcquireOutcome::Acquired(lease) => {
+        lock_core::AcquireOutcome::Acquired(lease) => {
             assert!(
                 lease.fencing_token.expect("fence") > fence,
                 "fencing tokens only grow across a crash"
@@ -119,7 +119,7 @@ async fn terminated_connections_are_replaced_and_the_lease_kept() {
     let ttl = Duration::from_secs(5);
     assert!(matches!(
         a.try_acquire("terminated", &token, ttl).await.expect("acquire"),
-        lock_core::raw::AcquireOutcome::Acquired(_)
+        lock_core::AcquireOutcome::Acquired(_)
     ));
     let killed = server
         .psql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = 'verrou' AND pid <> pg_backend_pid()")

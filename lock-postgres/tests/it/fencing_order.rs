@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use lock_core::{LockBackend, LockToken};
 
-use lock_core::raw::{AcquireOutcome, ReleaseOutcome};
+use lock_core::{AcquireOutcome, ReleaseOutcome};
 use lock_postgres::PostgresBackend;
 use lock_testkit::server::PostgresServer;
 

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use lock_core::{LockBackend, LockToken};
 
-use lock_core::raw::{AcquireOutcome, FairWaiter, ReleaseOutcome};
+use lock_core::raw::FairWaiter;
+
+use lock_core::{AcquireOutcome, ReleaseOutcome};
 use lock_postgres::PostgresBackend;
 use lock_testkit::LockSuite;
 use lock_testkit::server::{PgBouncer, PostgresServer};

@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
-use lock_core::raw::{
-    AcquireOutcome, ElectionBackend, MultiLockBackend, PermitRequest, ReleaseOutcome, RwLockBackend, SemaphoreBackend,
-};
+use lock_core::raw::{ElectionBackend, MultiLockBackend, PermitRequest, RwLockBackend, SemaphoreBackend};
+
+use lock_core::{AcquireOutcome, ReleaseOutcome};
 use lock_core::{LockBackend, LockToken, Result, RwMode};
 use lock_postgres::PostgresBackend;
 use lock_postgres::tokio_postgres::{self, Client, NoTls};

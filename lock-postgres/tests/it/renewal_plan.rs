@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use lock_core::raw::{AcquireOutcome, RenewOutcome};
+use lock_core::{AcquireOutcome, RenewOutcome};
 use lock_core::{LockBackend, LockToken};
 use lock_postgres::PostgresBackend;
 use lock_testkit::server::PostgresServer;

@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use lock_core::{Expiry, LockBackend, LockToken, VersionedStore};
 
-use lock_core::raw::AcquireOutcome;
-use lock_postgres::{PostgresBackend, Refusal, ReplicationMode, refusal};
+use lock_core::AcquireOutcome;
+use lock_core::{Error, RefusalReason};
+use lock_postgres::{PostgresBackend, ReplicationMode};
 use lock_testkit::server::{PostgresPair, PostgresServer};
 use lock_testkit::{ElectionSuite, LockSuite, MultiSuite, RwSuite, SemaphoreSuite, VersionedSuite};
 use tokio::sync::OnceCell;
@@ -122,7 +123,7 @@ async fn a_confirmed_lease_survives_the_promotion_of_a_synchronous_standby() {
     // The owner still holds it there, and fencing tokens keep growing.
     assert_eq!(
         promoted.release("failover", &owner).await.expect("release"),
-        lock_core::raw::ReleaseOutcome::Released
+        lock_core::ReleaseOutcome::Released
     );
     assert!(acquired_fence(promoted.try_acquire("failover", &thief, ttl).await.expect("acquire")) > fence);
 }
@@ -161,6 +162,15 @@ async fn asynchronous_and_standby_servers_are_told_apart_and_a_standby_refuses_w
         .try_acquire("ro", &LockToken::generate().expect("token"), Duration::from_secs(1))
         .await
         .expect_err("a standby cannot take a lock");
-    assert!(matches!(refusal(&err), Some(Refusal::ReadOnly { .. })), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Refused {
+                reason: RefusalReason::ReadOnly,
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert!(!err.is_outcome_unknown(), "a refused write did nothing: {err}");
 }

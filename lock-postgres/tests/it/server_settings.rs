@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use lock_core::raw::{AcquireOutcome, PermitRequest, RwLockBackend, SemaphoreBackend};
+use lock_core::raw::{PermitRequest, RwLockBackend, SemaphoreBackend};
+
+use lock_core::AcquireOutcome;
 use lock_core::{LockBackend, LockToken, RwMode};
 use lock_postgres::PostgresBackend;
 use lock_postgres::tokio_postgres::{self, Client, NoTls};

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use lock_core::{Error, LockBackend, LockToken, VersionedStore};
-use lock_postgres::{PostgresBackend, Refusal, refusal};
+use lock_core::{Error, LockBackend, LockToken, RefusalReason, VersionedStore};
+use lock_postgres::PostgresBackend;
 use lock_testkit::server::PostgresServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -23,16 +23,43 @@ async fn setup_errors_are_typed() {
         .build()
         .await
         .expect_err("no schema yet");
-    assert!(matches!(refusal(&err), Some(Refusal::MissingSchema { .. })), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Refused {
+                reason: RefusalReason::MissingSchema,
+                ..
+            }
+        ),
+        "{err}"
+    );
 
     // Created, then dropped under a running backend: every call says so.
     let backend = PostgresBackend::connect(&url).await.expect("connect");
     server.psql("DROP SCHEMA verrou CASCADE").await.expect("drop");
     let err = backend.try_acquire("k", &token, ttl).await.expect_err("no table");
-    assert!(matches!(refusal(&err), Some(Refusal::MissingSchema { .. })), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Refused {
+                reason: RefusalReason::MissingSchema,
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert!(!err.is_outcome_unknown(), "{err}");
     let err = backend.get("k").await.expect_err("no table");
-    assert!(matches!(refusal(&err), Some(Refusal::MissingSchema { .. })), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Refused {
+                reason: RefusalReason::MissingSchema,
+                ..
+            }
+        ),
+        "{err}"
+    );
     // Building again puts it back.
     let backend = PostgresBackend::connect(&url).await.expect("connect");
     backend.try_acquire("k", &token, ttl).await.expect("acquire");
@@ -47,7 +74,16 @@ async fn setup_errors_are_typed() {
         Err(e) => e,
         Ok(b) => b.try_acquire("k", &token, ttl).await.expect_err("no privilege"),
     };
-    assert!(matches!(refusal(&err), Some(Refusal::MissingPrivilege { .. })), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Refused {
+                reason: RefusalReason::PermissionDenied,
+                ..
+            }
+        ),
+        "{err}"
+    );
 
     // Bad names and keys are invalid arguments, sent nowhere.
     let err = PostgresBackend::builder(&url)

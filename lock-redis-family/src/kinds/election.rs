@@ -23,11 +23,11 @@ use std::time::Duration;
 
 use super::scripted::{KindCall, KindScript, ScriptedKinds, acked_grant, refuse_under_ack, released, renewed, run};
 use super::semaphore::{GONE_FUNCTIONS, kind_key};
-use lock_core::backend::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
-use lock_core::error::Result;
+use lock_core::Result;
 use lock_core::raw::validate_identity;
 use lock_core::raw::{ttl_millis, validate_key, validate_ttl};
-use lock_core::token::{FencingToken, LockToken};
+use lock_core::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
+use lock_core::{FencingToken, LockToken};
 
 /// The two keys of one election.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,7 +142,7 @@ pub fn keys_on<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str) -> Result<Elect
     ElectionKeys::prefixed(kinds.kinds_key_prefix(), name)
 }
 
-/// [`lock_core::kinds::election::ElectionBackend::try_lead`] with [`LEAD`], announced
+/// [`lock_core::raw::ElectionBackend::try_lead`] with [`LEAD`], announced
 /// on [`ScriptedKinds::leader_channel`].
 ///
 /// # Errors
@@ -191,7 +191,7 @@ pub async fn try_lead<K: ScriptedKinds + ?Sized>(
     .await
 }
 
-/// [`lock_core::kinds::election::ElectionBackend::resign`] with [`RESIGN`], announced
+/// [`lock_core::raw::ElectionBackend::resign`] with [`RESIGN`], announced
 /// on [`ScriptedKinds::leader_channel`].
 ///
 /// # Errors
@@ -222,7 +222,7 @@ pub async fn resign<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str, token: &Lo
     released(kinds, op, name, &reply, 2)
 }
 
-/// [`lock_core::kinds::election::ElectionBackend::renew_lead`] with [`RENEW`].
+/// [`lock_core::raw::ElectionBackend::renew_lead`] with [`RENEW`].
 ///
 /// # Errors
 /// As the trait method.

@@ -6,12 +6,12 @@
 use super::rw::RwKeys;
 use super::scripted::{KindCall, KindScript, ScriptedKinds, run};
 use super::semaphore::SemaphoreKeys;
-use lock_core::error::Result;
-use lock_core::kinds::rw::RwInfo;
-use lock_core::kinds::semaphore::PermitsInfo;
+use lock_core::FencingToken;
+use lock_core::LockToken;
+use lock_core::PermitsInfo;
+use lock_core::Result;
+use lock_core::RwInfo;
 use lock_core::raw::validate_key;
-use lock_core::token::FencingToken;
-use lock_core::token::LockToken;
 
 /// KEYS holders, info (the semaphore's, see [`SemaphoreKeys`]). Reads only:
 /// `{permits in use, live holders, stored size (0: none)}`, counting the

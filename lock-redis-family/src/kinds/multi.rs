@@ -23,10 +23,10 @@
 use std::time::Duration;
 
 use const_format::concatcp;
-use lock_core::backend::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
-use lock_core::error::{Error, Result};
 use lock_core::raw::{ttl_millis, validate_key, validate_ttl};
-use lock_core::token::{FencingToken, LockToken};
+use lock_core::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
+use lock_core::{Error, Result};
+use lock_core::{FencingToken, LockToken};
 
 use super::scripted::{KindCall, KindScript, ScriptedKinds, acked_grant_with, released, renewed, run};
 use super::semaphore::GONE_FUNCTIONS;
@@ -196,7 +196,7 @@ fn check_set<K: ScriptedKinds + ?Sized>(kinds: &K, set: &[&str]) -> Result<Strin
     Ok(gone)
 }
 
-/// [`lock_core::kinds::multi::MultiLockBackend::try_acquire_all`] with
+/// [`lock_core::raw::MultiLockBackend::try_acquire_all`] with
 /// [`ACQUIRE_ALL`] over the keys and their fence counters
 /// ([`ScriptedKinds::fence_key`]).
 ///
@@ -257,7 +257,7 @@ pub async fn try_acquire_all<K: ScriptedKinds + ?Sized>(
     .await
 }
 
-/// [`lock_core::kinds::multi::MultiLockBackend::release_all`] with
+/// [`lock_core::raw::MultiLockBackend::release_all`] with
 /// [`RELEASE_ALL`], or [`RELEASE_ALL_NOTIFY`] where
 /// [`ScriptedKinds::multi_release_waiters`] names the waiters' keys.
 ///
@@ -300,7 +300,7 @@ pub async fn release_all<K: ScriptedKinds + ?Sized>(
     released(kinds, op, set[0], &reply, 2)
 }
 
-/// [`lock_core::kinds::multi::MultiLockBackend::renew_all`] with
+/// [`lock_core::raw::MultiLockBackend::renew_all`] with
 /// [`RENEW_ALL`].
 ///
 /// # Errors

@@ -16,11 +16,11 @@ use std::time::Duration;
 
 use super::scripted::{KindCall, KindScript, ScriptedKinds, acked_grant, refuse_under_ack, released, renewed, run};
 use super::semaphore::{GONE_FUNCTIONS, kind_key};
-use lock_core::backend::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
-use lock_core::error::Result;
-use lock_core::kinds::rw::RwMode;
+use lock_core::Result;
+use lock_core::RwMode;
 use lock_core::raw::{conversion_not_held, ttl_millis, validate_key, validate_ttl};
-use lock_core::token::{FencingToken, LockToken};
+use lock_core::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
+use lock_core::{FencingToken, LockToken};
 
 /// The keys of one read-write lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -226,7 +226,7 @@ fn keys_on<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str) -> Result<RwKeys> {
     RwKeys::prefixed(kinds.kinds_key_prefix(), name)
 }
 
-/// [`lock_core::kinds::rw::RwLockBackend::try_acquire_rw`] with [`ACQUIRE`].
+/// [`lock_core::raw::RwLockBackend::try_acquire_rw`] with [`ACQUIRE`].
 ///
 /// # Errors
 /// As the trait method.
@@ -250,7 +250,7 @@ pub async fn try_acquire<K: ScriptedKinds + ?Sized>(
     acquire(kinds, name, mode, token, ttl).await
 }
 
-/// [`lock_core::kinds::rw::RwLockBackend::upgrade_rw`] with [`ACQUIRE`].
+/// [`lock_core::raw::RwLockBackend::upgrade_rw`] with [`ACQUIRE`].
 ///
 /// # Errors
 /// As the trait method.
@@ -266,7 +266,7 @@ pub async fn upgrade<K: ScriptedKinds + ?Sized>(
     acquire(kinds, name, b"U", token, ttl).await
 }
 
-/// [`lock_core::kinds::rw::RwLockBackend::downgrade_rw`] with [`ACQUIRE`].
+/// [`lock_core::raw::RwLockBackend::downgrade_rw`] with [`ACQUIRE`].
 ///
 /// # Errors
 /// As the trait method.
@@ -328,7 +328,7 @@ async fn acquire<K: ScriptedKinds + ?Sized>(
     .await
 }
 
-/// [`lock_core::kinds::rw::RwLockBackend::release_rw`] with [`RELEASE`].
+/// [`lock_core::raw::RwLockBackend::release_rw`] with [`RELEASE`].
 ///
 /// # Errors
 /// As the trait method.
@@ -354,7 +354,7 @@ pub async fn release<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str, token: &L
     released(kinds, op, name, &reply, 1)
 }
 
-/// [`lock_core::kinds::rw::RwLockBackend::renew_rw`] with [`RENEW`].
+/// [`lock_core::raw::RwLockBackend::renew_rw`] with [`RENEW`].
 ///
 /// # Errors
 /// As the trait method.

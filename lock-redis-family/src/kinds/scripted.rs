@@ -12,10 +12,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::{election, inspect, multi, rw, semaphore};
-use lock_core::backend::{ReleaseOutcome, RenewOutcome, ReplicaAck, Replication};
-use lock_core::error::{Error, Result};
-use lock_core::kinds::election::LeaderInfo;
-use lock_core::token::LockToken;
+use lock_core::LeaderInfo;
+use lock_core::LockToken;
+use lock_core::{Error, Result};
+use lock_core::{ReleaseOutcome, RenewOutcome, ReplicaAck, Replication};
 
 /// One of the kinds' shared scripts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -282,14 +282,14 @@ pub trait ScriptedKinds: Send + Sync {
     }
 
     /// The leader of the election `name`
-    /// ([`lock_core::kinds::election::ElectionBackend::leader`]), read by the
+    /// ([`lock_core::raw::ElectionBackend::leader`]), read by the
     /// backend's own command.
     ///
     /// # Errors
     /// As the trait method.
     async fn read_leader(&self, name: &str) -> Result<Option<LeaderInfo>>;
 
-    /// [`lock_core::kinds::election::ElectionBackend::wait_for_leader_change`];
+    /// [`lock_core::raw::ElectionBackend::wait_for_leader_change`];
     /// the default sleeps, as the trait's.
     async fn wait_for_leader(&self, name: &str, seen: Option<&LeaderInfo>, max_wait: std::time::Duration) {
         let _ = (name, seen);
@@ -318,10 +318,10 @@ pub(crate) async fn acked_grant<K, F, Fut>(
     kinds: &K,
     name: &str,
     what: &str,
-    outcome: lock_core::backend::AcquireOutcome,
+    outcome: lock_core::AcquireOutcome,
     replication: Option<Replication>,
     give_back: F,
-) -> Result<lock_core::backend::AcquireOutcome>
+) -> Result<lock_core::AcquireOutcome>
 where
     K: ScriptedKinds + ?Sized,
     F: FnOnce() -> Fut,
@@ -379,18 +379,18 @@ fn shortfall_error(
 /// result).
 pub(crate) async fn acked_grant_with<K, F, Fut, S>(
     kinds: &K,
-    outcome: lock_core::backend::AcquireOutcome,
+    outcome: lock_core::AcquireOutcome,
     replication: Option<Replication>,
     give_back: F,
     shortfall: S,
-) -> Result<lock_core::backend::AcquireOutcome>
+) -> Result<lock_core::AcquireOutcome>
 where
     K: ScriptedKinds + ?Sized,
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = Result<ReleaseOutcome>>,
     S: FnOnce(u32, u32, &ReplicaAck, Result<ReleaseOutcome>) -> Error,
 {
-    use lock_core::backend::{AcquireOutcome, OnShortfall};
+    use lock_core::{AcquireOutcome, OnShortfall};
     match (outcome, replication, kinds.kinds_replica_ack()) {
         (
             AcquireOutcome::Acquired(_),

@@ -30,11 +30,11 @@ use std::time::Duration;
 
 use super::scripted::{KindCall, KindScript, ScriptedKinds, acked_grant};
 use crate::keys::hash_tag;
-use lock_core::backend::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
-use lock_core::error::{Error, Result};
-use lock_core::kinds::semaphore::PermitRequest;
+use lock_core::raw::PermitRequest;
 use lock_core::raw::{ttl_millis, validate_key, validate_ttl};
-use lock_core::token::{FencingToken, LockToken};
+use lock_core::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
+use lock_core::{Error, Result};
+use lock_core::{FencingToken, LockToken};
 
 /// The three keys of one semaphore.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -325,10 +325,10 @@ fn keys_on<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str) -> Result<Semaphore
     Ok(keys)
 }
 
-/// [`lock_core::kinds::semaphore::SemaphoreBackend::acquire_permits`] with
+/// [`lock_core::raw::SemaphoreBackend::acquire_permits`] with
 /// [`ACQUIRE`]. Under replica acknowledgement a grant too few replicas
 /// acknowledged is given back and fails with
-/// [`lock_core::backend::OnShortfall::ReleaseAndFail`], else counts as unconfirmed.
+/// [`lock_core::OnShortfall::ReleaseAndFail`], else counts as unconfirmed.
 ///
 /// # Errors
 /// As the trait method.
@@ -373,7 +373,7 @@ pub async fn acquire<K: ScriptedKinds + ?Sized>(
     .await
 }
 
-/// [`lock_core::kinds::semaphore::SemaphoreBackend::release_permits`] with
+/// [`lock_core::raw::SemaphoreBackend::release_permits`] with
 /// [`RELEASE`].
 ///
 /// # Errors
@@ -402,7 +402,7 @@ pub async fn release<K: ScriptedKinds + ?Sized>(kinds: &K, name: &str, holder: &
     }
 }
 
-/// [`lock_core::kinds::semaphore::SemaphoreBackend::renew_permits`] with [`RENEW`];
+/// [`lock_core::raw::SemaphoreBackend::renew_permits`] with [`RENEW`];
 /// under replica acknowledgement it counts once confirmed
 /// ([`ScriptedKinds::counted_renewal`]).
 ///

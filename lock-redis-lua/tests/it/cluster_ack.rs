@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use lock_core::{CasOutcome, CreateOutcome, Expiry, LockBackend, LockToken, Replication, VersionedStore};
 
-use lock_core::raw::AcquireOutcome;
+use lock_core::AcquireOutcome;
 use lock_redis_lua::{RedisLuaBuilder, ReplicaAck};
 use lock_testkit::server::{RedisCluster, RedisServer};
 

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use lock_core::VersionedStore;
-use lock_core::raw::{AcquireOutcome, ReleaseOutcome};
+use lock_core::{AcquireOutcome, ReleaseOutcome};
 use lock_core::{CreateOutcome, DeleteOutcome, Expiry, LockBackend, LockToken};
 use lock_redis_lua::{RedisLuaBackend, RedisLuaBuilder};
 use lock_testkit::server::{RedisCluster, RedisServer, RespClient, encode_command};

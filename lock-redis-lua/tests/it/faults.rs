@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use lock_core::{Error, Expiry, LockBackend, LockManager, LockOptions, LockToken, LossReason, Renewal, VersionedStore};
 
-use lock_core::raw::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_redis_lua::{RedisLuaBackend, RedisLuaBuilder};
 use lock_testkit::server::{RedisServer, TcpProxy};
 use tokio::time::Instant;
@@ -209,7 +209,7 @@ async fn script_flush_between_calls_reloads_the_scripts() {
     assert!(server.cmd(&["SCRIPT", "FLUSH"]).await.unwrap().is_ok());
     assert_eq!(
         backend.renew("flush", &mine, TTL * 10).await.unwrap(),
-        lock_core::raw::RenewOutcome::Renewed
+        lock_core::RenewOutcome::Renewed
     );
     assert!(server.cmd(&["SCRIPT", "FLUSH"]).await.unwrap().is_ok());
     assert_eq!(backend.release("flush", &mine).await.unwrap(), ReleaseOutcome::Released);

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use lock_core::{LockBackend, LockToken};
 
-use lock_core::raw::{AcquireOutcome, MultiLockBackend, ReleaseOutcome};
+use lock_core::raw::MultiLockBackend;
+
+use lock_core::{AcquireOutcome, ReleaseOutcome};
 use lock_redis_lua::{RedisLuaBackend, RedisLuaBuilder};
 use lock_testkit::server::RedisServer;
 use tokio::time::Instant;

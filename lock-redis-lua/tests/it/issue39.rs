@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use lock_core::raw::{AcquireOutcome, ElectionBackend};
+use lock_core::raw::ElectionBackend;
+
+use lock_core::AcquireOutcome;
 use lock_core::{LockToken, Result};
 use lock_redis_lua::{RedisLuaBackend, RedisLuaBuilder};
 use lock_testkit::server::RedisServer;
@@ -91,7 +93,7 @@ async fn a_multi_key_set_whose_fence_keys_leave_its_slot_is_refused_on_a_cluster
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_who_can_acquire_can_release_or_the_build_is_refused() {
     use lock_core::LockBackend;
-    use lock_core::raw::ReleaseOutcome;
+    use lock_core::ReleaseOutcome;
     let server = RedisServer::builder().start().await.expect("start redis-server");
     let reply = server
         .cmd(&["ACL", "SETUSER", "u", "on", ">pw", "~app:*", "&*", "+@all"])
@@ -142,7 +144,7 @@ async fn a_user_who_can_acquire_can_release_or_the_build_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_acl_user_who_acquires_builds_and_releases() {
     use lock_core::LockBackend;
-    use lock_core::raw::ReleaseOutcome;
+    use lock_core::ReleaseOutcome;
     let server = RedisServer::builder().start().await.expect("start redis-server");
     let users: [(&str, &[&str]); 3] = [
         ("own", &["~app:*"]),

@@ -11,10 +11,9 @@ use lock_core::{
     ElectionManager, LockBackend, LockToken, MultiLockManager, Replication, RwLockManager, RwMode, SemaphoreManager,
 };
 
-use lock_core::raw::{
-    AcquireOutcome, ElectionBackend, MultiLockBackend, PermitRequest, ReleaseOutcome, RenewOutcome, RwLockBackend,
-    SemaphoreBackend,
-};
+use lock_core::raw::{ElectionBackend, MultiLockBackend, PermitRequest, RwLockBackend, SemaphoreBackend};
+
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_redis_family::kinds::rw::RwKeys;
 use lock_redis_family::kinds::semaphore::SemaphoreKeys;
 use lock_redis_lua::{RedisLuaBackend, RedisLuaBuilder, ReplicaAck};

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use lock_core::{LockManager, LockOptions, LossReason};
 
-use lock_core::raw::ReleaseOutcome;
+use lock_core::ReleaseOutcome;
 use lock_redis_lua::RedisLuaBuilder;
 use lock_testkit::server::{NetRedisServer, Network};
 use tokio::time::Instant;

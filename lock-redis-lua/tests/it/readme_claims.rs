@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use lock_core::{LockBackend, LockManager, LockOptions, LockToken};
 
-use lock_core::raw::{AcquireOutcome, ReleaseOutcome};
+use lock_core::{AcquireOutcome, ReleaseOutcome};
 use lock_redis_lua::{RedisLuaBackend, RedisLuaBuilder};
 use lock_testkit::server::RedisServer;
 use tokio::time::Instant;

@@ -8,7 +8,7 @@ use lock_core::{
     VersionedStore,
 };
 
-use lock_core::raw::AcquireOutcome;
+use lock_core::AcquireOutcome;
 use lock_redis_lua::{OnShortfall, RedisLuaBackend, RedisLuaBuilder, ReplicaAck};
 use lock_testkit::server::{RedisServer, ReplicatedPair};
 use tokio::time::Instant;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use lock_core::{Error, LockBackend, LockManager, LockOptions, Renewal, Replication};
 
-use lock_core::raw::RenewOutcome;
+use lock_core::RenewOutcome;
 use lock_redis_lua::{RedisLuaBuilder, ReplicaAck};
 use lock_testkit::server::{RedisServer, ReplicatedPair};
 use tokio::time::Instant;

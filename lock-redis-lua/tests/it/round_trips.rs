@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use lock_core::{CasOutcome, CreateOutcome, Expiry, LockBackend, LockToken, VersionedStore, VersionedStoreExt};
 
-use lock_core::raw::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_redis_lua::{RedisLuaBackend, RedisLuaBuilder};
 use lock_testkit::server::{Monitor, RedisServer, RespValue};
 

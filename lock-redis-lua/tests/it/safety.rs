@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use lock_core::{Error, LockBackend, LockManager, LockOptions, LockToken, VersionedStore};
 
-use lock_core::raw::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_redis_lua::{RedisLuaBackend, RedisLuaBuilder};
 use lock_testkit::server::RedisServer;
 use tokio::time::Instant;

@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::raw::{AcquireOutcome, PermitRequest, ReleaseOutcome, RenewOutcome, SemaphoreBackend};
+use lock_core::raw::{PermitRequest, SemaphoreBackend};
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_core::{Capabilities, LockBackend, LockOptions, LockToken, Result, SemaphoreManager};
 use lock_redis_family::kinds::semaphore::SemaphoreKeys;
 use lock_redis_lua::{RedisLuaBackend, RedisLuaBuilder};

@@ -12,7 +12,7 @@ use lock_core::{
 
 use lock_core::raw::async_trait;
 
-use lock_core::raw::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_memory::MemoryBackend;
 use lock_redlock::{Redlock, RedlockOptions};
 use lock_testkit::{Fault, FaultControl, FaultyBackend};

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use lock_core::{Backoff, Error, LockBackend, LockManager, LockOptions, LockToken, NodeOutcome};
 
-use lock_core::raw::{AcquireOutcome, ReleaseOutcome};
+use lock_core::{AcquireOutcome, ReleaseOutcome};
 use lock_redis_lua::{RedisLuaBackend, RedisLuaBuilder};
 use lock_redlock::{Redlock, RedlockOptions};
 use lock_testkit::server::{Instances, RedisServer};

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::raw::AcquireOutcome;
+use lock_core::AcquireOutcome;
 use lock_core::{LockBackend, LockToken};
 use lock_redis_lua::RedisLuaBuilder;
 use lock_redlock::Redlock;

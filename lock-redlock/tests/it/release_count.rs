@@ -14,7 +14,7 @@ use lock_core::{Capabilities, Error, LockBackend, LockToken, Result};
 
 use lock_core::raw::async_trait;
 
-use lock_core::raw::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_memory::MemoryBackend;
 use lock_redlock::Redlock;
 use tokio::sync::watch;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use lock_core::{Error, LockBackend, LockManager, LockOptions, LockToken, NodeOutcome};
 
-use lock_core::raw::AcquireOutcome;
+use lock_core::AcquireOutcome;
 use lock_memory::MemoryBackend;
 use lock_redis_lua::RedisLuaBuilder;
 use lock_redlock::{LAZY_RETRY_MAX, LazyNode, Redlock, RedlockOptions};

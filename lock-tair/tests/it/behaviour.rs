@@ -15,7 +15,7 @@ use lock_core::{
     Replication, Result, UpdateOptions, Versioned, VersionedStore, VersionedStoreExt,
 };
 
-use lock_core::raw::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_tair::{OnShortfall, ReplicaAck, TairBackend};
 use lock_testkit::server::{RedisServer, ReplicatedPair};
 use tokio::time::Instant;

@@ -15,7 +15,7 @@ use lock_core::{
     LossReason, VersionedStore,
 };
 
-use lock_core::raw::{AcquireOutcome, ReleaseOutcome};
+use lock_core::{AcquireOutcome, ReleaseOutcome};
 use lock_tair::TairBackend;
 use lock_testkit::server::TcpProxy;
 use tokio::time::Instant;

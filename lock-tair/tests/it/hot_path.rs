@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use lock_core::{Backoff, Fairness, LockBackend, LockManager, LockOptions, LockToken};
 
-use lock_core::raw::{AcquireOutcome, ReleaseOutcome};
+use lock_core::{AcquireOutcome, ReleaseOutcome};
 use lock_tair::TairBackend;
 use lock_testkit::server::{RedisServer, TcpProxy};
 use tokio::time::Instant;

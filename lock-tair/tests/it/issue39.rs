@@ -8,7 +8,9 @@ use crate::common;
 
 use std::time::Duration;
 
-use lock_core::raw::{AcquireOutcome, ElectionBackend};
+use lock_core::raw::ElectionBackend;
+
+use lock_core::AcquireOutcome;
 use lock_core::{LockToken, Result};
 use lock_tair::TairBackend;
 

@@ -14,10 +14,9 @@ use lock_core::{
     ElectionManager, LockBackend, LockToken, MultiLockManager, Replication, RwLockManager, RwMode, SemaphoreManager,
 };
 
-use lock_core::raw::{
-    AcquireOutcome, ElectionBackend, MultiLockBackend, PermitRequest, ReleaseOutcome, RenewOutcome, RwLockBackend,
-    SemaphoreBackend,
-};
+use lock_core::raw::{ElectionBackend, MultiLockBackend, PermitRequest, RwLockBackend, SemaphoreBackend};
+
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_tair::{ReplicaAck, TairBackend};
 use lock_testkit::server::ReplicatedPair;
 use lock_testkit::{ElectionSuite, MultiSuite, RwSuite, SemaphoreSuite};

@@ -20,4 +20,5 @@ mod renew_many;
 mod rw;
 mod safety;
 mod semaphore;
+mod sentinel;
 mod wait_reconnect;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use lock_core::{LockBackend, LockManager, LockOptions, LockToken, Replication};
 
-use lock_core::raw::{AcquireOutcome, RenewOutcome};
+use lock_core::{AcquireOutcome, RenewOutcome};
 use lock_tair::{OnShortfall, ReplicaAck, TairBackend};
 use lock_testkit::server::{RedisServer, ReplicatedPair};
 

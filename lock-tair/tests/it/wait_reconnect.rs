@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use lock_core::{LockBackend, LockToken, Replication};
 
-use lock_core::raw::AcquireOutcome;
+use lock_core::AcquireOutcome;
 use lock_tair::{OnShortfall, ReplicaAck};
 use lock_testkit::server::{RedisServer, ReplicatedPair, TcpProxy};
 

@@ -7,7 +7,8 @@ pub use super::reserved_cases::reserved_election_names_are_refused;
 use std::sync::atomic::Ordering;
 
 use futures::StreamExt;
-use lock_core::raw::{AcquireOutcome, ElectionBackend, ReleaseOutcome, RenewOutcome};
+use lock_core::raw::ElectionBackend;
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_core::{ElectionManager, Error, LeaderInfo, LockToken};
 use tokio::time::Instant;
 
@@ -193,7 +194,7 @@ pub async fn invalid_campaigns_are_rejected(s: &ElectionSuite) {
         m.try_campaign(&name, b"").await,
         Err(Error::InvalidArgument(_))
     ));
-    let big = vec![b'x'; lock_core::kinds::election::MAX_IDENTITY + 1];
+    let big = vec![b'x'; lock_core::ElectionManager::MAX_IDENTITY + 1];
     assert!(matches!(
         m.try_campaign(&name, &big).await,
         Err(Error::InvalidArgument(_))

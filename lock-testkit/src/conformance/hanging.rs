@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::raw::{
-    AcquireOutcome, ElectionBackend, FairWaiter, InstantLockBackend, MultiLockBackend, PermitRequest, ReleaseOutcome,
-    RenewOutcome, RwLockBackend, SemaphoreBackend,
+    ElectionBackend, FairWaiter, InstantLockBackend, MultiLockBackend, PermitRequest, RwLockBackend, SemaphoreBackend,
 };
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_core::{Capabilities, LeaderInfo, LeaseHandle, LockBackend, LockToken, LossReason, Result, RwMode};
 use tokio::time::Instant;
 

@@ -10,7 +10,9 @@
 //! refused (`Held`, nothing written); then normal grants and releases of
 //! new tokens work as before.
 
-use lock_core::raw::{AcquireOutcome, ElectionBackend, MultiLockBackend, ReleaseOutcome, RwLockBackend};
+use lock_core::raw::{ElectionBackend, MultiLockBackend, RwLockBackend};
+
+use lock_core::{AcquireOutcome, ReleaseOutcome};
 use lock_core::{LockToken, RwMode};
 
 use super::{ElectionSuite, MultiSuite, RwSuite};

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use lock_core::raw::ReleaseOutcome;
+use lock_core::ReleaseOutcome;
 use lock_core::{LockManager, LossReason};
 use tokio::time::Instant;
 

@@ -8,7 +8,9 @@ use std::sync::atomic::Ordering;
 
 use lock_core::{Error, LockManager, LockToken, MultiLockManager};
 
-use lock_core::raw::{AcquireOutcome, MultiLockBackend, ReleaseOutcome, RenewOutcome};
+use lock_core::raw::MultiLockBackend;
+
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use tokio::time::Instant;
 
 use super::MultiSuite;
@@ -169,7 +171,7 @@ pub async fn invalid_key_sets_are_rejected(s: &MultiSuite) {
     let none: [&str; 0] = [];
     assert!(matches!(m.try_lock(&none).await, Err(Error::InvalidArgument(_))));
     assert!(matches!(m.try_lock(&["a", ""]).await, Err(Error::InvalidArgument(_))));
-    let many = s.keys("many", lock_core::kinds::multi::MAX_KEYS + 1);
+    let many = s.keys("many", lock_core::MultiLockManager::MAX_KEYS + 1);
     assert!(matches!(m.try_lock(&many).await, Err(Error::InvalidArgument(_))));
     let raw = s.client().await;
     let token = LockToken::generate().expect("token");

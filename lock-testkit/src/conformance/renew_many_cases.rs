@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use lock_core::{Error, LockBackend, LockToken};
 
-use lock_core::raw::{AcquireOutcome, RenewOutcome};
+use lock_core::{AcquireOutcome, RenewOutcome};
 
 use super::{RenewManySuite, RenewManyTarget};
 use crate::server::{RedisServer, RespValue};

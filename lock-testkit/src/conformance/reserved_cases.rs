@@ -62,7 +62,7 @@ pub async fn reserved_keys_are_refused_by_renew_many(s: &LockSuite) {
     let token = token();
     let acquired = raw.try_acquire(&ordinary, &token, s.ttl).await;
     assert!(
-        matches!(acquired, Ok(lock_core::raw::AcquireOutcome::Acquired(_))),
+        matches!(acquired, Ok(lock_core::AcquireOutcome::Acquired(_))),
         "{acquired:?}"
     );
     let reserved = reserved_keys(&s.clients.reserved, &s.key("reserved"));
@@ -76,7 +76,7 @@ pub async fn reserved_keys_are_refused_by_renew_many(s: &LockSuite) {
             // time out a Redlock node's short per-node call), a refusal or a
             // wrong answer is not.
             assert!(
-                matches!(outcome, Ok(lock_core::raw::RenewOutcome::Renewed))
+                matches!(outcome, Ok(lock_core::RenewOutcome::Renewed))
                     || matches!(&outcome, Err(e) if !matches!(e, Error::InvalidArgument(_) | Error::Unsupported { .. })),
                 "renew_many of the ordinary key {key:?}: {outcome:?}"
             );

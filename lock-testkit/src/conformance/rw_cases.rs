@@ -8,7 +8,9 @@ use std::sync::atomic::Ordering;
 
 use lock_core::{LockToken, RwLockManager, RwMode};
 
-use lock_core::raw::{AcquireOutcome, ReleaseOutcome, RenewOutcome, RwLockBackend};
+use lock_core::raw::RwLockBackend;
+
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use tokio::time::Instant;
 
 use super::RwSuite;

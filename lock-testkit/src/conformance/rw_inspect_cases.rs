@@ -3,7 +3,7 @@
 //! must say so with `Unsupported`.
 
 use lock_core::Error;
-use lock_core::raw::ReleaseOutcome;
+use lock_core::ReleaseOutcome;
 
 use super::RwSuite;
 

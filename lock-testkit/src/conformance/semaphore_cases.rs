@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use lock_core::{Error, LockToken, SemaphoreManager};
 
-use lock_core::raw::{AcquireOutcome, PermitRequest, ReleaseOutcome, RenewOutcome, SemaphoreBackend};
+use lock_core::raw::{PermitRequest, SemaphoreBackend};
+
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use tokio::time::Instant;
 
 use super::SemaphoreSuite;

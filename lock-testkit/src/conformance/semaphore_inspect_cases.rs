@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use lock_core::Error;
-use lock_core::raw::ReleaseOutcome;
+use lock_core::ReleaseOutcome;
 use tokio::time::Instant;
 
 use super::SemaphoreSuite;

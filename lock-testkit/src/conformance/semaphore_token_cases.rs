@@ -2,7 +2,8 @@
 //! holder's acquire is re-sent (the engine's retry with the same token).
 
 use lock_core::LockToken;
-use lock_core::raw::{AcquireOutcome, PermitRequest, ReleaseOutcome};
+use lock_core::raw::PermitRequest;
+use lock_core::{AcquireOutcome, ReleaseOutcome};
 
 use super::SemaphoreSuite;
 

@@ -6,7 +6,9 @@
 
 use std::sync::atomic::Ordering;
 
-use lock_core::raw::{AcquireOutcome, ReleaseOutcome, RwLockBackend};
+use lock_core::raw::RwLockBackend;
+
+use lock_core::{AcquireOutcome, ReleaseOutcome};
 use lock_core::{Error, LockToken, RwLockManager, RwMode};
 use tokio::time::Instant;
 

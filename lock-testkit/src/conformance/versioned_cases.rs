@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use lock_core::{CasOutcome, CreateOutcome, DeleteOutcome, Error, Expiry, MAX_TTL, UpdateOptions, VersionedStoreExt};
+use lock_core::{
+    CasOutcome, CreateOutcome, DeleteOutcome, Error, Expiry, LockOptions, UpdateOptions, VersionedStoreExt,
+};
 
 use super::VersionedSuite;
 
@@ -300,7 +302,10 @@ pub async fn invalid_arguments_are_rejected(s: &VersionedSuite) {
         store.create(&key, b"v", Expiry::After(Duration::ZERO)).await.map(drop)
     ));
     assert!(invalid(
-        store.create(&key, b"v", Expiry::After(MAX_TTL * 2)).await.map(drop)
+        store
+            .create(&key, b"v", Expiry::After(LockOptions::MAX_TTL * 2))
+            .await
+            .map(drop)
     ));
     assert!(invalid(
         store

@@ -8,7 +8,8 @@
 //!   and its directory removed at process exit; the directories of a
 //!   killed process are removed by the next process's first server (each
 //!   directory's name carries its owner's pid and start time).
-//! - [`ReplicatedPair`], [`Instances`], [`RedisCluster`]: topologies.
+//! - [`ReplicatedPair`], [`Instances`], [`RedisCluster`]: topologies;
+//!   [`SentinelGroup`]: a primary, two replicas and three sentinels.
 //! - [`TcpProxy`]: latency, blackhole and connection cuts in front of a
 //!   server.
 //! - [`PostgresServer`] (feature `postgres`): `initdb` + `postgres` in a
@@ -73,6 +74,7 @@ mod redis_builder;
 mod resp;
 mod resp_client;
 mod scratch;
+mod sentinel;
 mod spawn;
 mod text;
 mod topology;
@@ -86,8 +88,8 @@ pub use netns_cluster::NetCluster;
 pub use netns_host::NetHost;
 pub use netns_redis::{NetRedisServer, NetRedisServerBuilder};
 pub use paths::{
-    REDIS_CLI_ENV, REDIS_SERVER_ENV, TAIR_MODULE_ENV, build_tair_module_if_missing, redis_cli_binary,
-    redis_server_binary, tair_module_path,
+    REDIS_CLI_ENV, REDIS_SENTINEL_ENV, REDIS_SERVER_ENV, TAIR_MODULE_ENV, build_tair_module_if_missing,
+    redis_cli_binary, redis_sentinel_binary, redis_server_binary, tair_module_path,
 };
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
@@ -101,9 +103,12 @@ pub use pgbouncer::{PGBOUNCER_POOL_SIZE, PgBouncer};
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::{PG_LOG_FILE, PG_START_TIMEOUT, PG_USER, PostgresServer, PostgresServerBuilder};
-pub use process::{DEFAULT_START_TIMEOUT, LOG_FILE, NODES_FILE, RedisServer};
+pub use process::{DEFAULT_START_TIMEOUT, LOG_FILE, NODES_FILE, RedisServer, SENTINEL_CONFIG_FILE};
 pub use proxy::TcpProxy;
 pub use redis_builder::RedisServerBuilder;
 pub use resp::{RespValue, encode_command, frame_len, parse_reply};
 pub use resp_client::{DEFAULT_TIMEOUT, RespClient};
+pub use sentinel::{
+    SENTINEL_DOWN_AFTER, SENTINEL_FAILOVER_TIMEOUT, SENTINEL_MASTER_NAME, SENTINEL_QUORUM, SentinelGroup,
+};
 pub use topology::{CONVERGE_TIMEOUT, Instances, RedisCluster, ReplicatedPair};

@@ -96,7 +96,7 @@ impl fmt::Debug for Network {
         f.debug_struct("Network")
             .field("name", &self.inner.name)
             .field("subnet", &self.subnet())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 

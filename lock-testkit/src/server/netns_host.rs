@@ -49,7 +49,7 @@ impl fmt::Debug for NetHost {
         f.debug_struct("NetHost")
             .field("ns", &self.inner.ns)
             .field("addr", &self.inner.addr)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 

@@ -113,7 +113,7 @@ impl fmt::Debug for NetRedisServer {
         f.debug_struct("NetRedisServer")
             .field("addr", &self.addr())
             .field("host", &self.host.name())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 

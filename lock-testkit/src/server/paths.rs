@@ -9,6 +9,10 @@ use super::error::{HarnessError, HarnessResult};
 /// Environment variable naming the server binary (a path, or a name looked up
 /// on `PATH`). Any Redis-compatible server works, Valkey included.
 pub const REDIS_SERVER_ENV: &str = "VERROU_REDIS_SERVER";
+/// Environment variable naming the sentinel binary (a path, or a name
+/// looked up on `PATH`); it runs with `--sentinel`, so `redis-server` (or
+/// `valkey-server`) works too.
+pub const REDIS_SENTINEL_ENV: &str = "VERROU_REDIS_SENTINEL";
 /// Environment variable naming the `redis-cli` binary used to create
 /// clusters (a path, or a name looked up on `PATH`).
 pub const REDIS_CLI_ENV: &str = "VERROU_REDIS_CLI";
@@ -38,6 +42,32 @@ pub fn redis_server_binary() -> HarnessResult<PathBuf> {
                 "no redis-server on PATH; {INSTALL_HINT}, or set {REDIS_SERVER_ENV} \
                  to a Redis-compatible server binary (e.g. valkey-server)"
             ),
+        }),
+    }
+}
+
+/// The sentinel binary to run (with `--sentinel`): `$VERROU_REDIS_SENTINEL`
+/// if set, else `redis-sentinel` on `PATH` (Debian's `redis-sentinel`
+/// package).
+///
+/// # Errors
+/// [`HarnessError::NotFound`], saying what to install, when there is no such
+/// executable.
+pub fn redis_sentinel_binary() -> HarnessResult<PathBuf> {
+    let hint = format!(
+        "install it with `apt-get install -y redis-sentinel`, or set {REDIS_SENTINEL_ENV} to a \
+         Redis-compatible server binary (e.g. redis-server or valkey-server: it runs with --sentinel)"
+    );
+    match env::var_os(REDIS_SENTINEL_ENV).filter(|v| !v.is_empty()) {
+        Some(v) => resolve(&v).ok_or_else(|| HarnessError::NotFound {
+            what: format!("sentinel binary {:?} (from {REDIS_SENTINEL_ENV})", v),
+            hint: format!(
+                "{REDIS_SENTINEL_ENV} must name an executable file or a program on PATH; or unset it and {hint}"
+            ),
+        }),
+        None => resolve(&OsString::from("redis-sentinel")).ok_or_else(|| HarnessError::NotFound {
+            what: "redis-sentinel".into(),
+            hint: format!("no redis-sentinel on PATH; {hint}"),
         }),
     }
 }

@@ -30,7 +30,9 @@ pub struct PgBouncer {
 
 impl fmt::Debug for PgBouncer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PgBouncer").field("port", &self.port).finish()
+        f.debug_struct("PgBouncer")
+            .field("port", &self.port)
+            .finish_non_exhaustive()
     }
 }
 

@@ -150,7 +150,7 @@ impl fmt::Debug for PostgresServer {
             .field("port", &self.port)
             .field("pid", &self.pid())
             .field("dir", &self.dir.path())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 

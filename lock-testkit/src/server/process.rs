@@ -29,6 +29,9 @@ pub const LOG_FILE: &str = "redis.log";
 /// Name of the cluster configuration file of cluster nodes.
 pub const NODES_FILE: &str = "nodes.conf";
 
+/// Name of a sentinel's configuration file, in its directory.
+pub const SENTINEL_CONFIG_FILE: &str = "sentinel.conf";
+
 /// Attempts with fresh ports when a new server finds its port taken.
 const PORT_ATTEMPTS: usize = 8;
 /// How long a restart keeps retrying when its (fixed) port is taken.
@@ -69,7 +72,7 @@ impl fmt::Debug for RedisServer {
             .field("port", &self.port)
             .field("pid", &self.pid())
             .field("dir", &self.dir.path())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -241,7 +244,7 @@ impl RedisServer {
         let entries = fs::read_dir(dir).map_err(|e| HarnessError::io(format!("listing {}", dir.display()), e))?;
         for entry in entries.flatten() {
             let name = entry.file_name();
-            if name == LOG_FILE || name == NODES_FILE {
+            if name == LOG_FILE || name == NODES_FILE || name == SENTINEL_CONFIG_FILE {
                 continue;
             }
             let path = entry.path();
@@ -438,6 +441,15 @@ impl RedisServer {
             .try_clone()
             .map_err(|e| HarnessError::io("duplicating the log file handle", e))?;
         let mut cmd = Command::new(&self.launch.binary);
+        if let Some(config) = &self.launch.sentinel {
+            // The file comes first on a server's command line; a restart
+            // keeps what the sentinel rewrote in it.
+            let path = self.dir.path().join(SENTINEL_CONFIG_FILE);
+            if !path.exists() {
+                fs::write(&path, config).map_err(|e| HarnessError::io(format!("writing {}", path.display()), e))?;
+            }
+            cmd.arg(&path).arg("--sentinel");
+        }
         match &self.launch.tls {
             None => cmd.arg("--port").arg(self.port.to_string()),
             Some(tls) => cmd

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::error::{HarnessError, HarnessResult};
-use super::paths::{redis_server_binary, tair_module_path};
+use super::paths::{redis_sentinel_binary, redis_server_binary, tair_module_path};
 use super::process::{DEFAULT_START_TIMEOUT, NODES_FILE, RedisServer};
 
 /// Configures and starts a [`RedisServer`].
@@ -29,6 +29,7 @@ pub struct RedisServerBuilder {
     start_timeout: Duration,
     cluster: bool,
     tls: Option<TlsFiles>,
+    sentinel: Option<String>,
 }
 
 /// PEM files of a TLS-only server ([`RedisServerBuilder::tls`]).
@@ -55,6 +56,7 @@ impl Default for RedisServerBuilder {
             start_timeout: DEFAULT_START_TIMEOUT,
             cluster: false,
             tls: None,
+            sentinel: None,
         }
     }
 }
@@ -148,6 +150,16 @@ impl RedisServerBuilder {
         self
     }
 
+    /// Sentinel mode: the process runs [`redis_sentinel_binary`] (unless
+    /// [`binary`](Self::binary) names another) with `--sentinel` and a
+    /// configuration file of its own holding `config` (a sentinel rewrites
+    /// its file at run time; a restart keeps the rewritten file). Used by
+    /// [`SentinelGroup`](super::SentinelGroup).
+    pub(crate) fn sentinel_mode(mut self, config: String) -> Self {
+        self.sentinel = Some(config);
+        self
+    }
+
     /// Starts a server on a free port and waits until it answers `PING`.
     /// A port taken in the meantime is retried with another port.
     ///
@@ -165,9 +177,10 @@ impl RedisServerBuilder {
     }
 
     fn resolve(&self) -> HarnessResult<Launch> {
-        let binary = match &self.binary {
-            Some(b) => b.clone(),
-            None => redis_server_binary()?,
+        let binary = match (&self.binary, &self.sentinel) {
+            (Some(b), _) => b.clone(),
+            (None, Some(_)) => redis_sentinel_binary()?,
+            (None, None) => redis_server_binary()?,
         };
         let mut args: Vec<OsString> = Vec::new();
         let mut push = |a: &[&str]| args.extend(a.iter().map(OsString::from));
@@ -207,6 +220,7 @@ impl RedisServerBuilder {
             args,
             start_timeout: self.start_timeout,
             tls: self.tls.clone(),
+            sentinel: self.sentinel.clone(),
         })
     }
 }
@@ -217,4 +231,6 @@ pub(super) struct Launch {
     pub(super) args: Vec<OsString>,
     pub(super) start_timeout: Duration,
     pub(super) tls: Option<TlsFiles>,
+    /// A sentinel's initial configuration file ([`RedisServerBuilder::sentinel_mode`]).
+    pub(super) sentinel: Option<String>,
 }

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-const MACROS: &str = include_str!("../../src/conformance/mod.rs");
+const MACROS: &str = include_str!("../../src/conformance/macros.rs");
 
 /// Names of the `pub async fn` cases of one case file, and of the shared
 /// cases it re-exports (`pub use super::reserved_cases::name;`).

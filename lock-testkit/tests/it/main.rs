@@ -17,6 +17,8 @@ mod harness_postgres;
 #[cfg(feature = "harness")]
 mod harness_proxy;
 #[cfg(feature = "harness")]
+mod harness_sentinel;
+#[cfg(feature = "harness")]
 mod harness_single;
 #[cfg(feature = "harness")]
 mod harness_topology;

@@ -380,7 +380,7 @@ impl KindClient {
         let write = read.upgrade().await?;
         self.held(Role::Upgraded, asked, write.handle(), hold / 2).await?;
         match write.release().await? {
-            lock_core::raw::ReleaseOutcome::Released => Ok(()),
+            lock_core::ReleaseOutcome::Released => Ok(()),
             _ => Err(lost(&self.name, lock_core::LossReason::NotOwner)),
         }
     }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use lock_core::{LockManager, LockOptions, LockToken};
 
-use lock_core::raw::{ReleaseOutcome, RenewOutcome};
+use lock_core::{ReleaseOutcome, RenewOutcome};
 use tokio::time::Instant;
 
 use crate::conformance::LockSuite;

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{Error, LockManager, LockOptions, LockToken, MAX_TTL};
+use lock_core::{Error, LockManager, LockOptions, LockToken};
 
-use lock_core::raw::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use tokio::time::Instant;
 
 use crate::conformance::LockSuite;
@@ -207,7 +207,12 @@ pub async fn invalid_arguments_are_rejected(s: &LockSuite) {
         "zero ttl"
     );
     assert!(
-        invalid(backend.try_acquire(&key, &token, MAX_TTL * 2).await.map(drop)),
+        invalid(
+            backend
+                .try_acquire(&key, &token, LockOptions::MAX_TTL * 2)
+                .await
+                .map(drop)
+        ),
         "absurd ttl"
     );
     assert!(

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use lock_core::{Error, LockManager, LockToken, LossReason};
 
-use lock_core::raw::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use tokio::time::Instant;
 
 use crate::conformance::LockSuite;

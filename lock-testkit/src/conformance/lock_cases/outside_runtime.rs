@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use lock_core::raw::ReleaseOutcome;
+use lock_core::ReleaseOutcome;
 use lock_core::{Error, LockManager, LockOptions};
 
 use crate::conformance::LockSuite;

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use lock_core::LockToken;
-use lock_core::raw::{AcquireOutcome, ReleaseOutcome};
+use lock_core::{AcquireOutcome, ReleaseOutcome};
 use tokio::time::Instant;
 
 use crate::conformance::LockSuite;
