@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use lock_core::LockBackend;
 use lock_core::LockToken;
-use lock_core::raw::{AcquireOutcome, ReleaseOutcome};
+use lock_core::{AcquireOutcome, ReleaseOutcome};
 use lock_nats::NatsBackend;
 use lock_testkit::server::NatsCluster;
 

@@ -51,7 +51,7 @@ impl std::fmt::Debug for NatsBuilder {
         f.debug_struct("NatsBuilder")
             .field("config", &self.config)
             .field("own_client", &!matches!(self.source, Source::Config))
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 

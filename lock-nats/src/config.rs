@@ -18,11 +18,12 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use lock_core::raw::MAX_TIMEOUT;
 use lock_core::raw::{
     BackendConfig, UrlParts, hide_quoted_url_text, parse_duration, parse_host_port, parse_number, percent_decode,
     unknown_parameter,
 };
-use lock_core::{Error, MAX_TIMEOUT, Result};
+use lock_core::{Error, Result};
 
 /// The NATS client port used when a host names none.
 pub const DEFAULT_PORT: u16 = 4222;
@@ -134,7 +135,7 @@ impl std::fmt::Debug for NatsConfig {
             .field("response_timeout", &self.response_timeout)
             .field("marker_ttl", &self.marker_ttl)
             .field("tls_ca", &self.tls_ca)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 

@@ -39,8 +39,14 @@
 //!   creators both won: nats.rs #1301). The **fencing token** is the
 //!   revision the acquire wrote: the stream sequence, bucket-wide and only
 //!   growing, never reused after a delete (but see *Guarantees*).
-//! - **Renew**: the same value again at the held revision, with the TTL
-//!   again (`Nats-TTL`; the client's `update` sends none).
+//! - **Renew**: the holder's token again at the held revision, with the
+//!   TTL again (`Nats-TTL`; the client's `update` sends none), and the
+//!   fencing token after it (`<token>:<revision>`).
+//! - **Inspect** ([`LockBackend::inspect`]): one read of the key. A held
+//!   key reports the acquire's revision as its fencing token (after any
+//!   number of renewals) and its whole `Nats-TTL` as the remaining lease:
+//!   an upper bound that needs no comparison of this machine's clock with
+//!   the server's.
 //! - **Release**: a delete marker expecting the held revision (itself
 //!   ending after the bucket's marker TTL, 1 s by default).
 //! - **TTLs are whole seconds** on the server: a TTL is rounded up (a dead
@@ -114,10 +120,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::raw::{
-    AcquireOutcome, BackendConfig, Connected, Connector, FairWaiter, ReleaseOutcome, RenewOutcome, SchemeTable,
-    in_context,
-};
+use lock_core::raw::{BackendConfig, Connected, Connector, FairWaiter, SchemeTable, in_context};
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_core::{Capabilities, Error, LockBackend, LockToken, Result};
 
 pub use async_nats;
@@ -255,6 +259,9 @@ impl LockBackend for NatsBackend {
         self.inner.renew(key, token, ttl).await
     }
 
+    async fn inspect(&self, key: &str) -> Result<lock_core::LockInfo> {
+        self.inner.inspect(key).await
+    }
     async fn wait_for_release(&self, key: &str, max_wait: Duration) {
         let waited = tokio::time::timeout(max_wait, async {
             if self.inner.wait_for_release(key).await.is_err() {

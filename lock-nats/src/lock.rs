@@ -1,14 +1,16 @@
 //! The lock operations: each one conditional publish on the key's subject
 //! (plus a read when the condition fails, to say why). The value is the
-//! holder's token; the fencing token is the revision the acquire wrote.
+//! holder's token; the fencing token is the revision the acquire wrote,
+//! which a renewal carries in its value (`<token>:<revision>`) so a read of
+//! the key ([`Inner::inspect`]) reports it after any number of renewals.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use lock_core::raw::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
-use lock_core::{FencingToken, LockToken, Result};
+use lock_core::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
+use lock_core::{FencingToken, LockInfo, LockToken, Result};
 use tokio::time::Instant;
 
 use crate::Inner;
@@ -38,7 +40,16 @@ pub(crate) async fn back_off(round: usize) {
 /// write of unknown outcome) is read first.
 #[derive(Default)]
 pub(crate) struct Held {
-    map: std::sync::Mutex<HashMap<(String, LockToken), (u64, Instant)>>,
+    map: std::sync::Mutex<HashMap<(String, LockToken), Remembered>>,
+}
+
+/// A lease this backend wrote: the revision of its last write, its fencing
+/// token (the acquire's revision) and when its TTL runs out.
+#[derive(Clone, Copy)]
+struct Remembered {
+    revision: u64,
+    fence: u64,
+    until: Instant,
 }
 
 /// Past this many entries, those whose TTL has run out are dropped on the
@@ -46,21 +57,23 @@ pub(crate) struct Held {
 const HELD_SWEEP: usize = 4096;
 
 impl Held {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, LockToken), (u64, Instant)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, LockToken), Remembered>> {
         self.map.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn get(&self, subject: &str, token: &LockToken) -> Option<u64> {
-        self.lock().get(&(subject.to_owned(), *token)).map(|(r, _)| *r)
+    fn get(&self, subject: &str, token: &LockToken) -> Option<(u64, u64)> {
+        self.lock()
+            .get(&(subject.to_owned(), *token))
+            .map(|r| (r.revision, r.fence))
     }
 
-    fn put(&self, subject: &str, token: &LockToken, revision: u64, until: Instant) {
+    fn put(&self, subject: &str, token: &LockToken, revision: u64, fence: u64, until: Instant) {
         let mut map = self.lock();
         if map.len() >= HELD_SWEEP {
             let now = Instant::now();
-            map.retain(|_, (_, until)| *until > now);
+            map.retain(|_, r| r.until > now);
         }
-        map.insert((subject.to_owned(), *token), (revision, until));
+        map.insert((subject.to_owned(), *token), Remembered { revision, fence, until });
     }
 
     fn forget(&self, subject: &str, token: &LockToken) {
@@ -100,19 +113,47 @@ impl Markers {
     }
 }
 
-/// Whose the entry is.
+/// Whose the entry is: mine at (revision, fencing token), another's, or
+/// nobody's.
 enum Found {
-    Mine(u64),
+    Mine(u64, u64),
     Other,
     Missing,
 }
 
+/// A live entry's holder token and fencing token: the value is the token
+/// (an acquire's write, whose revision is the fencing token) or
+/// `<token>:<fencing token>` (a renewal's).
+fn holder(e: &Entry) -> (&[u8], u64) {
+    let value = e.value.as_ref();
+    match value.iter().position(|b| *b == b':') {
+        Some(at) => {
+            let fence = std::str::from_utf8(&value[at + 1..])
+                .ok()
+                .and_then(|t| t.parse::<u64>().ok())
+                .unwrap_or(e.revision);
+            (&value[..at], fence)
+        }
+        None => (value, e.revision),
+    }
+}
+
 fn found(entry: Option<Entry>, token: &LockToken) -> Found {
     match entry {
-        Some(e) if e.live && e.value.as_ref() == token.hex_bytes().as_slice() => Found::Mine(e.revision),
-        Some(e) if e.live => Found::Other,
+        Some(e) if e.live => match holder(&e) {
+            (who, fence) if who == token.hex_bytes().as_slice() => Found::Mine(e.revision, fence),
+            _ => Found::Other,
+        },
         _ => Found::Missing,
     }
+}
+
+/// A renewal's value: the token and the fencing token it keeps.
+fn renewal_value(token: &LockToken, fence: u64) -> Bytes {
+    let mut value = token.hex_bytes().to_vec();
+    value.push(b':');
+    value.extend_from_slice(fence.to_string().as_bytes());
+    Bytes::from(value)
 }
 
 impl Inner {
@@ -133,7 +174,7 @@ impl Inner {
                 .await
             {
                 Ok(revision) => {
-                    self.held.put(&subject, token, revision, sent_at + ttl);
+                    self.held.put(&subject, token, revision, revision, sent_at + ttl);
                     return Ok(AcquireOutcome::Acquired(
                         Lease::new().with_fencing_token(Some(FencingToken(revision))),
                     ));
@@ -155,7 +196,7 @@ impl Inner {
     /// The revision `token` holds `subject` at: remembered, else read.
     async fn held_revision(&self, subject: &str, token: &LockToken) -> Result<Found> {
         match self.held.get(subject, token) {
-            Some(r) => Ok(Found::Mine(r)),
+            Some((revision, fence)) => Ok(Found::Mine(revision, fence)),
             None => Ok(found(self.last(subject).await?, token)),
         }
     }
@@ -165,7 +206,7 @@ impl Inner {
         let mut now = self.held_revision(&subject, token).await?;
         for round in 0..ROUNDS {
             let revision = match now {
-                Found::Mine(r) => r,
+                Found::Mine(r, _) => r,
                 Found::Other => {
                     self.held.forget(&subject, token);
                     return Ok(ReleaseOutcome::HeldByOther);
@@ -186,7 +227,7 @@ impl Inner {
                 // expired, or another's: read to tell.
                 Err(NotStored::WrongLast) => {
                     now = found(self.last(&subject).await?, token);
-                    if matches!(now, Found::Mine(r) if r == revision) {
+                    if matches!(now, Found::Mine(r, _) if r == revision) {
                         back_off(round).await;
                     }
                 }
@@ -198,12 +239,11 @@ impl Inner {
     pub(crate) async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
         let subject = self.subject(&self.bucket_key("l", key)?);
         let secs = ttl_secs(ttl, "ttl")?;
-        let value = Bytes::copy_from_slice(&token.hex_bytes());
         let sent_at = Instant::now();
         let mut now = self.held_revision(&subject, token).await?;
         for round in 0..ROUNDS {
-            let revision = match now {
-                Found::Mine(r) => r,
+            let (revision, fence) = match now {
+                Found::Mine(r, fence) => (r, fence),
                 Found::Other => {
                     self.held.forget(&subject, token);
                     return Ok(RenewOutcome::HeldByOther);
@@ -213,25 +253,51 @@ impl Inner {
                     return Ok(RenewOutcome::Missing);
                 }
             };
-            // The same value at the held revision, with the TTL again.
+            // The token and its fencing token at the held revision, with
+            // the TTL again.
             match self
-                .write(&subject, Op::Put, value.clone(), revision, Some(secs), "renew")
+                .write(
+                    &subject,
+                    Op::Put,
+                    renewal_value(token, fence),
+                    revision,
+                    Some(secs),
+                    "renew",
+                )
                 .await
             {
                 Ok(new) => {
-                    self.held.put(&subject, token, new, sent_at + ttl);
+                    self.held.put(&subject, token, new, fence, sent_at + ttl);
                     return Ok(RenewOutcome::Renewed);
                 }
                 Err(NotStored::Failed(e)) => return Err(e),
                 Err(NotStored::WrongLast) => {
                     now = found(self.last(&subject).await?, token);
-                    if matches!(now, Found::Mine(r) if r == revision) {
+                    if matches!(now, Found::Mine(r, _) if r == revision) {
                         back_off(round).await;
                     }
                 }
             }
         }
         Err(busy("renew"))
+    }
+
+    /// What the server holds for `key`: one read of its subject's last
+    /// message (from the stream leader). The remaining lease is the
+    /// entry's whole `Nats-TTL` counted from the reply, an upper bound
+    /// that needs no clock comparison with the server (the server expires
+    /// it that long after it stored the write, which came before the
+    /// read); the fencing token is the acquire's revision.
+    pub(crate) async fn inspect(&self, key: &str) -> Result<LockInfo> {
+        let subject = self.subject(&self.bucket_key("l", key)?);
+        match self.last(&subject).await? {
+            Some(e) if e.live => {
+                let remaining = e.ttl_secs.map(Duration::from_secs);
+                let (_, fence) = holder(&e);
+                Ok(LockInfo::held(remaining).with_fencing_token(Some(FencingToken(fence))))
+            }
+            _ => Ok(LockInfo::free()),
+        }
     }
 
     /// Until `key` is released or expires: its current entry read, then a

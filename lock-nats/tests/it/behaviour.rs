@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
-use lock_core::raw::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
 use lock_core::{Error, LockBackend, LockToken};
 use lock_nats::NatsBackend;
 use lock_testkit::server::NatsCluster;
@@ -124,13 +124,13 @@ async fn a_lock_taken_after_a_release_carries_its_ttl_rounded_up() {
     );
 
     let second = token();
-    assert!(matches!(
-        backend
-            .try_acquire(&k, &second, Duration::from_millis(1500))
-            .await
-            .unwrap(),
-        AcquireOutcome::Acquired(_)
-    ));
+    let AcquireOutcome::Acquired(lease) = backend
+        .try_acquire(&k, &second, Duration::from_millis(1500))
+        .await
+        .unwrap()
+    else {
+        panic!("a released key is free");
+    };
     let m = stored(cluster, "single", &k).await.expect("the lock");
     assert_eq!(
         m.headers.get("Nats-TTL").map(|v| v.as_str()),
@@ -147,7 +147,14 @@ async fn a_lock_taken_after_a_release_carries_its_ttl_rounded_up() {
         Some("3s"),
         "a renewal sends its TTL"
     );
-    assert_eq!(m.payload.as_ref(), second.hex_bytes().as_slice());
+    // The renewal keeps the holder's token and carries its fencing token
+    // (the acquire's revision), which a read reports.
+    let mut expected = second.hex_bytes().to_vec();
+    expected.extend_from_slice(format!(":{}", lease.fencing_token.expect("a fencing token").0).as_bytes());
+    assert_eq!(m.payload.as_ref(), expected.as_slice());
+    let seen = backend.inspect(&k).await.unwrap();
+    assert_eq!((seen.held, seen.fencing_token), (true, lease.fencing_token));
+    assert_eq!(seen.remaining, Some(Duration::from_secs(3)), "the whole Nats-TTL");
     // Nobody renews it: it ends on the server, and another takes it.
     let other = common::connect(common::url(cluster, "single")).await;
     let deadline = std::time::Instant::now() + Duration::from_secs(20);

@@ -163,7 +163,7 @@ impl fmt::Debug for NatsCluster {
             .field("url", &self.url())
             .field("sync", &self.sync)
             .field("dir", &self.dir.path())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
