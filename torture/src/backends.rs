@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use lock_core::{LockBackend, ReplicaAck, VersionedStore};
 use lock_memory::MemoryBackend;
-use lock_redis_lua::RedisLuaBuilder;
+use lock_redis_lua::{RedisLuaBackend, RedisLuaBuilder};
 use lock_redlock::{LazyNode, Redlock, RedlockOptions};
-use lock_tair::TairBuilder;
+use lock_tair::{TairBackend, TairBuilder};
 
 /// How one client reaches its backend.
 #[derive(Clone)]
@@ -17,14 +17,14 @@ pub enum Spec {
     Memory(MemoryBackend),
     /// Lua scripts on Redis at this URL, fencing on.
     Lua {
-        /// Server (or proxy) URL.
+        /// Server (or proxy) URL, or a `redis+sentinel://` one.
         url: String,
         /// Replica acknowledgement.
         ack: Option<ReplicaAck>,
     },
     /// Tair commands at this URL, fencing on.
     Tair {
-        /// Server (or proxy) URL.
+        /// Server (or proxy) URL, or a `tair+sentinel://` one.
         url: String,
         /// Replica acknowledgement.
         ack: Option<ReplicaAck>,
@@ -77,10 +77,13 @@ pub async fn build(spec: &Spec, timeout: Duration) -> lock_core::Result<Built> {
             }
         }
         Spec::Lua { url, ack } => {
-            let mut builder = RedisLuaBuilder::url(url.clone())
-                .fencing(true)
-                .connect_timeout(timeout)
-                .response_timeout(timeout);
+            // A `redis+sentinel://` URL goes through the URL grammar.
+            let builder = if url.contains("+sentinel://") {
+                RedisLuaBackend::builder(url)?
+            } else {
+                RedisLuaBuilder::url(url.clone())
+            };
+            let mut builder = builder.fencing(true).connect_timeout(timeout).response_timeout(timeout);
             if let Some(ack) = ack {
                 builder = builder.replica_ack(*ack);
             }
@@ -91,10 +94,12 @@ pub async fn build(spec: &Spec, timeout: Duration) -> lock_core::Result<Built> {
             }
         }
         Spec::Tair { url, ack } => {
-            let mut builder = TairBuilder::url(url.clone())
-                .fencing(true)
-                .connect_timeout(timeout)
-                .response_timeout(timeout);
+            let builder = if url.contains("+sentinel://") {
+                TairBackend::builder(url)?
+            } else {
+                TairBuilder::url(url.clone())
+            };
+            let mut builder = builder.fencing(true).connect_timeout(timeout).response_timeout(timeout);
             if let Some(ack) = ack {
                 builder = builder.replica_ack(*ack);
             }

@@ -31,6 +31,7 @@ mod process;
 mod record;
 mod report;
 mod run;
+mod sentinel;
 mod soak;
 mod switch;
 
@@ -333,6 +334,7 @@ async fn main_async(args: Args) -> BoxResult<bool> {
     }
     let mut md = report::markdown(&outcomes, &params, seed, &command, &svgs);
     md.push_str(&process::markdown());
+    md.push_str(&sentinel::markdown());
     if !kind_outcomes.is_empty() {
         md.push_str(&kinds::markdown(&kind_outcomes, &params));
     }

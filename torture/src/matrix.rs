@@ -44,7 +44,8 @@ const SHOWN: [&str; 9] = [
 /// One row of the Results table, as much of it as the matrix needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Row {
-    /// Backend label.
+    /// Backend label (`redis-lua (Sentinel)` for a row through Redis
+    /// Sentinel: the matrix gives those a line of their own).
     pub backend: String,
     /// Fault text.
     pub fault: String,
@@ -135,8 +136,14 @@ pub fn rows_from_results(safety: &str) -> Vec<Row> {
                 return None;
             }
             let sections = cells[3].split_whitespace().next()?.parse().ok()?;
+            // Through Redis Sentinel: a line of its own per backend.
+            let backend = if cells[1].starts_with("Sentinel") {
+                format!("{} (Sentinel)", cells[0])
+            } else {
+                cells[0].to_owned()
+            };
             Some(Row {
-                backend: cells[0].to_owned(),
+                backend,
                 fault: cells[2].to_owned(),
                 sections,
                 claim: cells[cells.len() - 2].to_owned(),
@@ -257,6 +264,9 @@ mod tests {
 | redis-lua | 1 server | none | 514 (0 cancelled) | 0 | 0 / 0 | 0 | yes | — | claimed safe | holds |
 | redis-lua | primary + replica | replica lagging 1×TTL, primary killed, replica promoted | 517 (1 cancelled) | 0 | 0 / 0 | 0 | **no** | 9 ms | documented unsafe | unsafe, as documented |
 | redis-lua | primary + replica | replica lagging 1×TTL, primary killed, replica promoted; ReplicaAck(1) | 508 (1 cancelled) | 0 | 0 / 0 | 0 | yes | 79 ms | claimed safe | holds |
+| redis-lua | Sentinel: primary + 2 replicas, 3 sentinels | primary killed (SIGKILL), a replica promoted by the sentinels; ReplicaAck(1) | 530 (0 cancelled) | 0 | 0 / 0 | 0 | yes | 900 ms | claimed safe | holds |
+| redis-lua | Sentinel: primary + 2 replicas, 3 sentinels | primary paused until the sentinels promoted a replica, then 3×TTL more; resumed, it is demoted; ReplicaAck(1) | 520 (0 cancelled) | 0 | 0 / 0 | 0 | yes | 9 ms | claimed safe | holds |
+| redis-lua | Sentinel: primary + 2 replicas, 3 sentinels | primary killed (SIGKILL), a replica promoted by the sentinels | 510 (0 cancelled) | 0 | 0 / 0 | 0 | **no** | 900 ms | documented unsafe | unsafe, as documented |
 | redlock | 5 servers | 1 of 5 nodes killed, restarted empty after TTL | 526 (0 cancelled) | 0 | 0 / — (no fencing) | 0 | — | 6 ms | claimed safe | holds |
 | redlock | 5 servers | 3 of 5 nodes restarted empty at once | 515 (2 cancelled) | **2** (max 14 ms) | 0 / — (no fencing) | 0 | — | 39 ms | documented unsafe | unsafe, as documented |
 | redlock | 5 servers | client runtime stalled 3×TTL (GC pause) | 520 (0 cancelled) | 0 | 2 / — (no fencing) | 0 | — | 10 ms | claimed safe with fencing | **VIOLATED**: stale write accepted |
@@ -269,12 +279,13 @@ mod tests {
     #[test]
     fn rows_are_read_from_the_results_table() {
         let rows = rows_from_results(&doc());
-        assert_eq!(rows.len(), 7);
+        assert_eq!(rows.len(), 10);
         assert_eq!(rows[1].backend, "redis-lua");
         assert_eq!(rows[1].fault, "none");
         assert_eq!(rows[1].sections, 514);
         assert_eq!(rows[1].claim, "claimed safe");
-        assert_eq!(rows[6].result, "**VIOLATED**: stale write accepted");
+        assert_eq!(rows[4].backend, "redis-lua (Sentinel)");
+        assert_eq!(rows[9].result, "**VIOLATED**: stale write accepted");
     }
 
     #[test]
@@ -291,6 +302,10 @@ mod tests {
         assert_eq!(lua[1], "safe 514", "{s}"); // no fault
         assert_eq!(lua[5], "safe 508 (ReplicaAck) · unsafe 517", "{s}"); // failover
         assert_eq!(lua[8], "—", "{s}"); // not tested
+        // The Sentinel rows: a line of their own, every fault a failover.
+        let sentinel: Vec<String> = line("redis-lua (Sentinel)").split(" | ").map(str::to_owned).collect();
+        assert_eq!(sentinel[5], "safe 1050 (ReplicaAck) · unsafe 510", "{s}");
+        assert!(sentinel[1..5].iter().chain(&sentinel[6..9]).all(|c| c == "—"), "{s}");
         let redlock: Vec<String> = line("redlock").split(" | ").map(str::to_owned).collect();
         assert_eq!(redlock[4], "safe 526 (1 of 5) · unsafe 515 (3 of 5)", "{s}"); // data lost
         assert_eq!(redlock[7], "**VIOLATED** 520", "{s}"); // client stalled

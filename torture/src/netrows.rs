@@ -131,7 +131,7 @@ fn not_recovered(s: &Snapshot, lock_clients: usize, healed: i64, bound: i64) -> 
 /// Keeps the fault open (the driver keeps the clients running meanwhile)
 /// until every lock client, on either side, has locked again after the
 /// heal, at most the recovery bound; [`recovery_violations`] judges.
-async fn wait_for_recovery(p: &Params, log: &Log, healed: i64) {
+pub(crate) async fn wait_for_recovery(p: &Params, log: &Log, healed: i64) {
     let give_up = Instant::now() + p.recovery_bound();
     while Instant::now() < give_up && !not_recovered(&log.snapshot(), p.lock_clients, healed, i64::MAX).is_empty() {
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -124,6 +124,17 @@ pub enum Fault {
     /// Client processes: client 0's whole process stopped (SIGSTOP) inside
     /// its critical section for 3 × TTL, then resumed (SIGCONT).
     ProcessStopped,
+    /// Redis Sentinel: the primary SIGKILLed; the sentinels promote a
+    /// replica, the clients find it through them (`crate::sentinel`).
+    SentinelKilled,
+    /// The same with `ReplicaAck` (WAIT 1) on acquires, renewals and
+    /// versioned writes.
+    SentinelKilledAck,
+    /// Redis Sentinel: the primary SIGSTOPped until the sentinels have
+    /// promoted a replica, then 3 × TTL more; resumed (SIGCONT), it still
+    /// believes it is the primary until the sentinels demote it (the
+    /// split-brain window). With `ReplicaAck` (WAIT 1).
+    SentinelPausedAck,
 }
 
 impl Fault {
@@ -157,6 +168,9 @@ impl Fault {
             Fault::ClusterRestart => "cluster-killed-restarted".into(),
             Fault::ProcessKilled => "process-holder-killed".into(),
             Fault::ProcessStopped => "process-holder-stopped".into(),
+            Fault::SentinelKilled => "sentinel-primary-killed".into(),
+            Fault::SentinelKilledAck => "sentinel-primary-killed-replica-ack".into(),
+            Fault::SentinelPausedAck => "sentinel-primary-paused-replica-ack".into(),
         }
     }
 
@@ -223,6 +237,17 @@ impl fmt::Display for Fault {
                 f,
                 "client processes: the holder's whole process stopped (SIGSTOP) 3×TTL, then SIGCONT"
             ),
+            // The matrix files these under *failover* ("promoted"): no
+            // "kill -9" or "SIGSTOP" in them (the client-process columns).
+            Fault::SentinelKilled => write!(f, "primary killed (SIGKILL), a replica promoted by the sentinels"),
+            Fault::SentinelKilledAck => write!(
+                f,
+                "primary killed (SIGKILL), a replica promoted by the sentinels; ReplicaAck(1)"
+            ),
+            Fault::SentinelPausedAck => write!(
+                f,
+                "primary paused until the sentinels promoted a replica, then 3×TTL more; resumed, it is demoted; ReplicaAck(1)"
+            ),
         }
     }
 }
@@ -282,6 +307,9 @@ pub enum Topology {
     /// Redis Cluster, 3 masters + 1 replica each, every node on its own
     /// host (network namespaces).
     NetCluster,
+    /// Redis Sentinel: a primary, 2 replicas and 3 sentinels (quorum 2);
+    /// clients find the primary through the sentinels.
+    Sentinel,
     /// One PostgreSQL server behind PgBouncer in transaction mode.
     PgBouncer,
     /// One PostgreSQL server with `synchronous_commit = off` (and a WAL
@@ -306,6 +334,7 @@ impl Topology {
             Topology::NetSingle => "1 server, clients on other hosts (netns)",
             Topology::NetFive => "5 servers on 5 hosts (netns)",
             Topology::NetCluster => "cluster, 3 masters + 1 replica each, 6 hosts (netns)",
+            Topology::Sentinel => "Sentinel: primary + 2 replicas, 3 sentinels",
             Topology::PgBouncer => "1 server behind PgBouncer (transaction mode)",
             Topology::PgAsyncCommit => "1 server, synchronous_commit = off",
             Topology::PgRepeatableRead => "1 server, default isolation REPEATABLE READ",
@@ -381,6 +410,7 @@ pub fn full() -> Vec<Scenario> {
     plan.extend(crate::netrows::rows());
     plan.extend(etcd_rows());
     plan.extend(nats_rows());
+    plan.extend(crate::sentinel::rows());
     let r = Backend::Redlock;
     let t = Topology::Five;
     plan.extend([
@@ -501,11 +531,13 @@ fn nats_rows() -> Vec<Scenario> {
 }
 
 /// Rows the quick run adds only when `--only` asks for them (`--quick
-/// --only etcd`, `--quick --only nats`): each etcd and NATS fault once
-/// (TTL 1 s, longer rows: not in CI).
+/// --only etcd`, `--quick --only nats`, `--quick --only sentinel`): each
+/// etcd and NATS fault once (TTL 1 s, longer rows) and the Sentinel rows
+/// (each waits out a failover of several seconds): not in CI.
 pub fn quick_on_request() -> Vec<Scenario> {
     let mut plan = etcd_rows();
     plan.extend(nats_rows());
+    plan.extend(crate::sentinel::rows());
     plan.extend(crate::process::quick_on_request());
     plan
 }

@@ -247,6 +247,8 @@ pub(crate) enum Env {
     },
     /// Servers and clients on network-namespace hosts.
     Net(Box<crate::netrows::NetEnv>),
+    /// A Sentinel group: primary, 2 replicas, 3 sentinels.
+    Sentinel(Box<crate::sentinel::SentinelEnv>),
     /// One PostgreSQL server behind PgBouncer (transaction mode), one proxy
     /// per client in front of PgBouncer.
     PgBouncer {
@@ -266,7 +268,7 @@ pub(crate) enum Env {
     },
 }
 
-fn server_builder(backend: Backend) -> RedisServerBuilder {
+pub(crate) fn server_builder(backend: Backend) -> RedisServerBuilder {
     let b = RedisServer::builder();
     if backend == Backend::Tair { b.tair_module() } else { b }
 }
@@ -375,6 +377,7 @@ pub(crate) async fn setup(sc: &Scenario, clients: usize, ext: Option<&External>)
             Env::Net(Box::new(crate::netrows::NetEnv::setup(sc, clients).await?))
         }
         Topology::Five => Env::Five(Instances::start(5, RedisServer::builder()).await?),
+        Topology::Sentinel => Env::Sentinel(Box::new(crate::sentinel::SentinelEnv::setup(sc).await?)),
         Topology::Three => Env::Etcd(Box::new(EtcdCluster::partitionable(3).await?)),
         Topology::NatsR3 => Env::Nats(Box::new(NatsCluster::start(3, SyncInterval::Always).await?)),
         Topology::NatsR3DefaultSync => Env::Nats(Box::new(NatsCluster::start(3, SyncInterval::Default).await?)),
@@ -463,6 +466,7 @@ impl Env {
             Env::Single { server, .. } => vec![server],
             Env::Pair { primary, replica, .. } => vec![primary, replica],
             Env::Five(nodes) => nodes.servers().iter().collect(),
+            Env::Sentinel(s) => s.nodes().iter().collect(),
         }
     }
 
@@ -475,6 +479,7 @@ impl Env {
             Env::Etcd(cluster) if client == 0 => cluster.endpoint(0),
             Env::Etcd(cluster) => cluster.endpoints().join(","),
             Env::Nats(cluster) => nats_url(cluster),
+            Env::Sentinel(s) => s.url(),
             Env::Single { proxies, .. } => proxies[client].url(),
             Env::Pg { server, proxies } => with_addr(&server.url(), proxies[client].addr()).unwrap_or_default(),
             Env::Pair { switches, .. } => switches[client].url(),
@@ -494,6 +499,7 @@ impl Env {
             Env::Net(_) => crate::netrows::NetEnv::direct_url(),
             Env::Etcd(cluster) => cluster.endpoints().join(","),
             Env::Nats(cluster) => nats_url(cluster),
+            Env::Sentinel(s) => s.url(),
             Env::Single { server, .. } => server.url(),
             Env::Pg { server, .. } | Env::PgBouncer { server, .. } => server.url(),
             Env::PgPair { pair, promoted, .. } => {
@@ -724,6 +730,7 @@ pub(crate) async fn inject(
             tokio::time::sleep(len).await;
             cluster.heal()?;
         }
+        (f, Env::Sentinel(s)) if crate::sentinel::handles(f) => return s.inject(sc, p, log).await,
         (Fault::None | Fault::NoLock, _) => return Ok(()),
         (f, _) => return Err(format!("fault {f} does not apply to this topology").into()),
     }
@@ -804,7 +811,12 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
     let counter = format!("{prefix}:counter");
     let ack = matches!(
         sc.fault,
-        Fault::FailoverAck | Fault::ReplicaPausedAck | Fault::ClusterSplitAck | Fault::ClusterMasterPausedAck
+        Fault::FailoverAck
+            | Fault::ReplicaPausedAck
+            | Fault::ClusterSplitAck
+            | Fault::ClusterMasterPausedAck
+            | Fault::SentinelKilledAck
+            | Fault::SentinelPausedAck
     )
     .then(|| ReplicaAck::new(1, p.ttl / 2));
     let options = LockOptions::with_ttl(p.ttl)
@@ -915,8 +927,11 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
     let snapshot = log.snapshot();
     let measured = check::measure(&snapshot, p.bounds(), sc.fault.injects(), final_value, hangs);
     let mut violations = judge(&sc, &measured);
-    if let Env::Net(_) = &env {
+    if let Env::Net(_) | Env::Sentinel(_) = &env {
         violations.extend(crate::netrows::recovery_violations(&snapshot, p));
+    }
+    if let Env::Sentinel(s) = &env {
+        crate::sentinel::record(&sc, s, &snapshot);
     }
     if let Fault::NodesDownAtStart(_) = sc.fault {
         // The point of the row: clients start and take locks while nodes are down.
