@@ -104,6 +104,8 @@ pub struct Lab {
     pub etcd: crate::etcd::EtcdLab,
     /// The NATS server, started on first use.
     pub nats: crate::nats::NatsLab,
+    /// The Redis Sentinel group, started on first use.
+    pub sentinel: crate::sentinel::SentinelLab,
 }
 
 /// Redlock's instance count.
@@ -122,6 +124,7 @@ impl Lab {
             pg: crate::pg::PgLab::default(),
             etcd: crate::etcd::EtcdLab::default(),
             nats: crate::nats::NatsLab::default(),
+            sentinel: crate::sentinel::SentinelLab::default(),
         })
     }
 
@@ -264,6 +267,7 @@ impl Lab {
                 admin(s, &["FLUSHALL"]).await?;
             }
         }
+        self.sentinel.flush().await?;
         self.pg.end_peer_sessions().await
     }
 }

@@ -23,6 +23,7 @@ mod report;
 mod results;
 mod rows;
 mod scenarios;
+mod sentinel;
 mod settings;
 mod targets;
 

@@ -46,6 +46,9 @@ pub const ETCD_PAIR_VS_READS: f64 = 2.0;
 /// NATS (issue 45): a sequential pair's p50 against this many key-value
 /// `get` round trips of the same client.
 pub const NATS_PAIR_VS_READ: f64 = 2.2;
+/// Redis Sentinel (issue 46): uncontended pairs through the sentinels ≥
+/// this × the same backend connected directly to the primary.
+pub const SENTINEL_VS_DIRECT: f64 = 0.97;
 
 /// One checked target.
 #[derive(Debug, Clone)]
@@ -103,6 +106,7 @@ pub fn evaluate(r: &Results) -> Vec<Check> {
     postgres(r, &mut out);
     etcd(r, &mut out);
     nats(r, &mut out);
+    sentinel(r, &mut out);
     out
 }
 
@@ -638,4 +642,25 @@ fn nats(r: &Results, out: &mut Vec<Check>) {
         }
         _ => missing(target, "row not measured"),
     });
+}
+
+/// Redis Sentinel (issue 46): each backend through the sentinels against
+/// itself connected directly to the primary they name, in the same rounds.
+fn sentinel(r: &Results, out: &mut Vec<Check>) {
+    let rows = r.uncontended.as_ref().map(|u| u.rows.as_slice()).unwrap_or(&[]);
+    for (through, direct) in crate::sentinel::PAIRS {
+        let target = format!("uncontended: {through} ≥ {SENTINEL_VS_DIRECT}× direct to its primary");
+        out.push(match (row(rows, through), row(rows, direct)) {
+            (Some(a), Some(b)) => {
+                let ratio = a.m.rate() / b.m.rate().max(1e-9);
+                at_least(
+                    target,
+                    ratio,
+                    SENTINEL_VS_DIRECT,
+                    format!("{ratio:.2}× ({:.0} vs {:.0} pairs/s)", a.m.rate(), b.m.rate()),
+                )
+            }
+            _ => missing(target, "row not measured"),
+        });
+    }
 }

@@ -49,6 +49,15 @@ pub async fn uncontended(lab: &mut Lab, s: &Settings, problems: &mut Vec<String>
     subjects.extend(postgres::uncontended_peers(lab, s, problems).await);
     subjects.extend(etcd::uncontended_peers(lab, s, problems).await);
     subjects.extend(nats::uncontended_peers(lab, s, problems).await);
+    // Through Redis Sentinel and direct to its primary (issue 46).
+    for (through, direct) in crate::sentinel::PAIRS {
+        for label in [through, direct] {
+            if s.runs(label) {
+                let subject = lab.sentinel.subject(label).await;
+                add(&mut subjects, problems, label, subject);
+            }
+        }
+    }
     out.rows = collect(problems, run_subjects(subjects, tasks, s.throughput, s.rounds).await);
     if s.runs("redis-benchmark") {
         for pipeline in [1u32, 16] {
