@@ -341,7 +341,8 @@ impl RedisLuaBuilder {
                 let config = AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(ct))
                     .set_response_timeout(Some(rt));
-                let discovery = Arc::new(Discovery::new(sentinels, master_name, node, config, ack_pool));
+                let discovery = Arc::new(Discovery::new(sentinels, master_name, node, config, ack_pool, ct));
+                discovery.follow_switches();
                 if self.settings.release_notifications != Some(false) {
                     notifier = Some(Notifier::new(PubSubSource::Sentinel(discovery.clone()), ct.max(rt)));
                 }

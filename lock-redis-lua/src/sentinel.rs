@@ -4,11 +4,17 @@
 //! whenever the shared connection is replaced — after a dropped connection
 //! (a killed primary; a demoted one, whose clients the sentinels
 //! disconnect), or a `READONLY` reply — never per operation: the hot path
-//! uses the cached connection exactly as a standalone backend does.
+//! uses the cached connection exactly as a standalone backend does. One
+//! subscription to a sentinel's `+switch-master` forgets the primary when
+//! the sentinels replace it ([`Discovery::follow_switches`]), so that a
+//! client does not stay on a primary that was paused or cut off past a
+//! failover and came back still answering as a primary.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
+
+use futures::StreamExt;
 
 use deadpool_redis::redis::aio::MultiplexedConnection;
 use deadpool_redis::redis::{self, AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, Value};
@@ -73,6 +79,31 @@ pub(crate) struct Discovery {
     epoch: AtomicU64,
     /// One discovery at a time.
     discovering: tokio::sync::Mutex<()>,
+    /// Bounds each connection to a sentinel of the `+switch-master` subscription.
+    connect_timeout: Duration,
+    /// The `+switch-master` subscription's task, stopped with the discovery.
+    follower: Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+impl Drop for Discovery {
+    fn drop(&mut self) {
+        if let Some(task) = lock(&self.follower).take() {
+            task.abort();
+        }
+    }
+}
+
+/// The channel on which sentinels announce a new primary.
+const SWITCH_MASTER: &str = "+switch-master";
+/// Pause before subscribing again after a sentinel's connection ended.
+const RESUBSCRIBE: Duration = Duration::from_millis(500);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every update is one assignment: a poisoned lock holds a consistent value.
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
 }
 
 impl std::fmt::Debug for Discovery {
@@ -92,6 +123,7 @@ impl Discovery {
         node: ConnectionInfo,
         config: AsyncConnectionConfig,
         ack_pool: Option<AckPool>,
+        connect_timeout: Duration,
     ) -> Self {
         Discovery {
             sentinels,
@@ -102,15 +134,43 @@ impl Discovery {
             current: Mutex::new(None),
             epoch: AtomicU64::new(0),
             discovering: tokio::sync::Mutex::new(()),
+            connect_timeout,
+            follower: Mutex::new(None),
         }
     }
 
     fn current(&self) -> MutexGuard<'_, Option<Arc<Primary>>> {
-        // Every update is one assignment: a poisoned lock holds a
-        // consistent value.
-        match self.current.lock() {
-            Ok(c) => c,
-            Err(poisoned) => poisoned.into_inner(),
+        lock(&self.current)
+    }
+
+    /// Subscribes to `+switch-master` on the first sentinel that takes the
+    /// subscription (the next one when its connection ends) in a task of
+    /// its own, which holds the discovery weakly and is stopped when it is
+    /// dropped. When the sentinels announce a new primary for this master,
+    /// the primary found last is forgotten unless it is that one: the next
+    /// call finds the new primary. Without it a client would keep a
+    /// primary that was paused (or cut off) past a failover and came back:
+    /// it answers as a primary until the sentinels demote it, which they
+    /// do only seconds after they see it again; meanwhile every write
+    /// there fails its replica acknowledgement, and without one is lost.
+    pub(crate) fn follow_switches(self: &Arc<Self>) {
+        let task = tokio::spawn(follow(
+            Arc::downgrade(self),
+            self.sentinels.clone(),
+            self.master_name.clone(),
+            self.connect_timeout,
+        ));
+        *lock(&self.follower) = Some(task.abort_handle());
+    }
+
+    /// The sentinels announced `addr` as the primary: forget the one found
+    /// last if it is another.
+    fn switched(&self, addr: &str) {
+        let mut current = self.current();
+        if let Some(old) = current.as_ref().filter(|p| p.addr != addr) {
+            tracing::info!(old = %old.addr, new = %addr, "the sentinels announced a new primary");
+            *current = None;
+            self.epoch.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -265,6 +325,37 @@ impl Discovery {
     }
 }
 
+/// The `+switch-master` subscription of a [`Discovery`] (see
+/// [`Discovery::follow_switches`]): ends when the discovery is gone.
+async fn follow(discovery: Weak<Discovery>, sentinels: Vec<redis::Client>, master: String, timeout: Duration) {
+    let mut next = 0;
+    while discovery.strong_count() > 0 {
+        let Some(sentinel) = sentinels.get(next) else { return };
+        next = (next + 1) % sentinels.len();
+        if let Ok(Ok(pubsub)) = tokio::time::timeout(timeout, sentinel.get_async_pubsub()).await {
+            let (mut sink, mut messages) = pubsub.split();
+            if let Ok(Ok(())) = tokio::time::timeout(timeout, sink.subscribe(SWITCH_MASTER)).await {
+                while let Some(msg) = messages.next().await {
+                    let Some(d) = discovery.upgrade() else { return };
+                    if let Some(addr) = msg.get_payload::<String>().ok().and_then(|p| switched_to(&p, &master)) {
+                        d.switched(&addr);
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(RESUBSCRIBE).await;
+    }
+}
+
+/// The new primary's `host:port` in a `+switch-master` payload
+/// (`<name> <old-ip> <old-port> <new-ip> <new-port>`) about `master`.
+fn switched_to(payload: &str, master: &str) -> Option<String> {
+    match payload.split_whitespace().collect::<Vec<_>>().as_slice() {
+        [name, _, _, ip, port] if *name == master => Some(format!("{ip}:{port}")),
+        _ => None,
+    }
+}
+
 /// The first element of a `ROLE` reply.
 fn role_name(reply: &Value) -> Option<&str> {
     let Value::Array(items) = reply else { return None };
@@ -272,5 +363,18 @@ fn role_name(reply: &Value) -> Option<&str> {
         Value::BulkString(b) => std::str::from_utf8(b).ok(),
         Value::SimpleString(s) => Some(s),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_switch_names_the_new_primary_of_its_own_master_only() {
+        let payload = "verrou 127.0.0.1 7001 127.0.0.1 7002";
+        assert_eq!(switched_to(payload, "verrou").as_deref(), Some("127.0.0.1:7002"));
+        assert_eq!(switched_to(payload, "other"), None);
+        assert_eq!(switched_to("verrou 127.0.0.1 7001", "verrou"), None);
     }
 }

@@ -192,6 +192,44 @@ async fn a_demoted_primary_is_never_written_to() {
     }
 }
 
+/// A primary paused past the failover and then resumed still answers as a
+/// primary until the sentinels demote it, which Sentinel does only some
+/// seconds after it sees it back (four hello periods, 8 s): a client that
+/// had it as its primary must not wait for that demotion (every write
+/// there would fail its replica acknowledgement: no replica follows it any
+/// more). It leaves on the sentinels' `+switch-master`, so that its next
+/// grant comes from the new primary while the old one is still a primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_leaves_a_returned_primary_before_the_sentinels_demote_it() {
+    let group = SentinelGroup::start(RedisServer::builder())
+        .await
+        .expect("start a Sentinel group");
+    let backend = connect(&group).await;
+    // Its shared and write + WAIT connections are open to the primary.
+    let t = token();
+    let AcquireOutcome::Acquired(_) = backend.try_acquire("warm", &t, TTL).await.expect("acquire") else {
+        panic!("free key")
+    };
+    let old = group.primary().await.expect("the primary");
+    old.pause().expect("pause the primary");
+    let new = group
+        .wait_for_failover(old.port(), FAILOVER)
+        .await
+        .expect("a promotion");
+    old.resume().expect("resume the old primary");
+    let granted = first_grant(&backend, "after-resume", &token()).await;
+    let role = old.info("replication").await.expect("INFO on the old primary");
+    assert_eq!(
+        role["role"], "master",
+        "the first grant came only after the sentinels demoted the old primary"
+    );
+    eprintln!(
+        "first grant on port {} {:?} after the old primary's resume",
+        new.port(),
+        granted.elapsed()
+    );
+}
+
 /// `SENTINEL` calls on the sentinels, and the primary's calls of every
 /// command but those the sentinels and replicas send it on their own
 /// (`PING`, `INFO`, `PUBLISH` of their hellos, `REPLCONF`, `CLIENT`).
