@@ -14,7 +14,7 @@ use crate::acquire::FENCED_ACQUIRE;
 use crate::conn::{self, Clients};
 use crate::renew::RENEW_MANY;
 use crate::unsettled::Unsettled;
-use crate::{Inner, Notifications, TairBackend, notify};
+use crate::{Inner, Notifications, TairBackend, notify, switches};
 
 use lock_redis_family::settings::Settings;
 pub use lock_redis_family::settings::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, MAX_ACK_CONNECTIONS};
@@ -360,6 +360,12 @@ impl TairBackend {
                 builder.settings.response_timeout,
             ))
         });
+        // Through Sentinel, the clients built here leave a primary the
+        // sentinels replaced as soon as they announce it.
+        let switches = match &builder.source {
+            Source::Url(url) => switches::follow(url, owned.clone(), builder.settings.connect_timeout),
+            _ => None,
+        };
         // Whatever fails from here on, the clients built so far are closed
         // by `Inner`'s drop.
         let inner = Inner {
@@ -375,6 +381,7 @@ impl TairBackend {
             owned,
             unsettled: Unsettled::default(),
             wake,
+            _switches: switches,
         };
         for client in inner.commands.all() {
             conn::ensure_connected(client, builder.settings.connect_timeout).await?;

@@ -199,6 +199,7 @@ mod renew;
 mod replica_ack;
 mod replies;
 mod script;
+mod switches;
 mod unsettled;
 mod versioned;
 mod wake;
@@ -280,6 +281,9 @@ struct Inner {
     unsettled: Unsettled,
     /// Release notifications (single server, unless turned off).
     wake: Option<Notifications>,
+    /// Through Redis Sentinel: the `+switch-master` subscription that
+    /// reconnects the clients to a new primary (stopped with the backend).
+    _switches: Option<switches::Follower>,
 }
 
 impl Drop for Inner {

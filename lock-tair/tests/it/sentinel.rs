@@ -258,3 +258,41 @@ async fn a_demoted_primary_is_never_written_to() {
         );
     }
 }
+
+/// A primary paused past the failover and then resumed still answers as a
+/// primary until the sentinels demote it, seconds later (Sentinel waits
+/// four hello periods, 8 s, before it reconfigures a returned primary): a
+/// backend that had it as its primary leaves it on the sentinels'
+/// `+switch-master`, so that its next grant comes from the new primary
+/// while the old one is still a primary (every write there would fail its
+/// replica acknowledgement).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_leaves_a_returned_primary_before_the_sentinels_demote_it() {
+    let group = SentinelGroup::start(common::tair())
+        .await
+        .expect("start a Sentinel group");
+    let backend = connect(&group).await;
+    // Its command and write + WAIT connections are open to the primary.
+    let AcquireOutcome::Acquired(_) = backend.try_acquire("warm", &token(), TTL).await.expect("acquire") else {
+        panic!("free key")
+    };
+    let old = group.primary().await.expect("the primary");
+    old.pause().expect("pause the primary");
+    let new = group
+        .wait_for_failover(old.port(), FAILOVER)
+        .await
+        .expect("a promotion");
+    old.resume().expect("resume the old primary");
+    let resumed = Instant::now();
+    first_grant(&backend, "after-resume").await;
+    let role = old.info("replication").await.expect("INFO on the old primary");
+    assert_eq!(
+        role["role"], "master",
+        "the first grant came only after the sentinels demoted the old primary"
+    );
+    eprintln!(
+        "first grant on port {} {:?} after the old primary's resume",
+        new.port(),
+        resumed.elapsed()
+    );
+}
