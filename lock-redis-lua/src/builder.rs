@@ -135,7 +135,8 @@ impl RedisLuaBuilder {
     /// the primary's each time the primary is found). The primary is found
     /// at `build`, confirmed with `ROLE`, and found again whenever the
     /// shared connection is replaced (a dropped connection, a `READONLY`
-    /// reply), never per operation.
+    /// reply) or the sentinels announce a new primary (`+switch-master`,
+    /// on one subscription to a sentinel), never per operation.
     pub fn sentinel<I, S>(sentinel_urls: I, master_name: impl Into<String>, node_url: impl Into<String>) -> Self
     where
         I: IntoIterator<Item = S>,

@@ -295,8 +295,8 @@ fn timeline(m: &Marks, events: &[Event], s: &Snapshot) -> String {
     if let Some(n) = m.old_waits {
         let _ = write!(
             out,
-            "; the old primary ran {n} WAIT(s) after it resumed (writes of clients still connected to it; no replica \
-             followed it any more)"
+            "; the old primary ran {n} WAIT(s) after it resumed (writes sent to it before or after the pause; no \
+             replica followed it any more, so none was acknowledged)"
         );
     }
     // What the clients saw.
@@ -324,7 +324,7 @@ fn timeline(m: &Marks, events: &[Event], s: &Snapshot) -> String {
     if let Some(t) = last_before {
         let _ = write!(out, ", the last before the fault at {} ms", ms(t0, t));
     }
-    let _ = write!(out, "; {during} section(s) started in between");
+    let _ = write!(out, "; {during} section(s) started between the fault and that grant");
     let held = s
         .bodies
         .iter()
@@ -481,7 +481,10 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("the last before the fault at -50 ms"), "{t}");
-        assert!(t.contains("; 0 section(s) started in between"), "{t}");
+        assert!(
+            t.contains("; 0 section(s) started between the fault and that grant"),
+            "{t}"
+        );
         assert!(t.contains("1 section(s) held at the fault, 1 of them cancelled"), "{t}");
         assert!(t.contains("0 acknowledged, 1 outcome unknown, 0 failed"), "{t}");
     }
