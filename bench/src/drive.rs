@@ -91,6 +91,17 @@ impl Measured {
         per_op(self.interval.client_cpu, self.ops)
     }
 
+    /// Heap allocations per operation (the whole process's, over the
+    /// window).
+    pub fn allocations_per_op(&self) -> f64 {
+        self.interval.allocations.count as f64 / self.ops.max(1) as f64
+    }
+
+    /// Bytes allocated per operation.
+    pub fn alloc_bytes_per_op(&self) -> f64 {
+        self.interval.allocations.bytes as f64 / self.ops.max(1) as f64
+    }
+
     /// Server CPU per operation.
     pub fn server_cpu_per_op(&self) -> Duration {
         per_op(self.interval.server.cpu, self.ops)

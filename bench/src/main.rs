@@ -7,6 +7,7 @@
 //! cargo run --release -p verrou-bench -- --quick   # smoke test, writes under target/verrou-bench/
 //! ```
 
+mod budget;
 mod chart;
 mod contend;
 mod drive;

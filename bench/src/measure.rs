@@ -187,6 +187,7 @@ pub struct Reading {
     /// When it was taken.
     pub at: Instant,
     cpu: Duration,
+    allocations: crate::budget::Allocations,
     servers: Vec<ServerCounters>,
 }
 
@@ -199,6 +200,8 @@ pub struct Interval {
     pub client_cpu: Duration,
     /// What the servers did.
     pub server: ServerWork,
+    /// Heap allocations in this process.
+    pub allocations: crate::budget::Allocations,
 }
 
 impl Probe {
@@ -239,6 +242,7 @@ impl Probe {
         Ok(Reading {
             at: Instant::now(),
             cpu: process_cpu()?,
+            allocations: crate::budget::Allocations::now(),
             servers,
         })
     }
@@ -250,6 +254,7 @@ impl Interval {
         self.wall += other.wall;
         self.client_cpu += other.client_cpu;
         self.server.add(other.server);
+        self.allocations.add(other.allocations);
     }
 }
 
@@ -264,6 +269,7 @@ impl Reading {
             wall: self.at.saturating_duration_since(before.at),
             client_cpu: self.cpu.saturating_sub(before.cpu),
             server,
+            allocations: self.allocations.since(before.allocations),
         }
     }
 }

@@ -274,6 +274,7 @@ fn uncontended(out: &mut String, r: &Results, s: &Settings) {
         s.throughput.warmup.as_secs_f64()
     );
     op_rows(out, &u.rows.iter().collect::<Vec<_>>());
+    budget(out, &u.rows);
     if !u.ceilings.is_empty() {
         out.push_str(
             "The server's own ceiling for the acquire half (`SET NX PX`), from `redis-benchmark` \
@@ -305,6 +306,41 @@ fn uncontended(out: &mut String, r: &Results, s: &Settings) {
                 .collect(),
         );
     }
+}
+
+/// The per-pair budget of the uncontended rows: what one pair costs this
+/// process in heap allocations and CPU, and the server in commands.
+fn budget(out: &mut String, rows: &[OpRow]) {
+    if rows.is_empty() {
+        return;
+    }
+    out.push_str(
+        "Per-pair budget of the rows above: heap allocations and bytes allocated by this process per pair \
+         (every allocation is counted by the bench's global allocator, process-wide, over the measured \
+         window), client CPU and server commands per pair.\n\n",
+    );
+    table(
+        out,
+        &[
+            "implementation",
+            "allocations/pair",
+            "bytes/pair",
+            "client CPU µs/pair",
+            "server cmds/pair",
+        ],
+        rows.iter()
+            .map(|row| {
+                let (m, batch) = (&row.m, row.batch.max(1) as f64);
+                vec![
+                    row.label.clone(),
+                    format!("{:.1}", m.allocations_per_op() / batch),
+                    int(m.alloc_bytes_per_op() / batch),
+                    us(m.client_cpu_per_op().div_f64(batch)),
+                    format!("{:.2}", m.interval.server.commands as f64 / m.ops.max(1) as f64 / batch),
+                ]
+            })
+            .collect(),
+    );
 }
 
 fn latency(out: &mut String, r: &Results, s: &Settings) {

@@ -60,6 +60,33 @@ fn bad_urls() -> Vec<(String, &'static str)> {
             cases.push((format!("{base}?db={n}"), "db"));
         }
     }
+    // Through Sentinel: the same family parameters, read by the same parser.
+    for base in [
+        "redis+sentinel://127.0.0.1:1/mymaster",
+        "tair+sentinel://127.0.0.1:1/mymaster",
+    ] {
+        for name in ["connect_timeout", "response_timeout"] {
+            for d in &durations {
+                cases.push((format!("{base}?{name}={d}"), name));
+            }
+        }
+        for n in ["0", "1025", MAX, "NaN"] {
+            cases.push((format!("{base}?ack_connections={n}"), "ack_connections"));
+        }
+    }
+    for base in ["nats://127.0.0.1:1", "tls://127.0.0.1:1"] {
+        for name in ["connect_timeout", "response_timeout"] {
+            for d in &durations {
+                cases.push((format!("{base}?{name}={d}"), name));
+            }
+        }
+        for n in ["0", "6", MAX, "NaN"] {
+            cases.push((format!("{base}?replicas={n}"), "replicas"));
+        }
+        for d in ["0s", "1500ms", "86401s", &format!("{MAX}s"), "NaN"] {
+            cases.push((format!("{base}?marker_ttl={d}"), "marker_ttl"));
+        }
+    }
     let nodes = "node=memory://&node=memory://&node=memory://";
     for d in &durations {
         cases.push((format!("redlock://?{nodes}&node_timeout={d}"), "node_timeout"));
@@ -131,6 +158,12 @@ fn repeated_urls() -> Vec<(String, &'static str)> {
         "pool_size",
     ));
     cases.push(("postgres://app@127.0.0.1:1/db?schema=a&schema=b".to_owned(), "schema"));
+    cases.push((
+        "redis+sentinel://127.0.0.1:1/mymaster?fencing=true&fencing=false".to_owned(),
+        "fencing",
+    ));
+    cases.push(("nats://127.0.0.1:1?replicas=1&replicas=3".to_owned(), "replicas"));
+    cases.push(("nats://127.0.0.1:1?bucket=a&bucket=b".to_owned(), "bucket"));
     cases.push(("etcd://127.0.0.1:1?namespace=a/&namespace=b/".to_owned(), "namespace"));
     cases.push((
         "etcd://127.0.0.1:1?response_timeout=1s&response_timeout=2s".to_owned(),
@@ -313,5 +346,29 @@ async fn the_etcd_builder_refuses_absurd_numbers() {
         ] {
             assert_invalid(&format!("etcd {name}={d:?}"), name, b.build().await.map(drop));
         }
+    }
+}
+
+#[tokio::test]
+async fn the_nats_builder_refuses_absurd_numbers() {
+    use verrou::nats::NatsBackend;
+    let url = "nats://127.0.0.1:1";
+    for d in bad_durations() {
+        for (name, b) in [
+            (
+                "connect_timeout",
+                NatsBackend::builder(url).expect("url").connect_timeout(d),
+            ),
+            (
+                "response_timeout",
+                NatsBackend::builder(url).expect("url").response_timeout(d),
+            ),
+        ] {
+            assert_invalid(&format!("nats {name}={d:?}"), name, b.build().await.map(drop));
+        }
+    }
+    for n in [0, 6, usize::MAX] {
+        let b = NatsBackend::builder(url).expect("url").replicas(n);
+        assert_invalid(&format!("nats replicas={n}"), "replicas", b.build().await.map(drop));
     }
 }

@@ -56,7 +56,8 @@ usage: verrou-torture [--quick] [--seed N] [--out DIR] [--only TEXT] [--url URL 
   --seed N       replay the random choices of an earlier run (printed at the start)
   --out DIR      where SAFETY.md and the SVGs go (default: the repository root for the
                  full run, target/verrou-torture/ otherwise)
-  --only TEXT    run only the rows whose backend or fault name contains TEXT (with --quick,
+  --only TEXT    run only the rows whose backend or fault name, or '<backend> <fault>'
+                 (e.g. --only 'nats leader-partitioned'), contains TEXT (with --quick,
                  also the rows kept out of CI, e.g. --quick --only etcd); the lock kinds' rows
                  match on 'kinds/<kind> <backend> <fault>' (e.g. --only kinds/,
                  --only kinds/read-write, --only 'kinds/election tair'); the client-process rows
@@ -242,7 +243,10 @@ async fn main_async(args: Args) -> BoxResult<bool> {
                 }
             }
         }
-        plan.retain(|s| s.backend.label().contains(only.as_str()) || s.fault.slug().contains(only.as_str()));
+        plan.retain(|s| {
+            let both = format!("{} {}", s.backend.label(), s.fault.slug());
+            s.backend.label().contains(only.as_str()) || s.fault.slug().contains(only.as_str()) || both.contains(only)
+        });
         kind_plan.retain(|r| r.filter_text().contains(only.as_str()));
         if plan.is_empty() && kind_plan.is_empty() {
             return Err(format!("--only {only}: no row matches").into());

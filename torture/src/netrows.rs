@@ -9,14 +9,16 @@
 //! moves into its host's namespace when it builds its backend
 //! ([`Spec::Net`]); the run's final counter read, on the driver's
 //! multi-thread runtime, builds its backend on the host's own thread
-//! instead. Needs root and `ip`: without them these rows fail at setup
+//! instead. NATS's row here (one `nats-server`, client 0's host
+//! partitioned) is listed with the other NATS rows (`plan::nats_rows`),
+//! out of the CI run like them. Needs root and `ip`: without them these rows fail at setup
 //! with an install hint.
 
 use std::time::Duration;
 
 use lock_core::ReplicaAck;
 use lock_redis_lua::RedisLuaBuilder;
-use lock_testkit::server::{NetCluster, NetHost, NetRedisServer, Network};
+use lock_testkit::server::{NetCluster, NetHost, NetNatsServer, NetRedisServer, Network};
 use tokio::time::Instant;
 
 use crate::BoxResult;
@@ -216,6 +218,8 @@ pub(crate) struct NetEnv {
     // Dropped first: the servers, then the hosts and the network.
     servers: Vec<NetRedisServer>,
     cluster: Option<NetCluster>,
+    /// The NATS row's server (then `servers` is empty).
+    nats: Option<NetNatsServer>,
     /// The other client on client 0's host.
     last: usize,
     client0: NetHost,
@@ -228,6 +232,7 @@ impl NetEnv {
     pub(crate) async fn setup(sc: &Scenario, clients: usize) -> BoxResult<Self> {
         let net = Network::new()?;
         let n = match sc.topology {
+            _ if sc.backend == Backend::Nats => 0,
             Topology::NetFive => 5,
             Topology::NetCluster => 0,
             _ => 1,
@@ -246,12 +251,18 @@ impl NetEnv {
         } else {
             None
         };
+        let nats = if sc.backend == Backend::Nats {
+            Some(NetNatsServer::start(&net.add_host("s0")?).await?)
+        } else {
+            None
+        };
         let client0 = net.add_host("c0")?;
         let others = net.add_host("cs")?;
         Ok(NetEnv {
             backend: sc.backend,
             servers,
             cluster,
+            nats,
             last: clients.saturating_sub(1),
             client0,
             others,
@@ -280,6 +291,12 @@ impl NetEnv {
         let inner = match self.backend {
             Backend::Redlock => Spec::Redlock {
                 urls: self.servers.iter().map(NetRedisServer::url).collect(),
+            },
+            Backend::Nats => Spec::Nats {
+                url: format!(
+                    "{}?bucket=torture",
+                    self.nats.as_ref().map(NetNatsServer::url).unwrap_or_default()
+                ),
             },
             // On a cluster the URL is made from the seeds (`boxed_net`).
             Backend::Tair => Spec::Tair {

@@ -115,6 +115,10 @@ pub enum Fault {
     /// Client 0's only etcd member (member 0: the leader or a follower)
     /// partitioned away from the other two for 3 × TTL.
     Partition,
+    /// NATS: node 0, client 0's only node, made the stream's leader, then
+    /// its routes cut from the other two nodes for 3 × TTL (its client
+    /// port stays reachable).
+    LeaderPartitioned,
     /// Every node of the cluster SIGKILLed, all restarted with their data
     /// a TTL later (the coordinated crash of Jepsen's NATS analysis).
     ClusterRestart,
@@ -165,6 +169,7 @@ impl Fault {
             Fault::LeaderKill => "leader-kill-restart".into(),
             Fault::LeaderPause => "leader-pause".into(),
             Fault::Partition => "member-partitioned".into(),
+            Fault::LeaderPartitioned => "leader-partitioned".into(),
             Fault::ClusterRestart => "cluster-killed-restarted".into(),
             Fault::ProcessKilled => "process-holder-killed".into(),
             Fault::ProcessStopped => "process-holder-stopped".into(),
@@ -225,6 +230,10 @@ impl fmt::Display for Fault {
             Fault::LeaderKill => write!(f, "leader killed, restarted with its data a TTL later"),
             Fault::LeaderPause => write!(f, "leader paused 3×TTL"),
             Fault::Partition => write!(f, "client 0's member partitioned from the other two 3×TTL"),
+            Fault::LeaderPartitioned => write!(
+                f,
+                "client 0's node, made the stream leader, partitioned from the other two 3×TTL"
+            ),
             Fault::ClusterRestart => write!(
                 f,
                 "every node killed (SIGKILL), all restarted with their data a TTL later"
@@ -509,7 +518,8 @@ fn etcd_rows() -> Vec<Scenario> {
 /// NATS on a three-node JetStream cluster with an R3 bucket: claimed safe
 /// with `sync_interval: always` (the stalled holder's stale writes refused
 /// by fencing); the whole-cluster crash measured with the default sync
-/// interval too, documented unsafe (Jepsen's NATS 2.12.1 analysis).
+/// interval too, documented unsafe (Jepsen's NATS 2.12.1 analysis). And a
+/// client's host partitioned from one server (network namespaces).
 fn nats_rows() -> Vec<Scenario> {
     use Claim::*;
     use Fault::*;
@@ -518,6 +528,8 @@ fn nats_rows() -> Vec<Scenario> {
         row(b, t, None, Safe, ""),
         row(b, t, LeaderKill, Safe, ""),
         row(b, t, LeaderPause, Safe, ""),
+        row(b, t, LeaderPartitioned, Safe, ""),
+        row(b, Topology::NetSingle, ClientPartitioned, Safe, ""),
         row(b, t, Stall, Fenced, ""),
         row(b, t, ClusterRestart, Safe, ""),
         row(

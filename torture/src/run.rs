@@ -379,6 +379,11 @@ pub(crate) async fn setup(sc: &Scenario, clients: usize, ext: Option<&External>)
         Topology::Five => Env::Five(Instances::start(5, RedisServer::builder()).await?),
         Topology::Sentinel => Env::Sentinel(Box::new(crate::sentinel::SentinelEnv::setup(sc).await?)),
         Topology::Three => Env::Etcd(Box::new(EtcdCluster::partitionable(3).await?)),
+        // The partition needs the routes through proxies (an extra hop the
+        // other rows go without).
+        Topology::NatsR3 if sc.fault == Fault::LeaderPartitioned => {
+            Env::Nats(Box::new(NatsCluster::partitionable(3).await?))
+        }
         Topology::NatsR3 => Env::Nats(Box::new(NatsCluster::start(3, SyncInterval::Always).await?)),
         Topology::NatsR3DefaultSync => Env::Nats(Box::new(NatsCluster::start(3, SyncInterval::Default).await?)),
         Topology::External => {
@@ -478,6 +483,10 @@ impl Env {
             // the others to every member.
             Env::Etcd(cluster) if client == 0 => cluster.endpoint(0),
             Env::Etcd(cluster) => cluster.endpoints().join(","),
+            // Likewise client 0 to node 0 only on a partitionable cluster.
+            Env::Nats(cluster) if client == 0 && cluster.is_partitionable() => {
+                format!("nats://{}?bucket={NATS_BUCKET}&replicas=3", cluster.addr(0))
+            }
             Env::Nats(cluster) => nats_url(cluster),
             Env::Sentinel(s) => s.url(),
             Env::Single { proxies, .. } => proxies[client].url(),
@@ -724,6 +733,17 @@ pub(crate) async fn inject(
             }
             tokio::time::sleep(p.ttl).await;
             cluster.restart_all().await?;
+        }
+        (Fault::LeaderPartitioned, Env::Nats(cluster)) => {
+            // Node 0 (client 0's only node) leads the bucket's stream when
+            // the cut starts: a leader on the minority side.
+            cluster.move_stream_leader(NATS_STREAM, 0, p.recovery_bound()).await?;
+            let from = clock::now();
+            cluster.partition(&[0])?;
+            tokio::time::sleep(len).await;
+            cluster.heal()?;
+            log.window(from, clock::now());
+            return Ok(());
         }
         (Fault::Partition, Env::Etcd(cluster)) => {
             cluster.partition(&[0])?;

@@ -57,7 +57,7 @@ macro_rules! fair_conformance {
 
 /// Expands to one `#[tokio::test]` per batched-renewal case of a
 /// script-based Redis backend (see [`lock_conformance!`] for the arguments;
-/// the suite is a [`RenewManySuite`]; real servers, so `real` only).
+/// the suite is a [`RenewManySuite`](crate::RenewManySuite); real servers, so `real` only).
 #[cfg(feature = "harness")]
 #[macro_export]
 macro_rules! renew_many_conformance {

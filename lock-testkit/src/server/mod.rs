@@ -82,7 +82,10 @@ mod topology;
 pub use error::{HarnessError, HarnessResult};
 pub use etcd::{ETCD_BIN_ENV, ETCD_START_TIMEOUT, EtcdCluster, MemberCounts, etcd_binary};
 pub use monitor::Monitor;
-pub use nats::{NATS_MIN_VERSION, NATS_SERVER_ENV, NATS_START_TIMEOUT, NatsCluster, SyncInterval, nats_server_binary};
+pub use nats::{
+    NATS_MIN_VERSION, NATS_SERVER_ENV, NATS_START_TIMEOUT, NET_NATS_PORT, NatsCluster, NetNatsServer, SyncInterval,
+    nats_server_binary,
+};
 pub use netns::{NET_REDIS_PORT, NETNS_PREFIX, Network, clean_stale_namespaces, netem_available, netns_prerequisites};
 pub use netns_cluster::NetCluster;
 pub use netns_host::NetHost;

@@ -7,8 +7,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use lock_testkit::server::{
-    NetCluster, NetRedisServer, Network, RespClient, RespValue, clean_stale_namespaces, netem_available,
+    NET_NATS_PORT, NetCluster, NetNatsServer, NetRedisServer, Network, RespClient, RespValue, clean_stale_namespaces,
+    netem_available,
 };
+use tokio::io::AsyncBufReadExt;
 
 const SHORT: Duration = Duration::from_millis(500);
 
@@ -226,4 +228,52 @@ async fn a_partitioned_master_and_its_promoted_replica_are_both_masters_and_the_
         Some("before"),
         "the write acknowledged in the minority is lost"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nats_server_on_its_host_is_reached_across_the_switch_and_a_partition_cuts_it() {
+    let net = Network::new().expect("network");
+    let client = net.add_host("client").expect("client host");
+    let server = NetNatsServer::start(&net.add_host("nats").expect("server host"))
+        .await
+        .expect("nats-server");
+    let addr = server.addr();
+    assert_eq!(addr.port(), NET_NATS_PORT);
+    assert_eq!(server.url(), format!("nats://{addr}"));
+    // The server's INFO line, read by a fresh connection from the client's host.
+    let info = move || async move {
+        tokio::time::timeout(SHORT, async {
+            let stream = tokio::net::TcpStream::connect(addr).await?;
+            let mut line = String::new();
+            tokio::io::BufReader::new(stream).read_line(&mut line).await?;
+            Ok::<_, std::io::Error>(line)
+        })
+        .await
+    };
+    let line = client
+        .run(info)
+        .await
+        .expect("client host")
+        .expect("in time")
+        .expect("INFO");
+    assert!(
+        line.starts_with("INFO ") && line.contains("\"jetstream\":true"),
+        "{line}"
+    );
+
+    net.partition(&[&client]).expect("partition");
+    assert!(
+        client.run(info).await.expect("client host").is_err(),
+        "no answer across the partition"
+    );
+    net.heal().expect("heal");
+    let mut healed = false;
+    for _ in 0..50 {
+        if let Ok(Ok(Ok(line))) = client.run(info).await {
+            healed = line.starts_with("INFO ");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(healed, "the client reaches the server after heal");
 }

