@@ -33,6 +33,7 @@ mod token;
 mod validate;
 mod value;
 mod versioned;
+mod wait_hint;
 
 pub use backend::{
     AcquireOutcome, Capabilities, Lease, LockBackend, OnShortfall, ReleaseOutcome, RenewOutcome, ReplicaAck,
@@ -74,6 +75,7 @@ pub mod raw {
     pub use crate::kinds::semaphore::{GONE_WINDOW_MS, PermitRequest, SemaphoreBackend, size_mismatch};
     pub use crate::redact::redact_url;
     pub use crate::validate::{MAX_KEY_LEN, MAX_TIMEOUT, clock_drift, ttl_millis, validate_key, validate_ttl};
+    pub use crate::wait_hint::wait_hint;
     /// Re-exported so that backends implement the traits with the macro
     /// version lock-core uses.
     pub use async_trait::async_trait;

@@ -119,20 +119,15 @@ impl ElectionBackend for EtcdBackend {
     }
 
     async fn wait_for_leader_change(&self, name: &str, seen: Option<&LeaderInfo>, max_wait: Duration) {
-        let waited = tokio::time::timeout(max_wait, async {
-            let changed = async {
-                let k = self.inner.election_key(name)?;
-                let (now, revision) = self.inner.read_leader(&k).await?;
-                if now.as_ref() != seen {
-                    return Ok(());
-                }
-                self.inner.watch_for(k, None, revision + 1, false).await
-            };
-            if changed.await.is_err() {
-                std::future::pending::<()>().await; // a hint only, as wait_for_release
+        let changed = async {
+            let k = self.inner.election_key(name)?;
+            let (now, revision) = self.inner.read_leader(&k).await?;
+            if now.as_ref() != seen {
+                return Ok(());
             }
-        });
-        let _ = waited.await;
+            self.inner.watch_for(k, None, revision + 1, false).await
+        };
+        lock_core::raw::wait_hint(max_wait, changed).await;
     }
 }
 

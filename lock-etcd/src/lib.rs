@@ -312,14 +312,7 @@ impl LockBackend for EtcdBackend {
     }
 
     async fn wait_for_release(&self, key: &str, max_wait: Duration) {
-        let waited = tokio::time::timeout(max_wait, async {
-            if self.inner.wait_for_release(key).await.is_err() {
-                // A hint only: without a watch, wait out `max_wait` rather
-                // than spin against a failing server.
-                std::future::pending::<()>().await;
-            }
-        });
-        let _ = waited.await;
+        lock_core::raw::wait_hint(max_wait, self.inner.wait_for_release(key)).await;
     }
 
     async fn try_acquire_fair(
@@ -333,12 +326,7 @@ impl LockBackend for EtcdBackend {
     }
 
     async fn wait_fair(&self, key: &str, waiter: &FairWaiter, max_wait: Duration) {
-        let waited = tokio::time::timeout(max_wait, async {
-            if self.inner.wait_fair(key, waiter).await.is_err() {
-                std::future::pending::<()>().await; // a hint only, as wait_for_release
-            }
-        });
-        let _ = waited.await;
+        lock_core::raw::wait_hint(max_wait, self.inner.wait_fair(key, waiter)).await;
     }
 
     async fn leave_queue(&self, key: &str, waiter: &FairWaiter) -> Result<()> {

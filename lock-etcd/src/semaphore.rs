@@ -297,12 +297,7 @@ impl SemaphoreBackend for EtcdBackend {
     }
 
     async fn wait_for_permits(&self, name: &str, max_wait: Duration) {
-        let waited = tokio::time::timeout(max_wait, async {
-            if self.inner.wait_for_permits(name).await.is_err() {
-                std::future::pending::<()>().await; // a hint only, as wait_for_release
-            }
-        });
-        let _ = waited.await;
+        lock_core::raw::wait_hint(max_wait, self.inner.wait_for_permits(name)).await;
     }
 }
 

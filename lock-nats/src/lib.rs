@@ -263,14 +263,7 @@ impl LockBackend for NatsBackend {
         self.inner.inspect(key).await
     }
     async fn wait_for_release(&self, key: &str, max_wait: Duration) {
-        let waited = tokio::time::timeout(max_wait, async {
-            if self.inner.wait_for_release(key).await.is_err() {
-                // A hint only: without a watch, wait out `max_wait` rather
-                // than spin against a failing server.
-                std::future::pending::<()>().await;
-            }
-        });
-        let _ = waited.await;
+        lock_core::raw::wait_hint(max_wait, self.inner.wait_for_release(key)).await;
     }
 
     async fn try_acquire_fair(

@@ -351,6 +351,47 @@ impl Inner {
 mod tests {
     use super::*;
 
+    fn entry(value: &[u8], revision: u64, live: bool) -> Entry {
+        Entry {
+            revision,
+            live,
+            value: Bytes::copy_from_slice(value),
+            ttl_secs: Some(2),
+            stored_at: time::OffsetDateTime::UNIX_EPOCH,
+        }
+    }
+
+    /// An acquire's value is the token (its revision the fencing token), a
+    /// renewal's `<token>:<fencing token>`; a suffix that is not a number
+    /// (or overflows) falls back to the entry's revision, never a panic;
+    /// another token's entry is another's, a marker nobody's.
+    #[test]
+    fn the_holder_and_its_fencing_token_are_read_from_the_value() {
+        let token = LockToken::generate().unwrap();
+        let hex = token.hex_bytes();
+        let with = |suffix: &str| [hex.as_slice(), suffix.as_bytes()].concat();
+        assert!(matches!(found(Some(entry(&hex, 7, true)), &token), Found::Mine(7, 7)));
+        assert!(matches!(
+            found(Some(entry(&with(":3"), 9, true)), &token),
+            Found::Mine(9, 3)
+        ));
+        for bad in [":", ":x", ":-1", ":18446744073709551616"] {
+            assert!(
+                matches!(found(Some(entry(&with(bad), 9, true)), &token), Found::Mine(9, 9)),
+                "{bad}"
+            );
+        }
+        let other = LockToken::generate().unwrap().hex_bytes();
+        assert!(matches!(found(Some(entry(&other, 9, true)), &token), Found::Other));
+        assert!(matches!(found(Some(entry(&hex, 9, false)), &token), Found::Missing));
+        assert!(matches!(found(None, &token), Found::Missing));
+        assert_eq!(
+            renewal_value(&token, u64::MAX).as_ref(),
+            with(":18446744073709551615").as_slice()
+        );
+        assert_eq!(holder(&entry(&renewal_value(&token, u64::MAX), 9, true)).1, u64::MAX);
+    }
+
     /// 10,000 held leases (the renewal benchmark's) cost a few sweeps in
     /// all, not one scan of every lease per insert once past 4,096 (which
     /// made each renewal scan the whole map: a third of the client's CPU).
