@@ -265,7 +265,7 @@ fn uncontended(out: &mut String, r: &Results, s: &Settings) {
         out,
         "## 1. Uncontended throughput\n\n{} tasks on one instance of each implementation, each task on its own \
          key, acquire + release pairs back to back. Every row is measured in {} interleaved rounds of {:.1} s \
-         (after {:.1} s of warm-up each), so all rows see the same machine load. TTL 30 s everywhere \
+         (after {:.1} s of warm-up each; odd rounds in reverse order), so all rows see the same machine load. TTL 30 s everywhere \
          (verrou's default; its renewer is started and stopped with each guard). Ops are pairs. Rows \
          starting with … take the Lua backend apart: without the renewer task, and without the manager.\n",
         u.tasks,
@@ -351,7 +351,7 @@ fn latency(out: &mut String, r: &Results, s: &Settings) {
         out,
         "## 2. Sequential latency\n\nOne task, acquire + release back to back, against the PING round trip of the \
          same client library measured in the same run and on the same runtime. A pair is two round trips, so \
-         `2 × PING` is the floor. Rows are measured in {} interleaved rounds of {:.1} s: on this virtual \
+         `2 × PING` is the floor. Rows are measured in {} interleaved rounds of {:.1} s (odd rounds in reverse order): on this virtual \
          machine the loopback round trip itself moves between about 17 µs and 57 µs with the load of the \
          other processes (an idle vCPU takes long to wake), and interleaving gives every row the same mix. \
          The target (a pair's p50 against the raw client of the same library sending the same commands) \

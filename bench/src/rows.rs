@@ -56,7 +56,8 @@ pub fn say(row: &OpRow) {
     );
 }
 
-/// Run every subject `rounds` times, one window each per round, in turn;
+/// Run every subject `rounds` times, one window each per round, in turn
+/// (in reverse on odd rounds);
 /// `tasks` tasks per window. A subject whose window fails is dropped with
 /// its error.
 pub async fn run_subjects(
@@ -69,7 +70,16 @@ pub async fn run_subjects(
     // VERROU_BENCH_ROUNDS=1 prints every round's p50 (to see drift).
     let show_rounds = std::env::var_os("VERROU_BENCH_ROUNDS").is_some();
     for round in 0..rounds.max(1) {
-        for (subject, slot) in subjects.iter_mut().zip(measured.iter_mut()) {
+        // Odd rounds run the rows in reverse (A B … B A): a drift of the
+        // machine over a round, or what one row leaves behind for the next
+        // (a server's background work, a warm cache), then falls on every
+        // row alike instead of always on the same neighbour.
+        let mut order: Vec<(&mut Subject, &mut Option<BoxResult<Measured>>)> =
+            subjects.iter_mut().zip(measured.iter_mut()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for (subject, slot) in order {
             if matches!(slot, Some(Err(_))) {
                 continue;
             }
