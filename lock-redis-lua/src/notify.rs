@@ -48,6 +48,9 @@ struct Entry {
 struct Live {
     generation: u64,
     sink: PubSubSink,
+    /// Through Sentinel: the discovery's epoch when the connection's
+    /// primary was found (see [`Notifier::left_behind`]).
+    epoch: Option<u64>,
     /// Dropped with this value: stops the generation's reader task, which
     /// holds the other half of the connection.
     _stop: oneshot::Sender<()>,
@@ -117,9 +120,29 @@ impl Notifier {
         }
     }
 
+    /// Through Sentinel, whether the pub/sub connection is to a primary the
+    /// sentinels have since replaced (the discovery's epoch moved): one
+    /// paused or cut off past a failover keeps its connections open, and
+    /// releases now publish on the new primary. Dropped then, so that the
+    /// next wait subscribes again there.
+    fn left_behind(&self, s: &mut State) {
+        let (PubSubSource::Sentinel(discovery), Some(live)) = (&self.client, s.live.as_ref()) else {
+            return;
+        };
+        if live.epoch != Some(discovery.epoch()) {
+            let generation = live.generation;
+            forget_connection(s, generation);
+        }
+    }
+
     /// Subscribes to `channel` if needed: true when it just did.
     async fn subscribe_channel(self: &Arc<Self>, channel: &str) -> redis::RedisResult<bool> {
-        if self.state().channels.get(channel).is_some_and(|e| e.subscribed) {
+        let subscribed = {
+            let mut s = self.state();
+            self.left_behind(&mut s);
+            s.channels.get(channel).is_some_and(|e| e.subscribed)
+        };
+        if subscribed {
             return Ok(false);
         }
         let _serial = self.subscriptions.lock().await;
@@ -161,10 +184,10 @@ impl Notifier {
         if let Some(live) = &self.state().live {
             return Ok((live.generation, live.sink.clone()));
         }
-        let client = match &self.client {
-            PubSubSource::Client(client) => (**client).clone(),
+        let (client, epoch) = match &self.client {
+            PubSubSource::Client(client) => ((**client).clone(), None),
             PubSubSource::Sentinel(discovery) => match discovery.primary().await {
-                Ok(primary) => primary.client.clone(),
+                Ok(primary) => (primary.client.clone(), Some(primary.epoch)),
                 Err(e) => return Err(redis::RedisError::from(std::io::Error::other(e.to_string()))),
             },
         };
@@ -184,6 +207,7 @@ impl Notifier {
             s.live = Some(Live {
                 generation: s.generation,
                 sink: sink.clone(),
+                epoch,
                 _stop: stop,
             });
             s.generation

@@ -354,18 +354,21 @@ impl TairBackend {
         }
         .map(|client| {
             let checker = commands.first().clone();
-            Notifications::new(notify::Notifier::new(
-                client,
-                checker,
-                builder.settings.response_timeout,
-            ))
+            notify::Notifier::new(client, checker, builder.settings.response_timeout)
         });
         // Through Sentinel, the clients built here leave a primary the
-        // sentinels replaced as soon as they announce it.
+        // sentinels replaced as soon as they announce it, and so does the
+        // notifier's pub/sub connection (it subscribes again on the new one).
         let switches = match &builder.source {
-            Source::Url(url) => switches::follow(url, owned.clone(), builder.settings.connect_timeout),
+            Source::Url(url) => switches::follow(
+                url,
+                owned.clone(),
+                wake.as_ref().map(Arc::downgrade),
+                builder.settings.connect_timeout,
+            ),
             _ => None,
         };
+        let wake = wake.map(Notifications::new);
         // Whatever fails from here on, the clients built so far are closed
         // by `Inner`'s drop.
         let inner = Inner {

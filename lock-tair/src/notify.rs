@@ -137,6 +137,13 @@ impl Notifier {
         }
     }
 
+    /// The pub/sub client, if its connection was ever opened and is up (a
+    /// client never started must not be connected from outside: nothing
+    /// would close it).
+    pub(crate) fn open_client(&self) -> Option<&Client> {
+        (self.started.load(Ordering::Relaxed) && self.client.is_connected()).then_some(&self.client)
+    }
+
     /// A fresh waiter id of this backend.
     pub(crate) fn waiter_id(&self) -> WaiterId {
         self.listener.fresh_waiter_id()

@@ -7,6 +7,7 @@
 //! there meanwhile fails its replica acknowledgement (or, without one, is
 //! lost with it).
 
+use std::sync::Weak;
 use std::time::Duration;
 
 use fred::clients::Client;
@@ -15,6 +16,8 @@ use fred::types::Builder;
 use fred::types::config::{Config, ConnectionConfig, Server, ServerConfig};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::AbortHandle;
+
+use crate::notify::Notifier;
 
 /// The channel on which sentinels announce a new primary.
 const SWITCH_MASTER: &str = "+switch-master";
@@ -35,9 +38,15 @@ impl Drop for Follower {
 /// to `+switch-master` on the first sentinel that takes the subscription
 /// (the next one when its connection ends), in a task of its own; when the
 /// sentinels announce a new primary for the URL's master, every client of
-/// `clients` reconnects (through the sentinels, to the new primary).
+/// `clients` reconnects (through the sentinels, to the new primary), and
+/// so does the pub/sub connection of `notifier`, if it is open.
 /// `None` for any other URL.
-pub(crate) fn follow(url: &str, clients: Vec<Client>, timeout: Duration) -> Option<Follower> {
+pub(crate) fn follow(
+    url: &str,
+    clients: Vec<Client>,
+    notifier: Option<Weak<Notifier>>,
+    timeout: Duration,
+) -> Option<Follower> {
     let config = Config::from_url(url).ok()?;
     let ServerConfig::Sentinel {
         hosts, service_name, ..
@@ -46,7 +55,7 @@ pub(crate) fn follow(url: &str, clients: Vec<Client>, timeout: Duration) -> Opti
         return None;
     };
     let sentinels: Vec<Config> = hosts.iter().map(|server| sentinel_config(&config, server)).collect();
-    let task = tokio::spawn(run(sentinels, service_name.clone(), clients, timeout));
+    let task = tokio::spawn(run(sentinels, service_name.clone(), clients, notifier, timeout));
     Some(Follower(task.abort_handle()))
 }
 
@@ -67,7 +76,13 @@ fn sentinel_config(config: &Config, server: &Server) -> Config {
     }
 }
 
-async fn run(sentinels: Vec<Config>, master: String, clients: Vec<Client>, timeout: Duration) {
+async fn run(
+    sentinels: Vec<Config>,
+    master: String,
+    clients: Vec<Client>,
+    notifier: Option<Weak<Notifier>>,
+    timeout: Duration,
+) {
     let mut next = 0;
     loop {
         let Some(config) = sentinels.get(next) else { return };
@@ -90,7 +105,7 @@ async fn run(sentinels: Vec<Config>, master: String, clients: Vec<Client>, timeo
                                 Ok(msg) => {
                                     let payload = msg.value.as_string().unwrap_or_default();
                                     if msg.channel == SWITCH_MASTER && is_switch_of(&payload, &master) {
-                                        reconnect(&clients, timeout).await;
+                                        reconnect(&clients, notifier.as_ref(), timeout).await;
                                     }
                                 }
                                 Err(RecvError::Lagged(_)) => {}
@@ -107,13 +122,18 @@ async fn run(sentinels: Vec<Config>, master: String, clients: Vec<Client>, timeo
 }
 
 /// Every client reconnects (each bounded): fred asks the sentinels for the
-/// primary and checks its `ROLE` on the new connection.
-async fn reconnect(clients: &[Client], timeout: Duration) {
+/// primary and checks its `ROLE` on the new connection. The notifier's
+/// pub/sub connection too, if open: its reader subscribes again after the
+/// reconnect, on the new primary, where releases publish.
+async fn reconnect(clients: &[Client], notifier: Option<&Weak<Notifier>>, timeout: Duration) {
     tracing::info!("the sentinels announced a new primary: reconnecting");
     let bound = timeout.saturating_mul(2);
+    let notifier = notifier.and_then(Weak::upgrade);
+    let pubsub = notifier.as_ref().and_then(|n| n.open_client());
     futures::future::join_all(
         clients
             .iter()
+            .chain(pubsub)
             .map(|c| tokio::time::timeout(bound, c.force_reconnection())),
     )
     .await;
@@ -139,11 +159,12 @@ mod tests {
 
     #[tokio::test]
     async fn only_a_sentinel_url_is_followed() {
-        assert!(follow("redis://127.0.0.1:6379", Vec::new(), Duration::from_millis(100)).is_none());
+        assert!(follow("redis://127.0.0.1:6379", Vec::new(), None, Duration::from_millis(100)).is_none());
         assert!(
             follow(
                 "redis-sentinel://127.0.0.1:1?node=127.0.0.1:2&sentinelServiceName=verrou",
                 Vec::new(),
+                None,
                 Duration::from_millis(100)
             )
             .is_some()

@@ -1,7 +1,7 @@
 //! A first measurement of lock-etcd against raw `etcd-client` transactions
 //! and etcd's server-side Lock API, on one etcd member started through
 //! lock-testkit (not yet the verrou-bench rows; `cargo run --release -p
-//! lock-etcd --example measure`):
+//! lock-etcd --example etcd_measure`):
 //!
 //! - uncontended acquire + release pairs per second (one task);
 //! - sequential pair p50 against a single-key read's p50 (same client);

@@ -1,6 +1,6 @@
 //! Round trips of the NATS backend's operations against the client's own
 //! calls, on one nats-server started here (`sync_interval: always`):
-//! `cargo run --release -p lock-nats --example measure`.
+//! `cargo run --release -p lock-nats --example nats_measure`.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::time::{Duration, Instant};
