@@ -2,6 +2,7 @@
 //! checked when found).
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use async_nats::jetstream;
@@ -179,6 +180,7 @@ impl NatsBuilder {
             .map_or(config.marker_ttl, |d| d.max(Duration::from_secs(1)))
             .as_secs()
             .max(1);
+        let atomic_batches = allow_atomic_batches(&js, &info).await;
         let stream = store.stream.clone();
         Ok(NatsBackend {
             inner: Arc::new(Inner {
@@ -191,6 +193,7 @@ impl NatsBuilder {
                 response_timeout: config.response_timeout,
                 marker_ttl_secs,
                 held: Default::default(),
+                atomic_batches: AtomicBool::new(atomic_batches),
                 markers: Default::default(),
                 kept: Default::default(),
             }),
@@ -258,4 +261,23 @@ fn check_version(client: &async_nats::Client) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Whether the bucket's stream takes atomic batches (the renewer's batched
+/// renewals), turning them on if it does not yet (`allow_atomic`, server
+/// 2.12 and later). A server that keeps it off (older, or a user without
+/// the right to update the stream) leaves renewals one publish each.
+async fn allow_atomic_batches(js: &jetstream::Context, config: &jetstream::stream::Config) -> bool {
+    if config.allow_atomic_publish {
+        return true;
+    }
+    let mut wanted = config.clone();
+    wanted.allow_atomic_publish = true;
+    match js.update_stream(&wanted).await {
+        Ok(info) => info.config.allow_atomic_publish,
+        Err(e) => {
+            tracing::debug!(error = %e, stream = %config.name, "atomic batches stay off: renewals are one publish each");
+            false
+        }
+    }
 }

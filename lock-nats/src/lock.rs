@@ -74,14 +74,14 @@ impl Held {
         self.map.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn get(&self, subject: &str, token: &LockToken) -> Option<(u64, u64)> {
+    pub(crate) fn get(&self, subject: &str, token: &LockToken) -> Option<(u64, u64)> {
         self.lock()
             .leases
             .get(&(subject.to_owned(), *token))
             .map(|r| (r.revision, r.fence))
     }
 
-    fn put(&self, subject: &str, token: &LockToken, revision: u64, fence: u64, until: Instant) {
+    pub(crate) fn put(&self, subject: &str, token: &LockToken, revision: u64, fence: u64, until: Instant) {
         let mut held = self.lock();
         if held.leases.len() >= held.next_sweep.max(HELD_SWEEP) {
             let now = Instant::now();
@@ -166,7 +166,7 @@ fn found(entry: Option<Entry>, token: &LockToken) -> Found {
 }
 
 /// A renewal's value: the token and the fencing token it keeps.
-fn renewal_value(token: &LockToken, fence: u64) -> Bytes {
+pub(crate) fn renewal_value(token: &LockToken, fence: u64) -> Bytes {
     let mut value = token.hex_bytes().to_vec();
     value.push(b':');
     value.extend_from_slice(fence.to_string().as_bytes());

@@ -8,6 +8,7 @@
 
 mod common;
 
+mod batch;
 mod behaviour;
 mod conformance_cluster;
 mod conformance_single;
