@@ -5,7 +5,7 @@
 //! optimistic versioned store (exact, no lock at all).
 //!
 //! The same code runs on every backend (redis-lua, tair, redlock, postgres,
-//! etcd): each is a Cargo feature and a `verrou::connect` URL, and has an
+//! etcd, nats): each is a Cargo feature and a `verrou::connect` URL, and has an
 //! example of its own in this directory.
 //!
 //! Run: `cargo run --example quickstart`
@@ -42,7 +42,8 @@ async fn main() -> verrou::Result<()> {
     println!("verrou quickstart: {WORKERS} workers x {INCREMENTS} read-modify-write increments of one counter");
     println!("backend: in-memory; the same code runs on every backend, each a Cargo feature and a URL for");
     println!("`verrou::connect`: redis-lua (redis://), tair (tair://), redlock (redlock://), postgres (postgres://),");
-    println!("etcd (etcd://); see examples/redis_lua.rs, tair.rs, redlock.rs, postgres.rs and etcd.rs\n");
+    println!("etcd (etcd://), nats (nats://); see examples/redis_lua.rs, tair.rs, redlock.rs, postgres.rs,");
+    println!("etcd.rs and nats.rs\n");
 
     // 1. No lock: two workers read 10, both write 11, one increment vanishes.
     let counter = Arc::new(RemoteCounter::default());

@@ -29,18 +29,24 @@ mod postgres_example;
 #[path = "../../examples/etcd.rs"]
 mod etcd_example;
 
+#[cfg(feature = "nats")]
+#[allow(dead_code, missing_docs)]
+#[path = "../../examples/nats.rs"]
+mod nats_example;
+
 use std::path::PathBuf;
 use std::process::Command;
 
 use crate::support::workspace;
 
 /// The examples this file runs, by file name.
-const RUN_HERE: [&str; 7] = [
+const RUN_HERE: [&str; 8] = [
     "redis_lua",
     "tair",
     "redlock",
     "postgres",
     "etcd",
+    "nats",
     "quickstart",
     "observability",
 ];
@@ -84,7 +90,7 @@ fn run_example_binary(name: &str) -> String {
 #[test]
 fn quickstart_runs_and_names_every_backend() {
     let out = run_example_binary("quickstart");
-    for backend in ["redis-lua", "tair", "redlock", "postgres", "etcd"] {
+    for backend in ["redis-lua", "tair", "redlock", "postgres", "etcd", "nats"] {
         assert!(out.contains(backend), "the quickstart names {backend}:\n{out}");
     }
 }
@@ -112,6 +118,13 @@ async fn postgres_example_runs() {
 async fn etcd_example_runs() {
     let cluster = lock_testkit::server::EtcdCluster::single().await.expect("start etcd");
     etcd_example::run(&cluster.url()).await.expect("the etcd example");
+}
+
+#[cfg(feature = "nats")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_example_runs() {
+    let server = lock_testkit::server::NatsCluster::single().await.expect("start nats");
+    nats_example::run(&server.url()).await.expect("the nats example");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
