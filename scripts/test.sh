@@ -4,6 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each step's line says how long the run has taken so far (CI's budget is
+# 20 minutes cold on 2 cores).
+say() { echo "==> [${SECONDS}s] $*"; }
+
 # System packages, each detected by what the build and the tests actually
 # load (scripts/prereqs.sh; its detection is tested by scripts/test-prereqs.sh):
 # a real redis-server (+ redis-cli, redis-sentinel) for the backend tests, and the libclang C
@@ -16,62 +20,62 @@ cd "$(dirname "$0")/.."
 # shellcheck source=prereqs.sh
 . scripts/prereqs.sh
 missing=()
-command -v "${VERROU_REDIS_SERVER:-redis-server}" >/dev/null 2>&1 || { echo "==> missing: redis-server (the backend tests start real servers)"; missing+=(redis-server); }
+command -v "${VERROU_REDIS_SERVER:-redis-server}" >/dev/null 2>&1 || { say "missing: redis-server (the backend tests start real servers)"; missing+=(redis-server); }
 # The sentinels of the Sentinel topology run what lock-testkit runs:
 # $VERROU_REDIS_SENTINEL, else redis-sentinel (Debian's redis-sentinel package).
-command -v "${VERROU_REDIS_SENTINEL:-redis-sentinel}" >/dev/null 2>&1 || { echo "==> missing: redis-sentinel (the Sentinel tests start real sentinels)"; missing+=(redis-sentinel); }
-command -v redis-cli >/dev/null 2>&1 || { echo "==> missing: redis-cli (redis-benchmark ceilings in verrou-bench)"; missing+=(redis-tools); }
+command -v "${VERROU_REDIS_SENTINEL:-redis-sentinel}" >/dev/null 2>&1 || { say "missing: redis-sentinel (the Sentinel tests start real sentinels)"; missing+=(redis-sentinel); }
+command -v redis-cli >/dev/null 2>&1 || { say "missing: redis-cli (redis-benchmark ceilings in verrou-bench)"; missing+=(redis-tools); }
 while read -r pkg why; do
   [ -n "$pkg" ] || continue
-  echo "==> missing: $why"
+  say "missing: $why"
   missing+=("$pkg")
 done < <(libclang_plan; protoc_plan; openssl_plan)
 # PostgreSQL and PgBouncer for the lock-postgres tests (found where the
 # harness looks: VERROU_PG_BIN or /usr/lib/postgresql/<N>/bin; pgbouncer).
 while read -r pkg why; do
   [ -n "$pkg" ] || continue
-  echo "==> missing: $why"
+  say "missing: $why"
   missing+=("$pkg")
 done < <(postgres_plan)
 if [ "${#missing[@]}" -gt 0 ]; then
-  echo "==> installing: ${missing[*]}"
+  say "installing: ${missing[*]}"
   apt_update
   if ! apt_install "${missing[@]}"; then
     # A versioned libclang package this release does not have: Debian's
     # default libclang (libclang-dev pulls the C library and the headers).
-    echo "==> retrying with Debian's default libclang-dev"
+    say "retrying with Debian's default libclang-dev"
     rest=()
     for p in "${missing[@]}"; do case "$p" in libclang*) ;; *) rest+=("$p") ;; esac; done
     apt_install "${rest[@]}" libclang-dev
   fi
   lib=$(find_libclang) || { echo "libclang is still missing after the install; install libclang1-<N> for your LLVM by hand"; exit 1; }
-  echo "==> libclang: $lib"
+  say "libclang: $lib"
 fi
 
 ensure_postgres_user
 # Debian's postgresql package starts a cluster on 5432; the tests never use it.
 
-echo "==> prerequisite detection tests"
+say "prerequisite detection tests"
 scripts/test-prereqs.sh
 
 # Debian's redis-server package starts a service on 6379; the tests never use it.
 
-echo "==> toolchain: $(cargo --version)"
+say "toolchain: $(cargo --version)"
 cargo fmt --version >/dev/null && cargo clippy --version >/dev/null || { echo "rustfmt and clippy are required (rustup component add rustfmt clippy)"; exit 1; }
 
-echo "==> build the TairString-compatible module (release) for the Tair tests"
+say "build the TairString-compatible module (release) for the Tair tests"
 cargo build --release -p tair-module
 
-echo "==> cargo fmt --check"
+say "cargo fmt --check"
 cargo fmt --all --check
 
-echo "==> cargo clippy -D warnings"
+say "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 
-echo "==> lock-testkit without its server harness (the conformance suite alone, for backend authors)"
+say "lock-testkit without its server harness (the conformance suite alone, for backend authors)"
 cargo check --quiet -p lock-testkit --no-default-features --tests
 
-echo "==> cargo doc (warnings are errors)"
+say "cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --quiet --workspace --all-features --no-deps
 
 # The same suites on Valkey 8.1 too (the backend renews with its native SET
@@ -86,17 +90,18 @@ valkey=$(scripts/valkey.sh)
 # where the harness finds it.
 VERROU_NATS_SERVER=$(scripts/nats.sh)
 export VERROU_NATS_SERVER
-echo "==> cargo test: every test binary of the workspace, three at a time, and redis-lua's and redlock's again on Valkey ($valkey); then the doc tests"
+say "cargo test: every test binary of the workspace, three at a time, and redis-lua's and redlock's again on Valkey ($valkey); then the doc tests"
 scripts/test-binaries.sh --valkey "$valkey"
 
-echo "==> benchmark smoke test (quick mode, no timing assertions)"
+say "benchmark smoke test (quick mode, no timing assertions)"
 cargo run --quiet -p verrou-bench -- --quick
 
-echo "==> safety checker (quick mode; fails on an overlap, a stale write accepted, a late loss signal, a non-linearizable history, lost liveness or a hang in a row SAFETY.md claims safe)"
+say "safety checker (quick mode; fails on an overlap, a stale write accepted, a late loss signal, a non-linearizable history, lost liveness or a hang in a row SAFETY.md claims safe)"
 cargo run --quiet -p verrou-torture -- --quick
 
-echo "==> verrou-torture --soak 60s (leaks: RSS, fds, connections, keys, script cache)"
+say "verrou-torture --soak 60s (leaks: RSS, fds, connections, keys, script cache)"
 cargo run --quiet -p verrou-torture -- --soak 60s
 
-echo "==> quickstart"
+say "quickstart"
 cargo run --quiet --example quickstart
+say "all steps passed"
