@@ -160,6 +160,7 @@
 //!   feature `postgres-tls`.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod advisory;
 mod builder;
 mod config;
 mod conn;
@@ -183,11 +184,12 @@ use lock_core::{Capabilities, Error, FencingToken, LockBackend, LockToken, Resul
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 
+pub use advisory::{AdvisoryBackend, AdvisoryBuilder, advisory_key, try_xact_lock, xact_lock};
 pub use builder::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_RESPONSE_TIMEOUT, MAX_POOL_SIZE, PostgresBuilder,
 };
 /// The deadpool-postgres crate the backend is built on (hand over a `Pool`).
-pub use config::{POSTGRES_PARAMS, PostgresConfig, PostgresConnector};
+pub use config::{POSTGRES_PARAMS, PostgresConfig, PostgresConnector, PostgresMode};
 pub use deadpool_postgres;
 pub use kinds::GONE_WINDOW;
 pub use replication::ReplicationMode;

@@ -5,6 +5,7 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
 
+mod advisory_conformance;
 mod conformance;
 mod fair_head;
 mod faults;
