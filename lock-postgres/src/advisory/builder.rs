@@ -7,6 +7,7 @@ use std::time::Duration;
 use deadpool_postgres::Pool;
 use lock_core::raw::BackendConfig;
 use lock_core::{Error, RefusalReason, Result};
+use tokio_postgres::types::Type;
 
 use super::{AdvisoryBackend, Inner, Statements};
 use crate::builder::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_RESPONSE_TIMEOUT, MAX_POOL_SIZE};
@@ -187,12 +188,72 @@ impl AdvisoryBuilder {
         };
         if self.fencing {
             ensure_sequence(&backend, &self.schema, self.create_schema).await?;
-        } else {
-            // One round trip: the server answers (and a bad URL fails now).
-            let session = backend.checkout().await?;
-            session.finish();
         }
+        refuse_shared_sessions(&backend).await?;
         Ok(backend)
+    }
+}
+
+/// Refuses a pool whose connections share server sessions (PgBouncer in
+/// transaction or statement mode): a session-level setting made on one
+/// pooled connection must not be seen by another. Through such a pooler
+/// the second connection's statement runs on the server connection the
+/// first one just used, and sees it: two holders there would share one
+/// session, where advisory locks are re-entrant. A direct connection (or
+/// PgBouncer in session mode) never sees another session's setting. Over a
+/// pool of one connection, only one round trip checks the server answers.
+async fn refuse_shared_sessions(backend: &AdvisoryBackend) -> Result<()> {
+    let timeout = backend.inner.response_timeout;
+    let first = backend.checkout().await?;
+    let probe = lock_core::LockToken::generate()?;
+    let probe: String = probe.as_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    let set = "SELECT set_config('verrou.advisory_probe', $1, false)";
+    let read = "SELECT current_setting('verrou.advisory_probe', true)";
+    probe_setting(&first, set, Some(&probe), timeout).await?;
+    if backend.inner.pool.status().max_size < 2 {
+        first.finish();
+        return Ok(());
+    }
+    let second = backend.checkout().await?;
+    let seen = probe_setting(&second, read, None, timeout).await?;
+    // Both back to the pool: a session-level setting holds no lock.
+    first.finish();
+    second.finish();
+    if seen.as_deref() == Some(probe.as_str()) {
+        return Err(Error::unsupported(
+            super::BACKEND,
+            "advisory mode through a pooler that shares server sessions between its clients (PgBouncer in \
+             transaction or statement mode): a session advisory lock would be re-entered by another holder; \
+             connect directly, through PgBouncer in session mode, or use mode=lease",
+        ));
+    }
+    Ok(())
+}
+
+/// One statement of the probe: `sql` with `value` (or none), its text
+/// answer.
+async fn probe_setting(
+    session: &super::Session,
+    sql: &str,
+    value: Option<&str>,
+    timeout: Duration,
+) -> Result<Option<String>> {
+    let Some(client) = session.client() else {
+        return Err(Error::backend(super::BACKEND, "no connection"));
+    };
+    // Unnamed statements (Parse, Bind, Execute, Sync at once): a
+    // transaction pooler runs each on one server connection.
+    let reply = match value {
+        Some(v) => tokio::time::timeout(timeout, client.query_typed(sql, &[(&v, Type::TEXT)])).await,
+        None => tokio::time::timeout(timeout, client.query_typed(sql, &[])).await,
+    };
+    match reply {
+        Ok(Ok(rows)) => Ok(rows
+            .first()
+            .and_then(|r| r.try_get::<_, Option<String>>(0).ok())
+            .flatten()),
+        Ok(Err(e)) => Err(statement_error(e, false, "")),
+        Err(_) => Err(Error::backend(super::BACKEND, "no reply within the response timeout")),
     }
 }
 

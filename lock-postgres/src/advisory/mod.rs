@@ -21,7 +21,8 @@ pub use builder::AdvisoryBuilder;
 pub use xact::{try_xact_lock, xact_lock};
 
 use crate::error::{pool_error, statement_error};
-use session::{Held, HeldLocks, Session};
+pub(crate) use session::Session;
+use session::{Held, HeldLocks};
 
 /// Backend name in errors and capabilities.
 pub(crate) const BACKEND: &str = "postgres-advisory";
