@@ -66,7 +66,12 @@ fn release_after(lease: &LeaseState, left: Duration, op_timeout: Duration) {
     };
     crate::background::spawn(&handle, async move {
         tokio::time::sleep(left).await;
-        crate::guard::spawn_release(backend, key, token, op_timeout, Some(lanes));
+        match tokio::time::timeout(op_timeout, backend.release(&key, &token)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::debug!(key, error = %e, "release after the minimum hold failed"),
+            Err(_) => tracing::debug!(key, "release after the minimum hold timed out"),
+        }
+        lanes.notify_released(&key);
     });
 }
 

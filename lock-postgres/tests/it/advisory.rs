@@ -363,3 +363,42 @@ async fn a_transaction_pooler_is_refused() {
     // A direct connection passes the same check.
     advisory(&server.url()).await;
 }
+
+/// Each held lock keeps one pooled connection: with a pool of one, a second
+/// key cannot be tried while the first is held (a typed backend error that
+/// names `pool_size`), and can once it is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pool_bounds_the_locks_held_at_once() {
+    let server = PostgresServer::start().await.expect("start postgres");
+    let backend = AdvisoryBackend::builder(&server.url())
+        .expect("url")
+        .pool_size(1)
+        .response_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .expect("connect");
+    let (a, b) = (
+        LockToken::generate().expect("token"),
+        LockToken::generate().expect("token"),
+    );
+    assert!(matches!(
+        backend.try_acquire("bound-a", &a, TTL).await.expect("acquire"),
+        AcquireOutcome::Acquired(_)
+    ));
+    match backend.try_acquire("bound-b", &b, TTL).await {
+        Err(e @ Error::Backend { .. }) => assert!(e.to_string().contains("pool_size"), "{e}"),
+        other => panic!("every connection holds a lock: {other:?}"),
+    }
+    assert_eq!(
+        backend.release("bound-a", &a).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    assert!(matches!(
+        backend.try_acquire("bound-b", &b, TTL).await.expect("acquire"),
+        AcquireOutcome::Acquired(_)
+    ));
+    assert_eq!(
+        backend.release("bound-b", &b).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+}
