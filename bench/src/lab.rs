@@ -36,6 +36,9 @@ pub enum Backend {
     Postgres,
     /// `lock-postgres` with release notifications (`LISTEN`/`NOTIFY`) on.
     PostgresNotify,
+    /// `lock-postgres`'s advisory mode (scenario 1 only: not in
+    /// [`Lab::available`]).
+    PostgresAdvisory,
     /// `lock-etcd` on one etcd member, defaults.
     Etcd,
     /// `lock-nats` on one nats-server (JetStream, `sync_interval: always`), defaults.
@@ -54,6 +57,7 @@ impl Backend {
             Backend::Redlock => "verrou redlock ×5 (redis-lua)",
             Backend::Postgres => crate::pg::VERROU_PG,
             Backend::PostgresNotify => crate::pg::VERROU_PG_NOTIFY,
+            Backend::PostgresAdvisory => crate::pg::VERROU_PG_ADVISORY,
             Backend::Etcd => crate::etcd::VERROU_ETCD,
             Backend::Nats => crate::nats::VERROU_NATS,
         }
@@ -78,6 +82,7 @@ impl Backend {
             Backend::Redlock => "redlock",
             Backend::Postgres => "pg",
             Backend::PostgresNotify => "pg-notify",
+            Backend::PostgresAdvisory => "pg-advisory",
             Backend::Etcd => "etcd",
             Backend::Nats => "nats",
         }
@@ -198,6 +203,7 @@ impl Lab {
             }
             Backend::Postgres => Ok(Arc::new(self.pg.backend(false).await?)),
             Backend::PostgresNotify => Ok(Arc::new(self.pg.backend(true).await?)),
+            Backend::PostgresAdvisory => Ok(Arc::new(self.pg.advisory().await?)),
             Backend::Etcd => Ok(Arc::new(self.etcd.backend().await?)),
             Backend::Nats => Ok(Arc::new(self.nats.backend().await?)),
         }
@@ -219,9 +225,12 @@ impl Lab {
                 Ok(Arc::new(Redlock::new(nodes)?))
             }
             Backend::Postgres => Ok(Arc::new(self.pg.backend(false).await?)),
-            Backend::RedisLuaQuiet | Backend::TairQuiet | Backend::PostgresNotify | Backend::Etcd | Backend::Nats => {
-                Err("the lock kinds run on the default Lua, Tair and postgres backends only".into())
-            }
+            Backend::RedisLuaQuiet
+            | Backend::TairQuiet
+            | Backend::PostgresNotify
+            | Backend::PostgresAdvisory
+            | Backend::Etcd
+            | Backend::Nats => Err("the lock kinds run on the default Lua, Tair and postgres backends only".into()),
         }
     }
 
@@ -241,9 +250,12 @@ impl Lab {
             // PostgreSQL's statistics are flushed about once a second: too
             // coarse for a window; its rows count client CPU only.
             // etcd's rows, likewise (its metrics are not read).
-            Backend::Memory | Backend::Postgres | Backend::PostgresNotify | Backend::Etcd | Backend::Nats => {
-                Ok(Probe::none())
-            }
+            Backend::Memory
+            | Backend::Postgres
+            | Backend::PostgresNotify
+            | Backend::PostgresAdvisory
+            | Backend::Etcd
+            | Backend::Nats => Ok(Probe::none()),
             Backend::RedisLua | Backend::RedisLuaQuiet | Backend::Tair | Backend::TairQuiet => {
                 Probe::connect(&[&self.main]).await
             }

@@ -26,6 +26,9 @@ use crate::locks::Locker;
 pub const VERROU_PG: &str = "verrou postgres";
 /// The same with release notifications (`LISTEN`/`NOTIFY`) on.
 pub const VERROU_PG_NOTIFY: &str = "verrou postgres, release notifications";
+/// verrou's postgres advisory mode (`mode=advisory`, issue 44): a session
+/// advisory lock per held lock, on a pooled connection kept checked out.
+pub const VERROU_PG_ADVISORY: &str = "verrou postgres, advisory mode";
 /// Raw tokio-postgres, the backend's statements over the same pool.
 pub const RAW_TOKIO_PG: &str = "raw tokio-postgres (same statements, same pool)";
 /// Session advisory locks on one held connection.
@@ -103,6 +106,12 @@ impl PgLab {
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
+    }
+
+    /// A new advisory-mode backend with its own pool (defaults: no fencing).
+    pub async fn advisory(&mut self) -> BoxResult<lock_postgres::AdvisoryBackend> {
+        let url = self.url().await?;
+        Ok(lock_postgres::AdvisoryBackend::connect(&format!("{url}?mode=advisory")).await?)
     }
 
     /// A new backend with its own pool (the schema is created on first use).

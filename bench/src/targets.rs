@@ -7,6 +7,9 @@ use crate::results::{HotRow, Kind, Library, OpRow, RAW_FRED_SCRIPTED, RAW_REDIS_
 pub const LUA_VS_RSLOCK: f64 = 1.3;
 /// Uncontended: backend ≥ this × the raw client of its library.
 pub const VS_RAW: f64 = 0.95;
+/// verrou's postgres advisory mode / raw advisory locks on a held
+/// connection, uncontended throughput (issue 44).
+pub const ADVISORY_VS_RAW: f64 = 0.9;
 /// Client CPU per pair ≤ this × the raw client's.
 pub const CPU_VS_RAW: f64 = 1.05;
 /// Sequential pair p50 ≤ this × the raw client's pair p50 (same commands).
@@ -442,7 +445,7 @@ fn renewals(r: &Results, out: &mut Vec<Check>) {
 /// sequential p50), and its hot-key waits, default and fair mode. Its
 /// renewals are checked with every backend's in [`renewals`].
 fn postgres(r: &Results, out: &mut Vec<Check>) {
-    use crate::pg::{RAW_TOKIO_PG, VERROU_PG};
+    use crate::pg::{ADVISORY, RAW_TOKIO_PG, VERROU_PG, VERROU_PG_ADVISORY};
     let rows = r.uncontended.as_ref().map(|u| u.rows.as_slice()).unwrap_or(&[]);
     let target = format!("uncontended: {VERROU_PG} ≥ {VS_RAW}× {RAW_TOKIO_PG}");
     out.push(match (row(rows, VERROU_PG), row(rows, RAW_TOKIO_PG)) {
@@ -452,6 +455,19 @@ fn postgres(r: &Results, out: &mut Vec<Check>) {
                 target,
                 ratio,
                 VS_RAW,
+                format!("{ratio:.2}× ({:.0} vs {:.0} pairs/s)", a.m.rate(), b.m.rate()),
+            )
+        }
+        _ => missing(target, "row not measured"),
+    });
+    let target = format!("uncontended: {VERROU_PG_ADVISORY} ≥ {ADVISORY_VS_RAW}× {ADVISORY}");
+    out.push(match (row(rows, VERROU_PG_ADVISORY), row(rows, ADVISORY)) {
+        (Some(a), Some(b)) => {
+            let ratio = a.m.rate() / b.m.rate().max(1e-9);
+            at_least(
+                target,
+                ratio,
+                ADVISORY_VS_RAW,
                 format!("{ratio:.2}× ({:.0} vs {:.0} pairs/s)", a.m.rate(), b.m.rate()),
             )
         }

@@ -450,6 +450,19 @@ pub struct Capabilities {
     pub rw_locks: bool,
     /// Implements [`crate::raw::ElectionBackend`].
     pub leader_election: bool,
+    /// A lease is the server's record of a token: one that nobody renews
+    /// ends when its TTL runs out, and any client presenting the token may
+    /// release or renew it. True for every backend but one.
+    ///
+    /// False where a lock lives with its holder's database session
+    /// (PostgreSQL's advisory mode): the lock ends only when its holder
+    /// releases it or its session ends, never by a TTL (the TTL only sets
+    /// the guard's local deadline and the pace of its liveness checks), and
+    /// another client presenting the token is answered
+    /// [`ReleaseOutcome::HeldByOther`] / [`RenewOutcome::HeldByOther`]
+    /// (only the session that holds the lock can end it). The conformance
+    /// suites check that behaviour instead of expiry on such a backend.
+    pub lease_expires: bool,
 }
 
 impl Capabilities {
@@ -480,6 +493,7 @@ impl Capabilities {
             multi_key_locks: false,
             rw_locks: false,
             leader_election: false,
+            lease_expires: true,
         }
     }
 }

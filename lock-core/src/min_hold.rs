@@ -38,6 +38,12 @@ pub(crate) async fn shorten(lease: &LeaseState, left: Duration, op_timeout: Dura
         backend.renew(&lease.key, &lease.token, left).await
     };
     match tokio::time::timeout(op_timeout, renewal).await {
+        Ok(Ok(RenewOutcome::Renewed)) if !backend.capabilities().lease_expires => {
+            // No TTL ends the lock (it lives with its session): released
+            // in the background once the hold is over.
+            release_after(lease, left, op_timeout);
+            Ok(ReleaseOutcome::Released)
+        }
         Ok(Ok(RenewOutcome::Renewed)) => Ok(ReleaseOutcome::Released),
         Ok(Ok(RenewOutcome::HeldByOther)) => Ok(ReleaseOutcome::HeldByOther),
         Ok(Ok(_)) => Ok(ReleaseOutcome::Missing),
@@ -47,6 +53,26 @@ pub(crate) async fn shorten(lease: &LeaseState, left: Duration, op_timeout: Dura
             "release (shortening the lease to the minimum hold) timed out",
         )),
     }
+}
+
+/// The release of a lease whose backend keeps the key until it is released
+/// ([`Capabilities::lease_expires`](crate::Capabilities::lease_expires)
+/// false): sent once `left` has passed.
+fn release_after(lease: &LeaseState, left: Duration, op_timeout: Duration) {
+    let (backend, key, token) = (lease.ctx.backend.clone(), lease.key.clone(), lease.token);
+    let lanes = lease.ctx.lanes.clone();
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    crate::background::spawn(&handle, async move {
+        tokio::time::sleep(left).await;
+        match tokio::time::timeout(op_timeout, backend.release(&key, &token)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::debug!(key, error = %e, "release after the minimum hold failed"),
+            Err(_) => tracing::debug!(key, "release after the minimum hold timed out"),
+        }
+        lanes.notify_released(&key);
+    });
 }
 
 /// [`shorten`] in the background (the guard's drop), as

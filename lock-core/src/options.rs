@@ -283,7 +283,11 @@ impl LockOptions {
     /// before then, and it answers `Released`. The renewer stops at the
     /// release as always; the lease's handles see
     /// [`crate::LossReason::Released`] at once. A release after the minimum
-    /// hold deletes the key as usual. At most [`Self::MAX_TTL`].
+    /// hold deletes the key as usual. On a backend whose lock lives with its
+    /// session ([`crate::Capabilities::lease_expires`] false: no TTL ends
+    /// it), the early release checks the lock is still held, answers
+    /// `Released`, and releases it in the background once the hold is over.
+    /// At most [`Self::MAX_TTL`].
     #[must_use]
     pub fn min_hold(mut self, min_hold: Duration) -> Self {
         self.min_hold = min_hold;

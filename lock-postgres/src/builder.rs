@@ -87,15 +87,7 @@ impl PostgresBuilder {
     /// [`Error::InvalidArgument`] for a string tokio-postgres cannot parse
     /// (the message never quotes a password).
     pub fn url(url: &str) -> Result<Self> {
-        let config: tokio_postgres::Config = url.parse().map_err(|e| {
-            // The cause names the option (`invalid value for option
-            // `connect_timeout``), never its value.
-            let cause = std::error::Error::source(&e)
-                .map(|c| format!(": {c}"))
-                .unwrap_or_default();
-            Error::invalid(format!("not a PostgreSQL connection string: {e}{cause}"))
-        })?;
-        Ok(Self::config(config))
+        Ok(Self::config(parse_libpq(url)?))
     }
 
     /// Connect with these settings.
@@ -256,8 +248,20 @@ impl PostgresBuilder {
     }
 }
 
+/// tokio-postgres's reading of a libpq URL or connection string.
+pub(crate) fn parse_libpq(url: &str) -> Result<tokio_postgres::Config> {
+    url.parse().map_err(|e: tokio_postgres::Error| {
+        // The cause names the option (`invalid value for option
+        // `connect_timeout``), never its value.
+        let cause = std::error::Error::source(&e)
+            .map(|c| format!(": {c}"))
+            .unwrap_or_default();
+        Error::invalid(format!("not a PostgreSQL connection string: {e}{cause}"))
+    })
+}
+
 /// `host:port/dbname`, never a password.
-fn describe(config: &tokio_postgres::Config) -> String {
+pub(crate) fn describe(config: &tokio_postgres::Config) -> String {
     let host = match config.get_hosts().first() {
         Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
         Some(tokio_postgres::config::Host::Unix(p)) => p.display().to_string(),
@@ -267,7 +271,7 @@ fn describe(config: &tokio_postgres::Config) -> String {
     format!("{host}:{port}/{}", config.get_dbname().unwrap_or_default())
 }
 
-fn own_pool(config: tokio_postgres::Config, size: usize) -> Result<Pool> {
+pub(crate) fn own_pool(config: tokio_postgres::Config, size: usize) -> Result<Pool> {
     let manager_config = ManagerConfig {
         // Fast: a pooled connection is reused if it is not closed; no
         // statement on checkout (one round trip per operation).

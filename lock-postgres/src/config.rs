@@ -28,7 +28,24 @@ pub const POSTGRES_PARAMS: &[&str] = &[
     "pool_size",
     "release_notifications",
     "listen_url",
+    "mode",
+    "fencing",
 ];
+
+/// How a `postgres://` backend holds its locks (URL parameter `mode`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PostgresMode {
+    /// `mode=lease` (the default): leases as rows of a table
+    /// ([`PostgresBackend`]); every lock kind, fair mode, fencing tokens,
+    /// the versioned store.
+    #[default]
+    Lease,
+    /// `mode=advisory`: a held lock is a session advisory lock
+    /// ([`AdvisoryBackend`](crate::AdvisoryBackend)); plain locks only (see
+    /// the crate's *Advisory mode*).
+    Advisory,
+}
 
 /// The configuration of a [`PostgresBackend`]: what a
 /// `postgres://user[:password]@host[:port]/database[?…]` (or
@@ -68,6 +85,13 @@ pub struct PostgresConfig {
     /// `listen_url`: a direct connection for `LISTEN` (percent-encoded in
     /// the URL; may hold a password: never printed).
     listen_url: Option<String>,
+    /// `mode`: leases in a table (`lease`, the default) or session advisory
+    /// locks (`advisory`).
+    pub mode: PostgresMode,
+    /// `fencing`: advisory mode's fencing tokens (unset: off). The lease
+    /// mode always issues them: it takes `fencing=true` and refuses
+    /// `fencing=false`.
+    pub fencing: Option<bool>,
 }
 
 impl std::fmt::Debug for PostgresConfig {
@@ -81,6 +105,8 @@ impl std::fmt::Debug for PostgresConfig {
             .field("pool_size", &self.pool_size)
             .field("release_notifications", &self.release_notifications)
             .field("listen_url", &self.listen_url.as_deref().map(redact_url))
+            .field("mode", &self.mode)
+            .field("fencing", &self.fencing)
             .finish_non_exhaustive()
     }
 }
@@ -96,6 +122,8 @@ impl Default for PostgresConfig {
             pool_size: DEFAULT_POOL_SIZE,
             release_notifications: false,
             listen_url: None,
+            mode: PostgresMode::Lease,
+            fencing: None,
         }
     }
 }
@@ -116,6 +144,11 @@ impl PostgresConfig {
         self.listen_url = Some(url.to_owned());
         self.release_notifications = true;
         Ok(())
+    }
+
+    /// The URL for tokio-postgres (verrou's parameters taken out).
+    pub(crate) fn libpq_url(&self) -> &str {
+        &self.url
     }
 
     /// The direct connection for `LISTEN`, if set.
@@ -149,6 +182,19 @@ impl BackendConfig for PostgresConfig {
             "pool_size" => self.pool_size = parse_number(key, value, 1, MAX_POOL_SIZE as u64)?,
             "release_notifications" => self.release_notifications = parse_bool(key, value)?,
             "listen_url" => self.set_listen_url(value)?,
+            "mode" => {
+                self.mode = match value {
+                    "lease" => PostgresMode::Lease,
+                    "advisory" => PostgresMode::Advisory,
+                    other => {
+                        return Err(Error::invalid(format!(
+                            "mode must be `lease` (rows of a table, the default) or `advisory` (session \
+                             advisory locks), got {other:?}"
+                        )));
+                    }
+                }
+            }
+            "fencing" => self.fencing = Some(parse_bool(key, value)?),
             other => {
                 return Err(Error::invalid(format!(
                     "unknown parameter `{other}` for postgres://: verrou's parameters are {} (libpq's go in \
@@ -178,6 +224,20 @@ impl BackendConfig for PostgresConfig {
                 "pool_size must be from 1 to {MAX_POOL_SIZE}, got {}",
                 self.pool_size
             )));
+        }
+        match self.mode {
+            PostgresMode::Advisory if self.release_notifications || self.listen_url.is_some() => {
+                return Err(Error::invalid(
+                    "mode=advisory has no release notifications (release_notifications, listen_url): \
+                     its waiters poll pg_try_advisory_lock; drop those parameters or use mode=lease",
+                ));
+            }
+            PostgresMode::Lease if self.fencing == Some(false) => {
+                return Err(Error::invalid(
+                    "fencing=false is a setting of mode=advisory: mode=lease always issues fencing tokens",
+                ));
+            }
+            _ => {}
         }
         Ok(())
     }
@@ -264,6 +324,12 @@ impl PostgresBackend {
     /// [`Error::InvalidArgument`] when the config does not validate.
     pub fn builder_from(config: PostgresConfig) -> Result<PostgresBuilder> {
         config.validate()?;
+        if config.mode == PostgresMode::Advisory {
+            return Err(Error::invalid(
+                "mode=advisory is lock_postgres::AdvisoryBackend's (verrou::connect picks it): \
+                 PostgresBackend holds leases as rows (mode=lease)",
+            ));
+        }
         let mut builder = PostgresBuilder::url(&config.url)?
             .schema(config.schema)
             .create_schema(config.create_schema)
@@ -297,6 +363,13 @@ impl Connector for PostgresConnector {
     async fn connect(&self, url: &str, _: &SchemeTable) -> Result<Connected> {
         let config = PostgresConfig::from_url(url)?;
         let description = config.description();
+        if config.mode == PostgresMode::Advisory {
+            let backend = crate::AdvisoryBackend::builder_from(config)?
+                .build()
+                .await
+                .map_err(|e| in_context(e, &description))?;
+            return Ok(Connected::locks_only(Arc::new(backend), description));
+        }
         let backend = PostgresBackend::builder_from(config)?
             .build()
             .await

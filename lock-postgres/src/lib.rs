@@ -152,7 +152,47 @@
 //! parameters such as `sslmode` included), plus verrou's: `schema` (default
 //! `verrou`), `create_schema` (`false` leaves it to your migrations),
 //! `response_timeout`, `pool_size`, `release_notifications` and `listen_url`
-//! (a direct connection for `LISTEN` when the pool goes through PgBouncer).
+//! (a direct connection for `LISTEN` when the pool goes through PgBouncer),
+//! `mode` (`lease`, the default, or `advisory`) and `fencing` (advisory
+//! mode's tokens; a typed error with `mode=advisory`: the lease-only
+//! `release_notifications` and `listen_url`).
+//!
+//! # Advisory mode
+//!
+//! `mode=advisory` (`verrou::connect`, or [`AdvisoryBackend`]) holds each
+//! lock as a session advisory lock: `pg_try_advisory_lock(id)` (the key's
+//! [`advisory_key`], a stable 64-bit hash: two colliding keys exclude each
+//! other, nothing worse) on a pooled connection that stays checked out
+//! while the lock is held, one per lock (advisory locks are re-entrant per
+//! session). Release is `pg_advisory_unlock`, the connection then goes back
+//! to the pool; an unlock that fails, is cancelled or gets no reply closes
+//! the connection instead, and the session's end frees the lock. Renewal is
+//! a liveness check of the session (one round trip); a cancelled acquire
+//! never leaves a lock in a pooled session. No table, one round trip per
+//! acquire and release, prepared once per connection. Plain locks only (no
+//! fair mode, lock kinds, versioned store or `inspect`); fencing tokens are
+//! opt-in (`fencing=true`: `nextval` of `fence_seq` in the grant's
+//! statement, committed with `synchronous_commit` at least `on`). Waiters
+//! poll on the manager's backoff. The trade-offs against lease rows:
+//!
+//! - Sessions are the lock: PgBouncer in transaction or statement mode
+//!   would share them between holders, and is refused at build (connect
+//!   directly or through session mode). Each held lock takes one pooled
+//!   connection (`pool_size` bounds the locks held at once).
+//! - A lock does not survive a failover or a server restart (the session
+//!   ends); the holder's `lost()` fires at its next liveness check.
+//! - The lock lives as long as the session, not a TTL
+//!   ([`Capabilities::lease_expires`](lock_core::Capabilities::lease_expires)
+//!   is false): a frozen holder keeps it until the server finds the session
+//!   dead (TCP keepalives, `idle_session_timeout`,
+//!   `tcp_user_timeout`). A terminated session (`pg_terminate_backend`, a
+//!   cut connection) ends the lock at once while its holder learns at its
+//!   next check: the window in which the holder may still act is the check
+//!   interval (a third of the TTL), not a TTL.
+//!
+//! [`try_xact_lock`] and [`xact_lock`] take the transaction-scoped form on
+//! the caller's own transaction, released by its commit or rollback: the
+//! form for a lock that guards a change to the same database.
 //!
 //! # Features
 //!
@@ -160,6 +200,7 @@
 //!   feature `postgres-tls`.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod advisory;
 mod builder;
 mod config;
 mod conn;
@@ -167,6 +208,7 @@ mod error;
 mod inspect;
 mod kinds;
 mod notify;
+mod outcome;
 mod replication;
 mod schema;
 mod sweep;
@@ -178,16 +220,17 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::raw::FairWaiter;
 use lock_core::raw::{ttl_millis, validate_key, validate_ttl};
-use lock_core::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
-use lock_core::{Capabilities, Error, FencingToken, LockBackend, LockToken, Result};
+use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
+use lock_core::{Capabilities, Error, LockBackend, LockToken, Result};
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 
+pub use advisory::{AdvisoryBackend, AdvisoryBuilder, advisory_key, try_xact_lock, xact_lock};
 pub use builder::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_RESPONSE_TIMEOUT, MAX_POOL_SIZE, PostgresBuilder,
 };
 /// The deadpool-postgres crate the backend is built on (hand over a `Pool`).
-pub use config::{POSTGRES_PARAMS, PostgresConfig, PostgresConnector};
+pub use config::{POSTGRES_PARAMS, PostgresConfig, PostgresConnector, PostgresMode};
 pub use deadpool_postgres;
 pub use kinds::GONE_WINDOW;
 pub use replication::ReplicationMode;
@@ -198,6 +241,7 @@ pub use tokio_postgres;
 
 use conn::Op;
 use error::{BACKEND, bad_reply};
+use outcome::{acquire_outcome, outcome_code, release_outcome, renew_outcome};
 use schema::Statements;
 
 /// Longest key accepted, in bytes (a btree index entry must fit in a third
@@ -298,48 +342,6 @@ pub(crate) fn check_key(key: &str) -> Result<()> {
 pub(crate) fn ttl_param(ttl: Duration) -> Result<i64> {
     validate_ttl(ttl)?;
     i64::try_from(ttl_millis(ttl)).map_err(|_| Error::invalid("ttl out of range"))
-}
-
-/// The one small integer a release or renew statement answers.
-fn outcome_code(rows: &[Row], what: &str) -> Result<i32> {
-    rows.first()
-        .and_then(|r| r.try_get::<_, i32>(0).ok())
-        .ok_or_else(|| bad_reply(what))
-}
-
-fn release_outcome(code: i32) -> ReleaseOutcome {
-    match code {
-        0 => ReleaseOutcome::Released,
-        1 => ReleaseOutcome::HeldByOther,
-        _ => ReleaseOutcome::Missing,
-    }
-}
-
-fn renew_outcome(code: i32) -> RenewOutcome {
-    match code {
-        0 => RenewOutcome::Renewed,
-        1 => RenewOutcome::HeldByOther,
-        _ => RenewOutcome::Missing,
-    }
-}
-
-/// An acquire's reply: a fencing token when taken, else the holder's
-/// remaining TTL (no row when the holder's row went away meanwhile).
-fn acquire_outcome(rows: &[Row]) -> Result<AcquireOutcome> {
-    let Some(row) = rows.first() else {
-        return Ok(AcquireOutcome::Held { retry_after: None });
-    };
-    let fence: Option<i64> = row.try_get(0).map_err(|_| bad_reply("acquire"))?;
-    if let Some(fence) = fence {
-        let fence = u64::try_from(fence).map_err(|_| bad_reply("acquire"))?;
-        return Ok(AcquireOutcome::Acquired(
-            Lease::new().with_fencing_token(Some(FencingToken(fence))),
-        ));
-    }
-    let left: Option<i64> = row.try_get(1).map_err(|_| bad_reply("acquire"))?;
-    Ok(AcquireOutcome::Held {
-        retry_after: left.and_then(|ms| u64::try_from(ms).ok()).map(Duration::from_millis),
-    })
 }
 
 #[async_trait]

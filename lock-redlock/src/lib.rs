@@ -265,6 +265,9 @@ impl Redlock {
         let mut capabilities = Capabilities::new(NAME);
         capabilities.release_notifications = node_caps.iter().any(|c| c.release_notifications);
         capabilities.distinguishes_missing = node_caps.iter().all(|c| c.distinguishes_missing);
+        // A node whose locks live with its sessions keeps them past the
+        // quorum's validity: the quorum's locks do not all expire either.
+        capabilities.lease_expires = node_caps.iter().all(|c| c.lease_expires);
         capabilities.max_ttl = node_caps
             .iter()
             .map(|c| c.max_ttl)

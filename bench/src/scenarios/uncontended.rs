@@ -19,6 +19,12 @@ pub async fn uncontended(lab: &mut Lab, s: &Settings, problems: &mut Vec<String>
             add(&mut subjects, problems, backend.label(), subject);
         }
     }
+    // Not in `Lab::available`: scenario 1's row only (issue 44).
+    let backend = Backend::PostgresAdvisory;
+    if s.runs(backend.label()) {
+        let subject = verrou_subject(lab, backend, backend.label(), backend.kind(), LockOptions::default()).await;
+        add(&mut subjects, problems, backend.label(), subject);
+    }
     // Where the Lua backend's time goes: without the renewer task, and
     // without the manager at all.
     let label = "… redis-lua with Renewal::Manual";

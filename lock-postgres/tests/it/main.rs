@@ -5,6 +5,9 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
 
+mod advisory;
+mod advisory_conformance;
+mod advisory_xact;
 mod conformance;
 mod fair_head;
 mod faults;

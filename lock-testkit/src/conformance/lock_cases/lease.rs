@@ -25,6 +25,14 @@ pub async fn expiry_then_reacquire(s: &LockSuite) {
         g.is_lost(),
         "the local deadline passed, so the guard must say it is lost"
     );
+    if !lives_with_session(s, &b, &key).await {
+        // The lock lives with its session: held past its TTL, free once
+        // the lost guard is dropped (its release).
+        drop(g);
+        let g2 = b.lock(&key).await.expect("free once the guard is dropped");
+        assert_eq!(g2.release().await.expect("release"), ReleaseOutcome::Released);
+        return;
+    }
     let g2 = b
         .try_lock(&key)
         .await
@@ -42,6 +50,14 @@ pub async fn stale_holder_cannot_release_or_renew(s: &LockSuite) {
     let b = s.manager(s.manual().ttl(s.ttl * 4)).await;
     let stale = a.lock(&key).await.expect("lock 1");
     tokio::time::sleep(s.ttl * 2).await; // holder 1 "stalls" past its TTL
+    if !lives_with_session(s, &b, &key).await {
+        // Nothing expires: the stalled holder still holds the key, and
+        // its release frees it.
+        assert_eq!(stale.release().await.expect("release"), ReleaseOutcome::Released);
+        let fresh = b.lock(&key).await.expect("lock 2");
+        assert_eq!(fresh.release().await.expect("release"), ReleaseOutcome::Released);
+        return;
+    }
     let fresh = b.lock(&key).await.expect("lock 2");
     let err = stale.extend(s.ttl).await.expect_err("a stale holder must not renew");
     assert!(matches!(err, Error::NotHeld { .. }), "got {err:?}");
@@ -212,6 +228,12 @@ pub async fn lost_fires_when_key_is_taken(s: &LockSuite) {
     let a = s.manager(s.options().ttl(ttl).acquire_timeout(ttl)).await;
     let g = a.lock(&key).await.expect("lock");
     let thief = s.client().await;
+    if !thief.capabilities().lease_expires {
+        refuses_the_thief(s, &*thief, &key, g.token()).await;
+        assert!(!g.is_lost(), "the holder keeps its lock");
+        assert_eq!(g.release().await.expect("release"), ReleaseOutcome::Released);
+        return;
+    }
     assert_eq!(
         thief.release(&key, g.token()).await.expect("steal"),
         ReleaseOutcome::Released
@@ -328,6 +350,23 @@ pub async fn with_lock_cancels_body_on_loss(s: &LockSuite) {
     let ttl = s.ttl * 5;
     let a = s.manager(s.options().ttl(ttl).acquire_timeout(ttl)).await;
     let thief = s.client().await;
+    if !thief.capabilities().lease_expires {
+        // Nobody but the holder's session can end the lock: the body runs
+        // to its end.
+        let out = a
+            .with_lock(&key, |lease| {
+                let (thief, key) = (thief.clone(), key.clone());
+                async move {
+                    refuses_the_thief(s, &*thief, &key, lease.token()).await;
+                    assert!(!lease.is_lost(), "the holder keeps its lock");
+                    7
+                }
+            })
+            .await
+            .expect("with_lock");
+        assert_eq!(out, 7);
+        return;
+    }
     let finished = Arc::new(AtomicBool::new(false));
     let flag = finished.clone();
     let (started, body_started) = tokio::sync::oneshot::channel();
@@ -387,4 +426,40 @@ pub async fn with_lock_returns_body_output(s: &LockSuite) {
         .expect("try_lock")
         .expect("released after with_lock");
     drop(g);
+}
+
+/// For a backend whose lock lives with its session
+/// ([`Capabilities::lease_expires`](lock_core::Capabilities::lease_expires)
+/// false): `false`, after checking that `key`, whose guard's deadline
+/// passed unrenewed, is still held (`other` cannot take it). `true` (the
+/// caller checks expiry) for every other backend.
+async fn lives_with_session(s: &LockSuite, other: &LockManager, key: &str) -> bool {
+    if other.backend().capabilities().lease_expires {
+        return true;
+    }
+    let _ = s;
+    assert!(
+        other.try_lock(key).await.expect("try_lock").is_none(),
+        "a lock that lives with its session must not expire"
+    );
+    false
+}
+
+/// Another client presenting the holder's token can neither release nor
+/// renew a lock that lives with its session, and cannot take the key.
+async fn refuses_the_thief(s: &LockSuite, thief: &dyn lock_core::LockBackend, key: &str, holder: &LockToken) {
+    assert_eq!(
+        thief.release(key, holder).await.expect("steal"),
+        ReleaseOutcome::HeldByOther,
+        "only the holder's session can end its lock"
+    );
+    assert_eq!(
+        thief.renew(key, holder, s.ttl).await.expect("renew"),
+        RenewOutcome::HeldByOther
+    );
+    let theirs = LockToken::generate().expect("token");
+    assert!(matches!(
+        thief.try_acquire(key, &theirs, s.ttl).await.expect("acquire"),
+        AcquireOutcome::Held { .. }
+    ));
 }

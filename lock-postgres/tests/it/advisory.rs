@@ -1,0 +1,404 @@
+//! The advisory mode's own behaviour on real servers: one session per held
+//! lock, the loss signal when the session ends (terminated, its connection
+//! cut, the server restarted), a cancelled acquire leaving nothing held,
+//! the URL's checks and the refusal of a transaction pooler.
+#![allow(clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::time::Duration;
+
+use lock_core::raw::{BackendConfig, Connector, SchemeTable};
+use lock_core::{AcquireOutcome, Error, LockBackend, LockManager, LockOptions, LockToken, LossReason};
+use lock_core::{ReleaseOutcome, RenewOutcome};
+use lock_postgres::{AdvisoryBackend, PostgresBackend, PostgresConfig, PostgresConnector, PostgresMode};
+use lock_testkit::server::{PgBouncer, PostgresServer, TcpProxy};
+use tokio::time::Instant;
+
+const TTL: Duration = Duration::from_millis(600);
+/// Liveness bound of the waits below (never a timing assertion).
+const BOUND: Duration = Duration::from_secs(20);
+
+async fn advisory(url: &str) -> AdvisoryBackend {
+    AdvisoryBackend::builder(url)
+        .expect("url")
+        .response_timeout(Duration::from_millis(800))
+        .build()
+        .await
+        .expect("connect")
+}
+
+fn url_via(proxy: &TcpProxy) -> String {
+    format!("postgres://verrou@127.0.0.1:{}/postgres", proxy.port())
+}
+
+/// A direct client of the server, its connection driven in the background.
+async fn direct(url: &str) -> lock_postgres::tokio_postgres::Client {
+    let (client, connection) = lock_postgres::tokio_postgres::connect(url, lock_postgres::tokio_postgres::NoTls)
+        .await
+        .expect("direct connection");
+    tokio::spawn(connection);
+    client
+}
+
+/// The server process holding `key`'s advisory lock, if a session does.
+async fn holder_pid(client: &lock_postgres::tokio_postgres::Client, key: &str) -> Option<i32> {
+    let id = lock_postgres::advisory_key(key);
+    client
+        .query_opt(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 \
+             AND classid = (($1::int8 >> 32) & 4294967295)::oid AND objid = ($1::int8 & 4294967295)::oid",
+            &[&id],
+        )
+        .await
+        .expect("pg_locks")
+        .map(|row| row.get(0))
+}
+
+/// Waits (bounded) until another client can take `key`.
+async fn taken_by_another(url: &str, key: &str) {
+    let other = LockManager::new(advisory(url).await).expect("manager");
+    let give_up = Instant::now() + BOUND;
+    loop {
+        if let Some(g) = other.try_lock(key).await.expect("try_lock") {
+            assert_eq!(g.release().await.expect("release"), ReleaseOutcome::Released);
+            return;
+        }
+        assert!(Instant::now() < give_up, "{key} was never freed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Advisory locks are re-entrant per session: two guards of one manager
+/// (one backend, one pool) on one key still exclude each other, because
+/// each held lock keeps a session of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_guards_of_one_process_on_one_key_exclude_each_other() {
+    let server = PostgresServer::start().await.expect("start postgres");
+    let backend = advisory(&server.url()).await;
+    let locks =
+        LockManager::with_options(backend.clone(), LockOptions::with_ttl(TTL).acquire_timeout(TTL)).expect("manager");
+    let first = locks.lock("reentrant").await.expect("lock");
+    assert!(locks.try_lock("reentrant").await.expect("try_lock").is_none());
+    let err = locks
+        .lock("reentrant")
+        .await
+        .expect_err("a second guard must wait, then time out");
+    assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    // The raw backend too, with another token: refused.
+    let token = LockToken::generate().expect("token");
+    assert!(matches!(
+        backend.try_acquire("reentrant", &token, TTL).await.expect("try"),
+        AcquireOutcome::Held { .. }
+    ));
+    assert_eq!(backend.held_locks(), 1);
+    assert_eq!(first.release().await.expect("release"), ReleaseOutcome::Released);
+    assert_eq!(backend.held_locks(), 0);
+    let second = locks.lock("reentrant").await.expect("free once released");
+    assert_eq!(second.release().await.expect("release"), ReleaseOutcome::Released);
+}
+
+/// The server terminates the holder's session (`pg_terminate_backend`):
+/// the lock ends at once (another client takes it), and the holder learns
+/// at its next liveness check: `lost()` fires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminated_backend_fires_the_loss_signal() {
+    let server = PostgresServer::start().await.expect("start postgres");
+    let locks = LockManager::with_options(advisory(&server.url()).await, LockOptions::with_ttl(TTL)).expect("manager");
+    let guard = locks.lock("terminated").await.expect("lock");
+    let admin = direct(&server.url()).await;
+    let pid = holder_pid(&admin, "terminated")
+        .await
+        .expect("a session holds the lock");
+    let ended: bool = admin
+        .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+        .await
+        .expect("terminate")
+        .get(0);
+    assert!(ended);
+    let reason = tokio::time::timeout(BOUND, guard.lost())
+        .await
+        .expect("lost() must fire");
+    assert_eq!(reason, LossReason::NotOwner);
+    assert_eq!(guard.release().await.expect("release"), ReleaseOutcome::Missing);
+    taken_by_another(&server.url(), "terminated").await;
+}
+
+/// The holder's connection fails (the network between them is reset): the
+/// liveness check fails, `lost()` fires, and the server ends the session,
+/// so the key is free for another client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_connection_fires_the_loss_signal() {
+    let server = PostgresServer::start().await.expect("start postgres");
+    let proxy = TcpProxy::start(server.addr()).await.expect("proxy");
+    let locks =
+        LockManager::with_options(advisory(&url_via(&proxy)).await, LockOptions::with_ttl(TTL)).expect("manager");
+    let guard = locks.lock("cut").await.expect("lock");
+    proxy.cut_all();
+    let reason = tokio::time::timeout(BOUND, guard.lost())
+        .await
+        .expect("lost() must fire");
+    assert_eq!(reason, LossReason::NotOwner);
+    taken_by_another(&server.url(), "cut").await;
+}
+
+/// A server restart ends every session and its locks: the holder's
+/// `lost()` fires, and after the restart the key is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_restart_fires_the_loss_signal() {
+    let server = PostgresServer::start().await.expect("start postgres");
+    let locks = LockManager::with_options(advisory(&server.url()).await, LockOptions::with_ttl(TTL)).expect("manager");
+    let guard = locks.lock("restart").await.expect("lock");
+    server.kill().expect("kill");
+    server.restart().await.expect("restart");
+    let reason = tokio::time::timeout(BOUND, guard.lost())
+        .await
+        .expect("lost() must fire");
+    assert!(
+        matches!(reason, LossReason::NotOwner | LossReason::DeadlinePassed),
+        "{reason:?}"
+    );
+    drop(guard);
+    taken_by_another(&server.url(), "restart").await;
+}
+
+/// An acquire cancelled after the server granted it (its reply held back by
+/// the proxy's latency) leaves nothing held: its session is closed, never
+/// pooled, so the key is freed and no pooled session holds a lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_acquire_leaves_nothing_held() {
+    let server = PostgresServer::start().await.expect("start postgres");
+    let proxy = TcpProxy::start(server.addr()).await.expect("proxy");
+    let backend = AdvisoryBackend::builder(&url_via(&proxy))
+        .expect("url")
+        .pool_size(2)
+        .response_timeout(Duration::from_secs(10))
+        .build()
+        .await
+        .expect("connect");
+    let admin = direct(&server.url()).await;
+    let token = LockToken::generate().expect("token");
+    proxy.set_latency(Duration::from_millis(300));
+    let give_up = Instant::now() + BOUND;
+    tokio::select! {
+        r = backend.try_acquire("cancelled", &token, TTL) => panic!("the delayed grant answered: {r:?}"),
+        () = async {
+            while holder_pid(&admin, "cancelled").await.is_none() {
+                assert!(Instant::now() < give_up, "the grant never reached the server");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        } => {}
+    }
+    proxy.set_latency(Duration::ZERO);
+    assert_eq!(backend.held_locks(), 0, "a cancelled grant is not recorded");
+    let give_up = Instant::now() + BOUND;
+    while holder_pid(&admin, "cancelled").await.is_some() {
+        assert!(
+            Instant::now() < give_up,
+            "the cancelled grant's session still holds the key"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Every session the pool hands out holds no advisory lock.
+    let pool = backend.pool();
+    let mut sessions = Vec::new();
+    for _ in 0..pool.status().max_size {
+        let client = tokio::time::timeout(BOUND, pool.get())
+            .await
+            .expect("in time")
+            .expect("pooled");
+        let held: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()",
+                &[],
+            )
+            .await
+            .expect("pg_locks")
+            .get(0);
+        assert_eq!(held, 0, "a pooled session holds an advisory lock");
+        sessions.push(client);
+    }
+    drop(sessions);
+    // And the manager's clean-up release of the token finds nothing.
+    assert_eq!(
+        backend.release("cancelled", &token).await.expect("release"),
+        ReleaseOutcome::Missing
+    );
+}
+
+/// Another client's token is answered from pg_locks: `HeldByOther` while a
+/// session holds the key, `Missing` when none does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_token_is_answered_from_pg_locks() {
+    let server = PostgresServer::start().await.expect("start postgres");
+    let (a, b) = (advisory(&server.url()).await, advisory(&server.url()).await);
+    let (mine, theirs) = (
+        LockToken::generate().expect("token"),
+        LockToken::generate().expect("token"),
+    );
+    assert!(matches!(
+        a.try_acquire("foreign", &mine, TTL).await.expect("acquire"),
+        AcquireOutcome::Acquired(_)
+    ));
+    assert_eq!(
+        b.renew("foreign", &mine, TTL).await.expect("renew"),
+        RenewOutcome::HeldByOther
+    );
+    assert_eq!(
+        b.release("foreign", &mine).await.expect("release"),
+        ReleaseOutcome::HeldByOther
+    );
+    assert_eq!(
+        a.release("foreign", &mine).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    assert_eq!(
+        b.release("foreign", &theirs).await.expect("release"),
+        ReleaseOutcome::Missing
+    );
+    assert_eq!(
+        b.renew("foreign", &theirs, TTL).await.expect("renew"),
+        RenewOutcome::Missing
+    );
+}
+
+/// Fencing tokens (opt-in) grow across holders and across a crash of the
+/// server (the sequence's value is flushed before a grant is confirmed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_grow_across_a_crash() {
+    let server = PostgresServer::builder()
+        .setting("synchronous_commit", "off")
+        .start()
+        .await
+        .expect("start postgres");
+    let url = format!("{}?mode=advisory&fencing=true", server.url());
+    let backend = advisory(&url).await;
+    assert!(backend.capabilities().fencing_tokens);
+    let mut last = 0;
+    for _ in 0..3 {
+        let token = LockToken::generate().expect("token");
+        let AcquireOutcome::Acquired(lease) = backend.try_acquire("fenced", &token, TTL).await.expect("acquire") else {
+            panic!("free key");
+        };
+        let fence = lease.fencing_token.expect("fencing on").0;
+        assert!(fence > last, "{fence} after {last}");
+        last = fence;
+        assert_eq!(
+            backend.release("fenced", &token).await.expect("release"),
+            ReleaseOutcome::Released
+        );
+    }
+    server.kill().expect("kill");
+    server.restart().await.expect("restart");
+    let after = advisory(&url).await;
+    let token = LockToken::generate().expect("token");
+    let AcquireOutcome::Acquired(lease) = after.try_acquire("fenced", &token, TTL).await.expect("acquire") else {
+        panic!("free after the restart");
+    };
+    let fence = lease.fencing_token.expect("fencing on").0;
+    assert!(
+        fence > last,
+        "a fencing token went backwards after a crash: {fence} after {last}"
+    );
+    // Without fencing, none is claimed or issued.
+    let plain = advisory(&server.url()).await;
+    assert!(!plain.capabilities().fencing_tokens);
+    assert!(!plain.capabilities().lease_expires);
+}
+
+/// `mode=advisory` on the URL contract: the connector builds the advisory
+/// backend (locks only); lease-only parameters and unknown modes are typed
+/// errors; the lease backend's own builder refuses the mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_url_selects_and_checks_the_mode() {
+    let config = PostgresConfig::from_url("postgres://app@db/app?mode=advisory&fencing=true").expect("parse");
+    assert_eq!((config.mode, config.fencing), (PostgresMode::Advisory, Some(true)));
+    let default = PostgresConfig::from_url("postgres://app@db/app").expect("parse");
+    assert_eq!(default.mode, PostgresMode::Lease);
+    for (url, says) in [
+        (
+            "postgres://app@db/app?mode=advisory&release_notifications=true",
+            "release_notifications",
+        ),
+        (
+            "postgres://app@db/app?listen_url=postgres%3A%2F%2Fapp%40db%2Fapp&mode=advisory",
+            "listen_url",
+        ),
+        ("postgres://app@db/app?mode=rows", "mode must be"),
+        ("postgres://app@db/app?fencing=false", "fencing=false"),
+        ("postgres://app@db/app?mode=advisory&fencing=maybe", "fencing"),
+    ] {
+        match PostgresConfig::from_url(url) {
+            Err(Error::InvalidArgument(m)) => assert!(m.contains(says), "{url}: {m}"),
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+    let refused = PostgresBackend::builder("postgres://app@db/app?mode=advisory").map(drop);
+    assert!(
+        matches!(refused, Err(Error::InvalidArgument(ref m)) if m.contains("AdvisoryBackend")),
+        "{refused:?}"
+    );
+
+    let server = PostgresServer::start().await.expect("start postgres");
+    let table = SchemeTable::new("test", Vec::new());
+    let url = format!("{}?mode=advisory", server.url());
+    PostgresConnector.check(&url, &table).expect("check");
+    let connected = PostgresConnector.connect(&url, &table).await.expect("connect");
+    assert_eq!(connected.locks.capabilities().name, "postgres-advisory");
+    assert!(connected.store.is_none() && connected.semaphores.is_none());
+    let lease = PostgresConnector.connect(&server.url(), &table).await.expect("connect");
+    assert_eq!(lease.locks.capabilities().name, "postgres");
+}
+
+/// Through PgBouncer in transaction mode two clients share server
+/// sessions, where advisory locks are re-entrant: the build refuses it with
+/// `Unsupported`, naming the pooler.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_pooler_is_refused() {
+    let server = PostgresServer::start().await.expect("start postgres");
+    let bouncer = PgBouncer::start(&server).await.expect("start pgbouncer");
+    let url = format!("{}?mode=advisory", bouncer.url());
+    match AdvisoryBackend::connect(&url).await {
+        Err(Error::Unsupported { what, .. }) => assert!(what.contains("PgBouncer"), "{what}"),
+        other => panic!("through transaction pooling: {other:?}"),
+    }
+    // A direct connection passes the same check.
+    advisory(&server.url()).await;
+}
+
+/// Each held lock keeps one pooled connection: with a pool of one, a second
+/// key cannot be tried while the first is held (a typed backend error that
+/// names `pool_size`), and can once it is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pool_bounds_the_locks_held_at_once() {
+    let server = PostgresServer::start().await.expect("start postgres");
+    let backend = AdvisoryBackend::builder(&server.url())
+        .expect("url")
+        .pool_size(1)
+        .response_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .expect("connect");
+    let (a, b) = (
+        LockToken::generate().expect("token"),
+        LockToken::generate().expect("token"),
+    );
+    assert!(matches!(
+        backend.try_acquire("bound-a", &a, TTL).await.expect("acquire"),
+        AcquireOutcome::Acquired(_)
+    ));
+    match backend.try_acquire("bound-b", &b, TTL).await {
+        Err(e @ Error::Backend { .. }) => assert!(e.to_string().contains("pool_size"), "{e}"),
+        other => panic!("every connection holds a lock: {other:?}"),
+    }
+    assert_eq!(
+        backend.release("bound-a", &a).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    assert!(matches!(
+        backend.try_acquire("bound-b", &b, TTL).await.expect("acquire"),
+        AcquireOutcome::Acquired(_)
+    ));
+    assert_eq!(
+        backend.release("bound-b", &b).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+}
