@@ -139,6 +139,11 @@ pub enum Fault {
     /// believes it is the primary until the sentinels demote it (the
     /// split-brain window). With `ReplicaAck` (WAIT 1).
     SentinelPausedAck,
+    /// Redis Sentinel: one of the three sentinels SIGKILLed, then (a
+    /// second later) the primary; the two sentinels left (quorum 2, a
+    /// majority of the three) still promote a replica. With `ReplicaAck`
+    /// (WAIT 1).
+    SentinelDownAck,
 }
 
 impl Fault {
@@ -176,6 +181,7 @@ impl Fault {
             Fault::SentinelKilled => "sentinel-primary-killed".into(),
             Fault::SentinelKilledAck => "sentinel-primary-killed-replica-ack".into(),
             Fault::SentinelPausedAck => "sentinel-primary-paused-replica-ack".into(),
+            Fault::SentinelDownAck => "sentinel-one-sentinel-and-primary-killed-replica-ack".into(),
         }
     }
 
@@ -256,6 +262,10 @@ impl fmt::Display for Fault {
             Fault::SentinelPausedAck => write!(
                 f,
                 "primary paused until the sentinels promoted a replica, then 3×TTL more; resumed, it is demoted; ReplicaAck(1)"
+            ),
+            Fault::SentinelDownAck => write!(
+                f,
+                "one sentinel killed (SIGKILL), then the primary; the two sentinels left promoted a replica; ReplicaAck(1)"
             ),
         }
     }

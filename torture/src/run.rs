@@ -837,6 +837,7 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
             | Fault::ClusterMasterPausedAck
             | Fault::SentinelKilledAck
             | Fault::SentinelPausedAck
+            | Fault::SentinelDownAck
     )
     .then(|| ReplicaAck::new(1, p.ttl / 2));
     let options = LockOptions::with_ttl(p.ttl)
