@@ -39,10 +39,31 @@ pub fn rows() -> Vec<Scenario> {
         claim,
         why,
     };
+    let split = |backend, fault, claim, why| Scenario {
+        topology: Topology::NetSentinel,
+        ..row(backend, fault, claim, why)
+    };
     [Backend::Lua, Backend::Tair]
         .into_iter()
         .flat_map(|b| {
             [
+                split(b, Fault::SentinelSplitAck, Claim::Safe, ""),
+                split(
+                    b,
+                    Fault::SentinelSplit,
+                    Claim::Unsafe,
+                    "split brain: Sentinel tells nobody on the minority side, so the partitioned old primary keeps \
+                     acknowledging the minority client's writes (grants, renewals, increments) until the heal, when \
+                     the sentinels demote it and it resyncs from the new primary, dropping them",
+                ),
+                split(
+                    b,
+                    Fault::SentinelSplitMinReplicas,
+                    Claim::Unsafe,
+                    "split brain with min-replicas-to-write 1: the old primary refuses writes once no replica has \
+                     acknowledged it for min-replicas-max-lag (1 s, replicas acknowledge every second), so only \
+                     what it acknowledged in the partition's first seconds is lost",
+                ),
                 row(b, Fault::SentinelKilledAck, Claim::Safe, ""),
                 row(b, Fault::SentinelPausedAck, Claim::Safe, ""),
                 row(b, Fault::SentinelDownAck, Claim::Safe, ""),
@@ -388,8 +409,14 @@ static NOTES: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 /// Records the note of a row that ran.
 pub(crate) fn record(sc: &Scenario, env: &SentinelEnv, s: &Snapshot) {
+    record_note(sc, env.note(s));
+}
+
+/// Records `note` for a row that ran (the split-brain rows' come from
+/// `crate::sentinel_split`).
+pub(crate) fn record_note(sc: &Scenario, note: String) {
     let row = format!("{} · {} · {}", sc.backend.label(), sc.topology.label(), sc.fault);
-    lock(&NOTES).push(format!("{row}: {}", env.note(s)));
+    lock(&NOTES).push(format!("{row}: {note}"));
 }
 
 /// The Sentinel rows' notes as a SAFETY.md section (empty when none ran).
@@ -534,15 +561,24 @@ mod tests {
     #[test]
     fn every_row_is_a_sentinel_row_on_both_redis_family_backends() {
         let rows = rows();
-        assert_eq!(rows.len(), 8);
+        assert_eq!(rows.len(), 14);
+        // The loopback group's rows, and the split-brain rows on namespace hosts.
+        assert!(rows.iter().all(|r| {
+            (r.topology == Topology::Sentinel && handles(r.fault))
+                || (r.topology == Topology::NetSentinel && crate::sentinel_split::handles(r.fault))
+        }));
+        assert_eq!(rows.iter().filter(|r| r.topology == Topology::NetSentinel).count(), 6);
+        let unsafe_faults = [
+            Fault::SentinelKilled,
+            Fault::SentinelSplit,
+            Fault::SentinelSplitMinReplicas,
+        ];
         assert!(
             rows.iter()
-                .all(|r| r.topology == Topology::Sentinel && handles(r.fault))
+                .all(|r| (r.claim == Claim::Unsafe) == unsafe_faults.contains(&r.fault))
         );
-        assert!(
-            rows.iter()
-                .all(|r| (r.claim == Claim::Unsafe) == (r.fault == Fault::SentinelKilled))
-        );
+        // Every topology label starts with "Sentinel": the matrix's own line.
+        assert!(rows.iter().all(|r| r.topology.label().starts_with("Sentinel")));
         // `--only sentinel` picks them by their slugs.
         assert!(rows.iter().all(|r| r.fault.slug().contains("sentinel")));
     }
