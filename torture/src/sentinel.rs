@@ -432,7 +432,9 @@ pub fn markdown() -> String {
          (`tair+sentinel://`) URL naming the three sentinels and finds the primary through them, again after a \
          dropped connection or a `READONLY` reply. The row subscribes to every sentinel's events and keeps them on \
          the run's clock; times are from the fault. Each row's failover (the first grant is the first critical \
-         section that started after the first `+switch-master`):\n\n",
+         section that started after the first `+switch-master`). The rows on *6 hosts (netns)* run on \
+         `NetSentinelGroup` (the same settings, every process on its own network-namespace host) and give the \
+         partition's timeline instead, with what the old primary did meanwhile (counted on its own host):\n\n",
     );
     for n in notes.iter() {
         let _ = writeln!(md, "- {n}");

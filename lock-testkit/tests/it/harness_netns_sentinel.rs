@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use lock_testkit::server::{NetRedisServer, NetSentinelGroup, Network};
+use lock_testkit::server::{NetRedisServer, NetSentinelGroup, Network, RespClient};
 
 const SHORT: Duration = Duration::from_millis(500);
 const CONVERGE: Duration = Duration::from_secs(30);
@@ -39,13 +39,19 @@ async fn a_partitioned_sentinel_primary_is_replaced_then_demoted_and_its_minorit
 
     net.partition(&[old.host(), &client]).expect("partition");
     // Nobody tells the minority primary: it takes the write; no replica
-    // follows it any more, so WAIT 1 acknowledges nothing.
-    let w = client
-        .cmd(old.addr(), &["SET", "k", "minority"], SHORT)
+    // follows it any more, so WAIT 1 (on the writing connection: WAIT
+    // waits for that connection's own writes) acknowledges nothing.
+    let addr = old.addr();
+    let (w, acked) = client
+        .run(move || async move {
+            let mut c = RespClient::connect_timeout(addr, SHORT).await.expect("connect");
+            let w = c.cmd(&["SET", "k", "minority"]).await.expect("minority write");
+            let acked = c.cmd(&["WAIT", "1", "300"]).await.expect("wait");
+            (w, acked)
+        })
         .await
-        .expect("minority write");
+        .expect("on the client's host");
     assert!(w.is_ok(), "the minority primary acknowledged the write: {w:?}");
-    let acked = old.cmd(&["WAIT", "1", "300"]).await.expect("wait");
     assert_eq!(acked.as_int(), Some(0), "no replica acknowledges the minority write");
     let new = group.wait_for_failover(old, CONVERGE).await.expect("failover");
     assert_ne!(new.addr(), old.addr());
