@@ -32,6 +32,7 @@ mod record;
 mod report;
 mod run;
 mod sentinel;
+mod sentinel_split;
 mod soak;
 mod switch;
 

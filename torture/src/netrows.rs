@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use lock_core::ReplicaAck;
 use lock_redis_lua::RedisLuaBuilder;
-use lock_testkit::server::{NetCluster, NetHost, NetNatsServer, NetRedisServer, Network};
+use lock_testkit::server::{NetCluster, NetHost, NetNatsServer, NetRedisServer, NetSentinelGroup, Network};
 use tokio::time::Instant;
 
 use crate::BoxResult;
@@ -156,6 +156,13 @@ pub(crate) fn recovery_violations(s: &Snapshot, p: &Params) -> Vec<String> {
 }
 
 impl NetEnv {
+    /// A Sentinel split-brain row's timeline (none for the other rows, or
+    /// when the fault was not injected).
+    pub(crate) fn sentinel_note(&self, s: &Snapshot) -> Option<String> {
+        let split = self.split.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        split.as_ref().map(|m| crate::sentinel_split::note(m, s))
+    }
+
     /// The index of the master holding the counter (`verrou-torture:*:counter`),
     /// else one holding a lock key, else 0.
     async fn counter_master(&self, cluster: &NetCluster) -> usize {
@@ -218,6 +225,10 @@ pub(crate) struct NetEnv {
     // Dropped first: the servers, then the hosts and the network.
     servers: Vec<NetRedisServer>,
     cluster: Option<NetCluster>,
+    /// The Sentinel split-brain rows' group (`crate::sentinel_split`), and
+    /// what their injection saw.
+    sentinel: Option<NetSentinelGroup>,
+    split: std::sync::Mutex<Option<crate::sentinel_split::SplitMarks>>,
     /// The NATS row's server (then `servers` is empty).
     nats: Option<NetNatsServer>,
     /// The other client on client 0's host.
@@ -234,7 +245,7 @@ impl NetEnv {
         let n = match sc.topology {
             _ if sc.backend == Backend::Nats => 0,
             Topology::NetFive => 5,
-            Topology::NetCluster => 0,
+            Topology::NetCluster | Topology::NetSentinel => 0,
             _ => 1,
         };
         let mut builder = NetRedisServer::builder();
@@ -247,7 +258,17 @@ impl NetEnv {
             servers.push(builder.start(&host).await?);
         }
         let cluster = if sc.topology == Topology::NetCluster {
-            Some(NetCluster::start(&net, 3, NODE_TIMEOUT, builder).await?)
+            Some(NetCluster::start(&net, 3, NODE_TIMEOUT, builder.clone()).await?)
+        } else {
+            None
+        };
+        let sentinel = if sc.topology == Topology::NetSentinel {
+            let builder = if sc.fault == Fault::SentinelSplitMinReplicas {
+                builder.args(crate::sentinel_split::MIN_REPLICAS_ARGS)
+            } else {
+                builder
+            };
+            Some(NetSentinelGroup::start(&net, builder).await?)
         } else {
             None
         };
@@ -262,6 +283,8 @@ impl NetEnv {
             backend: sc.backend,
             servers,
             cluster,
+            sentinel,
+            split: std::sync::Mutex::new(None),
             nats,
             last: clients.saturating_sub(1),
             client0,
@@ -288,6 +311,12 @@ impl NetEnv {
         } else {
             self.others.clone()
         };
+        // Through the sentinels: their URL (`tair+sentinel://` for tair).
+        let first = match &self.sentinel {
+            Some(g) if self.backend == Backend::Tair => g.url("tair+sentinel"),
+            Some(g) => g.url("redis+sentinel"),
+            None => self.servers.first().map(NetRedisServer::url).unwrap_or_default(),
+        };
         let inner = match self.backend {
             Backend::Redlock => Spec::Redlock {
                 urls: self.servers.iter().map(NetRedisServer::url).collect(),
@@ -299,14 +328,8 @@ impl NetEnv {
                 ),
             },
             // On a cluster the URL is made from the seeds (`boxed_net`).
-            Backend::Tair => Spec::Tair {
-                url: self.servers.first().map(NetRedisServer::url).unwrap_or_default(),
-                ack,
-            },
-            _ => Spec::Lua {
-                url: self.servers.first().map(NetRedisServer::url).unwrap_or_default(),
-                ack,
-            },
+            Backend::Tair => Spec::Tair { url: first, ack },
+            _ => Spec::Lua { url: first, ack },
         };
         let cluster = self.cluster.as_ref().map(NetCluster::urls);
         Spec::Net(Box::new(NetSpec { host, inner, cluster }))
@@ -351,6 +374,15 @@ impl NetEnv {
                 // replica); bounded, a failure is an error of the row.
                 cluster.wait_until_ok(CONVERGE).await?;
                 wait_for_recovery(p, log, healed).await;
+                return Ok(());
+            }
+            f if crate::sentinel_split::handles(f) => {
+                let group = self
+                    .sentinel
+                    .as_ref()
+                    .ok_or("a Sentinel split-brain row needs the group")?;
+                let marks = crate::sentinel_split::inject(&self.net, group, &self.client0, p, log).await?;
+                *self.split.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(marks);
                 return Ok(());
             }
             Fault::ClusterMasterPausedAck => {

@@ -139,6 +139,22 @@ pub enum Fault {
     /// believes it is the primary until the sentinels demote it (the
     /// split-brain window). With `ReplicaAck` (WAIT 1).
     SentinelPausedAck,
+    /// Redis Sentinel: one of the three sentinels SIGKILLed, then (a
+    /// second later) the primary; the two sentinels left (quorum 2, a
+    /// majority of the three) still promote a replica. With `ReplicaAck`
+    /// (WAIT 1).
+    SentinelDownAck,
+    /// Redis Sentinel on namespace hosts: the primary and client 0 (with
+    /// the last counter client) partitioned from the replicas, the
+    /// sentinels and the other clients until the sentinels have promoted a
+    /// replica, then 3 × TTL more; healed, the sentinels demote the old
+    /// primary (`crate::sentinel_split`). Without `ReplicaAck`.
+    SentinelSplit,
+    /// The same with `ReplicaAck` (WAIT 1).
+    SentinelSplitAck,
+    /// The same without `ReplicaAck`, the data nodes run with
+    /// `min-replicas-to-write 1` and `min-replicas-max-lag 1`.
+    SentinelSplitMinReplicas,
 }
 
 impl Fault {
@@ -176,6 +192,10 @@ impl Fault {
             Fault::SentinelKilled => "sentinel-primary-killed".into(),
             Fault::SentinelKilledAck => "sentinel-primary-killed-replica-ack".into(),
             Fault::SentinelPausedAck => "sentinel-primary-paused-replica-ack".into(),
+            Fault::SentinelDownAck => "sentinel-one-sentinel-and-primary-killed-replica-ack".into(),
+            Fault::SentinelSplit => "netns-sentinel-split-brain".into(),
+            Fault::SentinelSplitAck => "netns-sentinel-split-brain-replica-ack".into(),
+            Fault::SentinelSplitMinReplicas => "netns-sentinel-split-brain-min-replicas-to-write".into(),
         }
     }
 
@@ -184,6 +204,10 @@ impl Fault {
         !matches!(self, Fault::None | Fault::NoLock)
     }
 }
+
+/// The Sentinel split-brain rows' fault, before their setting.
+const SPLIT: &str = "primary and one client partitioned from the rest until the sentinels promoted a replica, then \
+                     3×TTL more; healed, the old primary is demoted";
 
 impl fmt::Display for Fault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -257,6 +281,16 @@ impl fmt::Display for Fault {
                 f,
                 "primary paused until the sentinels promoted a replica, then 3×TTL more; resumed, it is demoted; ReplicaAck(1)"
             ),
+            Fault::SentinelDownAck => write!(
+                f,
+                "one sentinel killed (SIGKILL), then the primary; the two sentinels left promoted a replica; ReplicaAck(1)"
+            ),
+            Fault::SentinelSplit => write!(f, "{SPLIT}"),
+            Fault::SentinelSplitAck => write!(f, "{SPLIT}; ReplicaAck(1)"),
+            Fault::SentinelSplitMinReplicas => write!(
+                f,
+                "{SPLIT}; min-replicas-to-write 1, min-replicas-max-lag 1 on the data nodes"
+            ),
         }
     }
 }
@@ -319,6 +353,8 @@ pub enum Topology {
     /// Redis Sentinel: a primary, 2 replicas and 3 sentinels (quorum 2);
     /// clients find the primary through the sentinels.
     Sentinel,
+    /// The same, every process on its own host (network namespaces).
+    NetSentinel,
     /// One PostgreSQL server behind PgBouncer in transaction mode.
     PgBouncer,
     /// One PostgreSQL server with `synchronous_commit = off` (and a WAL
@@ -344,6 +380,7 @@ impl Topology {
             Topology::NetFive => "5 servers on 5 hosts (netns)",
             Topology::NetCluster => "cluster, 3 masters + 1 replica each, 6 hosts (netns)",
             Topology::Sentinel => "Sentinel: primary + 2 replicas, 3 sentinels",
+            Topology::NetSentinel => "Sentinel: primary + 2 replicas, 3 sentinels, 6 hosts (netns)",
             Topology::PgBouncer => "1 server behind PgBouncer (transaction mode)",
             Topology::PgAsyncCommit => "1 server, synchronous_commit = off",
             Topology::PgRepeatableRead => "1 server, default isolation REPEATABLE READ",

@@ -373,7 +373,7 @@ pub(crate) async fn setup(sc: &Scenario, clients: usize, ext: Option<&External>)
         Topology::PgAsyncCommit | Topology::PgRepeatableRead => {
             return Err(format!("{} is a PostgreSQL topology", sc.topology.label()).into());
         }
-        Topology::NetSingle | Topology::NetFive | Topology::NetCluster => {
+        Topology::NetSingle | Topology::NetFive | Topology::NetCluster | Topology::NetSentinel => {
             Env::Net(Box::new(crate::netrows::NetEnv::setup(sc, clients).await?))
         }
         Topology::Five => Env::Five(Instances::start(5, RedisServer::builder()).await?),
@@ -698,7 +698,10 @@ pub(crate) async fn inject(
             | Fault::RedlockPartition(_)
             | Fault::ClusterSplit
             | Fault::ClusterSplitAck
-            | Fault::ClusterMasterPausedAck,
+            | Fault::ClusterMasterPausedAck
+            | Fault::SentinelSplit
+            | Fault::SentinelSplitAck
+            | Fault::SentinelSplitMinReplicas,
             Env::Net(n),
         ) => {
             return n.inject(sc, p, log).await;
@@ -837,6 +840,8 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
             | Fault::ClusterMasterPausedAck
             | Fault::SentinelKilledAck
             | Fault::SentinelPausedAck
+            | Fault::SentinelDownAck
+            | Fault::SentinelSplitAck
     )
     .then(|| ReplicaAck::new(1, p.ttl / 2));
     let options = LockOptions::with_ttl(p.ttl)
@@ -952,6 +957,11 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
     }
     if let Env::Sentinel(s) = &env {
         crate::sentinel::record(&sc, s, &snapshot);
+    }
+    if let Env::Net(n) = &env
+        && let Some(note) = n.sentinel_note(&snapshot)
+    {
+        crate::sentinel::record_note(&sc, note);
     }
     if let Fault::NodesDownAtStart(_) = sc.fault {
         // The point of the row: clients start and take locks while nodes are down.

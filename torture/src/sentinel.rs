@@ -5,7 +5,9 @@
 //! through the sentinels by itself, as an application would. The faults
 //! hit the primary: killed (SIGKILL), or paused (SIGSTOP) until the
 //! sentinels have promoted a replica and resumed 3 × TTL later, when it
-//! still believes it is the primary until the sentinels demote it.
+//! still believes it is the primary until the sentinels demote it. And a
+//! sentinel down: one of the three SIGKILLed a second before the primary,
+//! the two left (quorum 2) fail it over.
 //!
 //! Each row subscribes to every sentinel's events (`PSUBSCRIBE *`) and
 //! keeps them on the run's clock, so that SAFETY.md's *Sentinel failovers*
@@ -37,12 +39,34 @@ pub fn rows() -> Vec<Scenario> {
         claim,
         why,
     };
+    let split = |backend, fault, claim, why| Scenario {
+        topology: Topology::NetSentinel,
+        ..row(backend, fault, claim, why)
+    };
     [Backend::Lua, Backend::Tair]
         .into_iter()
         .flat_map(|b| {
             [
+                split(b, Fault::SentinelSplitAck, Claim::Safe, ""),
+                split(
+                    b,
+                    Fault::SentinelSplit,
+                    Claim::Unsafe,
+                    "split brain: Sentinel tells nobody on the minority side, so the partitioned old primary keeps \
+                     acknowledging the minority client's writes (grants, renewals, increments) until the heal, when \
+                     the sentinels demote it and it resyncs from the new primary, dropping them",
+                ),
+                split(
+                    b,
+                    Fault::SentinelSplitMinReplicas,
+                    Claim::Unsafe,
+                    "split brain with min-replicas-to-write 1: the old primary refuses writes once no replica has \
+                     acknowledged it for min-replicas-max-lag (1 s, replicas acknowledge every second), so only \
+                     what it acknowledged in the partition's first seconds is lost",
+                ),
                 row(b, Fault::SentinelKilledAck, Claim::Safe, ""),
                 row(b, Fault::SentinelPausedAck, Claim::Safe, ""),
+                row(b, Fault::SentinelDownAck, Claim::Safe, ""),
                 row(
                     b,
                     Fault::SentinelKilled,
@@ -59,7 +83,7 @@ pub fn rows() -> Vec<Scenario> {
 pub fn handles(fault: Fault) -> bool {
     matches!(
         fault,
-        Fault::SentinelKilled | Fault::SentinelKilledAck | Fault::SentinelPausedAck
+        Fault::SentinelKilled | Fault::SentinelKilledAck | Fault::SentinelPausedAck | Fault::SentinelDownAck
     )
 }
 
@@ -72,10 +96,17 @@ struct Event {
     payload: String,
 }
 
+/// How long the sentinel-down row waits between killing a sentinel and
+/// killing the primary (the others deem it down after `down-after`, 500 ms).
+const SENTINEL_FIRST: Duration = Duration::from_secs(1);
+
 /// What the injection saw, on the run's clock.
 #[derive(Debug, Clone, Default)]
 struct Marks {
+    /// When the primary was killed or paused.
     fault: Option<i64>,
+    /// The sentinel-down row: when a sentinel was killed, and its index.
+    sentinel_killed: Option<(i64, usize)>,
     old_port: u16,
     /// When every sentinel named the new primary (and it said `role:master`), and its port.
     promoted: Option<(i64, u16)>,
@@ -177,11 +208,23 @@ impl SentinelEnv {
         let old = self.group.primary().await?;
         let old_port = old.port();
         let waits_before = old.command_calls("wait").await?;
+        let mut window_from = None;
+        if sc.fault == Fault::SentinelDownAck {
+            // The last sentinel: clients list all three, and try the next
+            // when one does not answer.
+            let i = self.group.sentinels().len().saturating_sub(1);
+            let sentinel = self.group.sentinels().get(i).ok_or("the group has no sentinel")?;
+            sentinel.kill()?;
+            let at = clock::now();
+            self.marks.sentinel_killed = Some((at, i));
+            window_from = Some(at);
+            tokio::time::sleep(SENTINEL_FIRST).await;
+        }
         let from = clock::now();
         self.marks.fault = Some(from);
         self.marks.old_port = old_port;
         let healed = match sc.fault {
-            Fault::SentinelKilled | Fault::SentinelKilledAck => {
+            Fault::SentinelKilled | Fault::SentinelKilledAck | Fault::SentinelDownAck => {
                 old.kill()?;
                 let new = self.group.wait_for_failover(old_port, CONVERGE).await?;
                 let promoted = clock::now();
@@ -206,7 +249,7 @@ impl SentinelEnv {
             }
             f => return Err(format!("fault {f} does not apply to a Sentinel group").into()),
         };
-        log.window(from, healed);
+        log.window(window_from.unwrap_or(from), healed);
         self.group.wait_until_settled(CONVERGE).await?;
         self.marks.settled = Some(clock::now());
         if old.is_running() {
@@ -237,6 +280,14 @@ fn timeline(m: &Marks, events: &[Event], s: &Snapshot) -> String {
     let first = |channel: &str| events.iter().find(|e| e.channel == channel && master(e)).map(|e| e.at);
     let mut out = String::new();
     let paused = m.resumed.is_some();
+    if let Some((at, i)) = m.sentinel_killed {
+        let _ = write!(
+            out,
+            "sentinel {} of 3 killed (SIGKILL) at {} ms, the two left still a quorum (2) and a majority; ",
+            i + 1,
+            ms(t0, at)
+        );
+    }
     let _ = write!(
         out,
         "the primary (port {}) {} at 0 ms",
@@ -358,8 +409,14 @@ static NOTES: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 /// Records the note of a row that ran.
 pub(crate) fn record(sc: &Scenario, env: &SentinelEnv, s: &Snapshot) {
+    record_note(sc, env.note(s));
+}
+
+/// Records `note` for a row that ran (the split-brain rows' come from
+/// `crate::sentinel_split`).
+pub(crate) fn record_note(sc: &Scenario, note: String) {
     let row = format!("{} · {} · {}", sc.backend.label(), sc.topology.label(), sc.fault);
-    lock(&NOTES).push(format!("{row}: {}", env.note(s)));
+    lock(&NOTES).push(format!("{row}: {note}"));
 }
 
 /// The Sentinel rows' notes as a SAFETY.md section (empty when none ran).
@@ -375,7 +432,9 @@ pub fn markdown() -> String {
          (`tair+sentinel://`) URL naming the three sentinels and finds the primary through them, again after a \
          dropped connection or a `READONLY` reply. The row subscribes to every sentinel's events and keeps them on \
          the run's clock; times are from the fault. Each row's failover (the first grant is the first critical \
-         section that started after the first `+switch-master`):\n\n",
+         section that started after the first `+switch-master`). The rows on *6 hosts (netns)* run on \
+         `NetSentinelGroup` (the same settings, every process on its own network-namespace host) and give the \
+         partition's timeline instead, with what the old primary did meanwhile (counted on its own host):\n\n",
     );
     for n in notes.iter() {
         let _ = writeln!(md, "- {n}");
@@ -419,6 +478,7 @@ mod tests {
             resumed: None,
             settled: Some(3_100_000),
             old_waits: None,
+            sentinel_killed: None,
         };
         let events = [
             event(2_700_000, 1, "+switch-master", "verrou 127.0.0.1 7001 127.0.0.1 7002"),
@@ -487,20 +547,40 @@ mod tests {
         );
         assert!(t.contains("1 section(s) held at the fault, 1 of them cancelled"), "{t}");
         assert!(t.contains("0 acknowledged, 1 outcome unknown, 0 failed"), "{t}");
+        // The sentinel-down row: the sentinel's kill comes first.
+        let marks = Marks {
+            sentinel_killed: Some((0, 2)),
+            ..marks
+        };
+        let t = timeline(&marks, &events, &snapshot);
+        assert!(
+            t.starts_with("sentinel 3 of 3 killed (SIGKILL) at -1000 ms, the two left"),
+            "{t}"
+        );
+        assert!(t.contains("; the primary (port 7001) killed (SIGKILL) at 0 ms"), "{t}");
     }
 
     #[test]
     fn every_row_is_a_sentinel_row_on_both_redis_family_backends() {
         let rows = rows();
-        assert_eq!(rows.len(), 6);
+        assert_eq!(rows.len(), 14);
+        // The loopback group's rows, and the split-brain rows on namespace hosts.
+        assert!(rows.iter().all(|r| {
+            (r.topology == Topology::Sentinel && handles(r.fault))
+                || (r.topology == Topology::NetSentinel && crate::sentinel_split::handles(r.fault))
+        }));
+        assert_eq!(rows.iter().filter(|r| r.topology == Topology::NetSentinel).count(), 6);
+        let unsafe_faults = [
+            Fault::SentinelKilled,
+            Fault::SentinelSplit,
+            Fault::SentinelSplitMinReplicas,
+        ];
         assert!(
             rows.iter()
-                .all(|r| r.topology == Topology::Sentinel && handles(r.fault))
+                .all(|r| (r.claim == Claim::Unsafe) == unsafe_faults.contains(&r.fault))
         );
-        assert!(
-            rows.iter()
-                .all(|r| (r.claim == Claim::Unsafe) == (r.fault == Fault::SentinelKilled))
-        );
+        // Every topology label starts with "Sentinel": the matrix's own line.
+        assert!(rows.iter().all(|r| r.topology.label().starts_with("Sentinel")));
         // `--only sentinel` picks them by their slugs.
         assert!(rows.iter().all(|r| r.fault.slug().contains("sentinel")));
     }

@@ -55,6 +55,7 @@ mod netns;
 mod netns_cluster;
 mod netns_host;
 mod netns_redis;
+mod netns_sentinel;
 mod paths;
 mod peer_proxy;
 #[cfg(feature = "postgres")]
@@ -90,6 +91,7 @@ pub use netns::{NET_REDIS_PORT, NETNS_PREFIX, Network, clean_stale_namespaces, n
 pub use netns_cluster::NetCluster;
 pub use netns_host::NetHost;
 pub use netns_redis::{NetRedisServer, NetRedisServerBuilder};
+pub use netns_sentinel::NetSentinelGroup;
 pub use paths::{
     REDIS_CLI_ENV, REDIS_SENTINEL_ENV, REDIS_SERVER_ENV, TAIR_MODULE_ENV, build_tair_module_if_missing,
     redis_cli_binary, redis_sentinel_binary, redis_server_binary, tair_module_path,

@@ -12,7 +12,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::error::{HarnessError, HarnessResult};
-use super::paths::{redis_server_binary, tair_module_path};
+use super::paths::{redis_sentinel_binary, redis_server_binary, tair_module_path};
+use super::process::SENTINEL_CONFIG_FILE;
 use super::resp::RespValue;
 use super::scratch::ServerDir;
 use super::spawn;
@@ -26,6 +27,8 @@ pub struct NetRedisServerBuilder {
     args: Vec<OsString>,
     tair: bool,
     cluster_node_timeout: Option<Duration>,
+    /// Sentinel mode: the sentinel's initial configuration file.
+    sentinel: Option<String>,
 }
 
 impl NetRedisServerBuilder {
@@ -56,6 +59,13 @@ impl NetRedisServerBuilder {
         self
     }
 
+    /// Sentinel mode: runs [`redis_sentinel_binary`] with `config` as its
+    /// (rewritable) configuration file, no persistence or module options.
+    pub(super) fn sentinel_mode(mut self, config: String) -> Self {
+        self.sentinel = Some(config);
+        self
+    }
+
     /// Starts the server on `host` and waits (up to 10 s) until it answers
     /// `PING` from its own host.
     ///
@@ -66,14 +76,26 @@ impl NetRedisServerBuilder {
     ///
     /// Dropping the future kills the process it spawned.
     pub async fn start(&self, host: &NetHost) -> HarnessResult<NetRedisServer> {
-        let binary = redis_server_binary()?;
         let dir = ServerDir::new("netns-redis")?;
         let addr = host.addr().to_string();
         let mut args: Vec<OsString> = Vec::new();
+        let binary = match &self.sentinel {
+            Some(config) => {
+                // The file comes first on a sentinel's command line.
+                let path = dir.path().join(SENTINEL_CONFIG_FILE);
+                fs::write(&path, config).map_err(|e| HarnessError::io(format!("writing {}", path.display()), e))?;
+                args.push(path.into_os_string());
+                args.push("--sentinel".into());
+                redis_sentinel_binary()?
+            }
+            None => redis_server_binary()?,
+        };
         let mut push = |a: &[&str]| args.extend(a.iter().map(OsString::from));
         push(&["--port", &NET_REDIS_PORT.to_string(), "--bind", &addr, "127.0.0.1"]);
         push(&["--protected-mode", "no", "--daemonize", "no", "--logfile", ""]);
-        push(&["--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0"]);
+        if self.sentinel.is_none() {
+            push(&["--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0"]);
+        }
         if let Some(t) = self.cluster_node_timeout {
             push(&["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]);
             push(&["--cluster-node-timeout", &t.as_millis().to_string()]);

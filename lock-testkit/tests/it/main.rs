@@ -11,6 +11,8 @@ mod harness_nats;
 #[cfg(feature = "harness")]
 mod harness_netns;
 #[cfg(feature = "harness")]
+mod harness_netns_sentinel;
+#[cfg(feature = "harness")]
 mod harness_orphans;
 #[cfg(feature = "postgres")]
 mod harness_postgres;
