@@ -113,10 +113,13 @@ mod config;
 mod election;
 mod error;
 mod fair;
+mod held;
 mod inspect;
+mod keepalive;
 mod kinds;
 mod lock;
 mod multi;
+mod renew;
 mod rw;
 mod semaphore;
 mod session;
@@ -182,7 +185,9 @@ pub(crate) struct Inner {
     min_ttl: Duration,
     pub(crate) sessions: session::Sessions,
     /// The one keepalive stream of every lease.
-    pub(crate) keepalives: session::KeepAlives,
+    pub(crate) keepalives: keepalive::KeepAlives,
+    /// The held lock keys renewals trust, and the watch over them.
+    pub(crate) held: held::HeldKeys,
     namespace: String,
     /// Each fair waiter's own lease (its queue entry's).
     waiter_leases: std::sync::Mutex<std::collections::HashMap<LockToken, i64>>,
