@@ -27,6 +27,8 @@ use etcd_client::{EventType, WatchOptions, WatchRequestSender, WatchResponseStre
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::session::Session;
+
 /// Prune the entries when the map reaches this size (then twice the size
 /// left).
 const MIN_PRUNE: usize = 1024;
@@ -51,9 +53,9 @@ struct Entry {
     since: Instant,
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Known {
-    lease: i64,
+    session: Arc<Session>,
     create_revision: i64,
     at: i64,
 }
@@ -71,6 +73,9 @@ struct Watching {
 struct State {
     keys: HashMap<Vec<u8>, Entry>,
     watching: Option<Watching>,
+    /// Entries an event marked changed, ever (a round that saw no change
+    /// checks no entry again).
+    changes: u64,
     prune_at: usize,
 }
 
@@ -88,11 +93,12 @@ impl Shared {
 
 /// A renewal's trust in one key: its lease, and what to check once the
 /// keepalive is answered ([`HeldKeys::still`]).
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub(crate) struct Trust {
-    pub(crate) lease: i64,
+    pub(crate) session: Arc<Session>,
     at: i64,
     watch: u64,
+    changes: u64,
 }
 
 /// The held lock keys of one backend and their watch.
@@ -158,14 +164,14 @@ impl HeldKeys {
 
     /// `owner` holds `key` on `lease` as of revision `at` (the write or read
     /// that [`HeldKeys::expect`] announced).
-    pub(crate) fn confirm(&self, key: &[u8], owner: &[u8], lease: i64, create_revision: i64, at: i64) {
+    pub(crate) fn confirm(&self, key: &[u8], owner: &[u8], session: &Arc<Session>, create_revision: i64, at: i64) {
         let mut st = self.shared.state();
         if let Some(e) = st.keys.get_mut(key)
             && e.owner == owner
             && e.known.is_none()
         {
             e.known = Some(Known {
-                lease,
+                session: session.clone(),
                 create_revision,
                 at,
             });
@@ -187,24 +193,40 @@ impl HeldKeys {
         }
     }
 
-    /// What a renewal of `owner`'s `key` may trust without reading it.
-    pub(crate) fn trust(&self, key: &[u8], owner: &[u8]) -> Option<Trust> {
+    /// What renewals of `items` (each a key and its owner) may trust
+    /// without reading them (one lock of the map for the batch).
+    pub(crate) fn trust(&self, items: &[(&[u8], &[u8])]) -> Vec<Option<Trust>> {
         let st = self.shared.state();
-        let w = st.watching?;
-        let e = st.keys.get(key)?;
-        let k = e.known?;
-        (e.owner == owner && e.changed_at <= k.at && w.from <= k.at + 1).then_some(Trust {
-            lease: k.lease,
-            at: k.at,
-            watch: w.id,
-        })
+        let Some(w) = st.watching else {
+            return items.iter().map(|_| None).collect();
+        };
+        items
+            .iter()
+            .map(|(key, owner)| {
+                let e = st.keys.get(*key)?;
+                let k = e.known.as_ref()?;
+                (e.owner == *owner && e.changed_at <= k.at && w.from <= k.at + 1).then(|| Trust {
+                    session: k.session.clone(),
+                    at: k.at,
+                    watch: w.id,
+                    changes: st.changes,
+                })
+            })
+            .collect()
     }
 
-    /// After the keepalive of `trust`'s lease was answered: whether the key
-    /// is still as trusted (the same watch, no change since).
-    pub(crate) fn still(&self, key: &[u8], trust: &Trust) -> bool {
+    /// After the keepalives of a batch were answered: whether each key is
+    /// still as trusted (the same watch, no change since; no lookup when no
+    /// entry changed at all).
+    pub(crate) fn still(&self, items: &[(&[u8], &Trust)]) -> Vec<bool> {
         let st = self.shared.state();
-        st.watching.is_some_and(|w| w.id == trust.watch) && st.keys.get(key).is_some_and(|e| e.changed_at <= trust.at)
+        items
+            .iter()
+            .map(|(key, t)| {
+                st.watching.is_some_and(|w| w.id == t.watch)
+                    && (st.changes == t.changes || st.keys.get(*key).is_some_and(|e| e.changed_at <= t.at))
+            })
+            .collect()
     }
 
     /// Open the watch unless it is open, from the current revision (a
@@ -319,7 +341,7 @@ impl HeldKeys {
 /// write or read was abandoned.
 fn prune(st: &mut State) {
     let now = Instant::now();
-    st.keys.retain(|_, e| match e.known {
+    st.keys.retain(|_, e| match &e.known {
         Some(k) => e.changed_at <= k.at,
         None => now.duration_since(e.since) < PENDING_FOR,
     });
@@ -367,6 +389,7 @@ async fn read_events(shared: Weak<Shared>, id: u64, mut responses: WatchResponse
             shared.progress.notify_waiters();
             continue;
         }
+        let mut marked = 0;
         for event in resp.events() {
             let Some(kv) = event.kv() else { continue };
             let Some(e) = st.keys.get_mut(kv.key()) else {
@@ -375,11 +398,14 @@ async fn read_events(shared: Weak<Shared>, id: u64, mut responses: WatchResponse
             let own = event.event_type() == EventType::Put
                 && kv.value().starts_with(&e.owner)
                 && e.known
-                    .is_none_or(|k| k.lease == kv.lease() && k.create_revision == kv.create_revision());
+                    .as_ref()
+                    .is_none_or(|k| k.session.lease == kv.lease() && k.create_revision == kv.create_revision());
             if !own {
                 e.changed_at = e.changed_at.max(kv.mod_revision());
+                marked += 1;
             }
         }
+        st.changes += marked;
     }
 }
 
@@ -397,38 +423,58 @@ mod tests {
         held
     }
 
+    fn session(lease: i64) -> Arc<Session> {
+        Arc::new(Session::new(lease, 2, Instant::now()))
+    }
+
+    fn trust(held: &HeldKeys, key: &[u8], owner: &[u8]) -> Option<Trust> {
+        held.trust(&[(key, owner)]).pop().flatten()
+    }
+
     #[test]
     fn only_a_confirmed_key_of_its_owner_known_since_the_watch_opened_is_trusted() {
         let held = keys();
         held.expect(b"other/k", b"a");
         assert_eq!(held.len(), 0, "outside the prefix");
         held.expect(b"p/k", b"a");
-        assert!(held.trust(b"p/k", b"a").is_none(), "pending");
-        held.confirm(b"p/k", b"a", 7, 12, 12);
-        assert!(held.trust(b"p/k", b"b").is_none(), "another owner");
-        let t = held.trust(b"p/k", b"a").expect("trusted");
-        assert_eq!(t.lease, 7);
-        assert!(held.still(b"p/k", &t));
+        assert!(trust(&held, b"p/k", b"a").is_none(), "pending");
+        held.confirm(b"p/k", b"a", &session(7), 12, 12);
+        assert!(trust(&held, b"p/k", b"b").is_none(), "another owner");
+        let t = trust(&held, b"p/k", b"a").expect("trusted");
+        assert_eq!(t.session.lease, 7);
+        assert_eq!(held.still(&[(b"p/k", &t)]), [true]);
+        // Changed since: checked again.
+        {
+            let mut st = held.shared.state();
+            st.changes += 1;
+            if let Some(e) = st.keys.get_mut(b"p/k".as_slice()) {
+                e.changed_at = 13;
+            }
+        }
+        assert_eq!(held.still(&[(b"p/k", &t)]), [false]);
+        assert!(trust(&held, b"p/k", b"a").is_none());
         // Known before the watch reports events.
         held.expect(b"p/old", b"a");
-        held.confirm(b"p/old", b"a", 8, 5, 5);
-        assert!(held.trust(b"p/old", b"a").is_none());
+        held.confirm(b"p/old", b"a", &session(8), 5, 5);
+        assert!(trust(&held, b"p/old", b"a").is_none());
         // Another holder's entry is left alone.
-        held.expect(b"p/k", b"b");
-        assert!(held.trust(b"p/k", b"a").is_some());
-        held.forget(b"p/k", b"b");
-        assert!(held.trust(b"p/k", b"a").is_some());
-        held.forget(b"p/k", b"a");
-        assert!(held.trust(b"p/k", b"a").is_none());
+        held.expect(b"p/new", b"a");
+        held.confirm(b"p/new", b"a", &session(9), 14, 14);
+        held.expect(b"p/new", b"b");
+        assert!(trust(&held, b"p/new", b"a").is_some());
+        held.forget(b"p/new", b"b");
+        assert!(trust(&held, b"p/new", b"a").is_some());
+        held.forget(b"p/new", b"a");
+        assert!(trust(&held, b"p/new", b"a").is_none());
     }
 
     #[test]
     fn a_prune_keeps_trusted_and_recent_pending_entries() {
         let held = keys();
         held.expect(b"p/trusted", b"a");
-        held.confirm(b"p/trusted", b"a", 1, 10, 10);
+        held.confirm(b"p/trusted", b"a", &session(1), 10, 10);
         held.expect(b"p/changed", b"a");
-        held.confirm(b"p/changed", b"a", 2, 10, 10);
+        held.confirm(b"p/changed", b"a", &session(2), 10, 10);
         held.expect(b"p/pending", b"a");
         {
             let mut st = held.shared.state();
@@ -438,6 +484,6 @@ mod tests {
             prune(&mut st);
         }
         assert_eq!(held.len(), 2);
-        assert!(held.trust(b"p/trusted", b"a").is_some());
+        assert!(trust(&held, b"p/trusted", b"a").is_some());
     }
 }

@@ -39,7 +39,7 @@ impl Inner {
                 return Ok(AcquireOutcome::Held { retry_after: None });
             }
             let revision = leased.revision("acquire")?;
-            self.held.confirm(&k, &value, leased.session.lease, revision, revision);
+            self.held.confirm(&k, &value, &leased.session, revision, revision);
             leased.grant(self, Some(revision), sent_at)
         }
         .await;

@@ -12,6 +12,7 @@ use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpRes
 use lock_core::{Error, LockToken, RenewOutcome, Result};
 
 use crate::error::{NAME, failed, no_header, write_failed};
+use crate::held::Trust;
 use crate::lock::{clone_error, first_kv};
 use crate::session::{KeepAlive, Session};
 use crate::{Inner, MAX_TXN_OPS};
@@ -48,49 +49,58 @@ impl Inner {
             self.held.open(&self.client).await;
         }
         let mut out: Vec<Option<Result<RenewOutcome>>> = (0..entries.len()).map(|_| None).collect();
-        let mut trusted = Vec::new();
         let mut to_read = Vec::new();
+        let mut items = Vec::with_capacity(entries.len());
         for (i, entry) in entries.into_iter().enumerate() {
             match entry {
                 Err(e) => out[i] = Some(Err(e)),
-                Ok((k, owner)) => match self.held.trust(&k, &owner) {
-                    // A lease of another TTL: the entry moves (after a read).
-                    Some(t) if self.sessions.held(t.lease).is_some_and(|s| s.granted_secs == secs) => {
-                        trusted.push((i, k, owner, t));
-                    }
-                    _ => to_read.push((i, k, owner)),
-                },
+                Ok(item) => items.push((i, item)),
             }
         }
-        if let Some(watch) = trusted.first().map(|t| t.3) {
-            let mut leases: Vec<i64> = trusted.iter().map(|t| t.3.lease).collect();
+        let keys: Vec<(&[u8], &[u8])> = items.iter().map(|(_, (k, o))| (k.as_slice(), o.as_slice())).collect();
+        let trusts = self.held.trust(&keys);
+        let mut trusted = Vec::with_capacity(items.len());
+        for ((i, item), trust) in items.iter().zip(trusts) {
+            match trust {
+                // A lease of another TTL: the entry moves (after a read).
+                Some(t) if t.session.granted_secs == secs => trusted.push((*i, item, t)),
+                _ => to_read.push((*i, item)),
+            }
+        }
+        if let Some(first) = trusted.first().map(|t| t.2.clone()) {
+            let mut leases: Vec<i64> = trusted.iter().map(|t| t.2.session.lease).collect();
             leases.sort_unstable();
             leases.dedup();
-            let kept = self.keep_alive_leases(&leases).await;
+            let kept = self.keepalives.keep_alive_many(&self.client, &leases).await;
             let answered = kept
-                .values()
+                .iter()
                 .filter_map(|k| match k {
                     Ok(KeepAlive::Alive { revision, .. }) => Some(*revision),
                     _ => None,
                 })
                 .max();
             let reported = match answered {
-                Some(revision) => self.held.reported(&watch, revision).await,
+                Some(revision) => self.held.reported(&first, revision).await,
                 None => true,
             };
-            for (i, k, owner, t) in trusted {
-                out[i] = match kept.get(&t.lease) {
+            let checks: Vec<(&[u8], &Trust)> = trusted.iter().map(|(_, (k, _), t)| (k.as_slice(), t)).collect();
+            let still = self.held.still(&checks);
+            for ((i, item, t), still) in trusted.iter().zip(still) {
+                let kept = leases.binary_search(&t.session.lease).ok().and_then(|at| kept.get(at));
+                out[*i] = match kept {
                     Some(Err(e)) => Some(Err(clone_error(e))),
                     Some(Ok(KeepAlive::Gone)) => {
-                        self.held.forget(&k, &owner);
+                        self.sessions.unhold(t.session.lease);
+                        self.held.forget(&item.0, &item.1);
                         Some(Ok(RenewOutcome::Missing)) // it went with its lease
                     }
-                    Some(Ok(KeepAlive::Alive { ttl, .. })) if *ttl == secs && reported && self.held.still(&k, &t) => {
+                    Some(Ok(KeepAlive::Alive { ttl, sent_at, .. })) if *ttl == secs && reported && still => {
+                        t.session.refresh(*sent_at);
                         Some(Ok(RenewOutcome::Renewed))
                     }
                     // Changed, or the watch could not tell: read it.
                     _ => {
-                        to_read.push((i, k, owner));
+                        to_read.push((*i, item));
                         None
                     }
                 };
@@ -98,7 +108,7 @@ impl Inner {
         }
         if !to_read.is_empty() {
             let (at, items): (Vec<usize>, Vec<Result<Item>>) =
-                to_read.into_iter().map(|(i, k, owner)| (i, Ok((k, owner)))).unzip();
+                to_read.into_iter().map(|(i, item)| (i, Ok(item.clone()))).unzip();
             for (i, got) in at.into_iter().zip(self.renew_read(items, secs).await) {
                 out[i] = Some(got);
             }
@@ -162,8 +172,12 @@ impl Inner {
                             self.held.forget(&k, &owner);
                         } else {
                             leases.push(kv.lease());
-                            self.held
-                                .confirm(&k, &owner, kv.lease(), kv.create_revision(), revision);
+                            match self.sessions.held(kv.lease()) {
+                                Some(session) => {
+                                    self.held.confirm(&k, &owner, &session, kv.create_revision(), revision);
+                                }
+                                None => self.held.forget(&k, &owner),
+                            }
                         }
                         Ok(kv)
                     }

@@ -46,7 +46,7 @@ pub(crate) enum KeepAlive {
 }
 
 impl Session {
-    fn new(lease: i64, granted_secs: i64, refreshed: Instant) -> Session {
+    pub(crate) fn new(lease: i64, granted_secs: i64, refreshed: Instant) -> Session {
         Session {
             lease,
             granted_secs,
