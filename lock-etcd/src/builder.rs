@@ -7,7 +7,8 @@ use etcd_client::{Client, ConnectOptions};
 use lock_core::{Error, Result};
 
 use crate::error::NAME;
-use crate::session::{KeepAlives, Sessions};
+use crate::keepalive::KeepAlives;
+use crate::session::Sessions;
 use crate::{EtcdBackend, Inner};
 
 /// Settings of an [`EtcdBackend`]; [`EtcdBuilder::build`] connects.
@@ -177,6 +178,10 @@ impl EtcdBuilder {
                 min_ttl: Duration::from_secs(min_secs.unsigned_abs()),
                 sessions: Sessions::default(),
                 keepalives: KeepAlives::new(self.response_timeout),
+                held: crate::held::HeldKeys::new(
+                    format!("{}lock/", self.namespace).into_bytes(),
+                    self.response_timeout,
+                ),
                 namespace: self.namespace.clone(),
                 waiter_leases: std::sync::Mutex::default(),
             }),

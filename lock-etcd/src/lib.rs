@@ -34,11 +34,18 @@
 //!   leadership, a read or write hold) is on an etcd lease of its own, so
 //!   what its holder stops renewing (or a guard that is lost and not yet
 //!   dropped) is freed on the server within its TTL rounded up to whole
-//!   seconds, whatever the backend's other locks do. Renewals stay batched:
-//!   one read per 128 keys, and one keepalive message per lease, all on
-//!   the backend's **one** keepalive stream (each answer awaited at most
-//!   the response timeout). A lease left unused by a refused acquire or a
-//!   release is kept for the next acquire of the same TTL.
+//!   seconds, whatever the backend's other locks do. A renewal round is one
+//!   keepalive message per lease, all on the backend's **one** keepalive
+//!   stream (the round's answers awaited at most the response timeout),
+//!   and **no read** of a lock key the backend created (or last read) on
+//!   its lease: one watch per backend over the lock prefix, opened by the
+//!   first renewal, tells which keys someone else deleted or rewrote (an
+//!   operator's delete or put), and the round waits for it to report the
+//!   keepalive answer's revision. Those keys, keys known before the watch
+//!   opened, other kinds' entries and every key while no watch is open are
+//!   read first (one read per 128 keys), so such a lock is lost at its
+//!   next renewal. A lease left unused by a refused acquire or a release
+//!   is kept for the next acquire of the same TTL.
 //! - **TTLs are whole seconds** on the server, with a server minimum
 //!   (`ceil(1.5 × election timeout)`: 2 s with etcd's default timers).
 //!   A TTL is rounded up to whole seconds on the server (a dead holder's
@@ -113,10 +120,13 @@ mod config;
 mod election;
 mod error;
 mod fair;
+mod held;
 mod inspect;
+mod keepalive;
 mod kinds;
 mod lock;
 mod multi;
+mod renew;
 mod rw;
 mod semaphore;
 mod session;
@@ -182,7 +192,9 @@ pub(crate) struct Inner {
     min_ttl: Duration,
     pub(crate) sessions: session::Sessions,
     /// The one keepalive stream of every lease.
-    pub(crate) keepalives: session::KeepAlives,
+    pub(crate) keepalives: keepalive::KeepAlives,
+    /// The held lock keys renewals trust, and the watch over them.
+    pub(crate) held: held::HeldKeys,
     namespace: String,
     /// Each fair waiter's own lease (its queue entry's).
     waiter_leases: std::sync::Mutex<std::collections::HashMap<LockToken, i64>>,

@@ -1,43 +1,52 @@
 //! The lock operations: one transaction each, guarded by the owner's token
 //! (the key's value); the fencing token is the key's create revision.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
     Compare, CompareOp, DeleteOptions, GetOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
-use lock_core::{AcquireOutcome, Lease, ReleaseOutcome, RenewOutcome};
+use lock_core::{AcquireOutcome, Lease, ReleaseOutcome};
 use lock_core::{Error, FencingToken, LockToken, Result};
 use tokio::time::Instant;
 
+use crate::Inner;
 use crate::error::{NAME, failed, is_lease_not_found, no_header, write_failed};
 use crate::session::{KeepAlive, Session};
-use crate::{Inner, MAX_TXN_OPS};
 
 impl Inner {
     pub(crate) async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
         let k = self.lock_key(key)?;
         let value = token.hex_bytes();
         let sent_at = Instant::now();
-        let leased = self
-            .leased_txn(ttl, sent_at, "acquire", |lease| {
-                Txn::new()
-                    .when([Compare::create_revision(k.clone(), CompareOp::Equal, 0)])
-                    .and_then([TxnOp::put(
-                        k.clone(),
-                        value.to_vec(),
-                        Some(PutOptions::new().with_lease(lease)),
-                    )])
-                    .or_else([TxnOp::get(k.clone(), None)])
-            })
-            .await?;
-        if !leased.resp.succeeded() {
-            return Ok(AcquireOutcome::Held { retry_after: None });
+        // Known from the write on, for renewals that trust the lease.
+        self.held.expect(&k, &value);
+        let granted = async {
+            let leased = self
+                .leased_txn(ttl, sent_at, "acquire", |lease| {
+                    Txn::new()
+                        .when([Compare::create_revision(k.clone(), CompareOp::Equal, 0)])
+                        .and_then([TxnOp::put(
+                            k.clone(),
+                            value.to_vec(),
+                            Some(PutOptions::new().with_lease(lease)),
+                        )])
+                        .or_else([TxnOp::get(k.clone(), None)])
+                })
+                .await?;
+            if !leased.resp.succeeded() {
+                return Ok(AcquireOutcome::Held { retry_after: None });
+            }
+            let revision = leased.revision("acquire")?;
+            self.held.confirm(&k, &value, &leased.session, revision, revision);
+            leased.grant(self, Some(revision), sent_at)
         }
-        let revision = leased.revision("acquire")?;
-        leased.grant(self, Some(revision), sent_at)
+        .await;
+        if !matches!(granted, Ok(AcquireOutcome::Acquired(_))) {
+            self.held.forget(&k, &value);
+        }
+        granted
     }
 
     /// Run the transaction `build(lease)` for a holder's entries on a lease
@@ -90,6 +99,7 @@ impl Inner {
             return Ok(KeepAlive::Alive {
                 ttl: session.granted_secs,
                 sent_at: since,
+                revision: 0,
             });
         }
         let kept = self.keepalives.keep_alive(&self.client, session.lease).await?;
@@ -105,8 +115,10 @@ impl Inner {
         let txn = Txn::new()
             .when([when])
             .and_then([delete_op(k.clone())])
-            .or_else([TxnOp::get(k, None)]);
-        let resp = self.release_txn(txn, "release", true).await?;
+            .or_else([TxnOp::get(k.clone(), None)]);
+        let resp = self.release_txn(txn, "release", true).await;
+        self.held.forget(&k, &token.hex_bytes());
+        let resp = resp?;
         if resp.succeeded() {
             return Ok(ReleaseOutcome::Released);
         }
@@ -148,6 +160,9 @@ impl Inner {
         let mut leases: Vec<i64> = Vec::new();
         for op in resp.op_responses() {
             if let TxnOpResponse::Delete(d) = op {
+                for prev in d.prev_kvs() {
+                    self.held.deleted(prev.key());
+                }
                 leases.extend(d.prev_kvs().iter().map(KeyValue::lease).filter(|l| *l != 0));
             }
         }
@@ -161,194 +176,6 @@ impl Inner {
             }
         }
         Ok(resp)
-    }
-
-    pub(crate) async fn renew_many(&self, items: &[(&str, &LockToken)], ttl: Duration) -> Vec<Result<RenewOutcome>> {
-        let entries = items
-            .iter()
-            .map(|(key, token)| Ok((self.lock_key(key)?, token.hex_bytes().to_vec())))
-            .collect();
-        self.renew_entries(entries, ttl).await
-    }
-
-    /// Renew entries for `ttl`: each is a key and the prefix its value
-    /// starts with while its owner holds it (the whole token for a lock;
-    /// empty for an entry whose key names its owner). One read per 128
-    /// keys, then one keepalive message per lease they are on, all on the
-    /// backend's one keepalive stream; an entry taken with another TTL moves
-    /// to a new lease of this TTL (same value, same create revision).
-    pub(crate) async fn renew_entries(
-        &self,
-        entries: Vec<Result<(Vec<u8>, Vec<u8>)>>,
-        ttl: Duration,
-    ) -> Vec<Result<RenewOutcome>> {
-        let secs = match self.lease_secs(ttl) {
-            Ok(s) => s,
-            Err(e) => return entries.iter().map(|_| Err(clone_error(&e))).collect(),
-        };
-        let keys: Vec<&[u8]> = entries
-            .iter()
-            .filter_map(|e| e.as_ref().ok().map(|(k, _)| k.as_slice()))
-            .collect();
-        let read = match self.read_keys(&keys).await {
-            Ok(r) => r,
-            Err(e) => return entries.iter().map(|_| Err(clone_error(&e))).collect(),
-        };
-        let mut read = read.into_iter();
-        // Each entry's current state, and the leases of those still ours.
-        let mut states = Vec::with_capacity(entries.len());
-        let mut leases = Vec::new();
-        for entry in entries {
-            let state = entry.map(|(_, owner)| {
-                let current = read.next().flatten();
-                match current {
-                    Some(kv) if kv.value().starts_with(&owner) => {
-                        if kv.lease() != 0 {
-                            leases.push(kv.lease());
-                        }
-                        Ok(kv)
-                    }
-                    Some(_) => Err(RenewOutcome::HeldByOther),
-                    None => Err(RenewOutcome::Missing),
-                }
-            });
-            states.push(state);
-        }
-        leases.sort_unstable();
-        leases.dedup();
-        let kept: HashMap<i64, Result<KeepAlive>> = leases
-            .iter()
-            .copied()
-            .zip(self.keepalives.keep_alive_many(&self.client, &leases).await)
-            .collect();
-        for (lease, k) in &kept {
-            match k {
-                Ok(KeepAlive::Alive { sent_at, .. }) => {
-                    if let Some(s) = self.sessions.held(*lease) {
-                        s.refresh(*sent_at);
-                    }
-                }
-                Ok(KeepAlive::Gone) => {
-                    self.sessions.unhold(*lease);
-                }
-                Err(_) => {}
-            }
-        }
-        // Entries to move to a lease of `secs`: one new lease per old one.
-        let mut moved_to: HashMap<i64, Result<Arc<Session>>> = HashMap::new();
-        let mut out = Vec::with_capacity(states.len());
-        for state in states {
-            let kv = match state {
-                Err(e) => {
-                    out.push(Err(e));
-                    continue;
-                }
-                Ok(Err(outcome)) => {
-                    out.push(Ok(outcome));
-                    continue;
-                }
-                Ok(Ok(kv)) => kv,
-            };
-            match kept.get(&kv.lease()) {
-                Some(Err(e)) => {
-                    out.push(Err(clone_error(e)));
-                    continue;
-                }
-                Some(Ok(KeepAlive::Gone)) => {
-                    out.push(Ok(RenewOutcome::Missing)); // it went with its lease
-                    continue;
-                }
-                Some(Ok(KeepAlive::Alive { ttl, .. })) if *ttl == secs => {
-                    out.push(Ok(RenewOutcome::Renewed));
-                    continue;
-                }
-                // Taken (or last renewed) with another TTL, or on no lease.
-                _ => {}
-            }
-            let target = match moved_to.get(&kv.lease()) {
-                Some(t) => t.as_ref().map(Arc::clone).map_err(clone_error),
-                None => {
-                    let t = crate::session::grant(&self.client, secs).await;
-                    moved_to.insert(kv.lease(), t.as_ref().map(Arc::clone).map_err(clone_error));
-                    t
-                }
-            };
-            let target = match target {
-                Ok(t) => t,
-                Err(e) => {
-                    out.push(Err(e));
-                    continue;
-                }
-            };
-            out.push(match self.move_entry(&kv, target.lease, "renew").await {
-                Ok(Ok(())) => {
-                    self.sessions.hold(&target);
-                    Ok(RenewOutcome::Renewed)
-                }
-                Ok(Err(Some(_))) => Ok(RenewOutcome::HeldByOther),
-                Ok(Err(None)) => Ok(RenewOutcome::Missing),
-                Err(e) => Err(e),
-            });
-        }
-        for old in moved_to.keys() {
-            // Nothing of this holder's is left on it.
-            if self.sessions.unhold(*old).is_some() {
-                crate::session::revoke(&self.client, *old);
-            }
-        }
-        out
-    }
-
-    /// Moves `kv`, an entry its holder holds, to `lease`: the same value and
-    /// the same create revision (the same fence), in one transaction that
-    /// holds only while neither changed. `Ok(())` when moved, else what is
-    /// there now (read in the same transaction).
-    pub(crate) async fn move_entry(
-        &self,
-        kv: &KeyValue,
-        lease: i64,
-        what: &str,
-    ) -> Result<std::result::Result<(), Option<KeyValue>>> {
-        let k = kv.key().to_vec();
-        let txn = Txn::new()
-            .when([
-                Compare::value(k.clone(), CompareOp::Equal, kv.value().to_vec()),
-                Compare::create_revision(k.clone(), CompareOp::Equal, kv.create_revision()),
-            ])
-            .and_then([TxnOp::put(
-                k.clone(),
-                kv.value().to_vec(),
-                Some(PutOptions::new().with_lease(lease)),
-            )])
-            .or_else([TxnOp::get(k, None)]);
-        let resp = self
-            .client
-            .kv_client()
-            .txn(txn)
-            .await
-            .map_err(|e| write_failed(what, e))?;
-        Ok(if resp.succeeded() { Ok(()) } else { Err(first_kv(&resp)) })
-    }
-
-    /// Reads `keys` in transactions of at most [`MAX_TXN_OPS`] gets (one
-    /// round trip each, sent together): each key's current entry, in order.
-    async fn read_keys(&self, keys: &[&[u8]]) -> Result<Vec<Option<KeyValue>>> {
-        let reads = keys.chunks(MAX_TXN_OPS).map(|chunk| {
-            let ops: Vec<TxnOp> = chunk.iter().map(|k| TxnOp::get(k.to_vec(), None)).collect();
-            let mut kv = self.client.kv_client();
-            async move { kv.txn(Txn::new().and_then(ops)).await }
-        });
-        let mut out = Vec::with_capacity(keys.len());
-        for resp in futures::future::join_all(reads).await {
-            let resp = resp.map_err(|e| failed("reading the renewed keys", e))?;
-            for op in resp.op_responses() {
-                out.push(match op {
-                    TxnOpResponse::Get(mut g) => g.take_kvs().into_iter().next(),
-                    _ => None,
-                });
-            }
-        }
-        Ok(out)
     }
 
     /// The current entry of `key` (one read).

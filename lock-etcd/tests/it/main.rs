@@ -12,6 +12,7 @@ mod auth;
 mod conformance_cluster;
 mod conformance_single;
 mod faults;
+mod held_keys;
 mod kinds_cluster;
 mod kinds_single;
 mod lease_per_holder;

@@ -99,6 +99,44 @@ impl EtcdCluster {
     }
 }
 
+impl EtcdCluster {
+    /// The sum of member `i`'s metric `name` over its label sets, from its
+    /// `/metrics` page on the client port (for example
+    /// `etcd_mvcc_range_total`, every range the member served, a range in a
+    /// transaction included); zero when the member reports no such series.
+    ///
+    /// # Errors
+    /// [`HarnessError::NotRunning`] when the member is paused or stopped;
+    /// the page's errors; [`HarnessError::Reply`] when a value is not a
+    /// number.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn metric(&self, i: usize, name: &str) -> HarnessResult<f64> {
+        let m = &self.members[i];
+        if m.lock().paused || !self.is_running(i) {
+            return Err(HarnessError::NotRunning { port: m.client_port });
+        }
+        let page = http(m.client_port, "GET", "/metrics", "").await?;
+        let mut sum = 0.0;
+        for line in page.lines() {
+            let Some(rest) = line.strip_prefix(name) else {
+                continue;
+            };
+            let value = match rest.chars().next() {
+                Some(' ') => rest,
+                Some('{') => rest.rsplit_once('}').map_or("", |(_, v)| v),
+                _ => continue, // another metric whose name starts with `name`
+            };
+            sum += value.trim().parse::<f64>().map_err(|_| HarnessError::Reply {
+                command: format!("reading {name} from etcd member {i}"),
+                message: format!("not a number in {line}"),
+            })?;
+        }
+        Ok(sum)
+    }
+}
+
 /// What one etcd member reports (see [`EtcdCluster::member_counts`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MemberCounts {
