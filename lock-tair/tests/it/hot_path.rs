@@ -374,3 +374,39 @@ async fn waits_cut_short_while_connecting_leave_no_connection_after_a_refusal() 
         "dropping the backend left {dropped} of {before} clients"
     );
 }
+
+/// Waiters' subscriptions through a TCP proxy (one more hop, so the
+/// `PUBSUB NUMSUB` check on a command connection can reach the server
+/// before the `SUBSCRIBE` it checks) are made, not taken for refusals:
+/// fred reports RESP2's `SUBSCRIBE` done before the server ran it. Before
+/// the fix the first `NUMSUB` could count none, and the backend turned its
+/// notifications off for good (about one backend in three here: eight
+/// backends in turn).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_through_a_proxy_are_not_taken_for_refusals() {
+    let server = tair_server().await;
+    let proxy = TcpProxy::start(server.addr()).await.expect("proxy");
+    let holder = connect(builder(&server.url())).await;
+    let held = token();
+    assert!(matches!(
+        holder.try_acquire("sub", &held, Duration::from_secs(30)).await.unwrap(),
+        AcquireOutcome::Acquired(_)
+    ));
+    for round in 0..8 {
+        let backend = connect(builder(&proxy.url())).await;
+        let waiter = tokio::spawn(async move { backend.wait_for_release("sub", Duration::from_secs(30)).await });
+        let give_up = Instant::now() + Duration::from_secs(10);
+        while wake_channels(&server).await == 0 {
+            assert!(Instant::now() < give_up, "backend {round} never subscribed");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // The dropped backend closes its subscription.
+        waiter.abort();
+        let _ = waiter.await;
+        let gone = Instant::now() + Duration::from_secs(10);
+        while wake_channels(&server).await > 0 {
+            assert!(Instant::now() < gone, "backend {round} kept its subscription");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
