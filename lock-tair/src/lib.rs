@@ -212,6 +212,7 @@ mod acquire;
 mod builder;
 mod config;
 mod conn;
+mod contended;
 mod fair;
 mod inspect;
 mod keys;
@@ -391,6 +392,16 @@ impl LockBackend for TairBackend {
             .wake
             .as_ref()
             .filter(|w| w.usable() && w.waits.take_woken(key));
+        // This backend's last release of the key left waiters: the token
+        // goes in marked, so that this holder's release wakes them.
+        let marked = self.inner.wake.as_ref().is_some_and(|w| w.contended.contains(key));
+        let stored = || {
+            if marked {
+                wake::marked_arg(token)
+            } else {
+                token_arg(token)
+            }
+        };
         let fence = match &self.inner.fence_prefix {
             None if let Some(wake) = claiming => {
                 let taken = self.claim(wake, writer.client, key, token, px).await;
@@ -408,7 +419,7 @@ impl LockBackend for TairBackend {
             None => {
                 let args: Vec<Value> = vec![
                     key.into(),
-                    token_arg(token),
+                    stored(),
                     Value::from_static_str("NX"),
                     Value::from_static_str("PX"),
                     px.into(),
@@ -428,7 +439,11 @@ impl LockBackend for TairBackend {
                 }
             }
             Some(prefix) => {
-                let reply = self.fenced_acquire(&writer, key, &token.to_hex(), px, prefix).await?;
+                let mut hex = token.to_hex();
+                if marked {
+                    hex.push_str(lock_redis_family::wake::WAITER_MARK);
+                }
+                let reply = self.fenced_acquire(&writer, key, &hex, px, prefix).await?;
                 pending.settle();
                 match reply {
                     FencedReply::Acquired { fence } => Some(FencingToken(fence)),

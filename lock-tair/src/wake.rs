@@ -23,6 +23,7 @@ use lock_redis_family::board::Subscriber;
 use lock_redis_family::wake as wake_lua;
 
 use crate::conn::{self, Access, COMMANDS, NAME, OptionsClient, map_error, send, unexpected_reply};
+use crate::contended::Contended;
 use crate::notify::{Notifier, WaiterId};
 use crate::replies::{self, TriState};
 use crate::script::Script;
@@ -64,8 +65,9 @@ const SINCE_PREFIX: &str = "verrou:tair:wake-since:";
 /// only costs the waiter its timer, so it is a `pcall`); a waiter that has
 /// not waited that long is not woken; without a reservation the head of
 /// the fair queue (which stays in it until granted) is woken the same way;
-/// then the marker is set again while waiters remain. The functions are
-/// defined only in the branch that uses them.
+/// then the marker is set again while waiters remain, and the answer is 2
+/// (released, waiters left: see `contended`). The functions are defined
+/// only in the branch that uses them.
 const RELEASE_AND_WAKE: &str = concatcp!(
     "
 local kind = redis.call('TYPE', KEYS[5]).ok
@@ -79,6 +81,7 @@ if redis.call('DEL', KEYS[1]) == 1 then
     wake_lua::FUNCTIONS,
     "
   hand_off(KEYS[5], KEYS[1], KEYS[2], KEYS[6], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3])
+  if redis.call('EXISTS', KEYS[1]) == 1 then return 2 end
 end
 return 1
 "
@@ -130,6 +133,8 @@ pub(crate) struct Notifications {
     recheck: Script,
     /// How long this backend's waiters have waited per key.
     pub(crate) waits: wake_lua::Waits,
+    /// Keys whose last release left waiters: the next acquire marks.
+    pub(crate) contended: Contended,
     /// The value prefix of keys reserved for this process's waiters.
     reservation: Vec<u8>,
     /// Set when the server refused the scripts (an ACL without `EVALSHA`, a
@@ -147,6 +152,7 @@ impl Notifications {
             claim: Script::new(CLAIM),
             recheck: Script::new(RECHECK),
             waits: wake_lua::Waits::default(),
+            contended: Contended::default(),
             refused: AtomicBool::new(false),
         }
     }
@@ -233,7 +239,11 @@ impl TairBackend {
         if stale.is_none() {
             let reply = send(client, &COMMANDS.cad, vec![key.into(), token_arg(token)]).await;
             if self.inner.clustered || !matches!(reply, Ok(Value::Integer(0))) {
-                return release_outcome(key, Some(reply));
+                let outcome = release_outcome(key, Some(reply));
+                if let (Some(w), Ok(ReleaseOutcome::Released)) = (wake, &outcome) {
+                    w.contended.released(key, false);
+                }
+                return outcome;
             }
         }
         let [marker, set, queue, deadlines] = helper_keys(key);
@@ -252,6 +262,12 @@ impl TairBackend {
             .await
         {
             Ok(Value::Integer(-2)) => Ok(wrong_type(key)),
+            Ok(Value::Integer(released @ (1 | 2))) => {
+                if let Some(w) = wake {
+                    w.contended.released(key, released == 2);
+                }
+                Ok(ReleaseOutcome::Released)
+            }
             Ok(reply) => match replies::tri_state(&reply) {
                 Some(TriState::Done) => Ok(ReleaseOutcome::Released),
                 Some(TriState::Mismatch) => Ok(ReleaseOutcome::HeldByOther),

@@ -292,3 +292,54 @@ async fn fenced_waiters_hand_the_key_on_by_releases() {
     }
     assert!(released.elapsed() < timer);
 }
+
+/// A release that leaves waiters registered (none starving yet: nobody
+/// woken) tells its backend, whose next acquire of the key writes the
+/// token already marked, so the holder that took the key right back wakes
+/// them on release; a release that leaves none makes the next acquire bare
+/// again. A round where the waiter took the key first (its look after
+/// `RECHECK_MS`, or it was starving already) is tried again on another
+/// key, at most ten rounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_that_takes_the_key_back_from_its_waiters_marks_it() {
+    let server = tair_server().await;
+    let holder = connect(builder(&server.url())).await;
+    let waiting = connect(builder(&server.url())).await;
+    let warm = token();
+    acquired(&holder, "warm", &warm, LONG).await;
+    waiting.wait_for_release("warm", Duration::from_millis(200)).await;
+    for round in 0..10 {
+        let key: &'static str = Box::leak(format!("back:{round}").into_boxed_str());
+        let first = token();
+        acquired(&holder, key, &first, LONG).await;
+        let w = waiter(waiting.clone(), key);
+        until_marked(&server, key, &first).await;
+        assert_eq!(holder.release(key, &first).await.unwrap(), ReleaseOutcome::Released);
+        let again = token();
+        if !matches!(
+            holder.try_acquire(key, &again, LONG).await.unwrap(),
+            AcquireOutcome::Acquired(_)
+        ) {
+            w.abort();
+            continue;
+        }
+        let marked = format!("{}{WAITER_MARK}", again.to_hex());
+        assert_eq!(
+            value(&server, key).await.as_deref(),
+            Some(marked.as_str()),
+            "round {round}: taken back marked"
+        );
+        tokio::time::sleep(Duration::from_millis(3 * STARVING_MS)).await;
+        assert_eq!(holder.release(key, &again).await.unwrap(), ReleaseOutcome::Released);
+        woken(w).await;
+        // That release left no waiter (the woken one left the wake set):
+        // once the reservation is gone, the next acquire is bare again.
+        let gone = server.cmd(&["DEL", key]).await.unwrap();
+        assert!(gone.as_int().is_some());
+        let last = token();
+        acquired(&holder, key, &last, LONG).await;
+        assert_eq!(value(&server, key).await, Some(last.to_hex()), "bare again");
+        return;
+    }
+    panic!("in ten rounds the holder never took the key back before its waiter");
+}
