@@ -69,7 +69,10 @@
 //! the key right back (starvation-bounded barging: a hot key mostly stays
 //! with its holder). A holder that waited for the key itself releases
 //! through the script at once (its own registration leaves the wake set),
-//! which keeps a hand-off chain going. A woken waiter claims the
+//! which keeps a hand-off chain going; a release that leaves waiters
+//! registered makes its backend's next acquire of the key write the token
+//! already marked (`SET NX` of the marked token), until a release leaves
+//! none, so a holder that takes the key right back still wakes them. A woken waiter claims the
 //! reservation with one script; a waiter not woken looks once after
 //! `RECHECK_MS` whether the key is free, and marks the value of a holder
 //! that took the key since it registered (a newcomer's `SET NX` writes the
