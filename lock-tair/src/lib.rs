@@ -397,7 +397,7 @@ impl LockBackend for TairBackend {
             .filter(|w| w.usable() && w.waits.take_woken(key));
         // This backend's last release of the key left waiters: the token
         // goes in marked, so that this holder's release wakes them.
-        let marked = self.inner.wake.as_ref().is_some_and(|w| w.contended.contains(key));
+        let marked = (self.inner.wake.as_ref()).is_some_and(|w| w.usable() && w.contended.contains(key));
         let stored = || {
             if marked {
                 wake::marked_arg(token)

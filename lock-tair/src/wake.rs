@@ -280,6 +280,7 @@ impl TairBackend {
                 match wake {
                     Some(w) => {
                         w.refuses_scripts(&e);
+                        w.contended.released(key, false);
                     }
                     None => tracing::debug!(backend = NAME, key, error = %e, "release script refused"),
                 }
