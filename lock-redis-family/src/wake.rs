@@ -93,6 +93,16 @@ pub async fn wait_or_recheck(
 /// process may claim it (one waiter per key and manager waits at a time).
 pub const RESERVED_PREFIX: &str = "verrou:reserved:";
 
+/// Appended to a lock key's value by a waiter that registers on it, on
+/// backends whose uncontended release is a native compare-and-delete of the
+/// token (Tair's `CAD`): the holder's `CAD` then answers "mismatch", and
+/// only then does the holder run the release script that accepts the token
+/// with or without the mark and wakes a waiter. No token (hex digits) and
+/// no reservation ends with it, so a marked value is never another
+/// holder's token. Every script that compares a lock key's value with a
+/// token (the multi-key lock's, the fair queue's) accepts the marked form.
+pub const WAITER_MARK: &str = "~w";
+
 /// The value prefix that lets `process`'s waiters claim a reserved key:
 /// [`RESERVED_PREFIX`] and the process id.
 #[must_use]
@@ -227,7 +237,10 @@ end
 /// key for it once that is [`STARVING_MS`] ago). Within one millisecond,
 /// waiters are ordered by their own id (a fraction of a ms taken from it),
 /// not by their process's: a waiter named the same on several servers
-/// (Redlock's nodes) is ordered the same on each.
+/// (Redlock's nodes) is ordered the same on each. `ARGV[5]` (optional, a
+/// backend whose release is a native compare-and-delete): [`WAITER_MARK`],
+/// appended to the lock key's value (its TTL kept) unless it ends with it,
+/// so that the holder's release finds the waiter.
 pub const MARK_WAITING: &str = concatcp!(
     FUNCTIONS,
     r"
@@ -246,6 +259,9 @@ extend(KEYS[4], ARGV[1])
 if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[1]) then
   redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])
 end
+if ARGV[5] and string.sub(cur, -#ARGV[5]) ~= ARGV[5] then
+  redis.call('SET', KEYS[1], cur .. ARGV[5], 'KEEPTTL')
+end
 return 1
 "
 );
@@ -258,6 +274,10 @@ return 1
 /// waiter once (ticket after the last), keeps its entry `claim` ms, and
 /// answers `{0, pttl}` to the head (when to look again if nobody releases)
 /// or `{0, -1}` to the others. The marker makes releases wake the head.
+/// `ARGV[5]` (optional, as [`MARK_WAITING`]'s): [`WAITER_MARK`]; the
+/// token with it counts as the waiter's own, a grant while the marker
+/// exists (waiters remain) writes the token marked, and a waiter that
+/// queues behind a holder marks the holder's value.
 pub const ACQUIRE_FAIR: &str = concatcp!(
     FUNCTIONS,
     r"
@@ -265,14 +285,17 @@ local cur = redis.call('GET', KEYS[1])
 local last = false
 if KEYS[5] then last = redis.call('GET', KEYS[5]) end
 last = tonumber(last or '0') or 0
-if cur == ARGV[1] then
+local mark = ARGV[5]
+if cur == ARGV[1] or (mark and cur == ARGV[1] .. mark) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, last}
 end
 local now = now_ms()
 local head = fair_head(KEYS[3], KEYS[4], now)
 if not cur and (not head or head == ARGV[3]) then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  local v = ARGV[1]
+  if mark and redis.call('EXISTS', KEYS[2]) == 1 then v = v .. mark end
+  redis.call('SET', KEYS[1], v, 'PX', ARGV[2])
   redis.call('ZREM', KEYS[3], ARGV[3])
   redis.call('ZREM', KEYS[4], ARGV[3])
   if not KEYS[5] then return {1} end
@@ -293,6 +316,9 @@ extend(KEYS[3], ARGV[4])
 extend(KEYS[4], ARGV[4])
 if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[4]) then
   redis.call('SET', KEYS[2], '1', 'PX', ARGV[4])
+end
+if mark and cur and string.sub(cur, -#mark) ~= mark then
+  redis.call('SET', KEYS[1], cur .. mark, 'KEEPTTL')
 end
 if head == ARGV[3] then return {0, redis.call('PTTL', KEYS[1])} end
 return {0, -1}
@@ -527,5 +553,15 @@ mod tests {
         let reservation = reservation_of(&[b'a'; 32]);
         assert!(reservation.starts_with(RESERVED_PREFIX.as_bytes()));
         assert!(!reservation.iter().all(u8::is_ascii_hexdigit));
+    }
+
+    #[test]
+    fn a_marked_value_is_never_a_token_nor_a_reservation() {
+        let token = lock_core::LockToken::from_bytes([0xab; 16]).to_hex();
+        assert!(!WAITER_MARK.is_empty());
+        assert!(!WAITER_MARK.bytes().any(|b| b.is_ascii_hexdigit()));
+        assert!(!token.ends_with(WAITER_MARK));
+        let reservation = reservation_of(&[b'a'; 32]);
+        assert!(!reservation.ends_with(WAITER_MARK.as_bytes()));
     }
 }

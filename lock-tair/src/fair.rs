@@ -73,12 +73,17 @@ impl TairBackend {
         if let Some(f) = &fence {
             keys.push(f);
         }
-        let args: Vec<Value> = vec![
+        let mut args: Vec<Value> = vec![
             token_arg(token),
             ttl_millis(ttl).to_string().into(),
             Value::from(&id[..]),
             ttl_millis(claim).to_string().into(),
         ];
+        if self.inner.wake.is_some() {
+            // A queued waiter marks the holder's value, so that its
+            // release wakes the head.
+            args.push(Value::from_static_str(wake_lua::WAITER_MARK));
+        }
         let client = self.inner.commands.next();
         // Until the server answers, a clean-up release must follow this
         // write on its connection (see the `unsettled` module).

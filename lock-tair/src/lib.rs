@@ -23,16 +23,16 @@
 //! ```
 //!
 //! One [`TairBackend`] implements both [`LockBackend`] and
-//! [`VersionedStore`](lock_core::VersionedStore). Every operation is one round trip, a native command
-//! but for the release on a single server (a small script, see *Release
-//! notifications*):
+//! [`VersionedStore`](lock_core::VersionedStore). Every operation is one round trip, a native command,
+//! unless a waiter marked the key (on a single server, see *Release
+//! notifications*): then the holder's release and renewal take a second one.
 //!
 //! | operation | command | replies |
 //! |---|---|---|
 //! | acquire | `SET key token NX PX ttl` | `OK` / nil |
-//! | release | `CAD key token`; on a single server with release notifications (the default), `EXISTS` of the key's waiter marker pipelined behind it in the same round trip, and a wake script only when a waiter registered | 1 released, 0 held by another, -1 missing |
-//! | renew | `CAS key token token PX ttl` | 1 renewed, 0 held by another, -1 missing |
-//! | renew many (the manager's batched renewals) | one script running that `CAS` per key, per ≤ 128 keys (per hash slot in a cluster), sent concurrently | one code per key, as renew |
+//! | release | `CAD key token`; on a single server, when it answers 0 (a waiter may have marked the value), the release script (token with or without the mark; wakes a waiter) | 1 released, 0 held by another, -1 missing |
+//! | renew | `CAS key token token PX ttl`; on a single server, when it answers 0, the same with the marked token | 1 renewed, 0 held by another, -1 missing |
+//! | renew many (the manager's batched renewals) | one script running that `CAS` (and the marked one on a 0) per key, per ≤ 128 keys (per hash slot in a cluster), sent concurrently | one code per key, as renew |
 //! | get | `EXGET key` | `[value, version]` / nil |
 //! | create | `EXSET key value [PX ms \| KEEPTTL] NX ABS <random> WITHVERSION` | version / nil |
 //! | compare-and-set | `EXCAS key value version [PX ms \| KEEPTTL]` | `[OK, "", version]` / `[CAS_FAILED, value, version]` / -1 |
@@ -50,11 +50,16 @@
 //! [`TairBuilder::release_notifications`] turns them off, a waiter
 //! subscribes on a pub/sub connection of its backend (one channel per
 //! backend, `verrou:wake:<id>`, opened by the first wait), then joins the
-//! key's wake set (`verrou:tair:wake:<key>`: its id and the end of its wait)
-//! and leaves a marker (`verrou:tair:waiting:<key>`), both only while the
-//! lock key exists (one script). The release is the native `CAD` with an
-//! `EXISTS` of the marker pipelined behind it (one round trip, no Lua); only
-//! when the marker was there does a second script hand the key off: if the
+//! key's wake set (`verrou:tair:wake:<key>`: its id and the end of its wait),
+//! leaves a marker (`verrou:tair:waiting:<key>`) and *marks the lock key*:
+//! appends `lock_redis_family::wake::WAITER_MARK` (`~w`, which no hex token
+//! contains) to its value, its TTL kept (`SET … KEEPTTL`), all only while
+//! the lock key exists (one script). Waiters pay for the wake-up, not
+//! holders: a release is the native `CAD` alone, as with notifications off,
+//! until a waiter marked the key; then the `CAD` answers 0 and only then
+//! does the holder run the release script (one more round trip), which
+//! takes the token with or without the mark, deletes the key and the marker
+//! and, when the marker was there, hands the key off: if the
 //! waiter whose acquire started waiting first has waited
 //! `lock_redis_family::wake::STARVING_MS`, the key (if still free) is set to a
 //! short reservation naming it (`verrou:reserved:<waiter id>`, which no
@@ -62,23 +67,42 @@
 //! `PUBLISH`ed, so one waiter wakes per release, not the herd; a waiter
 //! that has not waited that long is not woken, and the releaser may take
 //! the key right back (starvation-bounded barging: a hot key mostly stays
-//! with its holder). A woken waiter claims the reservation with one script;
-//! a waiter not woken looks once after `RECHECK_MS` whether the key is
-//! free. A waiter that registers after the `CAD` finds
-//! the key gone (or held by a newer holder, whose release sees the marker)
-//! and does not sleep on this release, so no wake-up is lost. A lost
-//! message costs the waiter its timer, never correctness. An ACL user
-//! without channel rights (`NOPERM`) turns the notifications off with one
-//! warning and its pub/sub connection closed; a server that refuses the
-//! scripts leaves waiters on their timers. A multi-key lock's release (one
-//! script over its keys) does not wake: mutex waiters of its keys use their
-//! timers.
+//! with its holder). A holder that waited for the key itself releases
+//! through the script at once (its own registration leaves the wake set),
+//! which keeps a hand-off chain going; a release that leaves waiters
+//! registered makes its backend's next acquire of the key write the token
+//! already marked (`SET NX` of the marked token), until a release leaves
+//! none, so a holder that takes the key right back still wakes them. A woken waiter claims the
+//! reservation with one script; a waiter not woken looks once after
+//! `RECHECK_MS` whether the key is free, and marks the value of a holder
+//! that took the key since it registered (a newcomer's `SET NX` writes the
+//! bare token). A waiter that registers after the `CAD` finds the key gone
+//! (or held by a newer holder, whose value it marks) and does not sleep on
+//! this release, so no wake-up is lost. A key that changes hands more than
+//! once between a waiter's registration and its look leaves it on its
+//! timer; a lost message costs the waiter its timer, never correctness.
+//!
+//! Every path that compares a lock value takes the marked form as its
+//! holder's: renew retries `CAS` with the marked token when the bare one
+//! misses (`CAS` rewrites the value, so the mark stays), batched renewals
+//! do the same in their script, the multi-key lock's and the fair queue's
+//! scripts accept it, and a backend with notifications off (or whose server
+//! refuses the scripts: then `CAD` of the marked token, without a wake-up)
+//! releases a key another backend's waiter marked. A stale holder's token
+//! matches neither form. On a cluster nobody marks: `CAD` and `CAS` answer
+//! alone. An ACL user without channel rights (`NOPERM`) turns the
+//! notifications off with one warning and its pub/sub connection closed; a
+//! server that refuses the scripts leaves waiters on their timers. A
+//! multi-key lock's release (one script over its keys) does not wake: mutex
+//! waiters of its keys use their look after `RECHECK_MS` and their timers.
 //!
 //! Fair mode ([`lock_core::Fairness::Fifo`], `LockOptions::fair`) runs on one
 //! server as on the Lua backend: waiters queue in `verrou:tair:queue:<key>`
 //! (waiter id → ticket) with a server-time claim deadline each in
 //! `verrou:tair:queued:<key>`; the acquire script grants a free key only to
-//! the head of the live waiters, the release script wakes the head, and a
+//! the head of the live waiters (writing the token marked while the marker
+//! says waiters remain) and a waiter that queues behind a holder marks its
+//! value, so the release script runs and wakes the head; a
 //! waiter that gives up leaves and wakes the next. Without release
 //! notifications waiters poll every third of their claim. On a cluster or
 //! with replica acknowledgement fair locking is refused with
@@ -91,7 +115,8 @@
 //! sends `PX ttl`, and every versioned write sends what the caller's
 //! [`Expiry`](lock_core::Expiry) asks: `Keep` → `KEEPTTL`, `Persist` → no option (the TTL is
 //! removed, on purpose), `After(d)` → `PX ms`. A TTL is never dropped by
-//! accident.
+//! accident. A waiter's mark is written with the server's own `SET …
+//! KEEPTTL` (Redis 6.0 and later), which keeps it.
 //!
 //! # ABA
 //!
@@ -190,6 +215,7 @@ mod acquire;
 mod builder;
 mod config;
 mod conn;
+mod contended;
 mod fair;
 mod inspect;
 mod keys;
@@ -234,8 +260,7 @@ pub use fred;
 
 use conn::{Access, COMMANDS, Clients, NAME, map_error, send, unexpected_reply};
 use renew::RENEW_MANY_CHUNK;
-use replica_ack::renewal_shortfall;
-use replies::{FencedReply, TriState};
+use replies::FencedReply;
 use unsettled::{Pending, Unsettled};
 use wake::Notifications;
 
@@ -370,6 +395,16 @@ impl LockBackend for TairBackend {
             .wake
             .as_ref()
             .filter(|w| w.usable() && w.waits.take_woken(key));
+        // This backend's last release of the key left waiters: the token
+        // goes in marked, so that this holder's release wakes them.
+        let marked = (self.inner.wake.as_ref()).is_some_and(|w| w.usable() && w.contended.contains(key));
+        let stored = || {
+            if marked {
+                wake::marked_arg(token)
+            } else {
+                token_arg(token)
+            }
+        };
         let fence = match &self.inner.fence_prefix {
             None if let Some(wake) = claiming => {
                 let taken = self.claim(wake, writer.client, key, token, px).await;
@@ -387,7 +422,7 @@ impl LockBackend for TairBackend {
             None => {
                 let args: Vec<Value> = vec![
                     key.into(),
-                    token_arg(token),
+                    stored(),
                     Value::from_static_str("NX"),
                     Value::from_static_str("PX"),
                     px.into(),
@@ -407,7 +442,11 @@ impl LockBackend for TairBackend {
                 }
             }
             Some(prefix) => {
-                let reply = self.fenced_acquire(&writer, key, &token.to_hex(), px, prefix).await?;
+                let mut hex = token.to_hex();
+                if marked {
+                    hex.push_str(lock_redis_family::wake::WAITER_MARK);
+                }
+                let reply = self.fenced_acquire(&writer, key, &hex, px, prefix).await?;
                 pending.settle();
                 match reply {
                     FencedReply::Acquired { fence } => Some(FencingToken(fence)),
@@ -433,52 +472,13 @@ impl LockBackend for TairBackend {
         // The clean-up of an acquire that may still be queued goes after it.
         let after_acquire = self.inner.unsettled.take(token);
         let client = after_acquire.as_ref().unwrap_or_else(|| self.inner.commands.next());
-        if let Some(wake) = self.inner.wake.as_ref().filter(|w| w.usable()) {
-            return self.release_and_wake(wake, client, key, token).await;
-        }
-        let args: Vec<Value> = vec![key.into(), token_arg(token)];
-        wake::release_outcome(key, Some(send(client, &COMMANDS.cad, args).await))
+        self.release_on(client, key, token, after_acquire.is_some()).await
     }
 
     async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
         self.check_key(key)?;
         validate_ttl(ttl)?;
-        let hex = token_arg(token);
-        // Always with PX: CAS without a TTL option (or with KEEPTTL) would
-        // make the lock permanent.
-        let args: Vec<Value> = vec![
-            key.into(),
-            hex.clone(),
-            hex,
-            Value::from_static_str("PX"),
-            px(ttl).into(),
-        ];
-        // With replica acks, on a WAIT connection: the renewal counts only
-        // once replicas have it.
-        let mut writer = self.writer();
-        let reply = match send(writer.client, &COMMANDS.cas, args).await {
-            Ok(reply) => reply,
-            Err(e) if conn::is_wrong_type(&e) => {
-                tracing::warn!(
-                    key,
-                    "renew: the lock key holds a non-string value (WRONGTYPE); not ours, left untouched"
-                );
-                return Ok(RenewOutcome::HeldByOther);
-            }
-            Err(e) => return Err(map_error("CAS", key, Access::Write, e)),
-        };
-        match replies::tri_state(&reply) {
-            Some(TriState::Done) => {
-                if let Some(ack) = writer.ack {
-                    let acknowledged = self.wait_for_replicas(&mut writer, key, ack).await;
-                    renewal_shortfall(ack, acknowledged, key)?;
-                }
-                Ok(RenewOutcome::Renewed)
-            }
-            Some(TriState::Mismatch) => Ok(RenewOutcome::HeldByOther),
-            Some(TriState::Missing) => Ok(RenewOutcome::Missing),
-            None => Err(unexpected_reply("CAS", key, Access::Write, &reply)),
-        }
+        self.renew_one(key, token, px(ttl)).await
     }
 
     /// One script per chunk of up to 128 keys (per hash slot in a cluster),

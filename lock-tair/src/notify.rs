@@ -26,6 +26,12 @@ use crate::conn::{NAME, OptionsClient};
 
 pub(crate) use lock_redis_family::board::WaiterId;
 
+/// How many times `PUBSUB NUMSUB` may count no subscriber before a
+/// `SUBSCRIBE` counts as refused (see `Notifier::listed`).
+const LISTED_CHECKS: u32 = 10;
+/// The pause between two of those checks.
+const LISTED_PAUSE: Duration = Duration::from_millis(20);
+
 /// The subscription's state.
 enum Link {
     /// Not subscribed: the next wait connects and subscribes.
@@ -242,15 +248,28 @@ impl Notifier {
 
     /// Whether the server lists this backend's channel as subscribed
     /// (`PUBSUB NUMSUB` on a command connection); true when it cannot tell.
+    /// fred can report the `SUBSCRIBE` done before the server ran it (the
+    /// reply of RESP2's subscribe mode is a push message), so `NUMSUB` on
+    /// another connection can come first and count none: a 0 is asked
+    /// again, [`LISTED_CHECKS`] times at most, [`LISTED_PAUSE`] apart,
+    /// before it counts as a refusal. Taken as refused at once, it turned
+    /// the notifications off for good on a loaded machine.
     async fn listed(&self) -> bool {
-        let reply: Result<Vec<Value>, _> = self.checker.pubsub_numsub(self.channel.as_str()).await;
-        match reply {
-            Ok(reply) => reply.get(1).and_then(Value::as_i64).is_none_or(|n| n > 0),
-            Err(e) => {
-                tracing::debug!(error = %e, "PUBSUB NUMSUB failed; the subscription is taken as made");
-                true
+        for check in 1..=LISTED_CHECKS {
+            let reply: Result<Vec<Value>, _> = self.checker.pubsub_numsub(self.channel.as_str()).await;
+            match reply {
+                Ok(reply) => match reply.get(1).and_then(Value::as_i64) {
+                    Some(0) if check < LISTED_CHECKS => tokio::time::sleep(LISTED_PAUSE).await,
+                    Some(n) => return n > 0,
+                    None => return true,
+                },
+                Err(e) => {
+                    tracing::debug!(error = %e, "PUBSUB NUMSUB failed; the subscription is taken as made");
+                    return true;
+                }
             }
         }
+        false
     }
 
     /// Turns the notifications off for good, with one warning.

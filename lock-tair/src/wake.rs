@@ -4,14 +4,16 @@
 //! waiter is registered) and `verrou:tair:wake:<key>` (waiter id → the end of
 //! its wait, server ms). The protocol is the redis-lua backend's default
 //! mode (`verrou:wake:<process id>` channels, the same waiter ids), so the
-//! two backends' waiters behave alike.
+//! two backends' waiters behave alike. Unlike there, a waiter also marks the
+//! lock key's value ([`wake_lua::WAITER_MARK`]): the holder's release is the
+//! native `CAD` of its token, which misses a marked value, and only then
+//! runs the release script. Waiters pay for the wake-up, not holders.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use const_format::concatcp;
-use fred::interfaces::ClientLike;
 use fred::types::Value;
 use lock_core::ReleaseOutcome;
 use lock_core::raw::WaitOptions;
@@ -20,11 +22,17 @@ use lock_core::{LockToken, Result};
 use lock_redis_family::board::Subscriber;
 use lock_redis_family::wake as wake_lua;
 
-use crate::conn::{self, Access, COMMANDS, NAME, OptionsClient, map_error, unexpected_reply};
+use crate::conn::{self, Access, COMMANDS, NAME, OptionsClient, map_error, send, unexpected_reply};
+use crate::contended::Contended;
 use crate::notify::{Notifier, WaiterId};
 use crate::replies::{self, TriState};
 use crate::script::Script;
 use crate::{TairBackend, token_arg};
+
+/// [`wake_lua::STARVING_MS`] as a script argument.
+const STARVING_MS: &str = concatcp!(wake_lua::STARVING_MS);
+/// [`wake_lua::RESERVATION_MS`] as a script argument.
+const RESERVATION_MS: &str = concatcp!(wake_lua::RESERVATION_MS);
 
 /// Prefix of the waiter markers; the lock key follows.
 const MARKER_PREFIX: &str = "verrou:tair:waiting:";
@@ -43,34 +51,56 @@ const SINCE_PREFIX: &str = "verrou:tair:wake-since:";
 /// KEYS[6] the wake set's start times; ARGV[1] the starvation bound, ms
 /// ([`wake_lua::STARVING_MS`]), ARGV[2] how long a reservation lives, ms
 /// ([`wake_lua::RESERVATION_MS`]), ARGV[3] the releaser's own last
-/// registration (it waited for the key) or `''`, taken out first. Sent only after a `CAD` that released the
-/// lock and, pipelined behind it, an `EXISTS` that found the marker:
-/// deletes the marker and, when it was still there, hands the key off
-/// (`hand_off` in [`wake_lua::FUNCTIONS`]): the live barging waiter that
-/// started waiting first, once it has waited the bound, gets the key
-/// reserved for it if the key is still free (`SET NX`, for ARGV[2] ms)
-/// and is woken by publishing its id on its
-/// process's channel (`verrou:wake:` and the id's first 32 characters; a
-/// refused `PUBLISH`, e.g. an ACL without channel rights, only costs the
-/// waiter its timer, so it is a `pcall`); a waiter that has not waited
-/// that long is not woken; without a reservation the head of the fair
-/// queue (which stays in it until granted) is woken the same way; then the
-/// marker is set again while waiters remain. So an uncontended release is
-/// `CAD` and `EXISTS` in one round trip, and no Lua.
-const WAKE_AFTER_RELEASE: &str = concatcp!(
+/// registration (it waited for the key) or `''`, taken out first, ARGV[4]
+/// the token, ARGV[5] [`wake_lua::WAITER_MARK`]. The release of a key a
+/// waiter marked (its `CAD` answered "mismatch"), or of a key its releaser
+/// waited for: releases the key when it holds the token, with or without
+/// the mark (1; 0 another's, -1 missing, -2 not a string), then deletes the
+/// marker and, when it was there, hands the key off (`hand_off` in
+/// [`wake_lua::FUNCTIONS`]): the live barging waiter that started waiting
+/// first, once it has waited the bound, gets the key reserved for it if the
+/// key is still free (`SET NX`, for ARGV[2] ms) and is woken by publishing
+/// its id on its process's channel (`verrou:wake:` and the id's first 32
+/// characters; a refused `PUBLISH`, e.g. an ACL without channel rights,
+/// only costs the waiter its timer, so it is a `pcall`); a waiter that has
+/// not waited that long is not woken; without a reservation the head of
+/// the fair queue (which stays in it until granted) is woken the same way;
+/// then the marker is set again while waiters remain, and the answer is 2
+/// (released, waiters left: see `contended`). The functions are defined
+/// only in the branch that uses them.
+const RELEASE_AND_WAKE: &str = concatcp!(
+    "
+local kind = redis.call('TYPE', KEYS[5]).ok
+if kind == 'none' then return -1 end
+if kind ~= 'string' then return -2 end
+local cur = redis.call('GET', KEYS[5])
+if cur ~= ARGV[4] and cur ~= ARGV[4] .. ARGV[5] then return 0 end
+redis.call('DEL', KEYS[5])
+if redis.call('DEL', KEYS[1]) == 1 then
+",
     wake_lua::FUNCTIONS,
     "
-if redis.call('DEL', KEYS[1]) == 1 then
   hand_off(KEYS[5], KEYS[1], KEYS[2], KEYS[6], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3])
+  if redis.call('EXISTS', KEYS[1]) == 1 then return 2 end
 end
 return 1
 "
 );
 
+/// [`RELEASE_AND_WAKE`], prepared once (a backend without notifications
+/// runs it too, for a key another backend's waiter marked).
+fn release_script() -> &'static Script {
+    static SCRIPT: OnceLock<Script> = OnceLock::new();
+    SCRIPT.get_or_init(|| Script::new(RELEASE_AND_WAKE))
+}
+
 /// KEYS[1] lock; ARGV[1] token, ARGV[2] ttl ms, ARGV[3] the reservation
 /// prefix of this backend's process ([`wake_lua::reservation_of`]). The
 /// acquire of a waiter that a release woke: takes the key when it is free
-/// or reserved for this process's waiters (1), else 0 (held).
+/// or reserved for this process's waiters, marked or not (1), else 0
+/// (held). The bare token is written: its holder waited for the key, so its
+/// release runs [`RELEASE_AND_WAKE`] anyway (to take its registration out),
+/// which wakes the next waiter.
 const CLAIM: &str = "
 local cur = redis.call('GET', KEYS[1])
 if cur and string.sub(cur, 1, #ARGV[3]) ~= ARGV[3] then return 0 end
@@ -78,15 +108,33 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
 ";
 
+/// KEYS[1] lock; ARGV[1] the reservation prefix of this backend's process,
+/// ARGV[2] [`wake_lua::WAITER_MARK`]. A registered waiter's one look
+/// after `RECHECK_MS`: 1 when the key is free or reserved for this
+/// process's waiters (the wait ends), else 0, the holder's value marked
+/// (its TTL kept) unless it was: a holder that took the key after the
+/// waiter registered (a newcomer, when the release found nobody starving)
+/// releases through [`RELEASE_AND_WAKE`] too.
+const RECHECK: &str = "
+local cur = redis.call('GET', KEYS[1])
+if not cur or string.sub(cur, 1, #ARGV[1]) == ARGV[1] then return 1 end
+if string.sub(cur, -#ARGV[2]) ~= ARGV[2] then
+  redis.call('SET', KEYS[1], cur .. ARGV[2], 'KEEPTTL')
+end
+return 0
+";
+
 /// Release notifications of one backend: its pub/sub connection and the
 /// scripts.
 pub(crate) struct Notifications {
     pub(crate) notifier: Arc<Notifier>,
-    wake_after_release: Script,
     mark_waiting: Script,
     claim: Script,
+    recheck: Script,
     /// How long this backend's waiters have waited per key.
     pub(crate) waits: wake_lua::Waits,
+    /// Keys whose last release left waiters: the next acquire marks.
+    pub(crate) contended: Contended,
     /// The value prefix of keys reserved for this process's waiters.
     reservation: Vec<u8>,
     /// Set when the server refused the scripts (an ACL without `EVALSHA`, a
@@ -100,10 +148,11 @@ impl Notifications {
         Notifications {
             reservation: wake_lua::reservation_of(notifier.process()),
             notifier,
-            wake_after_release: Script::new(WAKE_AFTER_RELEASE),
             mark_waiting: Script::new(wake_lua::MARK_WAITING),
             claim: Script::new(CLAIM),
+            recheck: Script::new(RECHECK),
             waits: wake_lua::Waits::default(),
+            contended: Contended::default(),
             refused: AtomicBool::new(false),
         }
     }
@@ -115,9 +164,7 @@ impl Notifications {
 
     /// Notes a server reply that refuses the scripts: true when `e` is one.
     fn refuses_scripts(&self, e: &fred::error::Error) -> bool {
-        let d = e.details();
-        let refused =
-            d.starts_with("NOPERM") || d.starts_with("ERR unknown command") || d.starts_with("ERR Unknown command");
+        let refused = refuses_scripts(e);
         if refused && !self.refused.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 backend = NAME,
@@ -133,6 +180,20 @@ impl Notifications {
     pub(crate) fn reservation_arg(&self) -> Value {
         Value::from(String::from_utf8_lossy(&self.reservation).into_owned())
     }
+}
+
+/// Whether `e` is the server refusing scripts (an ACL without `EVALSHA`, a
+/// renamed command).
+fn refuses_scripts(e: &fred::error::Error) -> bool {
+    let d = e.details();
+    d.starts_with("NOPERM") || d.starts_with("ERR unknown command") || d.starts_with("ERR Unknown command")
+}
+
+/// A token as stored with a waiter's mark ([`wake_lua::WAITER_MARK`]).
+pub(crate) fn marked_arg(token: &LockToken) -> Value {
+    let mut v = token.to_hex();
+    v.push_str(wake_lua::WAITER_MARK);
+    Value::from(v)
 }
 
 /// `key`'s waiter marker, wake set, fair queue and the queue's deadlines.
@@ -151,67 +212,90 @@ fn since_key(key: &str) -> String {
 }
 
 impl TairBackend {
-    /// Release `key` with `CAD` on `client` and, pipelined behind it in the
-    /// same round trip, `EXISTS` of its waiter marker; when the release
-    /// found a marker, [`WAKE_AFTER_RELEASE`] wakes a waiter (one more round
-    /// trip, only under contention).
+    /// Releases `key` on `client`: the native `CAD` alone when the key holds
+    /// the bare token (nobody registered a wait on this holder); when it
+    /// answers "mismatch" (on one server: a waiter may have marked the
+    /// value), or when this backend waited for the key itself (its stale
+    /// registration must leave the wake set), [`RELEASE_AND_WAKE`], which
+    /// takes the token with or without the mark and wakes a waiter. On a
+    /// cluster nobody marks: the `CAD`'s answer is final. `source_first`:
+    /// the script goes as `EVAL` (see `run_script_on`).
     ///
     /// No wake-up is lost: a waiter registers with `MARK_WAITING`, which
-    /// leaves the marker only while the lock key exists, atomically. If it
-    /// runs before the `CAD`, the `EXISTS` behind the `CAD` sees the marker;
-    /// if after, the key is gone (or has a new holder, whose own release will
-    /// see the marker), so the waiter does not sleep on this release. A
+    /// marks the value only while the lock key exists, atomically. If it
+    /// runs before the `CAD`, the `CAD` misses and the script sees the
+    /// marker; if after, the key is gone (or has a new holder, whose
+    /// value it marks), so the waiter does not sleep on this release. A
     /// failed wake only costs the waiter its timer.
-    pub(crate) async fn release_and_wake(
+    pub(crate) async fn release_on(
         &self,
-        wake: &Notifications,
         client: &OptionsClient,
         key: &str,
         token: &LockToken,
+        source_first: bool,
     ) -> Result<ReleaseOutcome> {
-        let [marker, set, queue, deadlines] = helper_keys(key);
-        if !client.is_connected() {
-            conn::connected(client)
-                .await
-                .map_err(|e| map_error("CAD", key, Access::Write, e))?;
-        }
-        let pipeline = client.pipeline().with_options(client.options());
-        let queued: std::result::Result<(), fred::error::Error> = async {
-            let () = pipeline
-                .custom(COMMANDS.cad.clone(), vec![key.into(), token_arg(token)])
-                .await?;
-            pipeline
-                .custom(COMMANDS.exists.clone(), vec![Value::from(&marker[..])])
-                .await
-        }
-        .await;
-        queued.map_err(|e| map_error("CAD", key, Access::Write, e))?;
-        let mut replies = pipeline.try_all::<Value>().await.into_iter();
-        let outcome = release_outcome(key, replies.next())?;
-        let marked = matches!(replies.next(), Some(Ok(ref v)) if v.as_i64() == Some(1));
-        let stale = wake.waits.take_stale(key);
-        if outcome == ReleaseOutcome::Released && marked {
-            let since = since_key(key);
-            let keys = [&marker[..], &set, &queue, &deadlines, key, &since];
-            let woke = self
-                .run_script_on(
-                    self.inner.commands.next(),
-                    &wake.wake_after_release,
-                    &keys,
-                    vec![
-                        Value::from(wake_lua::STARVING_MS.to_string()),
-                        Value::from(wake_lua::RESERVATION_MS.to_string()),
-                        stale.map_or_else(|| Value::from(""), |id| Value::from(&id[..])),
-                    ],
-                    false,
-                )
-                .await;
-            if let Err(e) = woke {
-                wake.refuses_scripts(&e);
-                tracing::debug!(backend = NAME, key, error = %e, "no wake-up sent; the waiter uses its timer");
+        let wake = self.inner.wake.as_ref();
+        let stale = wake.and_then(|w| w.waits.take_stale(key));
+        if stale.is_none() {
+            let reply = send(client, &COMMANDS.cad, vec![key.into(), token_arg(token)]).await;
+            if self.inner.clustered || !matches!(reply, Ok(Value::Integer(0))) {
+                let outcome = release_outcome(key, Some(reply));
+                if let (Some(w), Ok(ReleaseOutcome::Released)) = (wake, &outcome) {
+                    w.contended.released(key, false);
+                }
+                return outcome;
             }
         }
-        Ok(outcome)
+        let [marker, set, queue, deadlines] = helper_keys(key);
+        let since = since_key(key);
+        let keys = [&marker[..], &set, &queue, &deadlines, key, &since];
+        let args = vec![
+            Value::from_static_str(STARVING_MS),
+            Value::from_static_str(RESERVATION_MS),
+            stale.map_or_else(|| Value::from_static_str(""), |id| Value::from(&id[..])),
+            token_arg(token),
+            Value::from_static_str(wake_lua::WAITER_MARK),
+        ];
+        let what = "EVAL (release)";
+        match self
+            .run_script_on(client, release_script(), &keys, args, source_first)
+            .await
+        {
+            Ok(Value::Integer(-2)) => Ok(wrong_type(key)),
+            Ok(Value::Integer(released @ (1 | 2))) => {
+                if let Some(w) = wake {
+                    w.contended.released(key, released == 2);
+                }
+                Ok(ReleaseOutcome::Released)
+            }
+            Ok(reply) => match replies::tri_state(&reply) {
+                Some(TriState::Done) => Ok(ReleaseOutcome::Released),
+                Some(TriState::Mismatch) => Ok(ReleaseOutcome::HeldByOther),
+                Some(TriState::Missing) => Ok(ReleaseOutcome::Missing),
+                None => Err(unexpected_reply(what, key, Access::Script, &reply)),
+            },
+            Err(e) if refuses_scripts(&e) => {
+                // Waking is a hint; the release is not: the native `CAD`
+                // of the marked token.
+                match wake {
+                    Some(w) => {
+                        w.refuses_scripts(&e);
+                        w.contended.released(key, false);
+                    }
+                    None => tracing::debug!(backend = NAME, key, error = %e, "release script refused"),
+                }
+                let cad = |value| send(client, &COMMANDS.cad, vec![key.into(), value]);
+                match release_outcome(key, Some(cad(marked_arg(token)).await))? {
+                    // Not marked either: the bare token, unless its `CAD`
+                    // already missed.
+                    ReleaseOutcome::HeldByOther if stale.is_some() => {
+                        release_outcome(key, Some(cad(token_arg(token)).await))
+                    }
+                    outcome => Ok(outcome),
+                }
+            }
+            Err(e) => Err(map_error(what, key, Access::Script, e)),
+        }
     }
 
     /// Waits until `key` may be free, or `max_wait` passes: subscribed, the
@@ -239,15 +323,18 @@ impl TairBackend {
         wake.waits.end(key, woken);
     }
 
-    /// Whether `key` is free or reserved for this process's waiters. A
-    /// failure says no: the waiter keeps waiting.
+    /// Whether `key` is free or reserved for this process's waiters; if
+    /// not, its holder's value is marked ([`RECHECK`]). A failure says no:
+    /// the waiter keeps waiting.
     async fn free_or_ours(&self, wake: &Notifications, key: &str) -> bool {
-        let get = fred::types::CustomCommand::new_static("GET", fred::types::ClusterHash::FirstKey, false);
-        match conn::send(self.inner.commands.next(), &get, vec![key.into()]).await {
-            Ok(Value::Null) => true,
-            Ok(Value::String(v)) => v.as_bytes().starts_with(&wake.reservation),
-            Ok(Value::Bytes(v)) => v.starts_with(&wake.reservation),
-            _ => false,
+        let args = vec![wake.reservation_arg(), Value::from_static_str(wake_lua::WAITER_MARK)];
+        let client = self.inner.commands.next();
+        match self.run_script_on(client, &wake.recheck, &[key], args, false).await {
+            Ok(reply) => reply.as_i64() == Some(1),
+            Err(e) => {
+                wake.refuses_scripts(&e);
+                false
+            }
         }
     }
 
@@ -289,6 +376,7 @@ impl TairBackend {
             Value::from(&id[..]),
             wait_ms.to_string().into(),
             waited.to_string().into(),
+            Value::from_static_str(wake_lua::WAITER_MARK),
         ];
         let client = self.inner.commands.next();
         match self
@@ -313,13 +401,7 @@ pub(crate) fn release_outcome(
 ) -> Result<ReleaseOutcome> {
     let reply = match reply {
         Some(Ok(reply)) => reply,
-        Some(Err(e)) if conn::is_wrong_type(&e) => {
-            tracing::warn!(
-                key,
-                "release: the lock key holds a non-string value (WRONGTYPE); not ours, left untouched"
-            );
-            return Ok(ReleaseOutcome::HeldByOther);
-        }
+        Some(Err(e)) if conn::is_wrong_type(&e) => return Ok(wrong_type(key)),
         Some(Err(e)) => return Err(map_error("CAD", key, Access::Write, e)),
         None => return Err(unexpected_reply("CAD", key, Access::Write, &Value::Null)),
     };
@@ -329,4 +411,13 @@ pub(crate) fn release_outcome(
         Some(TriState::Missing) => Ok(ReleaseOutcome::Missing),
         None => Err(unexpected_reply("CAD", key, Access::Write, &reply)),
     }
+}
+
+/// A release of a key of another type: not ours, left untouched.
+fn wrong_type(key: &str) -> ReleaseOutcome {
+    tracing::warn!(
+        key,
+        "release: the lock key holds a non-string value (WRONGTYPE); not ours, left untouched"
+    );
+    ReleaseOutcome::HeldByOther
 }

@@ -1,6 +1,8 @@
 //! The multi-key lock's Lua scripts, shared by every backend whose server
 //! runs Lua (Redis/Valkey, Tair). Keys hold the token as a plain string, as
-//! the mutex's keys do, so both kinds exclude each other. Every `GET` runs
+//! the mutex's keys do, so both kinds exclude each other; a mutex waiter may
+//! have appended [`crate::wake::WAITER_MARK`] to a key's value (on Tair),
+//! and every script here takes the token with it as the token. Every `GET` runs
 //! before the first write: a key of another type fails the script before it
 //! changed anything.
 //!
@@ -68,9 +70,12 @@ local t = redis.call('TIME')
 if is_gone(KEYS[#KEYS], ARGV[1], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)) then
   return {0, 1}
 end
+local marked = ARGV[1] .. '",
+    crate::wake::WAITER_MARK,
+    r"'
 for i = 1, n do
   local cur = redis.call('GET', KEYS[i])
-  if cur and cur ~= ARGV[1] then return {0, redis.call('PTTL', KEYS[i])} end
+  if cur and cur ~= ARGV[1] and cur ~= marked then return {0, redis.call('PTTL', KEYS[i])} end
 end
 local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
 for i = n + 1, 2 * n do
@@ -108,9 +113,12 @@ pub const RELEASE_ALL: &str = concatcp!(
     r"
 local n = #KEYS - 1
 local mine, other = 0, 0
+local marked = ARGV[1] .. '",
+    crate::wake::WAITER_MARK,
+    r"'
 for i = 1, n do
   local cur = redis.call('GET', KEYS[i])
-  if cur == ARGV[1] then
+  if cur == ARGV[1] or cur == marked then
     redis.call('DEL', KEYS[i])
     mine = mine + 1
   elseif cur then
@@ -123,17 +131,22 @@ end
 
 /// KEYS the keys; ARGV token, ttl ms. `1` renewed all; `2` some key is
 /// another token's, `0` some key is missing (nothing renewed in either case).
-pub const RENEW_ALL: &str = r"
+pub const RENEW_ALL: &str = concatcp!(
+    r"
+local marked = ARGV[1] .. '",
+    crate::wake::WAITER_MARK,
+    r"'
 for _, k in ipairs(KEYS) do
   local cur = redis.call('GET', k)
   if not cur then return 0 end
-  if cur ~= ARGV[1] then return 2 end
+  if cur ~= ARGV[1] and cur ~= marked then return 2 end
 end
 for _, k in ipairs(KEYS) do
   redis.call('PEXPIRE', k, ARGV[2])
 end
 return 1
-";
+"
+);
 
 /// KEYS the `n` keys of a multi-key lock, then for each its waiter marker,
 /// wake set, fair queue and queue deadlines (as the mutex's release with
@@ -146,16 +159,20 @@ pub const RELEASE_ALL_NOTIFY: &str = concatcp!(
     r"
 local n = (#KEYS - 1) / 5
 local cur, mine, other = {}, 0, 0
+local marked = ARGV[1] .. '",
+    crate::wake::WAITER_MARK,
+    r"'
 for i = 1, n do
   cur[i] = redis.call('GET', KEYS[i])
-  if cur[i] == ARGV[1] then
+  if cur[i] == ARGV[1] or cur[i] == marked then
+    cur[i] = true
     mine = mine + 1
   elseif cur[i] then
     other = other + 1
   end
 end
 for i = 1, n do
-  if cur[i] == ARGV[1] then
+  if cur[i] == true then
     local h = n + 4 * (i - 1)
     release_and_wake(KEYS[i], KEYS[h + 1], KEYS[h + 2], KEYS[h + 3], KEYS[h + 4])
   end

@@ -22,3 +22,4 @@ mod safety;
 mod semaphore;
 mod sentinel;
 mod wait_reconnect;
+mod waiter_mark;
