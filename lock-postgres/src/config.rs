@@ -30,6 +30,7 @@ pub const POSTGRES_PARAMS: &[&str] = &[
     "listen_url",
     "mode",
     "fencing",
+    "multiplexed_sessions",
 ];
 
 /// How a `postgres://` backend holds its locks (URL parameter `mode`).
@@ -92,6 +93,10 @@ pub struct PostgresConfig {
     /// mode always issues them: it takes `fencing=true` and refuses
     /// `fencing=false`.
     pub fencing: Option<bool>,
+    /// `multiplexed_sessions`: advisory mode's sessions shared by the locks
+    /// of many keys (unset: 2, or `pool_size - 1` when smaller; 0: every
+    /// held lock keeps a session of its own). Below `pool_size`.
+    pub multiplexed_sessions: Option<usize>,
 }
 
 impl std::fmt::Debug for PostgresConfig {
@@ -107,6 +112,7 @@ impl std::fmt::Debug for PostgresConfig {
             .field("listen_url", &self.listen_url.as_deref().map(redact_url))
             .field("mode", &self.mode)
             .field("fencing", &self.fencing)
+            .field("multiplexed_sessions", &self.multiplexed_sessions)
             .finish_non_exhaustive()
     }
 }
@@ -124,6 +130,7 @@ impl Default for PostgresConfig {
             listen_url: None,
             mode: PostgresMode::Lease,
             fencing: None,
+            multiplexed_sessions: None,
         }
     }
 }
@@ -195,6 +202,9 @@ impl BackendConfig for PostgresConfig {
                 }
             }
             "fencing" => self.fencing = Some(parse_bool(key, value)?),
+            "multiplexed_sessions" => {
+                self.multiplexed_sessions = Some(parse_number(key, value, 0, MAX_POOL_SIZE as u64 - 1)?);
+            }
             other => {
                 return Err(Error::invalid(format!(
                     "unknown parameter `{other}` for postgres://: verrou's parameters are {} (libpq's go in \
@@ -230,6 +240,18 @@ impl BackendConfig for PostgresConfig {
                 return Err(Error::invalid(
                     "mode=advisory has no release notifications (release_notifications, listen_url): \
                      its waiters poll pg_try_advisory_lock; drop those parameters or use mode=lease",
+                ));
+            }
+            PostgresMode::Advisory if self.multiplexed_sessions.is_some_and(|n| n >= self.pool_size) => {
+                return Err(Error::invalid(format!(
+                    "multiplexed_sessions must be below pool_size ({}): the pool keeps a connection for the \
+                     other statements, got {:?}",
+                    self.pool_size, self.multiplexed_sessions
+                )));
+            }
+            PostgresMode::Lease if self.multiplexed_sessions.is_some() => {
+                return Err(Error::invalid(
+                    "multiplexed_sessions is a setting of mode=advisory: mode=lease holds no session",
                 ));
             }
             PostgresMode::Lease if self.fencing == Some(false) => {

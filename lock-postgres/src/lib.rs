@@ -162,23 +162,35 @@
 //! `mode=advisory` (`verrou::connect`, or [`AdvisoryBackend`]) holds each
 //! lock as a session advisory lock: `pg_try_advisory_lock(id)` (the key's
 //! [`advisory_key`], a stable 64-bit hash: two colliding keys exclude each
-//! other, nothing worse) on a pooled connection that stays checked out
-//! while the lock is held, one per lock (advisory locks are re-entrant per
-//! session). Release is `pg_advisory_unlock`, the connection then goes back
-//! to the pool; an unlock that fails, is cancelled or gets no reply closes
-//! the connection instead, and the session's end frees the lock. Renewal is
-//! a liveness check of the session (one round trip); a cancelled acquire
-//! never leaves a lock in a pooled session. No table, one round trip per
-//! acquire and release, prepared once per connection. Plain locks only (no
-//! fair mode, lock kinds, versioned store or `inspect`); fencing tokens are
-//! opt-in (`fencing=true`: `nextval` of `fence_seq` in the grant's
-//! statement, committed with `synchronous_commit` at least `on`). Waiters
-//! poll on the manager's backoff. The trade-offs against lease rows:
+//! other, nothing worse). The locks live on a few *multiplexed sessions*
+//! (`multiplexed_sessions`, default 2): pooled connections kept for the
+//! backend's life, each holding the locks of many keys, every caller's
+//! statement pipelined on them, a key always on the same one. Advisory
+//! locks are re-entrant per session, so each session keeps the ids it holds
+//! or is trying: a second try of such a key through the same backend is
+//! answered `Held` without a round trip, never sent to re-enter it. A try
+//! or an unlock whose reply never came (cancelled, timed out) leaves its
+//! id reserved and sends `pg_advisory_unlock` again (statements of a
+//! session run in order, so it frees whatever the grant took); only the
+//! server's answer frees the id. `multiplexed_sessions=0` keeps one pooled
+//! connection per held lock instead, back to the pool at release (closed
+//! when its unlock fails or is cancelled). Renewal is a liveness check of
+//! the session (one round trip). No table, one round trip per acquire and
+//! release, prepared once per connection. Plain locks only (no fair mode,
+//! lock kinds, versioned store or `inspect`); fencing tokens are opt-in
+//! (`fencing=true`: `nextval` of `fence_seq` in the grant's statement,
+//! committed with `synchronous_commit` at least `on`). Waiters poll on the
+//! manager's backoff. The trade-offs against lease rows:
 //!
 //! - Sessions are the lock: PgBouncer in transaction or statement mode
 //!   would share them between holders, and is refused at build (connect
-//!   directly or through session mode). Each held lock takes one pooled
-//!   connection (`pool_size` bounds the locks held at once).
+//!   directly or through session mode).
+//! - A session's end ends every lock it holds: with multiplexed sessions,
+//!   one terminated or cut connection loses the locks of every key on it
+//!   (each holder's `lost()` fires at its next check), where one session
+//!   per lock (`multiplexed_sessions=0`) loses one lock, at the price of a
+//!   connection per held lock (`pool_size` then bounds the locks held at
+//!   once).
 //! - A lock does not survive a failover or a server restart (the session
 //!   ends); the holder's `lost()` fires at its next liveness check.
 //! - The lock lives as long as the session, not a TTL

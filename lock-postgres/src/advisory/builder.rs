@@ -15,6 +15,10 @@ use crate::config::{PostgresConfig, PostgresMode};
 use crate::error::{missing_schema, statement_error};
 use crate::schema::{DEFAULT_SCHEMA, validate_identifier};
 
+/// Multiplexed sessions unless told otherwise (capped below the pool's
+/// size): two server processes, so a 2-core server works on both.
+const DEFAULT_MULTIPLEXED_SESSIONS: usize = 2;
+
 enum Source {
     Config(Box<tokio_postgres::Config>),
     Pool(Pool),
@@ -41,6 +45,7 @@ pub struct AdvisoryBuilder {
     response_timeout: Duration,
     pool_size: usize,
     fencing: bool,
+    multiplexed_sessions: Option<usize>,
 }
 
 impl std::fmt::Debug for AdvisoryBuilder {
@@ -52,6 +57,7 @@ impl std::fmt::Debug for AdvisoryBuilder {
             .field("response_timeout", &self.response_timeout)
             .field("pool_size", &self.pool_size)
             .field("fencing", &self.fencing)
+            .field("multiplexed_sessions", &self.multiplexed_sessions)
             .finish_non_exhaustive()
     }
 }
@@ -66,6 +72,7 @@ impl AdvisoryBuilder {
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             pool_size: DEFAULT_POOL_SIZE,
             fencing: false,
+            multiplexed_sessions: None,
         }
     }
 
@@ -126,6 +133,20 @@ impl AdvisoryBuilder {
         self
     }
 
+    /// Sessions shared by the locks of many keys (default 2, or
+    /// `pool_size - 1` when smaller): each is a pooled connection kept for
+    /// the backend's life, its locks' statements pipelined on it, a key
+    /// always going to the same one. `0`: every held lock keeps a session
+    /// of its own (the pool then bounds the locks held at once). When one
+    /// session ends (its connection fails, the server terminates it), every
+    /// lock on it is lost and signalled so at its next liveness check.
+    /// Must be below the pool's size: other statements need a connection.
+    #[must_use]
+    pub fn multiplexed_sessions(mut self, count: usize) -> Self {
+        self.multiplexed_sessions = Some(count);
+        self
+    }
+
     /// Fencing tokens (default off): each grant draws `nextval` of the
     /// schema's `fence_seq` in the same statement as the lock (one round
     /// trip), committed with `synchronous_commit` at least `on`, so a token
@@ -177,6 +198,17 @@ impl AdvisoryBuilder {
                 (crate::builder::own_pool(*config, self.pool_size)?, description)
             }
         };
+        let max_size = pool.status().max_size;
+        let multiplexed = match self.multiplexed_sessions {
+            Some(n) if n >= max_size => {
+                return Err(Error::invalid(format!(
+                    "multiplexed_sessions must be below the pool's size ({max_size}): the pool keeps a \
+                     connection for the other statements, got {n}"
+                )));
+            }
+            Some(n) => n,
+            None => DEFAULT_MULTIPLEXED_SESSIONS.min(max_size.saturating_sub(1)),
+        };
         let backend = AdvisoryBackend {
             inner: Arc::new(Inner {
                 pool,
@@ -184,6 +216,7 @@ impl AdvisoryBuilder {
                 response_timeout: self.response_timeout,
                 description,
                 held: Default::default(),
+                multiplexed: super::Multiplexed::new(multiplexed),
             }),
         };
         if self.fencing {
@@ -343,13 +376,17 @@ impl AdvisoryBackend {
         config.mode = PostgresMode::Advisory;
         config.validate()?;
         let tokio_config = crate::builder::parse_libpq(config.libpq_url())?;
-        Ok(AdvisoryBuilder::config(tokio_config)
+        let builder = AdvisoryBuilder::config(tokio_config)
             .schema(config.schema)
             .create_schema(config.create_schema)
             .connect_timeout(config.connect_timeout)
             .response_timeout(config.response_timeout)
             .pool_size(config.pool_size)
-            .fencing(config.fencing.unwrap_or(false)))
+            .fencing(config.fencing.unwrap_or(false));
+        Ok(match config.multiplexed_sessions {
+            Some(n) => builder.multiplexed_sessions(n),
+            None => builder,
+        })
     }
 
     /// A builder over the application's own pool (see

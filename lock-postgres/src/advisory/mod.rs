@@ -1,10 +1,14 @@
 //! The advisory mode (`mode=advisory`): a held lock is a session advisory
-//! lock, `pg_try_advisory_lock(bigint)`, on a pooled connection that stays
-//! checked out while the lock is held (one session per held lock: advisory
-//! locks are re-entrant per session, so two holders sharing one would both
-//! win). See the crate's *Advisory mode* for the trade-offs.
+//! lock, `pg_try_advisory_lock(bigint)`, on one of a few multiplexed
+//! sessions (pooled connections kept for the backend's life, many keys'
+//! locks each, statements pipelined; see [`multiplexed`]), or, without
+//! them, on a pooled connection that stays checked out while the lock is
+//! held. Advisory locks are re-entrant per session, so two holders must
+//! never try one id on one session: the multiplexed sessions keep the ids
+//! they hold. See the crate's *Advisory mode* for the trade-offs.
 
 mod builder;
+mod multiplexed;
 mod session;
 mod xact;
 
@@ -21,8 +25,9 @@ pub use builder::AdvisoryBuilder;
 pub use xact::{try_xact_lock, xact_lock};
 
 use crate::error::{pool_error, statement_error};
+use multiplexed::{Multiplexed, MuxSession, Reservation};
 pub(crate) use session::Session;
-use session::{Held, HeldLocks};
+use session::{Held, HeldLocks, Holding};
 
 /// Backend name in errors and capabilities.
 pub(crate) const BACKEND: &str = "postgres-advisory";
@@ -113,6 +118,7 @@ struct Inner {
     response_timeout: Duration,
     description: String,
     held: HeldLocks,
+    multiplexed: Multiplexed,
 }
 
 impl std::fmt::Debug for AdvisoryBackend {
@@ -122,6 +128,7 @@ impl std::fmt::Debug for AdvisoryBackend {
             .field("fencing", &self.inner.sql.fencing)
             .field("response_timeout", &self.inner.response_timeout)
             .field("held", &self.inner.held.len())
+            .field("multiplexed_sessions", &self.inner.multiplexed.len())
             .finish_non_exhaustive()
     }
 }
@@ -143,7 +150,7 @@ impl AdvisoryBackend {
         self.inner.sql.fencing
     }
 
-    /// Locks held through this backend now (one session each).
+    /// Locks held through this backend now.
     pub fn held_locks(&self) -> usize {
         self.inner.held.len()
     }
@@ -169,12 +176,12 @@ impl AdvisoryBackend {
     /// response timeout; `None` when no reply came in time.
     async fn ask(
         &self,
-        session: &Session,
+        client: Option<&deadpool_postgres::ClientWrapper>,
         sql: &str,
         id: i64,
         left: Duration,
     ) -> Option<std::result::Result<tokio_postgres::Row, tokio_postgres::Error>> {
-        let client = session.client()?;
+        let client = client?;
         let exchange = async {
             let statement = client.prepare_typed_cached(sql, &[Type::INT8]).await?;
             client.query_one(&statement, &[&id]).await
@@ -182,9 +189,9 @@ impl AdvisoryBackend {
         tokio::time::timeout(left, exchange).await.ok()
     }
 
-    /// `pg_try_advisory_lock` on `session`.
-    async fn grant(&self, session: &Session, id: i64, left: Duration) -> Result<Grant> {
-        let row = match self.ask(session, &self.inner.sql.grant, id, left).await {
+    /// `pg_try_advisory_lock` on the connection `client`.
+    async fn grant(&self, client: Option<&deadpool_postgres::ClientWrapper>, id: i64, left: Duration) -> Result<Grant> {
+        let row = match self.ask(client, &self.inner.sql.grant, id, left).await {
             Some(Ok(row)) => row,
             Some(Err(e)) => return Err(statement_error(e, true, &self.inner.sql.schema)),
             None => {
@@ -221,7 +228,7 @@ impl AdvisoryBackend {
         let started = tokio::time::Instant::now();
         let session = self.checkout().await?;
         let left = self.left(started);
-        match self.ask(&session, self.inner.sql.held_by_any, id, left).await {
+        match self.ask(session.client(), self.inner.sql.held_by_any, id, left).await {
             Some(Ok(row)) => {
                 session.finish();
                 row.try_get::<_, bool>(0)
@@ -240,12 +247,110 @@ impl AdvisoryBackend {
     }
 }
 
-#[async_trait]
-impl LockBackend for AdvisoryBackend {
-    /// One round trip on a session out of the pool: kept checked out when
+impl AdvisoryBackend {
+    /// A try on a session of its own out of the pool: kept checked out when
     /// the lock is taken, back to the pool when it is not. Cancelled (or
     /// failed, or timed out) before the grant is recorded, the session is
     /// closed, never pooled: its lock, if it took one, ends with it.
+    async fn try_on_own_session(&self, key: &str, token: &LockToken, id: i64) -> Result<AcquireOutcome> {
+        let started = tokio::time::Instant::now();
+        let session = self.checkout().await?;
+        match self.grant(session.client(), id, self.left(started)).await? {
+            Grant::Held => {
+                session.finish();
+                Ok(AcquireOutcome::Held { retry_after: None })
+            }
+            Grant::Taken { pid, fence } => {
+                // No await from the reply to here: recorded or dropped.
+                self.record(
+                    key,
+                    token,
+                    id,
+                    pid,
+                    fence,
+                    Holding::Own(Box::new(tokio::sync::Mutex::new(Some(session)))),
+                );
+                Ok(AcquireOutcome::Acquired(
+                    Lease::new().with_fencing_token(fence.map(FencingToken)),
+                ))
+            }
+        }
+    }
+
+    /// A try on the multiplexed session `id` goes to. The id is reserved
+    /// there first; a reservation the server never answered (cancelled,
+    /// timed out, failed) unlocks the id on that session when dropped.
+    async fn try_on_multiplexed(
+        &self,
+        key: &str,
+        token: &LockToken,
+        id: i64,
+        session: Arc<MuxSession>,
+        started: tokio::time::Instant,
+    ) -> Result<AcquireOutcome> {
+        if !session.reserve(id) {
+            // This backend holds the id on that session, or is trying it.
+            return Ok(AcquireOutcome::Held { retry_after: None });
+        }
+        let reservation = Reservation::new(session.clone(), id, self.inner.response_timeout);
+        match self.grant(session.client(), id, self.left(started)).await {
+            Ok(Grant::Held) => {
+                reservation.settled();
+                Ok(AcquireOutcome::Held { retry_after: None })
+            }
+            Ok(Grant::Taken { fence, .. }) => {
+                // No await from the reply to here: recorded or unlocked.
+                reservation.granted();
+                let pid = session.pid;
+                self.record(key, token, id, pid, fence, Holding::Multiplexed(session));
+                Ok(AcquireOutcome::Acquired(
+                    Lease::new().with_fencing_token(fence.map(FencingToken)),
+                ))
+            }
+            Err(e) => {
+                if session.is_dead() {
+                    reservation.abandon();
+                }
+                // Otherwise dropped armed: the id is unlocked on the
+                // session (a statement error may come after the grant).
+                Err(e)
+            }
+        }
+    }
+
+    fn record(&self, key: &str, token: &LockToken, id: i64, pid: i32, fence: Option<u64>, holding: Holding) {
+        self.inner.held.insert(
+            *token,
+            Arc::new(Held {
+                key: key.to_owned(),
+                id,
+                pid,
+                fence,
+                holding,
+            }),
+        );
+    }
+
+    /// The liveness check of `pid`'s session on `client`.
+    async fn alive(&self, client: Option<&deadpool_postgres::ClientWrapper>, pid: i32) -> bool {
+        let timeout = self.inner.response_timeout;
+        match self.ask(client, self.inner.sql.alive, 0, timeout).await {
+            Some(Ok(row)) => row.try_get::<_, i32>(0).ok() == Some(pid),
+            Some(Err(_)) | None => false,
+        }
+    }
+}
+
+#[async_trait]
+impl LockBackend for AdvisoryBackend {
+    /// One round trip: on the multiplexed session the key goes to (its
+    /// statement pipelined with the others'), or, without one, on a session
+    /// out of the pool kept checked out while the lock is held. A try this
+    /// backend already holds or is trying on its session is answered `Held`
+    /// without a round trip. Cancelled (or failed, or timed out) before the
+    /// grant is recorded, whatever it took is let go: an own session is
+    /// closed, never pooled; on a multiplexed session an unlock of the id
+    /// follows (statements of a session run in order).
     async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
         validate_key(key)?;
         validate_ttl(ttl)?;
@@ -257,35 +362,19 @@ impl LockBackend for AdvisoryBackend {
         }
         let id = advisory_key(key);
         let started = tokio::time::Instant::now();
-        let session = self.checkout().await?;
-        match self.grant(&session, id, self.left(started)).await? {
-            Grant::Held => {
-                session.finish();
-                Ok(AcquireOutcome::Held { retry_after: None })
-            }
-            Grant::Taken { pid, fence } => {
-                // No await from the reply to here: recorded or dropped.
-                self.inner.held.insert(
-                    *token,
-                    Arc::new(Held {
-                        key: key.to_owned(),
-                        id,
-                        pid,
-                        fence,
-                        session: tokio::sync::Mutex::new(Some(session)),
-                    }),
-                );
-                Ok(AcquireOutcome::Acquired(
-                    Lease::new().with_fencing_token(fence.map(FencingToken)),
-                ))
-            }
+        let timeout = self.inner.response_timeout;
+        match self.inner.multiplexed.session(&self.inner.pool, id, timeout).await {
+            Some(session) => self.try_on_multiplexed(key, token, id, session, started).await,
+            None => self.try_on_own_session(key, token, id).await,
         }
     }
 
-    /// `pg_advisory_unlock` on the lock's session, which then goes back to
-    /// the pool; when the unlock fails or gets no reply the session is
-    /// closed instead (its end frees the lock). A token this backend does
-    /// not hold is answered from `pg_locks`.
+    /// `pg_advisory_unlock` on the lock's session. An own session then goes
+    /// back to the pool; when the unlock fails or gets no reply it is
+    /// closed instead (its end frees the lock). On a multiplexed session an
+    /// unlock without a reply is sent again by the runtime (or the session
+    /// ends), and the id stays reserved until one is answered. A token this
+    /// backend does not hold is answered from `pg_locks`.
     async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
         validate_key(key)?;
         let Some(held) = self.inner.held.remove(key, token) else {
@@ -296,12 +385,51 @@ impl LockBackend for AdvisoryBackend {
                 ReleaseOutcome::Missing
             });
         };
-        // Waits for a liveness check in flight on the same session.
-        let Some(session) = held.session.lock().await.take() else {
+        let timeout = self.inner.response_timeout;
+        let no_reply = || {
+            Error::outcome_unknown(
+                BACKEND,
+                format!(
+                    "no reply to pg_advisory_unlock within {timeout:?}: its connection is closed (or, for a \
+                     multiplexed session, the unlock sent again), which ends the lock"
+                ),
+            )
+        };
+        let session = match &held.holding {
+            Holding::Multiplexed(session) => {
+                if session.is_dead() || !session.holds(held.id) {
+                    return Ok(ReleaseOutcome::Missing);
+                }
+                let reservation = Reservation::new(session.clone(), held.id, timeout);
+                return match multiplexed::unlock(session, held.id, timeout).await {
+                    Some(Ok(was_held)) => {
+                        reservation.settled();
+                        Ok(if was_held {
+                            ReleaseOutcome::Released
+                        } else {
+                            ReleaseOutcome::Missing
+                        })
+                    }
+                    // The connection failed: its session ended, and the lock
+                    // with it.
+                    Some(Err(_)) if session.is_dead() => {
+                        reservation.abandon();
+                        Ok(ReleaseOutcome::Missing)
+                    }
+                    // Dropped armed: the unlock is sent again.
+                    Some(Err(_)) | None => Err(no_reply()),
+                };
+            }
+            // Waits for a liveness check in flight on the same session.
+            Holding::Own(slot) => slot.lock().await.take(),
+        };
+        let Some(session) = session else {
             return Ok(ReleaseOutcome::Missing);
         };
-        let timeout = self.inner.response_timeout;
-        match self.ask(&session, self.inner.sql.unlock, held.id, timeout).await {
+        match self
+            .ask(session.client(), self.inner.sql.unlock, held.id, timeout)
+            .await
+        {
             Some(Ok(row)) if row.try_get::<_, bool>(0).unwrap_or(false) => {
                 session.finish();
                 Ok(ReleaseOutcome::Released)
@@ -311,21 +439,17 @@ impl LockBackend for AdvisoryBackend {
             // The connection failed: its session ended (or ends as it is
             // closed here), and the lock with it.
             Some(Err(_)) => Ok(ReleaseOutcome::Missing),
-            None => Err(Error::outcome_unknown(
-                BACKEND,
-                format!(
-                    "no reply to pg_advisory_unlock within {timeout:?}: its connection is closed, which ends \
-                     the session and its lock"
-                ),
-            )),
+            None => Err(no_reply()),
         }
     }
 
     /// The liveness check: one round trip on the lock's session (the lock
     /// lives as long as the session). A failed check, or one answered by
     /// another server process (a transaction pooler in between), ends the
-    /// lock here: the session is closed and the answer is `Missing`, which
-    /// the manager reports as the lease's loss. `ttl` is only checked.
+    /// lock here: its session is closed (a multiplexed one is no longer
+    /// used, and closes once its other locks have learnt the same) and the
+    /// answer is `Missing`, which the manager reports as the lease's loss.
+    /// `ttl` is only checked.
     async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
         validate_key(key)?;
         validate_ttl(ttl)?;
@@ -337,22 +461,26 @@ impl LockBackend for AdvisoryBackend {
                 RenewOutcome::Missing
             });
         };
-        let mut slot = held.session.lock().await;
-        let Some(session) = slot.as_ref() else {
-            return Ok(RenewOutcome::Missing);
-        };
-        let timeout = self.inner.response_timeout;
-        let alive = match self.ask(session, self.inner.sql.alive, 0, timeout).await {
-            Some(Ok(row)) => row.try_get::<_, i32>(0).ok() == Some(held.pid),
-            Some(Err(_)) | None => false,
-        };
-        if alive {
-            return Ok(RenewOutcome::Renewed);
+        match &held.holding {
+            Holding::Multiplexed(session) => {
+                if !session.is_dead() && session.holds(held.id) && self.alive(session.client(), held.pid).await {
+                    return Ok(RenewOutcome::Renewed);
+                }
+                session.kill();
+            }
+            Holding::Own(slot) => {
+                let mut slot = slot.lock().await;
+                let Some(session) = slot.as_ref() else {
+                    return Ok(RenewOutcome::Missing);
+                };
+                if self.alive(session.client(), held.pid).await {
+                    return Ok(RenewOutcome::Renewed);
+                }
+                // Closed (dropped): whatever the server still holds for it
+                // ends with the session.
+                drop(slot.take());
+            }
         }
-        // Closed (dropped): whatever the server still holds for it ends
-        // with the session.
-        drop(slot.take());
-        drop(slot);
         self.inner.held.forget(token, &held);
         Ok(RenewOutcome::Missing)
     }

@@ -65,10 +65,18 @@ pub(crate) struct Held {
     pub(crate) pid: i32,
     /// The grant's fencing token, when fencing is on.
     pub(crate) fence: Option<u64>,
-    /// The session, taken out when the lock ends (its release, or a failed
-    /// liveness check); a lock mutex so a release waits for a renewal in
-    /// flight on the same session.
-    pub(crate) session: tokio::sync::Mutex<Option<Session>>,
+    /// The session holding it.
+    pub(crate) holding: Holding,
+}
+
+/// The session a lock is held on.
+pub(crate) enum Holding {
+    /// A session of its own, taken out when the lock ends (its release, or
+    /// a failed liveness check); a lock mutex so a release waits for a
+    /// renewal in flight on the same session.
+    Own(Box<tokio::sync::Mutex<Option<Session>>>),
+    /// A multiplexed session, shared with locks of other keys.
+    Multiplexed(Arc<super::multiplexed::MuxSession>),
 }
 
 /// The locks held through one backend, by token and key (one token may

@@ -1,5 +1,5 @@
-//! The advisory mode's own behaviour on real servers: one session per held
-//! lock, the loss signal when the session ends (terminated, its connection
+//! The advisory mode's own behaviour on real servers: locks of many keys on
+//! a few multiplexed sessions (or one session per held lock), the loss signal when the session ends (terminated, its connection
 //! cut, the server restarted), a cancelled acquire leaving nothing held,
 //! the URL's checks and the refusal of a transaction pooler.
 #![allow(clippy::expect_used, clippy::panic, missing_docs)]
@@ -161,67 +161,124 @@ async fn a_server_restart_fires_the_loss_signal() {
 }
 
 /// An acquire cancelled after the server granted it (its reply held back by
-/// the proxy's latency) leaves nothing held: its session is closed, never
-/// pooled, so the key is freed and no pooled session holds a lock.
+/// the proxy's latency) leaves nothing held, on a session of its own
+/// (closed, never pooled) as on a multiplexed one (the id unlocked there
+/// by the runtime, then free for the next try).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_acquire_leaves_nothing_held() {
     let server = PostgresServer::start().await.expect("start postgres");
-    let proxy = TcpProxy::start(server.addr()).await.expect("proxy");
-    let backend = AdvisoryBackend::builder(&url_via(&proxy))
-        .expect("url")
-        .pool_size(2)
-        .response_timeout(Duration::from_secs(10))
-        .build()
-        .await
-        .expect("connect");
     let admin = direct(&server.url()).await;
-    let token = LockToken::generate().expect("token");
-    proxy.set_latency(Duration::from_millis(300));
-    let give_up = Instant::now() + BOUND;
-    tokio::select! {
-        r = backend.try_acquire("cancelled", &token, TTL) => panic!("the delayed grant answered: {r:?}"),
-        () = async {
-            while holder_pid(&admin, "cancelled").await.is_none() {
-                assert!(Instant::now() < give_up, "the grant never reached the server");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        } => {}
-    }
-    proxy.set_latency(Duration::ZERO);
-    assert_eq!(backend.held_locks(), 0, "a cancelled grant is not recorded");
-    let give_up = Instant::now() + BOUND;
-    while holder_pid(&admin, "cancelled").await.is_some() {
-        assert!(
-            Instant::now() < give_up,
-            "the cancelled grant's session still holds the key"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    // Every session the pool hands out holds no advisory lock.
-    let pool = backend.pool();
-    let mut sessions = Vec::new();
-    for _ in 0..pool.status().max_size {
-        let client = tokio::time::timeout(BOUND, pool.get())
+    for multiplexed in [0, 1] {
+        let proxy = TcpProxy::start(server.addr()).await.expect("proxy");
+        let backend = AdvisoryBackend::builder(&url_via(&proxy))
+            .expect("url")
+            .pool_size(2)
+            .multiplexed_sessions(multiplexed)
+            .response_timeout(Duration::from_secs(10))
+            .build()
             .await
-            .expect("in time")
-            .expect("pooled");
-        let held: i64 = client
-            .query_one(
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()",
-                &[],
-            )
+            .expect("connect");
+        let token = LockToken::generate().expect("token");
+        proxy.set_latency(Duration::from_millis(300));
+        let give_up = Instant::now() + BOUND;
+        tokio::select! {
+            r = backend.try_acquire("cancelled", &token, TTL) => panic!("the delayed grant answered: {r:?}"),
+            () = async {
+                while holder_pid(&admin, "cancelled").await.is_none() {
+                    assert!(Instant::now() < give_up, "the grant never reached the server");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            } => {}
+        }
+        proxy.set_latency(Duration::ZERO);
+        assert_eq!(backend.held_locks(), 0, "a cancelled grant is not recorded");
+        let give_up = Instant::now() + BOUND;
+        while holder_pid(&admin, "cancelled").await.is_some() {
+            assert!(
+                Instant::now() < give_up,
+                "the cancelled grant's session still holds the key ({multiplexed} multiplexed)"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let held: i64 = admin
+            .query_one("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'", &[])
             .await
             .expect("pg_locks")
             .get(0);
-        assert_eq!(held, 0, "a pooled session holds an advisory lock");
-        sessions.push(client);
+        assert_eq!(
+            held, 0,
+            "a session still holds an advisory lock ({multiplexed} multiplexed)"
+        );
+        // The manager's clean-up release of the token finds nothing.
+        assert_eq!(
+            backend.release("cancelled", &token).await.expect("release"),
+            ReleaseOutcome::Missing
+        );
+        // And the key can be taken again through the same backend (on a
+        // multiplexed session, once the unlock's reply freed the id).
+        let again = LockToken::generate().expect("token");
+        let give_up = Instant::now() + BOUND;
+        loop {
+            match backend.try_acquire("cancelled", &again, TTL).await.expect("try") {
+                AcquireOutcome::Acquired(_) => break,
+                _ => assert!(Instant::now() < give_up, "the key stayed reserved"),
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(
+            backend.release("cancelled", &again).await.expect("release"),
+            ReleaseOutcome::Released
+        );
     }
-    drop(sessions);
-    // And the manager's clean-up release of the token finds nothing.
+}
+
+/// Locks of many keys share the multiplexed sessions. The server ends one
+/// of those sessions: every lock it held is lost (`lost()` fires, the keys
+/// are free for others), the locks on the other session stay held, and
+/// the backend opens a new session for its next tries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminated_multiplexed_session_loses_exactly_its_locks() {
+    let server = PostgresServer::start().await.expect("start postgres");
+    let backend = advisory(&server.url()).await;
+    let locks = LockManager::with_options(backend.clone(), LockOptions::with_ttl(TTL)).expect("manager");
+    let admin = direct(&server.url()).await;
+    let mut guards = Vec::new();
+    for i in 0..8 {
+        let key = format!("shared-{i}");
+        let guard = locks.lock(&key).await.expect("lock");
+        let pid = holder_pid(&admin, &key).await.expect("a session holds it");
+        guards.push((key, pid, guard));
+    }
+    let pids: std::collections::BTreeSet<i32> = guards.iter().map(|(_, pid, _)| *pid).collect();
     assert_eq!(
-        backend.release("cancelled", &token).await.expect("release"),
-        ReleaseOutcome::Missing
+        pids.len(),
+        2,
+        "eight keys on the two default multiplexed sessions: {pids:?}"
     );
+    let victim = guards[0].1;
+    let ended: bool = admin
+        .query_one("SELECT pg_terminate_backend($1)", &[&victim])
+        .await
+        .expect("terminate")
+        .get(0);
+    assert!(ended);
+    for (key, pid, guard) in guards {
+        if pid == victim {
+            let reason = tokio::time::timeout(BOUND, guard.lost())
+                .await
+                .expect("lost() must fire");
+            assert_eq!(reason, LossReason::NotOwner, "{key}");
+            assert_eq!(guard.release().await.expect("release"), ReleaseOutcome::Missing);
+            // Taken again through the same manager, on a new session.
+            let again = locks.lock(&key).await.expect("lock again");
+            assert_ne!(holder_pid(&admin, &key).await, Some(victim));
+            assert_eq!(again.release().await.expect("release"), ReleaseOutcome::Released);
+        } else {
+            assert_eq!(holder_pid(&admin, &key).await, Some(pid), "{key}");
+            assert_eq!(guard.release().await.expect("release"), ReleaseOutcome::Released);
+        }
+    }
+    assert_eq!(backend.held_locks(), 0);
 }
 
 /// Another client's token is answered from pg_locks: `HeldByOther` while a
@@ -325,6 +382,15 @@ async fn the_url_selects_and_checks_the_mode() {
         ("postgres://app@db/app?mode=rows", "mode must be"),
         ("postgres://app@db/app?fencing=false", "fencing=false"),
         ("postgres://app@db/app?mode=advisory&fencing=maybe", "fencing"),
+        (
+            "postgres://app@db/app?mode=advisory&pool_size=2&multiplexed_sessions=2",
+            "below pool_size",
+        ),
+        ("postgres://app@db/app?multiplexed_sessions=1", "mode=advisory"),
+        (
+            "postgres://app@db/app?mode=advisory&multiplexed_sessions=-1",
+            "multiplexed_sessions",
+        ),
     ] {
         match PostgresConfig::from_url(url) {
             Err(Error::InvalidArgument(m)) => assert!(m.contains(says), "{url}: {m}"),

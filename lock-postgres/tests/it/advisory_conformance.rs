@@ -37,3 +37,9 @@ mod fenced {
     use super::*;
     lock_testkit::lock_conformance!(real, lock_suite("&fencing=true"));
 }
+
+/// Every held lock on a session of its own (no multiplexed sessions).
+mod own_sessions {
+    use super::*;
+    lock_testkit::lock_conformance!(real, lock_suite("&multiplexed_sessions=0"));
+}
