@@ -86,7 +86,13 @@ where
     F: Future<Output = (Result<Option<G>>, u32)>,
     G: Fenced,
 {
-    let (result, attempts) = acquire.instrument(span.clone()).await;
+    // No `Instrumented` wrapper (an enter and exit per poll) when nobody
+    // listens: the uncontended pair's budget.
+    let (result, attempts) = if span.is_disabled() {
+        acquire.await
+    } else {
+        acquire.instrument(span.clone()).await
+    };
     record_lock(&span, wait, started, attempted.saturating_add(attempts), &result);
     result
 }

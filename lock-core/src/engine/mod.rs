@@ -334,7 +334,13 @@ impl<'a> Engine<'a> {
             *made = made.saturating_add(1);
             let sent_at = first_sent_at.take().unwrap_or_else(Instant::now);
             let once = self.attempt_once(call, &pace, kept, sent_at);
-            let (retry_after, failure) = match once.instrument(crate::observe::attempt_span(attempt)).await? {
+            let span = crate::observe::attempt_span(attempt);
+            let answer = if span.is_disabled() {
+                once.await?
+            } else {
+                once.instrument(span).await?
+            };
+            let (retry_after, failure) = match answer {
                 Answer::Granted(grant) => {
                     leave.disarm();
                     if let Some(cleanup) = &mut kept_cleanup {
