@@ -38,6 +38,9 @@ pub enum Spec {
     Postgres {
         /// Server (or proxy) URL.
         url: String,
+        /// Locks in the advisory mode (fencing on); the counter still on
+        /// the lease mode's versioned store.
+        advisory: bool,
     },
     /// Another spec, built inside a network-namespace host.
     Net(Box<crate::netrows::NetSpec>),
@@ -109,17 +112,26 @@ pub async fn build(spec: &Spec, timeout: Duration) -> lock_core::Result<Built> {
                 store: Some(b),
             }
         }
-        Spec::Postgres { url } => {
+        Spec::Postgres { url, advisory } => {
             let b = lock_postgres::PostgresBackend::builder(url)?
                 .connect_timeout(timeout)
                 .response_timeout(timeout)
                 .build()
                 .await?;
             let b = Arc::new(b);
-            Built {
-                lock: b.clone(),
-                store: Some(b),
-            }
+            let lock: Arc<dyn LockBackend> = if *advisory {
+                Arc::new(
+                    lock_postgres::AdvisoryBackend::builder(url)?
+                        .fencing(true)
+                        .connect_timeout(timeout)
+                        .response_timeout(timeout)
+                        .build()
+                        .await?,
+                )
+            } else {
+                b.clone()
+            };
+            Built { lock, store: Some(b) }
         }
         Spec::Etcd { endpoints } => {
             let b = lock_etcd::EtcdBuilder::new(endpoints.split(',').map(str::to_owned))

@@ -64,6 +64,8 @@ pub enum WireBackend {
     Postgres {
         /// Server (or proxy) URL.
         url: String,
+        /// The advisory mode for locks.
+        advisory: bool,
     },
     /// etcd members, comma-separated.
     Etcd {
@@ -86,7 +88,10 @@ impl WireBackend {
             Spec::Lua { url, ack: None } => WireBackend::Lua { url: url.clone() },
             Spec::Tair { url, ack: None } => WireBackend::Tair { url: url.clone() },
             Spec::Redlock { urls } => WireBackend::Redlock { urls: urls.clone() },
-            Spec::Postgres { url } => WireBackend::Postgres { url: url.clone() },
+            Spec::Postgres { url, advisory } => WireBackend::Postgres {
+                url: url.clone(),
+                advisory: *advisory,
+            },
             Spec::Etcd { endpoints } => WireBackend::Etcd {
                 endpoints: endpoints.clone(),
             },
@@ -106,7 +111,10 @@ impl WireBackend {
                 ack: None,
             },
             WireBackend::Redlock { urls } => Spec::Redlock { urls: urls.clone() },
-            WireBackend::Postgres { url } => Spec::Postgres { url: url.clone() },
+            WireBackend::Postgres { url, advisory } => Spec::Postgres {
+                url: url.clone(),
+                advisory: *advisory,
+            },
             WireBackend::Etcd { endpoints } => Spec::Etcd {
                 endpoints: endpoints.clone(),
             },

@@ -18,6 +18,10 @@ pub enum Backend {
     Redlock,
     /// lock-postgres (fencing always on).
     Postgres,
+    /// lock-postgres's advisory mode (session advisory locks on multiplexed
+    /// sessions), fencing on; the counter on the lease mode's versioned
+    /// store of the same server.
+    PostgresAdvisory,
     /// lock-etcd on a three-member cluster (fencing always on: the create
     /// revision).
     Etcd,
@@ -36,6 +40,7 @@ impl Backend {
             Backend::Tair => "tair",
             Backend::Redlock => "redlock",
             Backend::Postgres => "postgres",
+            Backend::PostgresAdvisory => "postgres advisory",
             Backend::Etcd => "etcd",
             Backend::Nats => "nats",
         }
@@ -60,6 +65,9 @@ pub enum Fault {
     KillRestart,
     /// The server SIGKILLed and restarted at once without its data.
     RestartEmpty,
+    /// The server SIGKILLed and restarted at once with its data (what ends
+    /// with a server's sessions, not with its data: advisory locks).
+    RestartAtOnce,
     /// One client's connections blackholed by its proxy for 3 × TTL.
     Blackhole,
     /// The replica's link held for a TTL (lagging), then the primary
@@ -166,6 +174,7 @@ impl Fault {
             Fault::Pause => "server-pause".into(),
             Fault::KillRestart => "kill-restart-aof".into(),
             Fault::RestartEmpty => "restart-empty".into(),
+            Fault::RestartAtOnce => "kill-restart-at-once".into(),
             Fault::Blackhole => "blackhole".into(),
             Fault::Failover => "failover".into(),
             Fault::FailoverAck => "failover-replica-ack".into(),
@@ -217,6 +226,7 @@ impl fmt::Display for Fault {
             Fault::Pause => write!(f, "server paused 3×TTL"),
             Fault::KillRestart => write!(f, "server killed, restarted with data (AOF always)"),
             Fault::RestartEmpty => write!(f, "server killed, restarted without data"),
+            Fault::RestartAtOnce => write!(f, "server killed, restarted at once with its data"),
             Fault::Blackhole => write!(f, "one client's network blackholed 3×TTL"),
             Fault::Failover => write!(f, "replica lagging 1×TTL, primary killed, replica promoted"),
             Fault::FailoverAck => write!(
@@ -453,6 +463,7 @@ pub fn full() -> Vec<Scenario> {
     plan.extend(single_server(Backend::Lua));
     plan.extend(single_server(Backend::Tair));
     plan.extend(postgres_rows());
+    plan.extend(postgres_advisory_rows());
     plan.extend(crate::netrows::rows());
     plan.extend(etcd_rows());
     plan.extend(nats_rows());
@@ -505,6 +516,7 @@ pub fn quick() -> Vec<Scenario> {
         row(Backend::Postgres, Topology::PgRepeatableRead, None, Safe, ""),
         row(Backend::Postgres, Topology::PgBouncer, None, Safe, ""),
         row(Backend::Postgres, Topology::Pair, SyncStandbyPromoted, Safe, ""),
+        row(Backend::PostgresAdvisory, Topology::Single, Pause, Safe, ""),
     ]
     .into_iter()
     .chain(crate::netrows::quick_rows())
@@ -533,6 +545,30 @@ fn postgres_rows() -> Vec<Scenario> {
             AsyncStandbyPromoted,
             Unsafe,
             "asynchronous standby: a promotion loses the commits it had not received (a just-granted lock, a write)",
+        ),
+    ]
+}
+
+/// PostgreSQL's advisory mode on one server: a lock lives as long as its
+/// session, so a server that comes back at once (its sessions gone) frees
+/// every lock before the holders' next liveness check: documented unsafe,
+/// measured. A restart a TTL later comes after every holder's deadline.
+fn postgres_advisory_rows() -> Vec<Scenario> {
+    use Claim::*;
+    use Fault::*;
+    let (b, t) = (Backend::PostgresAdvisory, Topology::Single);
+    vec![
+        row(b, t, None, Safe, ""),
+        row(b, t, Pause, Safe, ""),
+        row(b, t, KillRestart, Safe, ""),
+        row(b, t, Blackhole, Safe, ""),
+        row(b, t, Stall, Fenced, ""),
+        row(
+            b,
+            t,
+            RestartAtOnce,
+            Unsafe,
+            "a lock lives as long as its session, not a TTL: a server restarted at once frees every lock, and a holder learns at its next liveness check (a third of the TTL later at most), while another may already hold the lock",
         ),
     ]
 }

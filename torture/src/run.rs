@@ -276,7 +276,9 @@ pub(crate) fn server_builder(backend: Backend) -> RedisServerBuilder {
 pub(crate) async fn setup(sc: &Scenario, clients: usize, ext: Option<&External>) -> BoxResult<Env> {
     Ok(match sc.topology {
         Topology::InProcess => Env::Memory(MemoryBackend::new()),
-        Topology::Single | Topology::PgAsyncCommit | Topology::PgRepeatableRead if sc.backend == Backend::Postgres => {
+        Topology::Single | Topology::PgAsyncCommit | Topology::PgRepeatableRead
+            if matches!(sc.backend, Backend::Postgres | Backend::PostgresAdvisory) =>
+        {
             let server = match sc.topology {
                 // A crash loses every commit of the last 10 s the backend
                 // did not make durable itself.
@@ -540,7 +542,8 @@ impl Env {
             (Env::Net(n), _) => n.spec(&url, ack),
             (Env::Five(nodes), _) => Spec::Redlock { urls: nodes.urls() },
             (_, Backend::Tair) => Spec::Tair { url, ack },
-            (_, Backend::Postgres) => Spec::Postgres { url },
+            (_, Backend::Postgres) => Spec::Postgres { url, advisory: false },
+            (_, Backend::PostgresAdvisory) => Spec::Postgres { url, advisory: true },
             (_, Backend::Etcd) => Spec::Etcd { endpoints: url },
             (_, Backend::Nats) => Spec::Nats { url },
             _ => Spec::Lua { url, ack },
@@ -591,6 +594,10 @@ pub(crate) async fn inject(
         (Fault::KillRestart, Env::Pg { server, .. }) => {
             server.kill()?;
             tokio::time::sleep(p.ttl).await;
+            server.restart().await?;
+        }
+        (Fault::RestartAtOnce, Env::Pg { server, .. }) => {
+            server.kill()?;
             server.restart().await?;
         }
         (Fault::Blackhole, Env::Single { proxies, .. } | Env::External { proxies, .. } | Env::Pg { proxies, .. }) => {
@@ -883,7 +890,13 @@ pub async fn run(sc: Scenario, idx: usize, seed: u64, p: &Params, ext: Option<&E
     }
     let has_store = matches!(
         sc.backend,
-        Backend::Memory | Backend::Lua | Backend::Tair | Backend::Postgres | Backend::Etcd | Backend::Nats
+        Backend::Memory
+            | Backend::Lua
+            | Backend::Tair
+            | Backend::Postgres
+            | Backend::PostgresAdvisory
+            | Backend::Etcd
+            | Backend::Nats
     );
     if has_store {
         for j in 0..p.counter_clients {

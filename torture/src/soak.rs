@@ -225,7 +225,9 @@ fn db_keys(line: &str) -> Option<(f64, f64)> {
 fn scenario(backend: Backend) -> Scenario {
     let (topology, fault) = match backend {
         Backend::Memory | Backend::Control => (Topology::InProcess, Fault::None),
-        Backend::Lua | Backend::Tair | Backend::Postgres => (Topology::Single, Fault::Pause),
+        Backend::Lua | Backend::Tair | Backend::Postgres | Backend::PostgresAdvisory => {
+            (Topology::Single, Fault::Pause)
+        }
         Backend::Redlock => (Topology::Five, Fault::NodesPaused(1)),
         Backend::Etcd => (Topology::Three, Fault::LeaderPause),
         // Not soaked yet (not in the soak's list below).

@@ -180,7 +180,8 @@ pub async fn build_kinds(spec: &Spec, timeout: Duration) -> lock_core::Result<Ki
             }
             every_kind(builder.build().await?)
         }
-        Spec::Postgres { url } => every_kind(
+        // The kinds' rows use the lease mode (the advisory mode has none).
+        Spec::Postgres { url, .. } => every_kind(
             lock_postgres::PostgresBackend::builder(url)?
                 .connect_timeout(timeout)
                 .response_timeout(timeout)
