@@ -66,6 +66,9 @@ pub struct Measured {
     pub errors: u64,
     /// The first error, if any.
     pub first_error: Option<String>,
+    /// Timers armed (tokio's, process-wide) and the operations of the
+    /// counting window they were counted over ([`crate::timers`]).
+    pub timers: Option<(u64, u64)>,
 }
 
 impl Measured {
@@ -79,6 +82,14 @@ impl Measured {
         if self.first_error.is_none() {
             self.first_error = other.first_error;
         }
+        if self.timers.is_none() {
+            self.timers = other.timers;
+        }
+    }
+
+    /// Timers armed per operation, where they were counted.
+    pub fn timers_per_op(&self) -> Option<f64> {
+        self.timers.map(|(hits, ops)| hits as f64 / ops.max(1) as f64)
     }
 
     /// Operations per second.

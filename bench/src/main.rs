@@ -27,6 +27,7 @@ mod scenarios;
 mod sentinel;
 mod settings;
 mod targets;
+mod timers;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

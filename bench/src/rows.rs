@@ -65,6 +65,7 @@ pub async fn run_subjects(
     tasks: usize,
     timing: Timing,
     rounds: u32,
+    timers: Option<&crate::timers::TimerProbe>,
 ) -> Vec<(String, BoxResult<OpRow>)> {
     let mut measured: Vec<Option<BoxResult<Measured>>> = subjects.iter().map(|_| None).collect();
     // VERROU_BENCH_ROUNDS=1 prints every round's p50 (to see drift).
@@ -104,6 +105,16 @@ pub async fn run_subjects(
             };
         }
     }
+    if let Some(probe) = timers {
+        // After the rounds, each warm row once more with the probe on: its
+        // traps never touch the measured numbers.
+        for (subject, slot) in subjects.iter_mut().zip(measured.iter_mut()) {
+            let Some(Ok(m)) = slot else {
+                continue;
+            };
+            m.timers = count_timers(probe, subject, tasks).await;
+        }
+    }
     subjects
         .into_iter()
         .zip(measured)
@@ -120,4 +131,23 @@ pub async fn run_subjects(
             (subject.label, row)
         })
         .collect()
+}
+
+/// Timers armed over one short window of `subject` with `probe` on (no
+/// warm-up: the row is warm from its rounds), and the window's operations.
+async fn count_timers(probe: &crate::timers::TimerProbe, subject: &mut Subject, tasks: usize) -> Option<(u64, u64)> {
+    let timing = Timing {
+        warmup: std::time::Duration::ZERO,
+        measure: std::time::Duration::from_millis(300),
+    };
+    let prefix = format!("t:{}", subject.label.replace(' ', "_"));
+    probe.enable(true).ok()?;
+    let before = probe.hits();
+    let window = run_ops(subject.op.clone(), tasks, &prefix, timing, &mut subject.probe).await;
+    let after = probe.hits();
+    let _ = probe.enable(false);
+    match (before, after, window) {
+        (Some(b), Some(a), Ok(m)) if m.ops > 0 => Some((a.saturating_sub(b), m.ops)),
+        _ => None,
+    }
 }

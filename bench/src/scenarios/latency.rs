@@ -73,7 +73,7 @@ pub async fn latency(
         subjects.push(subject);
         libraries.push((label, lib));
     }
-    let rows = collect(problems, run_subjects(subjects, 1, s.sequential, s.rounds).await);
+    let rows = collect(problems, run_subjects(subjects, 1, s.sequential, s.rounds, None).await);
     for row in rows {
         let lib = libraries
             .iter()

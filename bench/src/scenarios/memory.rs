@@ -59,7 +59,7 @@ pub async fn memory(lab: &mut Lab, s: &Settings, problems: &mut Vec<String>) -> 
             subjects.push(Subject::new(label, Kind::Reference, op, Probe::none()).batched(MEMORY_BATCH));
         }
     }
-    for row in collect(problems, run_subjects(subjects, 1, s.sequential, s.rounds).await) {
+    for row in collect(problems, run_subjects(subjects, 1, s.sequential, s.rounds, None).await) {
         if row.label == tokio_label {
             out.tokio = Some(row);
         } else if row.label == verrou_label {

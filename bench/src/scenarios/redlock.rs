@@ -77,7 +77,7 @@ pub async fn redlock(
         let five = Pairs(Rslock::new(&urls, TTL));
         subjects.push(Subject::new(rs_five, Kind::Peer, five, all().await?));
     }
-    let mut rows = collect(problems, run_subjects(subjects, 1, s.sequential, s.rounds).await);
+    let mut rows = collect(problems, run_subjects(subjects, 1, s.sequential, s.rounds, None).await);
     let mut take = |label: &str| rows.iter().position(|r| r.label == label).map(|i| rows.remove(i));
     for (one, five) in [(one_label, Backend::Redlock.label()), (rs_one, rs_five)] {
         if let (Some(a), Some(b)) = (take(one), take(five)) {

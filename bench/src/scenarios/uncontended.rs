@@ -64,7 +64,20 @@ pub async fn uncontended(lab: &mut Lab, s: &Settings, problems: &mut Vec<String>
             }
         }
     }
-    out.rows = collect(problems, run_subjects(subjects, tasks, s.throughput, s.rounds).await);
+    // Timers armed per pair: counted after the rounds, where the machine
+    // allows a uprobe (see `crate::timers`).
+    let timers = match crate::timers::TimerProbe::install() {
+        Ok(probe) => Some(probe),
+        Err(why) => {
+            eprintln!("  timers per pair not counted: {why}");
+            None
+        }
+    };
+    out.rows = collect(
+        problems,
+        run_subjects(subjects, tasks, s.throughput, s.rounds, timers.as_ref()).await,
+    );
+    drop(timers);
     if s.runs("redis-benchmark") {
         for pipeline in [1u32, 16] {
             lab.flush().await?;
