@@ -32,6 +32,34 @@ use session::{Held, HeldLocks, Holding};
 /// Backend name in errors and capabilities.
 pub(crate) const BACKEND: &str = "postgres-advisory";
 
+/// One statement with one `bigint` parameter, prepared once per connection,
+/// on `client` within `left`; `None` when no reply came in time (or there
+/// is no connection).
+async fn ask(
+    client: Option<&deadpool_postgres::ClientWrapper>,
+    sql: &str,
+    id: i64,
+    left: Duration,
+) -> Option<std::result::Result<tokio_postgres::Row, tokio_postgres::Error>> {
+    let client = client?;
+    let exchange = async {
+        let statement = client.prepare_typed_cached(sql, &[Type::INT8]).await?;
+        client.query_one(&statement, &[&id]).await
+    };
+    tokio::time::timeout(left, exchange).await.ok()
+}
+
+/// `pg_advisory_unlock(id)` on `client`: whether its session held the id;
+/// `None` when no reply came in time.
+async fn unlock(
+    client: Option<&deadpool_postgres::ClientWrapper>,
+    id: i64,
+    left: Duration,
+) -> Option<std::result::Result<bool, tokio_postgres::Error>> {
+    let reply = ask(client, "SELECT pg_advisory_unlock($1)", id, left).await?;
+    Some(reply.map(|row| row.try_get::<_, bool>(0).unwrap_or(false)))
+}
+
 /// The advisory lock id of `key`: FNV-1a (64-bit) of its UTF-8 bytes, as a
 /// signed `bigint`. Stable: the same key gives the same id in every
 /// version of verrou, on every platform, so a SQL session can take the
@@ -65,7 +93,6 @@ pub(crate) struct Statements {
     fencing: bool,
     /// The schema of the fencing sequence (for error messages).
     schema: String,
-    unlock: &'static str,
     /// The liveness check of a held session.
     alive: &'static str,
     /// Whether any session of the database holds the id (another
@@ -94,7 +121,6 @@ impl Statements {
             grant,
             fencing,
             schema: schema.to_owned(),
-            unlock: "SELECT pg_advisory_unlock($1)",
             alive: "SELECT pg_backend_pid()",
             held_by_any: "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted \
                  AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
@@ -172,26 +198,9 @@ impl AdvisoryBackend {
         }
     }
 
-    /// One prepared statement on `session` within what is left of the
-    /// response timeout; `None` when no reply came in time.
-    async fn ask(
-        &self,
-        client: Option<&deadpool_postgres::ClientWrapper>,
-        sql: &str,
-        id: i64,
-        left: Duration,
-    ) -> Option<std::result::Result<tokio_postgres::Row, tokio_postgres::Error>> {
-        let client = client?;
-        let exchange = async {
-            let statement = client.prepare_typed_cached(sql, &[Type::INT8]).await?;
-            client.query_one(&statement, &[&id]).await
-        };
-        tokio::time::timeout(left, exchange).await.ok()
-    }
-
     /// `pg_try_advisory_lock` on the connection `client`.
     async fn grant(&self, client: Option<&deadpool_postgres::ClientWrapper>, id: i64, left: Duration) -> Result<Grant> {
-        let row = match self.ask(client, &self.inner.sql.grant, id, left).await {
+        let row = match ask(client, &self.inner.sql.grant, id, left).await {
             Some(Ok(row)) => row,
             Some(Err(e)) => return Err(statement_error(e, true, &self.inner.sql.schema)),
             None => {
@@ -228,7 +237,7 @@ impl AdvisoryBackend {
         let started = tokio::time::Instant::now();
         let session = self.checkout().await?;
         let left = self.left(started);
-        match self.ask(session.client(), self.inner.sql.held_by_any, id, left).await {
+        match ask(session.client(), self.inner.sql.held_by_any, id, left).await {
             Some(Ok(row)) => {
                 session.finish();
                 row.try_get::<_, bool>(0)
@@ -334,7 +343,7 @@ impl AdvisoryBackend {
     /// The liveness check of `pid`'s session on `client`.
     async fn alive(&self, client: Option<&deadpool_postgres::ClientWrapper>, pid: i32) -> bool {
         let timeout = self.inner.response_timeout;
-        match self.ask(client, self.inner.sql.alive, 0, timeout).await {
+        match ask(client, self.inner.sql.alive, 0, timeout).await {
             Some(Ok(row)) => row.try_get::<_, i32>(0).ok() == Some(pid),
             Some(Err(_)) | None => false,
         }
@@ -401,7 +410,7 @@ impl LockBackend for AdvisoryBackend {
                     return Ok(ReleaseOutcome::Missing);
                 }
                 let reservation = Reservation::new(session.clone(), held.id, timeout);
-                return match multiplexed::unlock(session, held.id, timeout).await {
+                return match unlock(session.client(), held.id, timeout).await {
                     Some(Ok(was_held)) => {
                         reservation.settled();
                         Ok(if was_held {
@@ -426,16 +435,13 @@ impl LockBackend for AdvisoryBackend {
         let Some(session) = session else {
             return Ok(ReleaseOutcome::Missing);
         };
-        match self
-            .ask(session.client(), self.inner.sql.unlock, held.id, timeout)
-            .await
-        {
-            Some(Ok(row)) if row.try_get::<_, bool>(0).unwrap_or(false) => {
+        match unlock(session.client(), held.id, timeout).await {
+            Some(Ok(true)) => {
                 session.finish();
                 Ok(ReleaseOutcome::Released)
             }
             // The session did not hold it (it was not the grant's): closed.
-            Some(Ok(_)) => Ok(ReleaseOutcome::Missing),
+            Some(Ok(false)) => Ok(ReleaseOutcome::Missing),
             // The connection failed: its session ended (or ends as it is
             // closed here), and the lock with it.
             Some(Err(_)) => Ok(ReleaseOutcome::Missing),

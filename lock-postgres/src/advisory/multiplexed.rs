@@ -28,7 +28,6 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use deadpool_postgres::{ClientWrapper, Object, Pool};
-use tokio_postgres::types::Type;
 
 /// Where an id stands on its session.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -150,7 +149,7 @@ impl Drop for Reservation {
         };
         let (session, id, timeout) = (self.session.clone(), self.id, self.timeout);
         runtime.spawn(async move {
-            match unlock(&session, id, timeout).await {
+            match super::unlock(session.client(), id, timeout).await {
                 Some(Ok(_)) => {
                     session.ids().remove(&id);
                 }
@@ -161,25 +160,6 @@ impl Drop for Reservation {
         });
     }
 }
-
-/// `pg_advisory_unlock(id)` on `session`: whether it held the id, or
-/// `None` without a reply in time.
-pub(crate) async fn unlock(
-    session: &MuxSession,
-    id: i64,
-    timeout: Duration,
-) -> Option<Result<bool, tokio_postgres::Error>> {
-    let client = session.client()?;
-    let exchange = async {
-        let statement = client.prepare_typed_cached(UNLOCK, &[Type::INT8]).await?;
-        let row = client.query_one(&statement, &[&id]).await?;
-        Ok(row.try_get::<_, bool>(0).unwrap_or(false))
-    };
-    tokio::time::timeout(timeout, exchange).await.ok()
-}
-
-/// The unlock statement.
-pub(crate) const UNLOCK: &str = "SELECT pg_advisory_unlock($1)";
 
 /// A slot: the session its keys go to, replaced when it dies.
 struct Slot {
