@@ -468,3 +468,86 @@ async fn the_pool_bounds_the_locks_held_at_once() {
         ReleaseOutcome::Released
     );
 }
+
+/// The grant's statement takes the lock, then draws the fencing token; a
+/// role that may not use the sequence gets the typed refusal, and the lock
+/// the failed statement took (a session-level advisory lock outlives its
+/// statement's rollback) is unlocked again on its multiplexed session: the
+/// key is free for others, and no session holds an advisory lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_refused_by_the_fencing_sequence_leaves_nothing_held() {
+    let server = PostgresServer::start().await.expect("start postgres");
+    let fenced = format!("{}?mode=advisory&fencing=true", server.url());
+    // The owner creates the schema and its sequence.
+    let owner = advisory(&fenced).await;
+    let admin = direct(&server.url()).await;
+    admin
+        .batch_execute(
+            "CREATE ROLE limited LOGIN; GRANT USAGE ON SCHEMA verrou TO limited; \
+             REVOKE ALL ON SEQUENCE verrou.fence_seq FROM limited",
+        )
+        .await
+        .expect("a role without rights on the sequence");
+    let limited_url = format!(
+        "postgres://limited@127.0.0.1:{}/postgres?mode=advisory&fencing=true",
+        server.port()
+    );
+    let limited = advisory(&limited_url).await;
+    let token = LockToken::generate().expect("token");
+    match limited.try_acquire("acl", &token, TTL).await {
+        Err(Error::Refused { reason, .. }) => assert_eq!(reason, lock_core::RefusalReason::PermissionDenied),
+        other => panic!("nextval without rights: {other:?}"),
+    }
+    assert_eq!(limited.held_locks(), 0);
+    let give_up = Instant::now() + BOUND;
+    while holder_pid(&admin, "acl").await.is_some() {
+        assert!(
+            Instant::now() < give_up,
+            "the refused grant's lock stayed on its session"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let other = LockToken::generate().expect("token");
+    assert!(matches!(
+        owner.try_acquire("acl", &other, TTL).await.expect("acquire"),
+        AcquireOutcome::Acquired(_)
+    ));
+    assert_eq!(
+        owner.release("acl", &other).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+}
+
+/// The builder keeps a pool connection for the statements that are not
+/// grants: as many multiplexed sessions as the pool has connections is a
+/// typed error, and so is the URL's form of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multiplexed_sessions_must_leave_a_pool_connection() {
+    let server = PostgresServer::start().await.expect("start postgres");
+    let built = AdvisoryBackend::builder(&server.url())
+        .expect("url")
+        .pool_size(2)
+        .multiplexed_sessions(2)
+        .build()
+        .await;
+    match built {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("multiplexed_sessions"), "{m}"),
+        other => panic!("two multiplexed sessions in a pool of two: {other:?}"),
+    }
+    let one = AdvisoryBackend::builder(&server.url())
+        .expect("url")
+        .pool_size(2)
+        .multiplexed_sessions(1)
+        .build()
+        .await
+        .expect("one multiplexed session in a pool of two");
+    let token = LockToken::generate().expect("token");
+    assert!(matches!(
+        one.try_acquire("bounds", &token, TTL).await.expect("acquire"),
+        AcquireOutcome::Acquired(_)
+    ));
+    assert_eq!(
+        one.release("bounds", &token).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+}
