@@ -422,25 +422,12 @@ mod tests {
     use super::*;
     use crate::record::{Body, Window};
 
-    fn body(client: usize, start: i64) -> Body {
-        Body {
-            client,
-            key: 0,
-            start,
-            end: start + 10,
-            deadline: start + 100,
-            fence: None,
-            cancelled: false,
-            stalled: false,
-        }
-    }
-
     #[test]
     fn every_client_must_lock_again_after_the_heal() {
         let p = Params::quick();
         let mut s = Snapshot {
             windows: vec![Window { from: 0, to: 1_000 }],
-            bodies: vec![body(0, 500), body(1, 1_200), body(2, 1_500)],
+            bodies: vec![Body::short(0, 500), Body::short(1, 1_200), Body::short(2, 1_500)],
             ..Snapshot::default()
         };
         // Client 0 (partitioned) and client 3 took nothing after the heal.
@@ -448,12 +435,17 @@ mod tests {
         assert_eq!(v.len(), 2, "{v:?}");
         assert!(v[0].contains("partitioned client"));
         assert!(v[1].contains("client 3"));
-        s.bodies.push(body(0, 2_000));
-        s.bodies.push(body(3, 2_100));
+        s.bodies.push(Body::short(0, 2_000));
+        s.bodies.push(Body::short(3, 2_100));
         assert!(recovery_violations(&s, &p).is_empty());
         // Later than 20 × TTL does not count.
         let late = 1_000 + i64::try_from(p.recovery_bound().as_micros()).unwrap() + 1;
-        s.bodies = vec![body(0, late), body(1, 1_100), body(2, 1_100), body(3, 1_100)];
+        s.bodies = vec![
+            Body::short(0, late),
+            Body::short(1, 1_100),
+            Body::short(2, 1_100),
+            Body::short(3, 1_100),
+        ];
         assert_eq!(recovery_violations(&s, &p).len(), 1);
     }
 }

@@ -27,6 +27,24 @@ pub struct Body {
     pub stalled: bool,
 }
 
+#[cfg(test)]
+impl Body {
+    /// A 10 ns section of `client` on key 0 from `start`, its deadline 100
+    /// ns after the start (the checkers' tests).
+    pub(crate) fn short(client: usize, start: i64) -> Body {
+        Body {
+            client,
+            key: 0,
+            start,
+            end: start + 10,
+            deadline: start + 100,
+            fence: None,
+            cancelled: false,
+            stalled: false,
+        }
+    }
+}
+
 impl Body {
     /// End of the part of the body inside its validity window.
     pub fn valid_end(&self) -> i64 {

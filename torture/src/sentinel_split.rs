@@ -201,19 +201,6 @@ mod tests {
     use super::*;
     use crate::record::{Body, UpdateOp};
 
-    fn body(client: usize, start: i64) -> Body {
-        Body {
-            client,
-            key: 0,
-            start,
-            end: start + 10,
-            deadline: start + 100,
-            fence: None,
-            cancelled: false,
-            stalled: false,
-        }
-    }
-
     #[test]
     fn the_note_counts_each_sides_sections_and_the_old_primarys_writes() {
         let m = SplitMarks {
@@ -228,10 +215,10 @@ mod tests {
         };
         let s = Snapshot {
             bodies: vec![
-                body(0, 900_000),
-                body(0, 1_500_000),
-                body(1, 2_500_000),
-                body(0, 3_200_000),
+                Body::short(0, 900_000),
+                Body::short(0, 1_500_000),
+                Body::short(1, 2_500_000),
+                Body::short(0, 3_200_000),
             ],
             updates: vec![UpdateOp {
                 inv: 1_200_000,
