@@ -168,7 +168,7 @@
 //! statement pipelined on them, a key always on the same one. Advisory
 //! locks are re-entrant per session, so each session keeps the ids it holds
 //! or is trying: a second try of such a key through the same backend is
-//! answered `Held` without a round trip, never sent to re-enter it. A try
+//! answered `Held` by the backend, never sent to re-enter it. A try
 //! or an unlock whose reply never came (cancelled, timed out) leaves its
 //! id reserved and sends `pg_advisory_unlock` again (statements of a
 //! session run in order, so it frees whatever the grant took); only the
