@@ -259,7 +259,9 @@ impl NetRedisServer {
             .as_ref()
             .map(Child::id)
             .ok_or(HarnessError::NotRunning { port: NET_REDIS_PORT })?;
-        spawn::signal_process(pid, sig).map_err(|e| HarnessError::io(format!("signal {sig} to pid {pid}"), e))
+        spawn::signal_process(pid, sig).map_err(|e| HarnessError::io(format!("signal {sig} to pid {pid}"), e))?;
+        spawn::wait_stopped(pid, sig == libc::SIGSTOP);
+        Ok(())
     }
 
     /// One command from the server's own host (over that host's loopback

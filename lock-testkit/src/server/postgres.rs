@@ -264,6 +264,9 @@ impl PostgresServer {
                 Err(e) => return Err(HarnessError::io(format!("SIGSTOP to pid {p}"), e)),
             }
         }
+        for p in &all {
+            spawn::wait_stopped(*p, true);
+        }
         st.paused = all;
         Ok(())
     }

@@ -187,7 +187,7 @@ impl RedisServer {
         let pid = running_pid(&mut st).ok_or(HarnessError::NotRunning { port: self.port })?;
         spawn::signal_process(pid, libc::SIGSTOP).map_err(|e| HarnessError::io(format!("SIGSTOP to pid {pid}"), e))?;
         st.paused = true;
-        wait_proc_state(pid, true);
+        spawn::wait_stopped(pid, true);
         Ok(())
     }
 
@@ -530,28 +530,8 @@ fn resume_locked(st: &mut ProcState, port: u16) -> HarnessResult<()> {
     let pid = running_pid(st).ok_or(HarnessError::NotRunning { port })?;
     spawn::signal_process(pid, libc::SIGCONT).map_err(|e| HarnessError::io(format!("SIGCONT to pid {pid}"), e))?;
     st.paused = false;
-    wait_proc_state(pid, false);
+    spawn::wait_stopped(pid, false);
     Ok(())
-}
-
-/// Waits (at most a second) until `/proc` shows the process stopped or not.
-fn wait_proc_state(pid: u32, stopped: bool) {
-    let path = format!("/proc/{pid}/stat");
-    let deadline = Instant::now() + Duration::from_secs(1);
-    while Instant::now() < deadline {
-        let Ok(stat) = fs::read_to_string(&path) else {
-            return; // No /proc, or the process is gone.
-        };
-        // The state follows the parenthesised command name.
-        let state = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.trim_start().chars().next());
-        let is_stopped = matches!(state, Some('T' | 't'));
-        if state.is_none() || is_stopped == stopped {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
 }
 
 /// Polls `check` every few milliseconds until it returns `Ok(true)` or

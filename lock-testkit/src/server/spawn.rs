@@ -85,6 +85,40 @@ pub(crate) fn signal_process(pid: u32, signal: libc::c_int) -> io::Result<()> {
     signal_pid(pid_t(pid)?, signal)
 }
 
+/// Waits (at most a second) until every thread of `pid` shows stopped in
+/// `/proc` (or, with `stopped` false, none does). A stop signal reaches
+/// each thread on its own time: a thread of a loaded machine that has not
+/// stopped yet still answers a request sent right after the signal.
+pub(crate) fn wait_stopped(pid: u32, stopped: bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while std::time::Instant::now() < deadline {
+        match threads_stopped(pid) {
+            // No /proc, or the process is gone: nothing to wait for.
+            None => return,
+            Some(states) if states.iter().all(|s| *s == stopped) => return,
+            Some(_) => std::thread::sleep(std::time::Duration::from_millis(1)),
+        }
+    }
+}
+
+/// Whether each thread of `pid` is stopped, as `/proc` shows it.
+fn threads_stopped(pid: u32) -> Option<Vec<bool>> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut states = Vec::new();
+    for task in tasks.flatten() {
+        // A thread that ended since the listing has no state to wait for.
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        // The state follows the parenthesised command name.
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next());
+        states.push(matches!(state, Some('T' | 't')));
+    }
+    (!states.is_empty()).then_some(states)
+}
+
 fn pid_t(pid: u32) -> io::Result<libc::pid_t> {
     libc::pid_t::try_from(pid).map_err(|_| io::Error::other("pid out of range"))
 }

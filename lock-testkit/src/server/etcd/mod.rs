@@ -424,7 +424,7 @@ impl EtcdCluster {
         self.wait_healthy(ETCD_START_TIMEOUT).await
     }
 
-    /// SIGSTOP member `i`.
+    /// SIGSTOP member `i`; returns once each of its threads is stopped.
     ///
     /// # Errors
     /// [`HarnessError::NotRunning`] when it does not run.
@@ -432,7 +432,7 @@ impl EtcdCluster {
         self.signal(i, libc::SIGSTOP, true)
     }
 
-    /// SIGCONT member `i`.
+    /// SIGCONT member `i`; returns once its threads run again.
     ///
     /// # Errors
     /// [`HarnessError::NotRunning`] when it does not run.
@@ -450,6 +450,7 @@ impl EtcdCluster {
             .ok_or(HarnessError::NotRunning { port: m.client_port })?;
         spawn::signal_process(pid, signal).map_err(|e| HarnessError::io(format!("signal {signal} to pid {pid}"), e))?;
         st.paused = paused;
+        spawn::wait_stopped(pid, paused);
         Ok(())
     }
 

@@ -400,7 +400,7 @@ impl NatsCluster {
         self.wait_healthy(NATS_START_TIMEOUT).await
     }
 
-    /// SIGSTOP node `i`.
+    /// SIGSTOP node `i`; returns once each of its threads is stopped.
     ///
     /// # Errors
     /// [`HarnessError::NotRunning`] when it does not run.
@@ -408,7 +408,7 @@ impl NatsCluster {
         self.signal(i, libc::SIGSTOP, true)
     }
 
-    /// SIGCONT node `i`.
+    /// SIGCONT node `i`; returns once its threads run again.
     ///
     /// # Errors
     /// [`HarnessError::NotRunning`] when it does not run.
@@ -426,6 +426,7 @@ impl NatsCluster {
             .ok_or(HarnessError::NotRunning { port: m.client_port })?;
         spawn::signal_process(pid, signal).map_err(|e| HarnessError::io(format!("signal {signal} to pid {pid}"), e))?;
         st.paused = paused;
+        spawn::wait_stopped(pid, paused);
         Ok(())
     }
 
