@@ -48,7 +48,8 @@ const CHUNKS_IN_FLIGHT: usize = 4;
 /// subject and the revision and fencing token of its last write.
 struct Item {
     at: usize,
-    subject: String,
+    /// Built once: each clone for its publish is a reference count.
+    subject: async_nats::Subject,
     revision: u64,
     fence: u64,
 }
@@ -89,13 +90,12 @@ impl Inner {
         let mut out: Vec<Option<Result<RenewOutcome>>> = chunk.iter().map(|_| None).collect();
         let mut batch = Vec::with_capacity(chunk.len());
         for (at, (key, token)) in chunk.iter().enumerate() {
-            match self.bucket_key("l", key) {
-                Ok(bucket_key) => {
-                    let subject = self.subject(&bucket_key);
+            match self.subject_of("l", key) {
+                Ok(subject) => {
                     if let Some((revision, fence)) = self.held.get(&subject, token) {
                         batch.push(Item {
                             at,
-                            subject,
+                            subject: subject.into(),
                             revision,
                             fence,
                         });

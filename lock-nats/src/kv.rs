@@ -49,12 +49,19 @@ pub(crate) enum Op {
     Delete,
 }
 
-/// `key` as a subject token of `[A-Za-z0-9_-]` plus `=XX` escapes: NATS
+/// [`escape_into`] a new string.
+#[cfg(test)]
+pub(crate) fn escape(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    escape_into(&mut out, key);
+    out
+}
+
+/// Appends `key` to `out` as a subject token of `[A-Za-z0-9_-]` plus `=XX` escapes: NATS
 /// subjects split on `.` and reserve `*`, `>` and white space, and key-value
 /// keys allow only `[-/_=.A-Za-z0-9]`. One-to-one, so two keys never share a
 /// subject.
-pub(crate) fn escape(key: &str) -> String {
-    let mut out = String::with_capacity(key.len());
+fn escape_into(out: &mut String, key: &str) {
     for b in key.bytes() {
         if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
             out.push(char::from(b));
@@ -64,7 +71,19 @@ pub(crate) fn escape(key: &str) -> String {
             out.push(char::from(HEX[usize::from(b & 0xf)]));
         }
     }
-    out
+}
+
+/// Length of `key` once escaped.
+fn escaped_len(key: &str) -> usize {
+    key.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
+                1
+            } else {
+                3
+            }
+        })
+        .sum()
 }
 
 const HEX: &[u8; 16] = b"0123456789ABCDEF";
@@ -87,17 +106,31 @@ impl Inner {
     /// The bucket key (after the bucket's subject prefix) of `key` in the
     /// namespace `ns` (`l` locks, `v` values).
     pub(crate) fn bucket_key(&self, ns: &str, key: &str) -> Result<String> {
+        self.key_subject("", ns, key)
+    }
+
+    /// The subject of `key` in the namespace `ns`: the bucket's subject
+    /// prefix and [`Inner::bucket_key`], built in one string.
+    pub(crate) fn subject_of(&self, ns: &str, key: &str) -> Result<String> {
+        self.key_subject(&self.subject_prefix, ns, key)
+    }
+
+    fn key_subject(&self, prefix: &str, ns: &str, key: &str) -> Result<String> {
         validate_key(key)?;
-        let escaped = escape(key);
-        if escaped.len() > MAX_SUBJECT_KEY_LEN {
+        let escaped = escaped_len(key);
+        if escaped > MAX_SUBJECT_KEY_LEN {
             return Err(Error::invalid(format!(
-                "a key of {} bytes is {} bytes as a NATS subject, above this backend's limit of \
+                "a key of {} bytes is {escaped} bytes as a NATS subject, above this backend's limit of \
                  {MAX_SUBJECT_KEY_LEN} (bytes other than letters, digits, '-' and '_' take three)",
                 key.len(),
-                escaped.len()
             )));
         }
-        Ok(format!("{ns}.{escaped}"))
+        let mut out = String::with_capacity(prefix.len() + ns.len() + 1 + escaped);
+        out.push_str(prefix);
+        out.push_str(ns);
+        out.push('.');
+        escape_into(&mut out, key);
+        Ok(out)
     }
 
     pub(crate) fn subject(&self, bucket_key: &str) -> String {
@@ -232,6 +265,9 @@ mod tests {
         assert_eq!(escape("a=2Eb"), "a=3D2Eb");
         assert_eq!(escape("x:*> é"), "x=3A=2A=3E=20=C3=A9");
         assert_ne!(escape("a.b"), escape("a=2Eb"));
+        for key in ["invoice-42_a", "a.b", "x:*> é", ""] {
+            assert_eq!(escaped_len(key), escape(key).len(), "{key:?}");
+        }
     }
 
     #[test]

@@ -34,10 +34,13 @@ pub(crate) async fn back_off(round: usize) {
     tokio::time::sleep(Duration::from_micros(fastrand::u64(cap * 500..=cap * 1000))).await;
 }
 
-/// Held leases this backend wrote: (subject, token) → the revision of the
-/// holder's last write, so a renewal or release is one publish. A lease
-/// this map does not know (another client's token, an entry left by a
-/// write of unknown outcome) is read first.
+/// Held leases this backend wrote: subject → the holder's token and the
+/// revision of its last write, so a renewal or release is one publish. A
+/// lease this map does not know (another client's token, an entry left by a
+/// write of unknown outcome, a lease whose subject a later acquire of this
+/// process took over) is read first. Keyed by subject alone, so a lookup
+/// needs no allocation: one subject has one live holder at a time, and a
+/// token that does not match is simply not known.
 #[derive(Default)]
 pub(crate) struct Held {
     map: std::sync::Mutex<HeldMap>,
@@ -45,7 +48,7 @@ pub(crate) struct Held {
 
 #[derive(Default)]
 struct HeldMap {
-    leases: HashMap<(String, LockToken), Remembered>,
+    leases: HashMap<String, Remembered>,
     /// The size at which the next insert sweeps out the leases whose TTL
     /// has run out: twice what the last sweep left (at least
     /// [`HELD_SWEEP`]), so that holding many live leases costs each insert
@@ -55,10 +58,11 @@ struct HeldMap {
     sweeps: usize,
 }
 
-/// A lease this backend wrote: the revision of its last write, its fencing
-/// token (the acquire's revision) and when its TTL runs out.
+/// A lease this backend wrote: its holder, the revision of its last write,
+/// its fencing token (the acquire's revision) and when its TTL runs out.
 #[derive(Clone, Copy)]
 struct Remembered {
+    token: LockToken,
     revision: u64,
     fence: u64,
     until: Instant,
@@ -77,24 +81,39 @@ impl Held {
     pub(crate) fn get(&self, subject: &str, token: &LockToken) -> Option<(u64, u64)> {
         self.lock()
             .leases
-            .get(&(subject.to_owned(), *token))
+            .get(subject)
+            .filter(|r| r.token == *token)
             .map(|r| (r.revision, r.fence))
     }
 
     pub(crate) fn put(&self, subject: &str, token: &LockToken, revision: u64, fence: u64, until: Instant) {
+        let remembered = Remembered {
+            token: *token,
+            revision,
+            fence,
+            until,
+        };
         let mut held = self.lock();
+        // A renewal: the subject is known, no allocation.
+        if let Some(r) = held.leases.get_mut(subject) {
+            *r = remembered;
+            return;
+        }
         if held.leases.len() >= held.next_sweep.max(HELD_SWEEP) {
             let now = Instant::now();
             held.leases.retain(|_, r| r.until > now);
             held.next_sweep = held.leases.len().saturating_mul(2);
             held.sweeps += 1;
         }
-        held.leases
-            .insert((subject.to_owned(), *token), Remembered { revision, fence, until });
+        held.leases.insert(subject.to_owned(), remembered);
     }
 
+    /// Forget `subject`'s lease if `token` holds it.
     fn forget(&self, subject: &str, token: &LockToken) {
-        self.lock().leases.remove(&(subject.to_owned(), *token));
+        let mut held = self.lock();
+        if held.leases.get(subject).is_some_and(|r| r.token == *token) {
+            held.leases.remove(subject);
+        }
     }
 
     /// How many leases are remembered (tests: nothing leaks).
@@ -175,7 +194,7 @@ pub(crate) fn renewal_value(token: &LockToken, fence: u64) -> Bytes {
 
 impl Inner {
     pub(crate) async fn try_acquire(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<AcquireOutcome> {
-        let subject = self.subject(&self.bucket_key("l", key)?);
+        let subject = self.subject_of("l", key)?;
         let secs = ttl_secs(ttl, "ttl")?;
         let value = Bytes::copy_from_slice(&token.hex_bytes());
         let sent_at = Instant::now();
@@ -219,7 +238,7 @@ impl Inner {
     }
 
     pub(crate) async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {
-        let subject = self.subject(&self.bucket_key("l", key)?);
+        let subject = self.subject_of("l", key)?;
         let mut now = self.held_revision(&subject, token).await?;
         for round in 0..ROUNDS {
             let revision = match now {
@@ -254,7 +273,7 @@ impl Inner {
     }
 
     pub(crate) async fn renew(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<RenewOutcome> {
-        let subject = self.subject(&self.bucket_key("l", key)?);
+        let subject = self.subject_of("l", key)?;
         let secs = ttl_secs(ttl, "ttl")?;
         let sent_at = Instant::now();
         let mut now = self.held_revision(&subject, token).await?;
@@ -306,7 +325,7 @@ impl Inner {
     /// it that long after it stored the write, which came before the
     /// read); the fencing token is the acquire's revision.
     pub(crate) async fn inspect(&self, key: &str) -> Result<LockInfo> {
-        let subject = self.subject(&self.bucket_key("l", key)?);
+        let subject = self.subject_of("l", key)?;
         match self.last(&subject).await? {
             Some(e) if e.live => {
                 let remaining = e.ttl_secs.map(Duration::from_secs);
@@ -410,6 +429,15 @@ mod tests {
         assert_eq!(held.len(), 10_000);
         assert!(held.lock().sweeps <= 3, "{} sweeps", held.lock().sweeps);
         assert_eq!(held.get("l.k7", &tokens[7]), Some((2, 1)));
+        // Another token on a known subject is not known; its forget leaves
+        // the holder's lease.
+        assert_eq!(held.get("l.k7", &tokens[8]), None);
+        held.forget("l.k7", &tokens[8]);
+        assert_eq!(held.get("l.k7", &tokens[7]), Some((2, 1)));
+        // A later holder of the subject replaces the earlier one.
+        held.put("l.k7", &tokens[8], 5, 5, until);
+        assert_eq!(held.get("l.k7", &tokens[7]), None);
+        assert_eq!(held.get("l.k7", &tokens[8]), Some((5, 5)));
 
         // Expired leases go at the next sweep.
         let expired = Held::default();

@@ -64,7 +64,7 @@ fn kept_ttl(ttl: Option<u64>, stored_at: time::OffsetDateTime) -> Option<u64> {
 
 impl Inner {
     fn value_subject(&self, key: &str) -> Result<String> {
-        Ok(self.subject(&self.bucket_key("v", key)?))
+        self.subject_of("v", key)
     }
 
     fn versioned(e: Entry) -> Versioned {
