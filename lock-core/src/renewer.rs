@@ -151,14 +151,30 @@ impl Shared {
     }
 
     fn schedule(&self, entry: Entry, at: Instant) {
-        let at = position(at);
+        self.schedule_all(std::iter::once((entry, at)));
+    }
+
+    /// Queue each entry at its time, under one lock (a renewed batch puts
+    /// hundreds back at once), and wake the driver once if one comes
+    /// before its timer.
+    fn schedule_all(&self, entries: impl IntoIterator<Item = (Entry, Instant)>) {
         let mut q = self.queue();
-        if q.stopped || entry.lease.renew_slot.stopped.load(Ordering::Relaxed) {
+        if q.stopped {
             return;
         }
-        entry.lease.renew_slot.scheduled.store(at, Ordering::Relaxed);
-        q.due.insert(entry.key(at), entry);
-        if q.armed.is_none_or(|armed| at < armed) {
+        let mut earliest = None::<u64>;
+        for (entry, at) in entries {
+            if entry.lease.renew_slot.stopped.load(Ordering::Relaxed) {
+                continue;
+            }
+            let at = position(at);
+            entry.lease.renew_slot.scheduled.store(at, Ordering::Relaxed);
+            q.due.insert(entry.key(at), entry);
+            earliest = Some(earliest.map_or(at, |e| e.min(at)));
+        }
+        if let Some(at) = earliest
+            && q.armed.is_none_or(|armed| at < armed)
+        {
             q.armed = Some(at);
             self.wake.notify_one();
         }
@@ -440,6 +456,7 @@ async fn renew_batch(shared: Arc<Shared>, batch: Vec<Entry>) {
         Ok(results) => results.into_iter(),
         Err(_) => Vec::new().into_iter(),
     };
+    let mut renewed = Vec::with_capacity(sent.len());
     for entry in sent {
         let lease = &entry.lease;
         match results.next() {
@@ -451,13 +468,13 @@ async fn renew_batch(shared: Arc<Shared>, batch: Vec<Entry>) {
                     crate::clock::later(sent_at, entry.plan.interval / 2),
                 )
                 .min(renew_by(lease, entry.plan.interval, sent_at));
-                shared.schedule(
+                renewed.push((
                     Entry {
                         lease: lease.clone(),
                         plan: entry.plan,
                     },
                     next,
-                );
+                ));
             }
             Some(Ok(RenewOutcome::HeldByOther | RenewOutcome::Missing)) => {
                 // The guard stops the renewer before it sends its release:
@@ -484,6 +501,9 @@ async fn renew_batch(shared: Arc<Shared>, batch: Vec<Entry>) {
             }
         }
     }
+    // Queued before the turns are given back, as one at a time did: an
+    // `extend` that takes a turn next finds its lease queued to hasten.
+    shared.schedule_all(renewed);
     drop(turns);
 }
 
