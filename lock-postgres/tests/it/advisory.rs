@@ -1,6 +1,7 @@
 //! The advisory mode's own behaviour on real servers: locks of many keys on
 //! a few multiplexed sessions (or one session per held lock), the loss signal when the session ends (terminated, its connection
-//! cut, the server restarted), a cancelled acquire leaving nothing held,
+//! cut, the server restarted), a cancelled acquire leaving nothing held (a
+//! cancelled release freeing only its own lock),
 //! the URL's checks and the refusal of a transaction pooler.
 #![allow(clippy::expect_used, clippy::panic, missing_docs)]
 
@@ -230,6 +231,74 @@ async fn a_cancelled_acquire_leaves_nothing_held() {
             ReleaseOutcome::Released
         );
     }
+}
+
+/// A release cancelled after its unlock was sent (the reply held back by the
+/// proxy's latency) on a multiplexed session: the key ends up free, its id
+/// is taken again only after the server answered the unlock, and a second
+/// release of the cancelled token (the manager's clean-up) never frees the
+/// next holder's lock on the same session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_release_on_a_multiplexed_session_frees_only_its_own_lock() {
+    let server = PostgresServer::start().await.expect("start postgres");
+    let admin = direct(&server.url()).await;
+    let proxy = TcpProxy::start(server.addr()).await.expect("proxy");
+    let backend = AdvisoryBackend::builder(&url_via(&proxy))
+        .expect("url")
+        .pool_size(2)
+        .multiplexed_sessions(1)
+        .response_timeout(Duration::from_secs(10))
+        .build()
+        .await
+        .expect("connect");
+    let first = LockToken::generate().expect("token");
+    assert!(matches!(
+        backend.try_acquire("unlock", &first, TTL).await.expect("acquire"),
+        AcquireOutcome::Acquired(_)
+    ));
+    let session = holder_pid(&admin, "unlock").await.expect("held on the server");
+    proxy.set_latency(Duration::from_millis(300));
+    tokio::select! {
+        r = backend.release("unlock", &first) => panic!("the delayed unlock answered: {r:?}"),
+        () = tokio::time::sleep(Duration::from_millis(100)) => {}
+    }
+    assert_eq!(backend.held_locks(), 0, "a cancelled release is not held any more");
+    // The next holder, on the same session, tried at once: while the
+    // unlock is in flight its id stays reserved (a grant queued behind the
+    // unlock would be taken back by the clean-up unlock sent after it).
+    let next = LockToken::generate().expect("token");
+    let give_up = Instant::now() + BOUND;
+    loop {
+        match backend.try_acquire("unlock", &next, TTL).await.expect("try") {
+            AcquireOutcome::Acquired(_) => break,
+            _ => assert!(Instant::now() < give_up, "the key stayed reserved"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.set_latency(Duration::ZERO);
+    // Time for a stray unlock to land, if the release had left one behind
+    // the grant (none does: the id was free only once the unlock answered).
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(
+        holder_pid(&admin, "unlock").await,
+        Some(session),
+        "one multiplexed session"
+    );
+    assert_ne!(
+        backend.release("unlock", &first).await.expect("release"),
+        ReleaseOutcome::Released,
+        "the cancelled token released the next holder's lock"
+    );
+    assert_eq!(
+        holder_pid(&admin, "unlock").await,
+        Some(session),
+        "the next holder still holds the key"
+    );
+    assert_eq!(
+        backend.release("unlock", &next).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    assert_eq!(holder_pid(&admin, "unlock").await, None);
 }
 
 /// Locks of many keys share the multiplexed sessions. The server ends one
