@@ -5,6 +5,7 @@
 //! it; new grants happen on the new primary; a demoted primary is never
 //! written to.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::AcquireOutcome;
@@ -303,67 +304,9 @@ async fn no_sentinel_round_trip_per_operation() {
     );
 }
 
-/// Waits (bounded) until `server` has the waiter marker of `key`: the
-/// waiter subscribed and registered.
-async fn registered(server: &RedisServer, key: &str) {
-    let marker = format!("verrou:lua:waiting:{{{key}}}");
-    for _ in 0..600 {
-        if server
-            .cmd(&["EXISTS", marker.as_str()])
-            .await
-            .ok()
-            .and_then(|v| v.as_int())
-            == Some(1)
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("the waiter never registered on port {}", server.port());
-}
-
-/// Holds a fresh key in `holder` (retried, bounded: the first calls after a
-/// failover may fail), lets `waiter` wait for it with a 20 s timer,
-/// releases it once the waiter registered on `primary` and has waited the
-/// starvation bound, and tells whether the release woke the waiter (within
-/// 10 s: far sooner than its timer).
-async fn release_wakes(holder: &RedisLuaBackend, waiter: &RedisLuaBackend, primary: &RedisServer, name: &str) -> bool {
-    let mine = token();
-    let mut held = None;
-    for attempt in 0..200 {
-        // A key per attempt: an attempt whose outcome is unknown may hold its key.
-        let key = format!("{name}-{attempt}");
-        match holder.try_acquire(&key, &mine, TTL).await {
-            Ok(AcquireOutcome::Acquired(_)) => {
-                held = Some(key);
-                break;
-            }
-            Ok(other) => panic!("{key} is free, got {other:?}"),
-            Err(e) => eprintln!("acquire attempt {attempt}: {e}"),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let key = held.expect("a grant");
-    let waiting = waiter.clone();
-    let owned = key.clone();
-    let wait = tokio::spawn(async move { waiting.wait_for_release(&owned, Duration::from_secs(20)).await });
-    registered(primary, &key).await;
-    tokio::time::sleep(Duration::from_millis(3 * lock_redis_family::wake::STARVING_MS)).await;
-    let released = match holder.release(&key, &mine).await {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("first release: {e}");
-            holder.release(&key, &mine).await.expect("release")
-        }
-    };
-    assert_eq!(released, ReleaseOutcome::Released);
-    tokio::time::timeout(Duration::from_secs(10), wait).await.is_ok()
-}
-
-/// Release notifications keep working after a failover: the waiter's
-/// pub/sub connection leaves a primary the sentinels replaced (here one
-/// still paused, whose connections stay open) and subscribes again on the
-/// new primary, where the release publishes.
+/// Release notifications keep working after a failover (the suite's
+/// case: the waiter leaves the replaced primary and
+/// subscribes again on the new one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_notifications_follow_the_failover() {
     let group = SentinelGroup::start(RedisServer::builder())
@@ -372,20 +315,12 @@ async fn release_notifications_follow_the_failover() {
     let url = format!("{}?response_timeout=500ms", group.url("redis+sentinel"));
     let holder = RedisLuaBackend::connect(&url).await.expect("connect through Sentinel");
     let waiter = RedisLuaBackend::connect(&url).await.expect("connect through Sentinel");
-    let old = group.primary().await.expect("the primary");
-    assert!(
-        release_wakes(&holder, &waiter, old, "before").await,
-        "a release wakes the waiter before the failover"
-    );
-    old.pause().expect("pause the primary");
-    let new = group
-        .wait_for_failover(old.port(), FAILOVER)
-        .await
-        .expect("a promotion");
-    let woken = release_wakes(&holder, &waiter, new, "after").await;
-    old.resume().expect("resume the old primary");
-    assert!(
-        woken,
-        "a release on the new primary wakes the waiter, not its 20 s timer"
-    );
+    lock_testkit::conformance::failover::release_notifications_follow_the_failover(
+        &group,
+        Arc::new(holder),
+        Arc::new(waiter),
+        |key| format!("verrou:lua:waiting:{{{key}}}"),
+        Duration::from_millis(3 * lock_redis_family::wake::STARVING_MS),
+    )
+    .await;
 }

@@ -6,6 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{AcquireOutcome, ReleaseOutcome, RenewOutcome};
@@ -297,68 +298,9 @@ async fn a_client_leaves_a_returned_primary_before_the_sentinels_demote_it() {
     );
 }
 
-/// Waits (bounded) until `server` has the waiter marker of `key`: the
-/// waiter subscribed and registered.
-async fn registered(server: &lock_testkit::server::RedisServer, key: &str) {
-    let marker = format!("verrou:tair:waiting:{key}");
-    for _ in 0..600 {
-        if server
-            .cmd(&["EXISTS", marker.as_str()])
-            .await
-            .ok()
-            .and_then(|v| v.as_int())
-            == Some(1)
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("the waiter never registered on port {}", server.port());
-}
-
-/// Holds a fresh key in `holder` (retried, bounded: the first calls after a
-/// failover may fail), lets `waiter` wait for it with a 20 s timer,
-/// releases it once the waiter registered on `primary` and has waited the
-/// starvation bound, and tells whether the release woke the waiter (within
-/// 10 s: far sooner than its timer).
-async fn release_wakes(
-    holder: &TairBackend,
-    waiter: &TairBackend,
-    primary: &lock_testkit::server::RedisServer,
-    name: &str,
-) -> bool {
-    let mine = token();
-    let mut held = None;
-    for attempt in 0..200 {
-        // A key per attempt: an attempt whose outcome is unknown may hold its key.
-        let key = format!("{name}-{attempt}");
-        match holder.try_acquire(&key, &mine, TTL).await {
-            Ok(AcquireOutcome::Acquired(_)) => {
-                held = Some(key);
-                break;
-            }
-            Ok(other) => panic!("{key} is free, got {other:?}"),
-            Err(e) => eprintln!("acquire attempt {attempt}: {e}"),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let key = held.expect("a grant");
-    let waiting = waiter.clone();
-    let owned = key.clone();
-    let wait = tokio::spawn(async move { waiting.wait_for_release(&owned, Duration::from_secs(20)).await });
-    registered(primary, &key).await;
-    tokio::time::sleep(Duration::from_millis(3 * lock_redis_family::wake::STARVING_MS)).await;
-    assert_eq!(
-        once_more!("release", holder.release(&key, &mine)),
-        ReleaseOutcome::Released
-    );
-    tokio::time::timeout(Duration::from_secs(10), wait).await.is_ok()
-}
-
-/// Release notifications keep working after a failover: the waiter's
-/// pub/sub connection leaves a primary the sentinels replaced (here one
-/// still paused, whose connections stay open) on `+switch-master` and
-/// subscribes again on the new primary, where the release publishes.
+/// Release notifications keep working after a failover (the suite's
+/// case: the waiter leaves the replaced primary on `+switch-master` and
+/// subscribes again on the new one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_notifications_follow_the_failover() {
     let group = SentinelGroup::start(common::tair())
@@ -367,20 +309,12 @@ async fn release_notifications_follow_the_failover() {
     let url = format!("{}?response_timeout=500ms", group.url("tair+sentinel"));
     let holder = TairBackend::connect(&url).await.expect("connect through Sentinel");
     let waiter = TairBackend::connect(&url).await.expect("connect through Sentinel");
-    let old = group.primary().await.expect("the primary");
-    assert!(
-        release_wakes(&holder, &waiter, old, "before").await,
-        "a release wakes the waiter before the failover"
-    );
-    old.pause().expect("pause the primary");
-    let new = group
-        .wait_for_failover(old.port(), FAILOVER)
-        .await
-        .expect("a promotion");
-    let woken = release_wakes(&holder, &waiter, new, "after").await;
-    old.resume().expect("resume the old primary");
-    assert!(
-        woken,
-        "a release on the new primary wakes the waiter, not its 20 s timer"
-    );
+    lock_testkit::conformance::failover::release_notifications_follow_the_failover(
+        &group,
+        Arc::new(holder),
+        Arc::new(waiter),
+        |key| format!("verrou:tair:waiting:{key}"),
+        Duration::from_millis(3 * lock_redis_family::wake::STARVING_MS),
+    )
+    .await;
 }

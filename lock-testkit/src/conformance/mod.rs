@@ -16,6 +16,8 @@ use lock_core::{
 };
 
 pub mod election_cases;
+#[cfg(feature = "harness")]
+pub mod failover;
 pub mod fair_cases;
 mod hanging;
 pub mod inspect_cases;
