@@ -591,7 +591,8 @@ fn renewals(out: &mut String, r: &Results, s: &Settings) {
         out,
         "## 7. Many held locks\n\n{} locks acquired and held under automatic renewal (TTL {:.1} s, renewed every \
          TTL / 3), measured over {:.1} s starting {:.1} s after the last acquisition. The idle process uses \
-         {:.2}% of a core on its own.\n",
+         {:.2}% of a core on its own. Allocations are the whole process's heap allocations over the window, per \
+         scheduled renewal.\n",
         int(s.renew_locks as f64),
         s.renew_ttl.as_secs_f64(),
         s.renew_window.as_secs_f64(),
@@ -607,6 +608,7 @@ fn renewals(out: &mut String, r: &Results, s: &Settings) {
             "acquired in",
             "client CPU % of a core",
             "client CPU µs/renewal",
+            "allocations/renewal",
             "server cmds/s",
             "scheduled renewals/s",
             "server CPU % of a core",
@@ -626,6 +628,7 @@ fn renewals(out: &mut String, r: &Results, s: &Settings) {
                     format!("{:.2} s", row.acquire_time.as_secs_f64()),
                     format!("{:.2}", row.client_core_share() * 100.0),
                     us(row.cpu_per_renewal()),
+                    format!("{:.1}", row.allocations_per_renewal()),
                     int(row.commands_per_sec()),
                     int(row.expected_renewals_per_sec()),
                     format!("{:.2}", row.server_core_share() * 100.0),

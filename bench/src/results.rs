@@ -286,6 +286,8 @@ pub struct RenewRow {
     pub lost: usize,
     /// Client CPU of the same idle window with no locks held.
     pub idle_cpu: f64,
+    /// Heap allocations of the whole process over the measured window.
+    pub allocations: crate::budget::Allocations,
 }
 
 impl RenewRow {
@@ -313,6 +315,14 @@ impl RenewRow {
     pub fn cpu_per_renewal(&self) -> Duration {
         let renewals = self.expected_renewals_per_sec() * self.interval.wall.as_secs_f64();
         per_op(self.interval.client_cpu, renewals as u64)
+    }
+
+    /// Heap allocations per expected renewal (process-wide: the count
+    /// of an idle process's window is a few dozen against tens of
+    /// thousands of renewals).
+    pub fn allocations_per_renewal(&self) -> f64 {
+        let renewals = self.expected_renewals_per_sec() * self.interval.wall.as_secs_f64();
+        ratio(self.allocations.count as f64, renewals)
     }
 }
 

@@ -36,7 +36,9 @@ pub async fn renewals(lab: &mut Lab, s: &Settings, problems: &mut Vec<String>) -
             let acquire_time = t0.elapsed();
             tokio::time::sleep(s.renew_settle).await;
             let before = probe.read().await?;
+            let allocated = crate::budget::Allocations::now();
             tokio::time::sleep(s.renew_window).await;
+            let allocations = crate::budget::Allocations::now().since(allocated);
             let after = probe.read().await?;
             let lost = guards.iter().flatten().filter(|g| g.is_lost()).count();
             release_many(guards).await?;
@@ -49,12 +51,14 @@ pub async fn renewals(lab: &mut Lab, s: &Settings, problems: &mut Vec<String>) -
                 interval: after.since(&before),
                 lost,
                 idle_cpu: idle,
+                allocations,
             };
             eprintln!(
-                "  {:<36} {} locks: client {:>5.2}% of a core, server {:>6.0} cmds/s ({:>5.2}% core), {} lost",
+                "  {:<36} {} locks: client {:>5.2}% of a core, {:>5.1} allocations/renewal, server {:>6.0} cmds/s ({:>5.2}% core), {} lost",
                 row.label,
                 row.locks,
                 row.client_core_share() * 100.0,
+                row.allocations_per_renewal(),
                 row.commands_per_sec(),
                 row.server_core_share() * 100.0,
                 row.lost
