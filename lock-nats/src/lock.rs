@@ -186,9 +186,12 @@ fn found(entry: Option<Entry>, token: &LockToken) -> Found {
 
 /// A renewal's value: the token and the fencing token it keeps.
 pub(crate) fn renewal_value(token: &LockToken, fence: u64) -> Bytes {
-    let mut value = token.hex_bytes().to_vec();
+    let hex = token.hex_bytes();
+    // One allocation: room for the token, ':' and the longest u64.
+    let mut value = Vec::with_capacity(hex.len() + 1 + 20);
+    value.extend_from_slice(&hex);
     value.push(b':');
-    value.extend_from_slice(fence.to_string().as_bytes());
+    let _ = std::io::Write::write_fmt(&mut value, format_args!("{fence}"));
     Bytes::from(value)
 }
 
