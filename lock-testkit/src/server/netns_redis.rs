@@ -240,7 +240,8 @@ impl NetRedisServer {
     /// SIGSTOPs the server.
     ///
     /// # Errors
-    /// Not running, or the signal failing.
+    /// Not running, the signal failing, or [`HarnessError::Timeout`] when
+    /// its threads do not get there within 2 s.
     pub fn pause(&self) -> HarnessResult<()> {
         self.signal(libc::SIGSTOP)
     }
@@ -248,7 +249,8 @@ impl NetRedisServer {
     /// SIGCONTs the server.
     ///
     /// # Errors
-    /// Not running, or the signal failing.
+    /// Not running, the signal failing, or [`HarnessError::Timeout`] when
+    /// its threads do not get there within 2 s.
     pub fn resume(&self) -> HarnessResult<()> {
         self.signal(libc::SIGCONT)
     }
@@ -260,8 +262,7 @@ impl NetRedisServer {
             .map(Child::id)
             .ok_or(HarnessError::NotRunning { port: NET_REDIS_PORT })?;
         spawn::signal_process(pid, sig).map_err(|e| HarnessError::io(format!("signal {sig} to pid {pid}"), e))?;
-        spawn::wait_stopped(pid, sig == libc::SIGSTOP);
-        Ok(())
+        spawn::wait_stopped(pid, sig == libc::SIGSTOP)
     }
 
     /// One command from the server's own host (over that host's loopback

@@ -249,7 +249,9 @@ impl PostgresServer {
     /// by the kernel but nothing is answered until [`resume`](Self::resume).
     ///
     /// # Errors
-    /// [`HarnessError::NotRunning`], or a signal failing.
+    /// [`HarnessError::NotRunning`], a signal failing, or
+    /// [`HarnessError::Timeout`] when a process's threads do not stop
+    /// within 2 s.
     pub fn pause(&self) -> HarnessResult<()> {
         let mut st = self.lock();
         let pid = running_pid(&mut st).ok_or(HarnessError::NotRunning { port: self.port })?;
@@ -265,7 +267,7 @@ impl PostgresServer {
             }
         }
         for p in &all {
-            spawn::wait_stopped(*p, true);
+            spawn::wait_stopped(*p, true)?;
         }
         st.paused = all;
         Ok(())

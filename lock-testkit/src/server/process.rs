@@ -181,20 +181,21 @@ impl RedisServer {
     /// the process is stopped.
     ///
     /// # Errors
-    /// [`HarnessError::NotRunning`], or the signal failing.
+    /// [`HarnessError::NotRunning`], the signal failing, or
+    /// [`HarnessError::Timeout`] when its threads do not stop within 2 s.
     pub fn pause(&self) -> HarnessResult<()> {
         let mut st = self.lock();
         let pid = running_pid(&mut st).ok_or(HarnessError::NotRunning { port: self.port })?;
         spawn::signal_process(pid, libc::SIGSTOP).map_err(|e| HarnessError::io(format!("SIGSTOP to pid {pid}"), e))?;
         st.paused = true;
-        spawn::wait_stopped(pid, true);
-        Ok(())
+        spawn::wait_stopped(pid, true)
     }
 
     /// SIGCONTs a paused server.
     ///
     /// # Errors
-    /// [`HarnessError::NotRunning`], or the signal failing.
+    /// [`HarnessError::NotRunning`], the signal failing, or
+    /// [`HarnessError::Timeout`] when its threads do not run within 2 s.
     pub fn resume(&self) -> HarnessResult<()> {
         let mut st = self.lock();
         resume_locked(&mut st, self.port)
@@ -530,8 +531,7 @@ fn resume_locked(st: &mut ProcState, port: u16) -> HarnessResult<()> {
     let pid = running_pid(st).ok_or(HarnessError::NotRunning { port })?;
     spawn::signal_process(pid, libc::SIGCONT).map_err(|e| HarnessError::io(format!("SIGCONT to pid {pid}"), e))?;
     st.paused = false;
-    spawn::wait_stopped(pid, false);
-    Ok(())
+    spawn::wait_stopped(pid, false)
 }
 
 /// Polls `check` every few milliseconds until it returns `Ok(true)` or

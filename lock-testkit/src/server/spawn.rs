@@ -15,6 +15,8 @@ use std::sync::{Mutex, OnceLock};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
+use super::error::{HarnessError, HarnessResult};
+
 type Reply = mpsc::Sender<io::Result<Child>>;
 type Request = (Command, Reply);
 
@@ -85,23 +87,38 @@ pub(crate) fn signal_process(pid: u32, signal: libc::c_int) -> io::Result<()> {
     signal_pid(pid_t(pid)?, signal)
 }
 
-/// Waits (at most a second) until every thread of `pid` shows stopped in
-/// `/proc` (or, with `stopped` false, none does). A stop signal reaches
+/// Waits (at most two seconds) until every thread of `pid` shows stopped
+/// in `/proc` (or, with `stopped` false, none does). A stop signal reaches
 /// each thread on its own time: a thread of a loaded machine that has not
-/// stopped yet still answers a request sent right after the signal.
-pub(crate) fn wait_stopped(pid: u32, stopped: bool) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
-    while std::time::Instant::now() < deadline {
+/// stopped yet still answers a request sent right after the signal. A
+/// zombie or dead thread (a server or backend that exited) has nothing to
+/// wait for, nor has a process `/proc` no longer lists.
+///
+/// # Errors
+/// [`HarnessError::Timeout`] when some thread never got there.
+pub(crate) fn wait_stopped(pid: u32, stopped: bool) -> HarnessResult<()> {
+    let waited = std::time::Duration::from_secs(2);
+    let deadline = std::time::Instant::now() + waited;
+    loop {
         match threads_stopped(pid) {
-            // No /proc, or the process is gone: nothing to wait for.
-            None => return,
-            Some(states) if states.iter().all(|s| *s == stopped) => return,
+            None => return Ok(()),
+            Some(states) if states.iter().all(|s| *s == stopped) => return Ok(()),
+            Some(_) if std::time::Instant::now() >= deadline => {
+                return Err(HarnessError::Timeout {
+                    what: format!(
+                        "every thread of pid {pid} to {}",
+                        if stopped { "stop" } else { "run again" }
+                    ),
+                    after: waited,
+                });
+            }
             Some(_) => std::thread::sleep(std::time::Duration::from_millis(1)),
         }
     }
 }
 
-/// Whether each thread of `pid` is stopped, as `/proc` shows it.
+/// Whether each live thread of `pid` is stopped, as `/proc` shows it
+/// (zombie and dead threads left out); `None` when there is none.
 fn threads_stopped(pid: u32) -> Option<Vec<bool>> {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
     let mut states = Vec::new();
@@ -111,10 +128,13 @@ fn threads_stopped(pid: u32) -> Option<Vec<bool>> {
             continue;
         };
         // The state follows the parenthesised command name.
-        let state = stat
+        match stat
             .rsplit_once(')')
-            .and_then(|(_, rest)| rest.trim_start().chars().next());
-        states.push(matches!(state, Some('T' | 't')));
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+        {
+            Some('Z' | 'X' | 'x') | None => {}
+            Some(state) => states.push(matches!(state, 'T' | 't')),
+        }
     }
     (!states.is_empty()).then_some(states)
 }

@@ -427,7 +427,7 @@ impl EtcdCluster {
     /// SIGSTOP member `i`; returns once each of its threads is stopped.
     ///
     /// # Errors
-    /// [`HarnessError::NotRunning`] when it does not run.
+    /// [`HarnessError::NotRunning`] when it does not run. [`HarnessError::Timeout`] when its threads do not get there within 2 s.
     pub fn pause(&self, i: usize) -> HarnessResult<()> {
         self.signal(i, libc::SIGSTOP, true)
     }
@@ -435,7 +435,7 @@ impl EtcdCluster {
     /// SIGCONT member `i`; returns once its threads run again.
     ///
     /// # Errors
-    /// [`HarnessError::NotRunning`] when it does not run.
+    /// [`HarnessError::NotRunning`] when it does not run. [`HarnessError::Timeout`] when its threads do not get there within 2 s.
     pub fn resume(&self, i: usize) -> HarnessResult<()> {
         self.signal(i, libc::SIGCONT, false)
     }
@@ -450,8 +450,7 @@ impl EtcdCluster {
             .ok_or(HarnessError::NotRunning { port: m.client_port })?;
         spawn::signal_process(pid, signal).map_err(|e| HarnessError::io(format!("signal {signal} to pid {pid}"), e))?;
         st.paused = paused;
-        spawn::wait_stopped(pid, paused);
-        Ok(())
+        spawn::wait_stopped(pid, paused)
     }
 
     /// Cut the members of `side` off from the others, both ways (client

@@ -403,7 +403,7 @@ impl NatsCluster {
     /// SIGSTOP node `i`; returns once each of its threads is stopped.
     ///
     /// # Errors
-    /// [`HarnessError::NotRunning`] when it does not run.
+    /// [`HarnessError::NotRunning`] when it does not run. [`HarnessError::Timeout`] when its threads do not get there within 2 s.
     pub fn pause(&self, i: usize) -> HarnessResult<()> {
         self.signal(i, libc::SIGSTOP, true)
     }
@@ -411,7 +411,7 @@ impl NatsCluster {
     /// SIGCONT node `i`; returns once its threads run again.
     ///
     /// # Errors
-    /// [`HarnessError::NotRunning`] when it does not run.
+    /// [`HarnessError::NotRunning`] when it does not run. [`HarnessError::Timeout`] when its threads do not get there within 2 s.
     pub fn resume(&self, i: usize) -> HarnessResult<()> {
         self.signal(i, libc::SIGCONT, false)
     }
@@ -426,8 +426,7 @@ impl NatsCluster {
             .ok_or(HarnessError::NotRunning { port: m.client_port })?;
         spawn::signal_process(pid, signal).map_err(|e| HarnessError::io(format!("signal {signal} to pid {pid}"), e))?;
         st.paused = paused;
-        spawn::wait_stopped(pid, paused);
-        Ok(())
+        spawn::wait_stopped(pid, paused)
     }
 
     /// Index of the node that leads stream `stream` (a key-value bucket
