@@ -35,11 +35,13 @@ pub async fn renewals(lab: &mut Lab, s: &Settings, problems: &mut Vec<String>) -
             let guards = hold_many(&manager, backend.slug(), s.renew_locks).await?;
             let acquire_time = t0.elapsed();
             tokio::time::sleep(s.renew_settle).await;
-            let before = probe.read().await?;
+            // Allocations over the probe's whole window (its reads too),
+            // the span its wall time covers.
             let allocated = crate::budget::Allocations::now();
+            let before = probe.read().await?;
             tokio::time::sleep(s.renew_window).await;
-            let allocations = crate::budget::Allocations::now().since(allocated);
             let after = probe.read().await?;
+            let allocations = crate::budget::Allocations::now().since(allocated);
             let lost = guards.iter().flatten().filter(|g| g.is_lost()).count();
             release_many(guards).await?;
             let row = RenewRow {

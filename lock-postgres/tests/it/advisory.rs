@@ -233,11 +233,13 @@ async fn a_cancelled_acquire_leaves_nothing_held() {
     }
 }
 
-/// A release cancelled after its unlock was sent (the reply held back by the
-/// proxy's latency) on a multiplexed session: the key ends up free, its id
-/// is taken again only after the server answered the unlock, and a second
-/// release of the cancelled token (the manager's clean-up) never frees the
-/// next holder's lock on the same session.
+/// A release cancelled before the server answered (the session's first
+/// unlock, so the cancellation may come while its statement is still being
+/// prepared; every reply held back by the proxy's latency) on a multiplexed
+/// session: the key ends up free, its id is taken again only after the
+/// clean-up unlock was answered, and a second release of the cancelled
+/// token (the manager's clean-up) never frees the next holder's lock on the
+/// same session. Fails when the dropped release frees the id at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_release_on_a_multiplexed_session_frees_only_its_own_lock() {
     let server = PostgresServer::start().await.expect("start postgres");
