@@ -524,17 +524,28 @@ pub fn quick() -> Vec<Scenario> {
     .collect()
 }
 
-/// PostgreSQL on one server (fsync on): the faults its harness injects.
-fn postgres_rows() -> Vec<Scenario> {
+/// The faults the PostgreSQL harness injects on one server (fsync on),
+/// the same rows for both lock shapes.
+fn one_postgres_server_rows(b: Backend) -> Vec<Scenario> {
     use Claim::*;
     use Fault::*;
-    let (b, t) = (Backend::Postgres, Topology::Single);
+    let t = Topology::Single;
     vec![
         row(b, t, None, Safe, ""),
         row(b, t, Pause, Safe, ""),
         row(b, t, KillRestart, Safe, ""),
         row(b, t, Blackhole, Safe, ""),
         row(b, t, Stall, Fenced, ""),
+    ]
+}
+
+/// PostgreSQL on one server (fsync on): the faults its harness injects.
+fn postgres_rows() -> Vec<Scenario> {
+    use Claim::*;
+    use Fault::*;
+    let b = Backend::Postgres;
+    let mut rows = one_postgres_server_rows(b);
+    rows.extend([
         row(b, Topology::PgAsyncCommit, KillRestart, Safe, ""),
         row(b, Topology::PgRepeatableRead, None, Safe, ""),
         row(b, Topology::PgBouncer, None, Safe, ""),
@@ -546,7 +557,8 @@ fn postgres_rows() -> Vec<Scenario> {
             Unsafe,
             "asynchronous standby: a promotion loses the commits it had not received (a just-granted lock, a write)",
         ),
-    ]
+    ]);
+    rows
 }
 
 /// PostgreSQL's advisory mode on one server: a lock lives as long as its
@@ -557,20 +569,15 @@ fn postgres_advisory_rows() -> Vec<Scenario> {
     use Claim::*;
     use Fault::*;
     let (b, t) = (Backend::PostgresAdvisory, Topology::Single);
-    vec![
-        row(b, t, None, Safe, ""),
-        row(b, t, Pause, Safe, ""),
-        row(b, t, KillRestart, Safe, ""),
-        row(b, t, Blackhole, Safe, ""),
-        row(b, t, Stall, Fenced, ""),
-        row(
-            b,
-            t,
-            RestartAtOnce,
-            Unsafe,
-            "a lock lives as long as its session, not a TTL: a server restarted at once frees every lock, and a holder learns at its next liveness check (a third of the TTL later at most), while another may already hold the lock",
-        ),
-    ]
+    let mut rows = one_postgres_server_rows(b);
+    rows.push(row(
+        b,
+        t,
+        RestartAtOnce,
+        Unsafe,
+        "a lock lives as long as its session, not a TTL: a server restarted at once frees every lock, and a holder learns at its next liveness check (a third of the TTL later at most), while another may already hold the lock",
+    ));
+    rows
 }
 
 /// etcd on a three-member cluster: the faults its harness injects, all
