@@ -31,6 +31,33 @@ fn url_via(proxy: &TcpProxy) -> String {
     format!("postgres://verrou@127.0.0.1:{}/postgres", proxy.port())
 }
 
+/// An advisory backend through `proxy` with a pool of two and
+/// `multiplexed` sessions, whose calls wait long enough (10 s) for the
+/// proxy's added latency.
+async fn patient_via(proxy: &TcpProxy, multiplexed: usize) -> AdvisoryBackend {
+    AdvisoryBackend::builder(&url_via(proxy))
+        .expect("url")
+        .pool_size(2)
+        .multiplexed_sessions(multiplexed)
+        .response_timeout(Duration::from_secs(10))
+        .build()
+        .await
+        .expect("connect")
+}
+
+/// Tries `key` with `token` until it is granted (bounded): a reserved id
+/// answers `Held` until the server answered its unlock.
+async fn acquire_once_free(backend: &AdvisoryBackend, key: &str, token: &LockToken) {
+    let give_up = Instant::now() + BOUND;
+    loop {
+        match backend.try_acquire(key, token, TTL).await.expect("try") {
+            AcquireOutcome::Acquired(_) => return,
+            _ => assert!(Instant::now() < give_up, "the key stayed reserved"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A direct client of the server, its connection driven in the background.
 async fn direct(url: &str) -> lock_postgres::tokio_postgres::Client {
     let (client, connection) = lock_postgres::tokio_postgres::connect(url, lock_postgres::tokio_postgres::NoTls)
@@ -52,6 +79,16 @@ async fn holder_pid(client: &lock_postgres::tokio_postgres::Client, key: &str) -
         .await
         .expect("pg_locks")
         .map(|row| row.get(0))
+}
+
+/// Waits (bounded) until no session holds `key`'s advisory lock; `why` is
+/// the failure when one still does at the bound.
+async fn until_no_session_holds(admin: &lock_postgres::tokio_postgres::Client, key: &str, why: &str) {
+    let give_up = Instant::now() + BOUND;
+    while holder_pid(admin, key).await.is_some() {
+        assert!(Instant::now() < give_up, "{why}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Waits (bounded) until another client can take `key`.
@@ -171,14 +208,7 @@ async fn a_cancelled_acquire_leaves_nothing_held() {
     let admin = direct(&server.url()).await;
     for multiplexed in [0, 1] {
         let proxy = TcpProxy::start(server.addr()).await.expect("proxy");
-        let backend = AdvisoryBackend::builder(&url_via(&proxy))
-            .expect("url")
-            .pool_size(2)
-            .multiplexed_sessions(multiplexed)
-            .response_timeout(Duration::from_secs(10))
-            .build()
-            .await
-            .expect("connect");
+        let backend = patient_via(&proxy, multiplexed).await;
         let token = LockToken::generate().expect("token");
         proxy.set_latency(Duration::from_millis(300));
         let give_up = Instant::now() + BOUND;
@@ -193,14 +223,12 @@ async fn a_cancelled_acquire_leaves_nothing_held() {
         }
         proxy.set_latency(Duration::ZERO);
         assert_eq!(backend.held_locks(), 0, "a cancelled grant is not recorded");
-        let give_up = Instant::now() + BOUND;
-        while holder_pid(&admin, "cancelled").await.is_some() {
-            assert!(
-                Instant::now() < give_up,
-                "the cancelled grant's session still holds the key ({multiplexed} multiplexed)"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        until_no_session_holds(
+            &admin,
+            "cancelled",
+            &format!("the cancelled grant's session still holds the key ({multiplexed} multiplexed)"),
+        )
+        .await;
         let held: i64 = admin
             .query_one("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'", &[])
             .await
@@ -218,14 +246,7 @@ async fn a_cancelled_acquire_leaves_nothing_held() {
         // And the key can be taken again through the same backend (on a
         // multiplexed session, once the unlock's reply freed the id).
         let again = LockToken::generate().expect("token");
-        let give_up = Instant::now() + BOUND;
-        loop {
-            match backend.try_acquire("cancelled", &again, TTL).await.expect("try") {
-                AcquireOutcome::Acquired(_) => break,
-                _ => assert!(Instant::now() < give_up, "the key stayed reserved"),
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        acquire_once_free(&backend, "cancelled", &again).await;
         assert_eq!(
             backend.release("cancelled", &again).await.expect("release"),
             ReleaseOutcome::Released
@@ -245,14 +266,7 @@ async fn a_cancelled_release_on_a_multiplexed_session_frees_only_its_own_lock() 
     let server = PostgresServer::start().await.expect("start postgres");
     let admin = direct(&server.url()).await;
     let proxy = TcpProxy::start(server.addr()).await.expect("proxy");
-    let backend = AdvisoryBackend::builder(&url_via(&proxy))
-        .expect("url")
-        .pool_size(2)
-        .multiplexed_sessions(1)
-        .response_timeout(Duration::from_secs(10))
-        .build()
-        .await
-        .expect("connect");
+    let backend = patient_via(&proxy, 1).await;
     let first = LockToken::generate().expect("token");
     assert!(matches!(
         backend.try_acquire("unlock", &first, TTL).await.expect("acquire"),
@@ -269,14 +283,7 @@ async fn a_cancelled_release_on_a_multiplexed_session_frees_only_its_own_lock() 
     // unlock is in flight its id stays reserved (a grant queued behind the
     // unlock would be taken back by the clean-up unlock sent after it).
     let next = LockToken::generate().expect("token");
-    let give_up = Instant::now() + BOUND;
-    loop {
-        match backend.try_acquire("unlock", &next, TTL).await.expect("try") {
-            AcquireOutcome::Acquired(_) => break,
-            _ => assert!(Instant::now() < give_up, "the key stayed reserved"),
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    acquire_once_free(&backend, "unlock", &next).await;
     proxy.set_latency(Duration::ZERO);
     // Time for a stray unlock to land, if the release had left one behind
     // the grant (none does: the id was free only once the unlock answered).
@@ -570,14 +577,7 @@ async fn a_grant_refused_by_the_fencing_sequence_leaves_nothing_held() {
         other => panic!("nextval without rights: {other:?}"),
     }
     assert_eq!(limited.held_locks(), 0);
-    let give_up = Instant::now() + BOUND;
-    while holder_pid(&admin, "acl").await.is_some() {
-        assert!(
-            Instant::now() < give_up,
-            "the refused grant's lock stayed on its session"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_no_session_holds(&admin, "acl", "the refused grant's lock stayed on its session").await;
     let other = LockToken::generate().expect("token");
     assert!(matches!(
         owner.try_acquire("acl", &other, TTL).await.expect("acquire"),
