@@ -199,3 +199,46 @@ pub(crate) fn sparse_preallocation(cmd: &mut Command) {
 /// Elsewhere: nothing (the server preallocates as usual).
 #[cfg(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
 pub(crate) fn sparse_preallocation(_cmd: &mut Command) {}
+
+#[cfg(test)]
+mod wait_tests {
+    #![allow(clippy::expect_used, clippy::unwrap_used)]
+    use std::process::Command;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    /// A child that exited and was not reaped is a zombie: nothing to wait
+    /// for (a PostgreSQL backend that exited around a pause).
+    #[test]
+    fn a_zombie_is_not_waited_for() {
+        let mut child = Command::new("true").spawn().expect("spawn true");
+        let pid = child.id();
+        let give_up = Instant::now() + Duration::from_secs(10);
+        while !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z')))
+        {
+            assert!(Instant::now() < give_up, "the child never exited");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(wait_stopped(pid, true).is_ok());
+        child.wait().expect("reap");
+        // Gone from /proc: nothing to wait for either.
+        assert!(wait_stopped(pid, true).is_ok());
+    }
+
+    /// A process that never stops is a typed timeout, not a silent return;
+    /// once stopped it is waited for, and once continued it runs again.
+    #[test]
+    fn stopping_is_waited_for_and_a_process_that_never_stops_times_out() {
+        let mut child = Command::new("sleep").arg("30").spawn().expect("spawn sleep");
+        let pid = child.id();
+        assert!(matches!(wait_stopped(pid, true), Err(HarnessError::Timeout { .. })));
+        signal_process(pid, libc::SIGSTOP).expect("SIGSTOP");
+        assert!(wait_stopped(pid, true).is_ok());
+        signal_process(pid, libc::SIGCONT).expect("SIGCONT");
+        assert!(wait_stopped(pid, false).is_ok());
+        child.kill().expect("kill");
+        child.wait().expect("reap");
+    }
+}

@@ -19,6 +19,21 @@ fn info(addr: &str) -> Option<String> {
     Some(line)
 }
 
+/// The state letter of each thread of `pid`, from `/proc`.
+fn thread_states(pid: u32) -> Vec<char> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("/proc");
+    let states: Vec<char> = tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("stat")).ok())
+        .filter_map(|stat| {
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.trim_start().chars().next())
+        })
+        .collect();
+    assert!(states.len() > 1, "a multi-threaded server: {states:?}");
+    states
+}
+
 fn config(cluster: &NatsCluster, i: usize) -> String {
     std::fs::read_to_string(cluster.dir().join(format!("{}.conf", cluster.name(i)))).unwrap()
 }
@@ -36,9 +51,22 @@ async fn single_server_runs_jetstream_and_dies_with_its_value() {
     assert!(config(&nats, 0).contains("sync_interval: always"));
     assert_eq!(nats.stream_leader("KV_none", Duration::from_secs(1)).await.unwrap(), 0);
 
+    // A pause returns once every thread of the (multi-threaded) server is
+    // stopped, a resume once none is.
+    let pid = nats.pid(0).expect("a running server");
     nats.pause(0).unwrap();
     assert!(nats.is_running(0));
+    assert!(
+        thread_states(pid).iter().all(|s| *s == 'T' || *s == 't'),
+        "{:?}",
+        thread_states(pid)
+    );
     nats.resume(0).unwrap();
+    assert!(
+        thread_states(pid).iter().all(|s| *s != 'T' && *s != 't'),
+        "{:?}",
+        thread_states(pid)
+    );
     nats.restart(0).await.expect("restart");
     assert!(info(&nats.addr(0)).is_some());
 
