@@ -32,10 +32,11 @@ pub enum Backend {
     TairQuiet,
     /// `lock-redlock` over five Lua backends on five servers.
     Redlock,
-    /// `lock-postgres` on the PostgreSQL server, defaults (notifications off).
+    /// `lock-postgres` on the PostgreSQL server, defaults (release
+    /// notifications on: `LISTEN`/`NOTIFY` when someone waits).
     Postgres,
-    /// `lock-postgres` with release notifications (`LISTEN`/`NOTIFY`) on.
-    PostgresNotify,
+    /// `lock-postgres` with release notifications off.
+    PostgresQuiet,
     /// `lock-postgres`'s advisory mode (scenario 1 only: not in
     /// [`Lab::available`]).
     PostgresAdvisory,
@@ -56,7 +57,7 @@ impl Backend {
             Backend::TairQuiet => "verrou tair, notifications off",
             Backend::Redlock => "verrou redlock ×5 (redis-lua)",
             Backend::Postgres => crate::pg::VERROU_PG,
-            Backend::PostgresNotify => crate::pg::VERROU_PG_NOTIFY,
+            Backend::PostgresQuiet => crate::pg::VERROU_PG_QUIET,
             Backend::PostgresAdvisory => crate::pg::VERROU_PG_ADVISORY,
             Backend::Etcd => crate::etcd::VERROU_ETCD,
             Backend::Nats => crate::nats::VERROU_NATS,
@@ -66,7 +67,7 @@ impl Backend {
     /// A default configuration (targets apply) or a variant (diagnostic).
     pub fn kind(self) -> Kind {
         match self {
-            Backend::RedisLuaQuiet | Backend::TairQuiet | Backend::PostgresNotify => Kind::Reference,
+            Backend::RedisLuaQuiet | Backend::TairQuiet | Backend::PostgresQuiet => Kind::Reference,
             _ => Kind::Verrou,
         }
     }
@@ -81,7 +82,7 @@ impl Backend {
             Backend::TairQuiet => "tair-quiet",
             Backend::Redlock => "redlock",
             Backend::Postgres => "pg",
-            Backend::PostgresNotify => "pg-notify",
+            Backend::PostgresQuiet => "pg-quiet",
             Backend::PostgresAdvisory => "pg-advisory",
             Backend::Etcd => "etcd",
             Backend::Nats => "nats",
@@ -168,7 +169,7 @@ impl Lab {
             Backend::TairQuiet,
             Backend::Redlock,
             Backend::Postgres,
-            Backend::PostgresNotify,
+            Backend::PostgresQuiet,
             Backend::Etcd,
             Backend::Nats,
         ]
@@ -201,8 +202,8 @@ impl Lab {
                 }
                 Ok(Arc::new(Redlock::new(nodes)?))
             }
-            Backend::Postgres => Ok(Arc::new(self.pg.backend(false).await?)),
-            Backend::PostgresNotify => Ok(Arc::new(self.pg.backend(true).await?)),
+            Backend::Postgres => Ok(Arc::new(self.pg.backend(true).await?)),
+            Backend::PostgresQuiet => Ok(Arc::new(self.pg.backend(false).await?)),
             Backend::PostgresAdvisory => Ok(Arc::new(self.pg.advisory().await?)),
             Backend::Etcd => Ok(Arc::new(self.etcd.backend().await?)),
             Backend::Nats => Ok(Arc::new(self.nats.backend().await?)),
@@ -224,10 +225,10 @@ impl Lab {
                 }
                 Ok(Arc::new(Redlock::new(nodes)?))
             }
-            Backend::Postgres => Ok(Arc::new(self.pg.backend(false).await?)),
+            Backend::Postgres => Ok(Arc::new(self.pg.backend(true).await?)),
             Backend::RedisLuaQuiet
             | Backend::TairQuiet
-            | Backend::PostgresNotify
+            | Backend::PostgresQuiet
             | Backend::PostgresAdvisory
             | Backend::Etcd
             | Backend::Nats => Err("the lock kinds run on the default Lua, Tair and postgres backends only".into()),
@@ -252,7 +253,7 @@ impl Lab {
             // etcd's rows, likewise (its metrics are not read).
             Backend::Memory
             | Backend::Postgres
-            | Backend::PostgresNotify
+            | Backend::PostgresQuiet
             | Backend::PostgresAdvisory
             | Backend::Etcd
             | Backend::Nats => Ok(Probe::none()),

@@ -22,10 +22,11 @@ use crate::BoxResult;
 use crate::drive::Op;
 use crate::locks::Locker;
 
-/// verrou's postgres backend, defaults (release notifications off).
+/// verrou's postgres backend, defaults (release notifications on: a
+/// release notifies when someone waits).
 pub const VERROU_PG: &str = "verrou postgres";
-/// The same with release notifications (`LISTEN`/`NOTIFY`) on.
-pub const VERROU_PG_NOTIFY: &str = "verrou postgres, release notifications";
+/// The same with release notifications off (waiters on their timers).
+pub const VERROU_PG_QUIET: &str = "verrou postgres, notifications off";
 /// verrou's postgres advisory mode (`mode=advisory`, issue 44): a session
 /// advisory lock per held lock, on a pooled connection kept checked out.
 pub const VERROU_PG_ADVISORY: &str = "verrou postgres, advisory mode";
@@ -175,8 +176,8 @@ impl Owners {
 
 /// tokio-postgres, no framework: the postgres backend's own acquire and
 /// release statements (from [`PostgresBackend::lock_statements`]), sent as
-/// it sends them (`query_typed`: unnamed statement, one round trip each)
-/// over a pool built as it builds its own.
+/// it sends them (`query_typed`: unnamed statement, in its own durable
+/// transaction, one round trip each) over a pool built as it builds its own.
 pub struct RawTokioPostgres {
     pool: Pool,
     sql: LockStatements,
@@ -203,16 +204,17 @@ impl Locker for RawTokioPostgres {
         let owner = self.owners.next();
         let owner_ref: &[u8] = &owner;
         let client = self.pool.get().await?;
-        let rows = client
-            .query_typed(
-                &self.sql.acquire,
-                &[
-                    (&key, Type::TEXT),
-                    (&owner_ref, Type::BYTEA),
-                    (&self.ttl_ms, Type::INT8),
-                ],
-            )
-            .await?;
+        let rows = in_transaction(
+            &client,
+            &self.sql,
+            &self.sql.acquire,
+            &[
+                (&key, Type::TEXT),
+                (&owner_ref, Type::BYTEA),
+                (&self.ttl_ms, Type::INT8),
+            ],
+        )
+        .await?;
         let fence: Option<i64> = rows.first().map(|r| r.try_get(0)).transpose()?.flatten();
         match fence {
             Some(_) => Ok((key.to_owned(), owner)),
@@ -223,9 +225,13 @@ impl Locker for RawTokioPostgres {
     async fn release(&self, (key, owner): (String, [u8; 16])) -> BoxResult<()> {
         let owner_ref: &[u8] = &owner;
         let client = self.pool.get().await?;
-        let rows = client
-            .query_typed(&self.sql.release, &[(&key, Type::TEXT), (&owner_ref, Type::BYTEA)])
-            .await?;
+        let rows = in_transaction(
+            &client,
+            &self.sql,
+            &self.sql.release,
+            &[(&key, Type::TEXT), (&owner_ref, Type::BYTEA)],
+        )
+        .await?;
         let code: i32 = rows.first().ok_or("release: no row")?.try_get(0)?;
         if code == 0 {
             Ok(())
@@ -233,6 +239,26 @@ impl Locker for RawTokioPostgres {
             Err(format!("raw tokio-postgres: release of {key} answered {code}").into())
         }
     }
+}
+
+/// `sql` in its own transaction as the backend sends a write: its `BEGIN`
+/// (READ COMMITTED, a durable commit), the statement and `COMMIT`, pipelined
+/// in one round trip.
+async fn in_transaction(
+    client: &tokio_postgres::Client,
+    statements: &LockStatements,
+    sql: &str,
+    params: &[(&(dyn tokio_postgres::types::ToSql + Sync), Type)],
+) -> BoxResult<Vec<tokio_postgres::Row>> {
+    let (begin, rows, commit) = futures::join!(
+        client.batch_execute(statements.begin),
+        client.query_typed(sql, params),
+        client.batch_execute("COMMIT")
+    );
+    begin?;
+    let rows = rows?;
+    commit?;
+    Ok(rows)
 }
 
 /// A stable 64-bit key for a name (FNV-1a), as an advisory lock needs.
@@ -466,7 +492,7 @@ mod tests {
         assert_eq!(advisory_key("a"), advisory_key("a"));
         assert_ne!(advisory_key("a"), advisory_key("b"));
         assert!(is_pg(VERROU_PG) && is_pg(RAW_TOKIO_PG) && is_pg(ADVISORY) && is_pg(SQLX) && is_pg(DLP));
-        assert!(is_pg(ADVISORY_BLOCKING) && is_pg(PING_PG) && is_pg(VERROU_PG_NOTIFY));
+        assert!(is_pg(ADVISORY_BLOCKING) && is_pg(PING_PG) && is_pg(VERROU_PG_QUIET));
         assert!(!is_pg("verrou redis-lua"));
     }
 }

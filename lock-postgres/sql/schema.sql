@@ -27,6 +27,11 @@ CREATE TABLE IF NOT EXISTS "verrou".locks (
     fence      bigint NOT NULL,
     expires_at timestamptz NOT NULL
 );
+-- `waited`: a waiter found the lease held (or its holder had waited for the
+-- key), so the release wakes the waiters; a release nobody waits for sends
+-- no notification (a commit that notifies holds a database-wide lock while
+-- it flushes, so every notifying release queues behind the others).
+ALTER TABLE "verrou".locks ADD COLUMN IF NOT EXISTS waited boolean NOT NULL DEFAULT false;
 
 -- Fair (FIFO) mode: waiters of a key, in ticket order; an entry lives until
 -- its expiry (the waiter's claim after its last attempt).
@@ -127,6 +132,10 @@ BEGIN
             RETURN;
         END IF;
     END IF;
+    -- Not granted: the transaction only kept the waiter's entry, which
+    -- orders waiters (a crash that loses it costs its place, never
+    -- exclusion), so it commits without waiting for its flush.
+    PERFORM set_config('synchronous_commit', 'off', true);
     fence := NULL;
     IF (SELECT count(*) FROM (SELECT 1 FROM "verrou".queue AS q
             WHERE q.key = k AND q.ticket < my_ticket LIMIT 2) AS ahead) < 2 THEN
@@ -139,6 +148,59 @@ BEGIN
         SELECT GREATEST(1, CEIL(EXTRACT(EPOCH FROM h.expires_at - clock_timestamp()) * 1000))::int8 INTO retry_ms
           FROM "verrou".locks AS h WHERE h.key = k AND h.expires_at > clock_timestamp();
     END IF;
+    RETURN NEXT;
+END $$;
+
+-- Acquire with release notifications on: the plain acquire (lease_sql in
+-- src/schema.rs) that also marks a lease held by another as `waited`, so
+-- that its release wakes this waiter. `had_waited`: the caller waited for k
+-- lately, so others may still wait: its own lease starts marked. A lease
+-- seen held by another (in this statement's snapshot) is answered without
+-- locking its row: waiters of a hot key do not queue on it, nor on the
+-- key's fencing lock. The mark is a hint (a lost one costs a waiter its
+-- timer, never exclusion), and an attempt that was refused grants nothing,
+-- so it commits without waiting for its flush. Answers as the plain
+-- acquire: (fence, NULL) taken, (NULL, the holder's remaining ms) held, no
+-- row when the holder just went away.
+CREATE OR REPLACE FUNCTION "verrou".acquire_marking(k text, tok bytea, ttl_ms bigint, had_waited boolean)
+RETURNS TABLE (fence bigint, retry_ms bigint) LANGUAGE plpgsql AS $$
+DECLARE holder bytea; held_until timestamptz; marked boolean;
+BEGIN
+    SELECT h.owner, h.expires_at, h.waited INTO holder, held_until, marked
+      FROM "verrou".locks AS h WHERE h.key = k;
+    IF NOT FOUND OR holder = tok OR held_until <= clock_timestamp() THEN
+        -- The token drawn under a transaction lock on the key, as the
+        -- plain acquire draws it (fence_sql in src/schema.rs).
+        INSERT INTO "verrou".locks AS l (key, owner, fence, expires_at, waited)
+        VALUES (k, tok,
+            CASE WHEN pg_advisory_xact_lock(hashtext('"verrou".locks'), hashtext(k))::text IS NOT NULL
+            THEN nextval('"verrou".fence_seq') END,
+            clock_timestamp() + ttl_ms * interval '1 millisecond', had_waited)
+        ON CONFLICT (key) DO UPDATE SET owner = excluded.owner,
+            fence = CASE WHEN l.owner = excluded.owner THEN l.fence ELSE excluded.fence END,
+            expires_at = excluded.expires_at,
+            waited = l.waited OR excluded.waited
+        WHERE l.expires_at <= clock_timestamp() OR l.owner = excluded.owner
+        RETURNING l.fence INTO fence;
+        IF FOUND THEN
+            retry_ms := NULL;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+        -- Taken by another since the read.
+        SELECT h.expires_at, h.waited INTO held_until, marked
+          FROM "verrou".locks AS h WHERE h.key = k;
+        IF NOT FOUND THEN
+            RETURN;
+        END IF;
+    END IF;
+    PERFORM set_config('synchronous_commit', 'off', true);
+    IF NOT marked THEN
+        UPDATE "verrou".locks AS h SET waited = true
+         WHERE h.key = k AND NOT h.waited AND h.expires_at > clock_timestamp();
+    END IF;
+    fence := NULL;
+    retry_ms := GREATEST(0, CEIL(EXTRACT(EPOCH FROM held_until - clock_timestamp()) * 1000))::int8;
     RETURN NEXT;
 END $$;
 
@@ -159,18 +221,22 @@ BEGIN
 END $$;
 
 -- Release with notifications: delete k if tok holds it and, when that freed
--- a live lease, notify `channel` (wake_payload). 0 released, 1 held by
+-- a live lease that someone waits for (marked `waited`, or a live entry in
+-- k's fair queue), notify `channel` (wake_payload). 0 released, 1 held by
 -- another, 2 missing (our own expired row is deleted too, but answers
 -- missing), as the plain release statement.
 CREATE OR REPLACE FUNCTION "verrou".release_notify(k text, tok bytea, channel text)
 RETURNS int LANGUAGE plpgsql AS $$
-DECLARE live boolean;
+DECLARE live boolean; wanted boolean;
 BEGIN
     DELETE FROM "verrou".locks AS l WHERE l.key = k AND l.owner = tok
-    RETURNING l.expires_at > clock_timestamp() INTO live;
+    RETURNING l.expires_at > clock_timestamp(), l.waited INTO live, wanted;
     IF FOUND THEN
         IF live THEN
-            PERFORM pg_notify(channel, "verrou".wake_payload(k, NULL));
+            IF wanted OR EXISTS (SELECT 1 FROM "verrou".queue AS q
+                                  WHERE q.key = k AND q.expires_at > clock_timestamp()) THEN
+                PERFORM pg_notify(channel, "verrou".wake_payload(k, NULL));
+            END IF;
             RETURN 0;
         END IF;
         RETURN 2;

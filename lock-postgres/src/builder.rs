@@ -47,7 +47,7 @@ pub struct PostgresBuilder {
     connect_timeout: Duration,
     response_timeout: Duration,
     pool_size: usize,
-    notifications: bool,
+    notifications: Option<bool>,
     listen_url: Option<String>,
 }
 
@@ -73,7 +73,7 @@ impl PostgresBuilder {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             pool_size: DEFAULT_POOL_SIZE,
-            notifications: false,
+            notifications: None,
             listen_url: None,
         }
     }
@@ -144,15 +144,17 @@ impl PostgresBuilder {
         self
     }
 
-    /// Release notifications (default off): releases send `pg_notify`, and
-    /// a waiter is woken by the release instead of its timer, through one
-    /// `LISTEN` connection per backend (see the [`notify`](crate#waiting)
-    /// notes). The listening connection uses the backend's own settings,
-    /// or [`listen_url`](Self::listen_url)'s; over an application pool,
-    /// `listen_url` is required.
+    /// Release notifications (default on, except over an application pool
+    /// without a [`listen_url`](Self::listen_url)): a waiter is woken by the
+    /// release instead of its timer, through one `LISTEN` connection per
+    /// backend; a release sends `pg_notify` only when someone waits (see
+    /// [Waiting](crate#waiting)). The listening connection uses the
+    /// backend's own settings, or `listen_url`'s; over an application pool,
+    /// `listen_url` is required (`LISTEN` is session state, which PgBouncer's
+    /// transaction mode does not keep).
     #[must_use]
     pub fn release_notifications(mut self, on: bool) -> Self {
-        self.notifications = on;
+        self.notifications = Some(on);
         self
     }
 
@@ -162,7 +164,7 @@ impl PostgresBuilder {
     #[must_use]
     pub fn listen_url(mut self, url: impl Into<String>) -> Self {
         self.listen_url = Some(url.into());
-        self.notifications = true;
+        self.notifications = Some(true);
         self
     }
 
@@ -198,8 +200,12 @@ impl PostgresBuilder {
                 self.pool_size
             )));
         }
+        // On by default where a direct connection is known.
+        let notifications = self
+            .notifications
+            .unwrap_or(matches!(self.source, Source::Config(_)) || self.listen_url.is_some());
         let listen = match (&self.listen_url, &self.source) {
-            _ if !self.notifications => None,
+            _ if !notifications => None,
             (Some(url), _) => Some(
                 url.parse::<tokio_postgres::Config>()
                     .map_err(|e| Error::invalid(format!("listen_url is not a PostgreSQL connection string: {e}")))?,

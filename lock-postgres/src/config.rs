@@ -80,9 +80,9 @@ pub struct PostgresConfig {
     /// `pool_size`: connections the backend opens itself (default 16, 1 to
     /// [`MAX_POOL_SIZE`]).
     pub pool_size: usize,
-    /// `release_notifications`: `LISTEN`/`pg_notify` wake-ups (default
-    /// off).
-    pub release_notifications: bool,
+    /// `release_notifications`: `LISTEN`/`pg_notify` wake-ups; `None`
+    /// leaves them to the mode (on for lease rows, none in advisory mode).
+    pub release_notifications: Option<bool>,
     /// `listen_url`: a direct connection for `LISTEN` (percent-encoded in
     /// the URL; may hold a password: never printed).
     listen_url: Option<String>,
@@ -126,7 +126,7 @@ impl Default for PostgresConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             pool_size: DEFAULT_POOL_SIZE,
-            release_notifications: false,
+            release_notifications: None,
             listen_url: None,
             mode: PostgresMode::Lease,
             fencing: None,
@@ -149,7 +149,7 @@ impl PostgresConfig {
             )
         })?;
         self.listen_url = Some(url.to_owned());
-        self.release_notifications = true;
+        self.release_notifications = Some(true);
         Ok(())
     }
 
@@ -187,7 +187,7 @@ impl BackendConfig for PostgresConfig {
             },
             "response_timeout" => self.response_timeout = parse_duration(key, value)?,
             "pool_size" => self.pool_size = parse_number(key, value, 1, MAX_POOL_SIZE as u64)?,
-            "release_notifications" => self.release_notifications = parse_bool(key, value)?,
+            "release_notifications" => self.release_notifications = Some(parse_bool(key, value)?),
             "listen_url" => self.set_listen_url(value)?,
             "mode" => {
                 self.mode = match value {
@@ -236,7 +236,7 @@ impl BackendConfig for PostgresConfig {
             )));
         }
         match self.mode {
-            PostgresMode::Advisory if self.release_notifications || self.listen_url.is_some() => {
+            PostgresMode::Advisory if self.release_notifications == Some(true) || self.listen_url.is_some() => {
                 return Err(Error::invalid(
                     "mode=advisory has no release notifications (release_notifications, listen_url): \
                      its waiters poll pg_try_advisory_lock; drop those parameters or use mode=lease",
@@ -357,8 +357,10 @@ impl PostgresBackend {
             .create_schema(config.create_schema)
             .connect_timeout(config.connect_timeout)
             .response_timeout(config.response_timeout)
-            .pool_size(config.pool_size)
-            .release_notifications(config.release_notifications);
+            .pool_size(config.pool_size);
+        if let Some(on) = config.release_notifications {
+            builder = builder.release_notifications(on);
+        }
         if let Some(url) = config.listen_url {
             builder = builder.listen_url(url);
         }

@@ -33,7 +33,7 @@ pub(crate) const DRAIN_LIMIT: Duration = Duration::from_secs(60);
 /// off` would confirm a grant that a crash then loses, and hand its fencing
 /// token out again). Other values of `synchronous_commit` (`local`, `on`,
 /// `remote_write`, `remote_apply`) are kept: each flushes locally.
-const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED; \
+pub(crate) const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED; \
     SELECT set_config('synchronous_commit', 'on', true) WHERE current_setting('synchronous_commit') = 'off'";
 
 /// What an operation is, for its transaction and its connection.

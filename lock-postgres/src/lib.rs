@@ -103,17 +103,27 @@
 //! # Waiting
 //!
 //! An acquire that finds the key held answers the holder's remaining TTL,
-//! so a waiter's backoff never sleeps past the expiry. With
-//! [`PostgresBuilder::release_notifications`] a release also sends
-//! `pg_notify` (in the release statement), and each backend keeps one
-//! `LISTEN` connection: a release wakes one local waiter of the key
-//! instead of its timer, and in fair mode the queue's head, which the
-//! release names (a wake-up that comes while the head's attempt is in
-//! flight is kept for its next wait). `LISTEN` is session state, so that connection
-//! must be direct, never through PgBouncer's transaction mode: name it
-//! with [`PostgresBuilder::listen_url`] (URL parameter `listen_url`) when
-//! the pool goes through PgBouncer. Without notifications, waiters use
-//! their timers. A lost notification costs latency, never correctness.
+//! so a waiter's backoff never sleeps past the expiry. Release
+//! notifications are on by default ([`PostgresBuilder::release_notifications`];
+//! off over an application pool unless a [`PostgresBuilder::listen_url`]
+//! is given): each backend keeps one `LISTEN` connection, and a release
+//! that someone waits for sends `pg_notify` (in the release statement),
+//! which wakes one local waiter of the key instead of its timer, and in
+//! fair mode the queue's head, which the release names (a wake-up that
+//! comes while the head's attempt is in flight is kept for its next wait).
+//! "Someone waits" is written in the lease row: a waiter's failed attempt
+//! marks it (`waited`, committed without waiting for its flush: a lost mark
+//! costs a waiter its timer), a grant to a process that waited for the key
+//! within the last second starts marked, and a live entry in the key's fair
+//! queue counts too. A release nobody waits for sends nothing, so it costs
+//! what it costs with notifications off (a commit that notifies takes a
+//! database-wide lock while it flushes: notifying every release cost 44 %
+//! of uncontended throughput, `bench/analysis.md`). `LISTEN` is session state, so
+//! that connection must be direct, never through PgBouncer's transaction
+//! mode: name it with [`PostgresBuilder::listen_url`] (URL parameter
+//! `listen_url`) when the pool goes through PgBouncer. Without
+//! notifications, waiters use their timers. A lost notification costs
+//! latency, never correctness.
 //!
 //! # Fair mode
 //!
@@ -126,9 +136,9 @@
 //! head takes the key) are told they are next and poll on the manager's
 //! backoff; the waiters further back poll only to keep their entries
 //! alive, once per third of the claim, so they learn that they moved up
-//! only then. For a hot key in fair mode, turn release notifications on:
-//! each release then wakes the head it names (BENCHMARKS.md, hot key, has
-//! both rows).
+//! only then. With release notifications (the default), each release
+//! wakes the head it names instead (BENCHMARKS.md, hot key, has both
+//! rows).
 //!
 //! # Keys
 //!
@@ -315,6 +325,7 @@ impl PostgresBackend {
     pub fn lock_statements(&self) -> LockStatements {
         let sql = &self.inner.sql;
         LockStatements {
+            begin: conn::BEGIN,
             acquire: sql.acquire.clone(),
             release: sql.release.clone(),
             release_notify: sql.release_notify.clone(),
@@ -362,9 +373,30 @@ impl LockBackend for PostgresBackend {
         check_key(key)?;
         let ms = ttl_param(ttl)?;
         let owner: &[u8] = token.as_bytes();
-        let params: [Param<'_>; 3] = [(&key, Type::TEXT), (&owner, Type::BYTEA), (&ms, Type::INT8)];
-        let rows = self.run(&self.inner.sql.acquire, &params, Op::Grant(owner)).await?;
-        acquire_outcome(&rows)
+        let Some(n) = &self.inner.notifier else {
+            let params: [Param<'_>; 3] = [(&key, Type::TEXT), (&owner, Type::BYTEA), (&ms, Type::INT8)];
+            return acquire_outcome(&self.run(&self.inner.sql.acquire, &params, Op::Grant(owner)).await?);
+        };
+        // A lease held by another is marked as waited for, so that its
+        // release notifies (a release nobody waits for does not).
+        let had_waited = n.waited_lately(key);
+        let params: [Param<'_>; 4] = [
+            (&key, Type::TEXT),
+            (&owner, Type::BYTEA),
+            (&ms, Type::INT8),
+            (&had_waited, Type::BOOL),
+        ];
+        let outcome = acquire_outcome(
+            &self
+                .run(&self.inner.sql.acquire_marking, &params, Op::Grant(owner))
+                .await?,
+        )?;
+        if matches!(outcome, AcquireOutcome::Held { .. }) {
+            // Its wait comes next: a release announced before that wait
+            // begins is kept for it.
+            n.expect_plain(key);
+        }
+        Ok(outcome)
     }
 
     async fn release(&self, key: &str, token: &LockToken) -> Result<ReleaseOutcome> {

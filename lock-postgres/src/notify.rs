@@ -2,9 +2,13 @@
 //! wake-up per key.
 //!
 //! A backend with notifications on sends `pg_notify` in the same statement
-//! as a release that freed a live lease (and when a fair waiter leaves a
-//! free key's queue), naming the key and the head of its fair queue, if
-//! any (`wake_payload` in `sql/schema.sql`). Each listening process wakes
+//! as a release that freed a live lease someone waits for (and when a fair
+//! waiter leaves a free key's queue), naming the key and the head of its
+//! fair queue, if any (`wake_payload` in `sql/schema.sql`). A waiter's
+//! failed attempt marks the lease as waited for (`acquire_marking`), a
+//! grant to a process that waited for the key lately starts marked, and a
+//! live entry in the key's fair queue counts too: a release nobody waits
+//! for sends nothing, and costs what it costs with notifications off. Each listening process wakes
 //! **one** of its waiters of that key (`Notify::notify_one`), the others
 //! keep their timers, and the named fair waiter if it is one of its own:
 //! only the head polls. A fair waiter's wake-up is kept from its attempt
@@ -34,8 +38,9 @@ pub(crate) use tokio_util_free::AbortOnDrop;
 /// Time between two attempts to (re)open the listening connection.
 const RECONNECT: Duration = Duration::from_secs(1);
 
-/// Fair waiters kept before the expired ones are looked for.
-const FAIR_KEPT: usize = 1024;
+/// Entries kept (fair waiters, keys waited for) before the expired ones are
+/// looked for.
+const KEPT: usize = 1024;
 
 /// A payload's key and the fair waiter it names (`wake_payload` in
 /// `sql/schema.sql`); a payload without the tag is a key alone.
@@ -59,12 +64,48 @@ struct FairEntry {
     until: Instant,
 }
 
-/// This process's waiters: plain ones by key (they share one `Notify`,
-/// woken one at a time), fair ones by key and waiter id.
+/// How long a key's plain waiters' entry outlives the last wait or refused
+/// attempt of it in this process ([`Notifier::waited_lately`]).
+const LATELY: Duration = Duration::from_secs(1);
+
+/// A key's plain waiters in this process: they share one `Notify`, woken
+/// one at a time. Kept for [`LATELY`] after a wait or a refused attempt
+/// began, so that a release announced between a refused attempt and its
+/// wait leaves its wake-up as a permit for that wait.
+struct PlainEntry {
+    notify: Arc<Notify>,
+    at: Instant,
+}
+
+/// This process's waiters: plain ones by key, fair ones by key and waiter
+/// id.
 #[derive(Default)]
 struct Waiters {
-    plain: HashMap<String, Weak<Notify>>,
+    plain: HashMap<String, PlainEntry>,
     fair: HashMap<(String, [u8; 32]), FairEntry>,
+}
+
+impl Waiters {
+    /// The plain waiters' entry of `key`, touched at `now`.
+    fn plain_entry(&mut self, key: &str, now: Instant) -> Arc<Notify> {
+        if let Some(entry) = self.plain.get_mut(key) {
+            entry.at = now;
+            return entry.notify.clone();
+        }
+        if self.plain.len() >= KEPT {
+            self.plain
+                .retain(|_, e| now.duration_since(e.at) < LATELY || Arc::strong_count(&e.notify) > 1);
+        }
+        let notify = Arc::new(Notify::new());
+        self.plain.insert(
+            key.to_owned(),
+            PlainEntry {
+                notify: notify.clone(),
+                at: now,
+            },
+        );
+        notify
+    }
 }
 
 type Shared = Mutex<Waiters>;
@@ -110,21 +151,26 @@ impl Notifier {
     }
 
     /// Wait until a release of `key` is announced or `max_wait` passes
-    /// (one of the key's plain waiters wakes per release).
+    /// (one of the key's plain waiters wakes per release; a release
+    /// announced since this process's last refused attempt of the key ends
+    /// the wait at once).
     pub(crate) async fn wait(&self, key: &str, max_wait: Duration) {
-        let notify = {
-            let mut w = self.lock();
-            w.plain.retain(|_, n| n.strong_count() > 0);
-            match w.plain.get(key).and_then(Weak::upgrade) {
-                Some(n) => n,
-                None => {
-                    let n = Arc::new(Notify::new());
-                    w.plain.insert(key.to_owned(), Arc::downgrade(&n));
-                    n
-                }
-            }
-        };
+        let notify = self.lock().plain_entry(key, Instant::now());
         let _ = tokio::time::timeout(max_wait, notify.notified()).await;
+    }
+
+    /// An attempt of `key` was refused: a release announced from now on is
+    /// kept for the next [`Notifier::wait`] of it (within [`LATELY`]).
+    pub(crate) fn expect_plain(&self, key: &str) {
+        self.lock().plain_entry(key, Instant::now());
+    }
+
+    /// Whether this process waited for `key`, or was refused it, within
+    /// [`LATELY`]: a grant to such a waiter starts marked as waited for,
+    /// so that its release wakes the others (one is woken per release).
+    pub(crate) fn waited_lately(&self, key: &str) -> bool {
+        let w = self.lock();
+        w.plain.get(key).is_some_and(|e| e.at.elapsed() < LATELY)
     }
 
     /// `waiter` is about to try `key`: from now on, a release naming it as
@@ -134,7 +180,7 @@ impl Notifier {
         let now = Instant::now();
         let mut w = self.lock();
         let id = (key.to_owned(), waiter.id.hex_bytes());
-        if w.fair.len() >= FAIR_KEPT && !w.fair.contains_key(&id) {
+        if w.fair.len() >= KEPT && !w.fair.contains_key(&id) {
             w.fair.retain(|_, e| e.until > now);
         }
         let entry = w.fair.entry(id).or_insert_with(|| FairEntry {
@@ -165,7 +211,7 @@ fn wake(map: &Weak<Shared>, payload: &str) {
     let (one, fair) = {
         let w = map.lock().unwrap_or_else(|e| e.into_inner());
         (
-            w.plain.get(key).and_then(Weak::upgrade),
+            w.plain.get(key).map(|e| e.notify.clone()),
             head.and_then(|id| w.fair.get(&(key.to_owned(), id)).map(|e| e.notify.clone())),
         )
     };

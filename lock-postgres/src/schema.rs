@@ -57,6 +57,11 @@ pub fn schema_sql(name: &str) -> Result<String> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockStatements {
+    /// What opens each write's transaction, pipelined before the statement
+    /// and followed by `COMMIT`: READ COMMITTED, and `synchronous_commit`
+    /// raised to `on` when the session says `off` (see *Server settings*
+    /// in the crate's documentation).
+    pub begin: &'static str,
     /// Acquire: `$1` key (`text`), `$2` owner token (`bytea`), `$3` TTL in
     /// ms (`int8`). One row (fence, NULL) when taken; (NULL, the holder's
     /// remaining ms) when held; no row when the holder just went away.
@@ -80,6 +85,7 @@ pub struct LockStatements {
 pub(crate) struct Statements {
     pub schema: String,
     pub acquire: String,
+    pub acquire_marking: String,
     pub release: String,
     pub release_notify: String,
     pub renew: String,
@@ -184,6 +190,9 @@ impl Statements {
         Ok(Statements {
             schema: schema.to_owned(),
             acquire,
+            // The acquire of a backend with notifications: also marks a
+            // lease held by another as waited for (`sql/schema.sql`).
+            acquire_marking: format!("SELECT fence, retry_ms FROM {s}.acquire_marking($1, $2, $3, $4)"),
             // The release, announcing a freed live lease on channel $3
             // (`sql/schema.sql`: the payload names the fair queue's head).
             release_notify: format!("SELECT {s}.release_notify($1, $2, $3)"),
@@ -236,6 +245,7 @@ impl Statements {
                    AND to_regprocedure('{s}.kv_delete(text, bigint)') IS NOT NULL \
                    AND to_regprocedure('{s}.acquire_fair(text, bytea, bigint, bytea, bigint)') IS NOT NULL \
                    AND to_regprocedure('{s}.release_notify(text, bytea, text)') IS NOT NULL \
+                   AND to_regprocedure('{s}.acquire_marking(text, bytea, bigint, boolean)') IS NOT NULL \
                    AND to_regprocedure('{s}.wake_payload(text, bytea)') IS NOT NULL \
                    AND to_regprocedure('{s}.renew_many(text[], bytea[], bigint)') IS NOT NULL \
                    AND to_regclass('{s}.leaders') IS NOT NULL \

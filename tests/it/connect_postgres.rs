@@ -19,7 +19,7 @@ async fn postgres_urls_connect_lock_fence_and_store() {
         );
         let backend = verrou::connect(&url).await.expect("connect");
         assert_eq!(backend.locks().capabilities().name, "postgres");
-        assert!(!backend.locks().capabilities().release_notifications);
+        assert!(backend.locks().capabilities().release_notifications, "on by default");
         assert!(!backend.description().contains('?'), "{}", backend.description());
         let locks = backend
             .manager(LockOptions::with_ttl(Duration::from_millis(500)).acquire_timeout(Duration::from_secs(5)))
@@ -61,6 +61,10 @@ async fn notification_parameters_turn_listen_on() {
         let backend = verrou::connect(&url).await.expect("connect");
         assert!(backend.locks().capabilities().release_notifications, "{url}");
     }
+    let off = verrou::connect(&format!("{direct}?release_notifications=false"))
+        .await
+        .expect("connect");
+    assert!(!off.locks().capabilities().release_notifications);
     match verrou::connect::check_url(&format!("{direct}?listen_url=nonsense%3D%3D")) {
         Err(Error::InvalidArgument(m)) => assert!(m.contains("listen_url"), "{m}"),
         other => panic!("{other:?}"),

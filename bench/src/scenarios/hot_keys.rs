@@ -49,7 +49,7 @@ const FAIR: &[Backend] = &[
     Backend::RedisLua,
     Backend::Tair,
     Backend::Postgres,
-    Backend::PostgresNotify,
+    Backend::PostgresQuiet,
     Backend::Etcd,
 ];
 

@@ -20,7 +20,12 @@ use lock_testkit::server::PostgresServer;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_head_of_the_queue_is_told_it_is_next() {
     let server = PostgresServer::start().await.expect("start postgres");
-    let backend = PostgresBackend::connect(&server.url()).await.expect("connect");
+    let backend = PostgresBackend::builder(&server.url())
+        .expect("url")
+        .release_notifications(false)
+        .build()
+        .await
+        .expect("connect");
     assert!(!backend.capabilities().release_notifications);
     let ttl = Duration::from_secs(10);
     let claim = Duration::from_secs(3);

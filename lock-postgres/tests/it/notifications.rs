@@ -1,9 +1,11 @@
 //! Release notifications: `LISTEN` on a direct connection wakes a waiter
 //! at the release, long before its timer; also when the pool goes through
-//! PgBouncer in transaction mode and the listener connects directly. In
-//! fair mode a release wakes the queue's head only, also when it comes
-//! while the head's attempt is in flight. The suites pass with
-//! notifications on.
+//! PgBouncer in transaction mode and the listener connects directly. A
+//! release nobody waits for notifies nobody; a grant to a process that
+//! waited for the key notifies at its release. In fair mode a release
+//! wakes the queue's head only, also when it comes while the head's
+//! attempt is in flight. The suites pass with notifications on (the
+//! default).
 #![allow(clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::time::Duration;
@@ -58,6 +60,13 @@ async fn a_release_wakes_the_waiter(backend: PostgresBackend, key: &str) {
         backend.try_acquire(key, &holder, ttl).await.expect("acquire"),
         AcquireOutcome::Acquired(_)
     ));
+    // The waiter's attempt finds the key held: it marks the lease as
+    // waited for, which is what makes the release notify.
+    let attempt = backend
+        .try_acquire(key, &LockToken::generate().expect("token"), ttl)
+        .await
+        .expect("attempt");
+    assert!(matches!(attempt, AcquireOutcome::Held { .. }), "{attempt:?}");
     let waiter = backend.clone();
     let key_owned = key.to_owned();
     let waiting = tokio::spawn(async move {
@@ -101,6 +110,101 @@ async fn notifications_over_an_application_pool_need_a_listen_url() {
         .await
         .expect_err("refused");
     assert!(err.to_string().contains("listen_url"), "{err}");
+}
+
+/// A session listening on `channel`: its payloads, in commit order.
+struct Listener {
+    _client: lock_postgres::tokio_postgres::Client,
+    payloads: tokio::sync::mpsc::UnboundedReceiver<String>,
+    pump: tokio::task::JoinHandle<()>,
+}
+
+impl Listener {
+    async fn start(url: &str, channel: &str) -> Listener {
+        use futures::StreamExt;
+        use lock_postgres::tokio_postgres::{AsyncMessage, NoTls, connect};
+        let (client, mut connection) = connect(url, NoTls).await.expect("listener");
+        let (tx, payloads) = tokio::sync::mpsc::unbounded_channel();
+        let pump = tokio::spawn(async move {
+            let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+            while let Some(Ok(message)) = messages.next().await {
+                if let AsyncMessage::Notification(n) = message {
+                    let _ = tx.send(n.payload().to_owned());
+                }
+            }
+        });
+        client
+            .batch_execute(&format!("LISTEN \"{channel}\""))
+            .await
+            .expect("LISTEN");
+        Listener {
+            _client: client,
+            payloads,
+            pump,
+        }
+    }
+
+    async fn next(&mut self) -> String {
+        tokio::time::timeout(Duration::from_secs(20), self.payloads.recv())
+            .await
+            .expect("a notification")
+            .expect("the listener is up")
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.pump.abort();
+    }
+}
+
+/// A release that nobody waits for sends no notification (a commit that
+/// notifies holds a database-wide lock while it flushes): the first one
+/// the channel carries is the release of a key a waiter tried, although
+/// the quiet key was released first. A grant to a process that waited for
+/// the key lately starts marked, so its release notifies too (a waiter
+/// whose wake-up came before its wait began has no other).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_releases_someone_waits_for_notify() {
+    let server = &servers().await.0;
+    let backend = notified_direct().await;
+    let mut listener = Listener::start(&server.url(), &backend.lock_statements().channel).await;
+    let ttl = Duration::from_secs(60);
+    let acquire = |key: &'static str| {
+        let backend = backend.clone();
+        async move {
+            let token = LockToken::generate().expect("token");
+            let got = backend.try_acquire(key, &token, ttl).await.expect("acquire");
+            (got, token)
+        }
+    };
+    let release = |key: &'static str, token: LockToken| {
+        let backend = backend.clone();
+        async move {
+            let got = backend.release(key, &token).await.expect("release");
+            assert_eq!(got, ReleaseOutcome::Released, "{key}");
+        }
+    };
+    // Nobody waits for the quiet key; a waiter tries the busy one.
+    let (got, quiet) = acquire("notify:quiet").await;
+    assert!(matches!(got, AcquireOutcome::Acquired(_)), "{got:?}");
+    release("notify:quiet", quiet).await;
+    let (got, busy) = acquire("notify:busy").await;
+    assert!(matches!(got, AcquireOutcome::Acquired(_)), "{got:?}");
+    let (refused, _) = acquire("notify:busy").await;
+    assert!(matches!(refused, AcquireOutcome::Held { .. }), "{refused:?}");
+    release("notify:busy", busy).await;
+    assert_eq!(listener.next().await, "knotify:busy");
+
+    // This process waited for the busy key: its next grant starts marked.
+    backend.wait_for_release("notify:busy", Duration::from_millis(1)).await;
+    let (got, after_wait) = acquire("notify:busy").await;
+    assert!(matches!(got, AcquireOutcome::Acquired(_)), "{got:?}");
+    let (got, quiet) = acquire("notify:quiet").await;
+    assert!(matches!(got, AcquireOutcome::Acquired(_)), "{got:?}");
+    release("notify:quiet", quiet).await;
+    release("notify:busy", after_wait).await;
+    assert_eq!(listener.next().await, "knotify:busy");
 }
 
 /// Two fair waiters queue behind a holder; the release comes after the
