@@ -175,7 +175,8 @@ impl Owners {
 }
 
 /// tokio-postgres, no framework: the postgres backend's own acquire and
-/// release statements (from [`PostgresBackend::lock_statements`]), sent as
+/// release statements in its default configuration (from
+/// [`PostgresBackend::lock_statements`]: release notifications on), sent as
 /// it sends them (`query_typed`: unnamed statement, in its own durable
 /// transaction, one round trip each) over a pool built as it builds its own.
 pub struct RawTokioPostgres {
@@ -207,11 +208,12 @@ impl Locker for RawTokioPostgres {
         let rows = in_transaction(
             &client,
             &self.sql,
-            &self.sql.acquire,
+            &self.sql.acquire_marking,
             &[
                 (&key, Type::TEXT),
                 (&owner_ref, Type::BYTEA),
                 (&self.ttl_ms, Type::INT8),
+                (&false, Type::BOOL),
             ],
         )
         .await?;
@@ -228,8 +230,12 @@ impl Locker for RawTokioPostgres {
         let rows = in_transaction(
             &client,
             &self.sql,
-            &self.sql.release,
-            &[(&key, Type::TEXT), (&owner_ref, Type::BYTEA)],
+            &self.sql.release_notify,
+            &[
+                (&key, Type::TEXT),
+                (&owner_ref, Type::BYTEA),
+                (&self.sql.channel.as_str(), Type::TEXT),
+            ],
         )
         .await?;
         let code: i32 = rows.first().ok_or("release: no row")?.try_get(0)?;

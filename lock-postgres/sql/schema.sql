@@ -224,11 +224,13 @@ END $$;
 -- a live lease that someone waits for (marked `waited`, or a live entry in
 -- k's fair queue), notify `channel` (wake_payload). 0 released, 1 held by
 -- another, 2 missing (our own expired row is deleted too, but answers
--- missing), as the plain release statement.
+-- missing), as the plain release statement, and like it committed without
+-- waiting for its flush (lease_sql in src/schema.rs says why that is safe).
 CREATE OR REPLACE FUNCTION "verrou".release_notify(k text, tok bytea, channel text)
 RETURNS int LANGUAGE plpgsql AS $$
 DECLARE live boolean; wanted boolean;
 BEGIN
+    PERFORM set_config('synchronous_commit', 'off', true);
     DELETE FROM "verrou".locks AS l WHERE l.key = k AND l.owner = tok
     RETURNING l.expires_at > clock_timestamp(), l.waited INTO live, wanted;
     IF FOUND THEN

@@ -80,7 +80,13 @@
 //! holder's grant), with `synchronous_commit` raised to `on` for its
 //! transaction when the session says `off` (a crash would lose a confirmed
 //! grant and hand its fencing token out again); `local`, `remote_write`
-//! and `remote_apply` are kept. They need `fsync` on (the default) and, for
+//! and `remote_apply` are kept. Three writes grant nothing and commit
+//! without waiting for their flush (nor for a synchronous standby): a
+//! plain lock's release (lost in a crash or a failover, the lease comes
+//! back until its expiry, never a second holder; the next grant's commit
+//! flushes it first, the log being written in order), and a refused plain
+//! or fair attempt (it only marked the lease as waited for, or kept its
+//! place in the fair queue). They need `fsync` on (the default) and, for
 //! a failover, a synchronous standby (see *Guarantees*).
 //!
 //! # Schema
@@ -153,7 +159,9 @@
 //! sent, the server's expiry after it arrives). A row is never taken over
 //! before its expiry by the server's clock. A failover keeps the confirmed
 //! leases only when the standby was synchronous (`synchronous_standby_names`
-//! with `synchronous_commit` `on` or `remote_apply`).
+//! with `synchronous_commit` `on` or `remote_apply`); it (or a crash) can
+//! undo a confirmed release, which keeps the key held until the lease's
+//! expiry.
 //!
 //! # URL
 //!
@@ -327,6 +335,7 @@ impl PostgresBackend {
         LockStatements {
             begin: conn::BEGIN,
             acquire: sql.acquire.clone(),
+            acquire_marking: sql.acquire_marking.clone(),
             release: sql.release.clone(),
             release_notify: sql.release_notify.clone(),
             renew: sql.renew.clone(),

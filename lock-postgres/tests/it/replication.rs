@@ -77,6 +77,43 @@ fn acquired_fence(outcome: AcquireOutcome) -> u64 {
     }
 }
 
+/// A release waits neither for its flush nor for the synchronous standby
+/// (lost in a crash or a failover, it brings the lease back until its
+/// expiry, never a second holder; the next grant's commit flushes it): with
+/// the standby stopped, releases are confirmed, with and without
+/// notifications, while a grant waits for the standby and times out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_does_not_wait_for_the_synchronous_standby() {
+    let pair = PostgresPair::start(PostgresServer::builder(), true)
+        .await
+        .expect("pair");
+    for notifications in [false, true] {
+        let backend = PostgresBackend::builder(&pair.primary().url())
+            .expect("url")
+            .release_notifications(notifications)
+            .response_timeout(Duration::from_secs(1))
+            .build()
+            .await
+            .expect("connect");
+        let owner = LockToken::generate().expect("token");
+        let key = format!("quick-release:{notifications}");
+        let ttl = Duration::from_secs(60);
+        acquired_fence(backend.try_acquire(&key, &owner, ttl).await.expect("acquire"));
+        pair.standby().pause().expect("pause the standby");
+        let released = backend.release(&key, &owner).await;
+        let grant = backend
+            .try_acquire(&format!("{key}:next"), &LockToken::generate().expect("token"), ttl)
+            .await;
+        pair.standby().resume().expect("resume the standby");
+        assert_eq!(
+            released.expect("a release is confirmed without the standby"),
+            lock_core::ReleaseOutcome::Released
+        );
+        let err = grant.expect_err("a grant waits for the synchronous standby");
+        assert!(err.is_outcome_unknown(), "{err}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_confirmed_lease_survives_the_promotion_of_a_synchronous_standby() {
     let pair = PostgresPair::start(PostgresServer::builder(), true)
