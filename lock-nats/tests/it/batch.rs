@@ -160,3 +160,45 @@ async fn a_lock_lost_before_a_batched_renewal_is_told_alone() {
 async fn a_lock_lost_before_a_batched_renewal_is_told_alone_on_r3() {
     a_lock_lost_in_a_batch_is_told_alone(common::three().await, "batchlost").await;
 }
+
+/// A stream that stops taking atomic batches after the build (an operator
+/// turned `allow_atomic` off): the refused batch stores nothing, its leases
+/// are renewed one by one in the same call, and the next renewals go out
+/// one by one too, every lease still renewed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_stops_taking_batches_is_renewed_one_by_one() {
+    let cluster = common::single().await;
+    let bucket = "batchoff";
+    let backend = common::connect(common::url(cluster, bucket)).await;
+    let js = jetstream::new(async_nats::connect(cluster.addr(0)).await.unwrap());
+    let mut config = stream(cluster, bucket).await.cached_info().config.clone();
+    assert!(config.allow_atomic_publish, "the builder turned atomic batches on");
+    let mine = token();
+    let keys: Vec<String> = (0..10).map(|i| format!("off:{i}:{}", token().to_hex())).collect();
+    hold(&backend, &keys, &mine).await;
+    config.allow_atomic_publish = false;
+    let updated = js.update_stream(&config).await.unwrap();
+    assert!(!updated.config.allow_atomic_publish, "atomic batches turned off");
+    let stream = stream(cluster, bucket).await;
+    let items: Vec<(&str, &LockToken)> = keys.iter().map(|k| (k.as_str(), &mine)).collect();
+    for round in 0..2 {
+        let before: Vec<u64> = futures::future::join_all(keys.iter().map(|k| stored(&stream, bucket, k)))
+            .await
+            .into_iter()
+            .map(|(sequence, _)| sequence)
+            .collect();
+        let outcomes = backend.renew_many(&items, TTL).await;
+        assert!(
+            outcomes.iter().all(|o| matches!(o, Ok(RenewOutcome::Renewed))),
+            "round {round}: {outcomes:?}"
+        );
+        for (key, was) in keys.iter().zip(before) {
+            let (sequence, id) = stored(&stream, bucket, key).await;
+            assert!(sequence > was, "round {round}: {key} renewed");
+            assert!(
+                id.is_none(),
+                "round {round}: {key} stored by a batch the stream refuses"
+            );
+        }
+    }
+}
