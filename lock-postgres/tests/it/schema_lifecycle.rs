@@ -1,6 +1,7 @@
 //! The schema over its life: a build bounded by the response timeout, a
-//! re-created schema that never repeats a token or a version, and tables
-//! that do not keep rows of names nobody holds.
+//! re-created schema that never repeats a token or a version, an earlier
+//! release's schema completed in place, and tables that do not keep rows
+//! of names nobody holds.
 #![allow(clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::time::Duration;
@@ -75,6 +76,46 @@ async fn a_recreated_schema_never_repeats_a_token_or_version() {
         CreateOutcome::Created { version: v } => assert!(v > version, "version {v} after {version}"),
         other => panic!("{other:?}"),
     }
+}
+
+/// A schema made by an earlier release (no `waited` column, no
+/// `acquire_marking`), a lease held in it: the next build completes it in
+/// place, the lease still held, and a refused attempt marks it as waited
+/// for; with `create_schema(false)` the build is refused instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_from_before_the_waited_mark_is_completed_in_place() {
+    let server = PostgresServer::start().await.expect("start postgres");
+    let old = PostgresBackend::connect(&server.url()).await.expect("connect");
+    let ttl = Duration::from_secs(30);
+    let holder = LockToken::generate().expect("token");
+    fence(old.try_acquire("kept", &holder, ttl).await.expect("acquire"));
+    server
+        .psql(
+            "DROP FUNCTION verrou.acquire_marking(text, bytea, bigint, boolean); \
+             ALTER TABLE verrou.locks DROP COLUMN waited",
+        )
+        .await
+        .expect("make the schema an earlier release's");
+    let refused = PostgresBackend::builder(&server.url())
+        .expect("url")
+        .create_schema(false)
+        .build()
+        .await
+        .expect_err("an incomplete schema is refused without create_schema");
+    assert!(refused.to_string().contains("schema"), "{refused}");
+    let backend = PostgresBackend::connect(&server.url()).await.expect("completed");
+    let other = LockToken::generate().expect("token");
+    let got = backend.try_acquire("kept", &other, ttl).await.expect("attempt");
+    assert!(matches!(got, AcquireOutcome::Held { .. }), "{got:?}");
+    let marked = server
+        .psql("SELECT waited FROM verrou.locks WHERE key = 'kept'")
+        .await
+        .expect("psql");
+    assert_eq!(marked, "t", "the refused attempt marked the lease");
+    assert_eq!(
+        backend.release("kept", &holder).await.expect("release"),
+        lock_core::ReleaseOutcome::Released
+    );
 }
 
 async fn count(server: &PostgresServer, table: &str) -> u64 {
