@@ -43,6 +43,10 @@ CREATE TABLE IF NOT EXISTS "verrou".queue (
     PRIMARY KEY (key, waiter)
 );
 CREATE INDEX IF NOT EXISTS queue_by_ticket ON "verrou".queue (key, ticket);
+-- `inbox`: the waiter's own notification channel (its process listens on
+-- it), NULL without notifications: a release names the head of the queue
+-- to its process alone, instead of waking every listening process.
+ALTER TABLE "verrou".queue ADD COLUMN IF NOT EXISTS inbox text;
 
 -- The versioned store: versions come from a sequence, so a key deleted and
 -- created again never gets a version it had before; it starts at the
@@ -102,14 +106,16 @@ END $$;
 -- (as the plain acquire does) only when the waiter heads the queue of live
 -- waiters. Answers the fencing token when taken, else the holder's
 -- remaining milliseconds (NULL when the key is free but another waiter is
--- ahead).
-CREATE OR REPLACE FUNCTION "verrou".acquire_fair(k text, tok bytea, ttl_ms bigint, w bytea, claim_ms bigint)
+-- ahead). `box`: the waiter's inbox (see the queue), or NULL. (An older
+-- schema's five-argument acquire_fair is left as it was, for clients of
+-- that release.)
+CREATE OR REPLACE FUNCTION "verrou".acquire_fair(k text, tok bytea, ttl_ms bigint, w bytea, claim_ms bigint, box text)
 RETURNS TABLE (fence bigint, retry_ms bigint) LANGUAGE plpgsql AS $$
 DECLARE my_ticket bigint;
 BEGIN
-    INSERT INTO "verrou".queue AS q (key, waiter, ticket, expires_at)
-    VALUES (k, w, nextval('"verrou".fence_seq'), clock_timestamp() + claim_ms * interval '1 millisecond')
-    ON CONFLICT (key, waiter) DO UPDATE SET expires_at = excluded.expires_at
+    INSERT INTO "verrou".queue AS q (key, waiter, ticket, expires_at, inbox)
+    VALUES (k, w, nextval('"verrou".fence_seq'), clock_timestamp() + claim_ms * interval '1 millisecond', box)
+    ON CONFLICT (key, waiter) DO UPDATE SET expires_at = excluded.expires_at, inbox = excluded.inbox
     RETURNING q.ticket INTO my_ticket;
     DELETE FROM "verrou".queue AS q WHERE q.key = k AND q.expires_at <= clock_timestamp();
     IF NOT EXISTS (SELECT 1 FROM "verrou".queue AS q WHERE q.key = k AND q.ticket < my_ticket) THEN
@@ -204,11 +210,13 @@ BEGIN
     RETURN NEXT;
 END $$;
 
--- The payload of a release notification for key k: 'h', the hex id of the
--- live head of k's fair queue (other than `leaving`, a waiter that is
--- leaving it; NULL for none) and ':', then k; or 'k' and k when nobody heads
--- the queue. Listeners wake one plain waiter of k and the named head only.
--- PL/pgSQL keeps the query's plan for the session.
+-- The payload of a broadcast release notification for key k: 'h', the hex
+-- id of the live head of k's fair queue (other than `leaving`, a waiter
+-- that is leaving it; NULL for none) and ':', then k; or 'k' and k when
+-- nobody heads the queue. Listeners wake one plain waiter of k and the
+-- named head only. PL/pgSQL keeps the query's plan for the session. (This
+-- release wakes through `wake`; the statements of an earlier release's
+-- clients still call this.)
 CREATE OR REPLACE FUNCTION "verrou".wake_payload(k text, leaving bytea)
 RETURNS text LANGUAGE plpgsql AS $$
 DECLARE head bytea;
@@ -220,9 +228,33 @@ BEGIN
     RETURN 'k' || k;
 END $$;
 
+-- Wakes k's waiters: the live head of k's fair queue (other than
+-- `leaving`, a waiter that is leaving it), named in its inbox alone when it
+-- has one ('h', its hex id, ':', k), else on `channel` with the plain
+-- waiters (wake_payload); and, when `plain`, one plain waiter of k in every
+-- listening process ('k' and k on `channel`).
+CREATE OR REPLACE FUNCTION "verrou".wake(k text, leaving bytea, channel text, plain boolean)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE head bytea; box text;
+BEGIN
+    SELECT q.waiter, q.inbox INTO head, box FROM "verrou".queue AS q
+     WHERE q.key = k AND q.expires_at > clock_timestamp() AND q.waiter IS DISTINCT FROM leaving
+     ORDER BY q.ticket LIMIT 1;
+    IF FOUND AND box IS NOT NULL THEN
+        PERFORM pg_notify(box, 'h' || encode(head, 'hex') || ':' || k);
+        IF plain THEN
+            PERFORM pg_notify(channel, 'k' || k);
+        END IF;
+    ELSIF FOUND THEN
+        PERFORM pg_notify(channel, 'h' || encode(head, 'hex') || ':' || k);
+    ELSIF plain THEN
+        PERFORM pg_notify(channel, 'k' || k);
+    END IF;
+END $$;
+
 -- Release with notifications: delete k if tok holds it and, when that freed
 -- a live lease that someone waits for (marked `waited`, or a live entry in
--- k's fair queue), notify `channel` (wake_payload). 0 released, 1 held by
+-- k's fair queue), wake them (wake). 0 released, 1 held by
 -- another, 2 missing (our own expired row is deleted too, but answers
 -- missing), as the plain release statement, and like it committed without
 -- waiting for its flush (lease_sql in src/schema.rs says why that is safe).
@@ -235,10 +267,7 @@ BEGIN
     RETURNING l.expires_at > clock_timestamp(), l.waited INTO live, wanted;
     IF FOUND THEN
         IF live THEN
-            IF wanted OR EXISTS (SELECT 1 FROM "verrou".queue AS q
-                                  WHERE q.key = k AND q.expires_at > clock_timestamp()) THEN
-                PERFORM pg_notify(channel, "verrou".wake_payload(k, NULL));
-            END IF;
+            PERFORM "verrou".wake(k, NULL, channel, wanted);
             RETURN 0;
         END IF;
         RETURN 2;

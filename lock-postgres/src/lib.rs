@@ -493,14 +493,18 @@ impl LockBackend for PostgresBackend {
         let claim = ttl_param(waiter.claim)?;
         let owner: &[u8] = token.as_bytes();
         let id: &[u8] = waiter.id.as_bytes();
-        let params: [Param<'_>; 5] = [
+        let notifier = self.inner.notifier.as_ref();
+        // Where a release that names it the head is sent (its process's
+        // own channel), if this backend listens.
+        let inbox: Option<&str> = notifier.map(notify::Notifier::inbox);
+        let params: [Param<'_>; 6] = [
             (&key, Type::TEXT),
             (&owner, Type::BYTEA),
             (&ms, Type::INT8),
             (&id, Type::BYTEA),
             (&claim, Type::INT8),
+            (&inbox, Type::TEXT),
         ];
-        let notifier = self.inner.notifier.as_ref();
         if let Some(n) = notifier {
             // Before the attempt: a release that names it the head while
             // the attempt is in flight still wakes its next wait.

@@ -110,9 +110,11 @@ impl Waiters {
 
 type Shared = Mutex<Waiters>;
 
-/// The local side: waiters per key, and the task that listens.
+/// The local side: waiters per key, this process's inbox, and the task
+/// that listens.
 pub(crate) struct Notifier {
     waiters: Arc<Shared>,
+    inbox: String,
     _listener: AbortOnDrop,
 }
 
@@ -128,9 +130,11 @@ impl Notifier {
     pub(crate) fn start(config: tokio_postgres::Config, channel: String) -> Notifier {
         let waiters: Arc<Shared> = Arc::default();
         let map = Arc::downgrade(&waiters);
+        let inbox = inbox_of(&channel);
+        let channels = [channel, inbox.clone()];
         let task = tokio::spawn(async move {
             loop {
-                if let Err(e) = listen_once(&config, &channel, &map).await {
+                if let Err(e) = listen_once(&config, &channels, &map).await {
                     tracing::debug!(error = %e, "lock-postgres: the LISTEN connection failed; waiters use their timers");
                 }
                 if map.strong_count() == 0 {
@@ -141,8 +145,15 @@ impl Notifier {
         });
         Notifier {
             waiters,
+            inbox,
             _listener: AbortOnDrop(task),
         }
+    }
+
+    /// This process's own channel: a release that names one of its fair
+    /// waiters the head of a queue is sent there alone.
+    pub(crate) fn inbox(&self) -> &str {
+        &self.inbox
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Waiters> {
@@ -224,13 +235,25 @@ fn wake(map: &Weak<Shared>, payload: &str) {
     }
 }
 
+/// A channel of this process alone: the schema's channel (cut to leave
+/// room within PostgreSQL's 63 bytes), '_' and 16 random hex digits.
+fn inbox_of(channel: &str) -> String {
+    let mut inbox: String = channel.chars().take(40).collect();
+    inbox.push('_');
+    inbox.push_str(&format!("{:016x}", fastrand::u64(..)));
+    inbox
+}
+
 async fn listen_once(
     config: &tokio_postgres::Config,
-    channel: &str,
+    channels: &[String; 2],
     map: &Weak<Shared>,
 ) -> Result<(), tokio_postgres::Error> {
     let (client, mut keys, _pump) = crate::builder::connect_listener(config).await?;
-    client.batch_execute(&format!("LISTEN \"{channel}\"")).await?;
+    let [channel, inbox] = channels;
+    client
+        .batch_execute(&format!("LISTEN \"{channel}\"; LISTEN \"{inbox}\""))
+        .await?;
     while let Some(payload) = keys.recv().await {
         wake(map, &payload);
         if map.strong_count() == 0 {

@@ -235,13 +235,13 @@ impl Statements {
             ),
             kv_cas: format!("SELECT kind, version, value FROM {s}.kv_cas($1, $2, $3, $4)"),
             kv_delete: format!("SELECT kind, version FROM {s}.kv_delete($1, $2)"),
-            acquire_fair: format!("SELECT fence, retry_ms FROM {s}.acquire_fair($1, $2, $3, $4, $5)"),
+            acquire_fair: format!("SELECT fence, retry_ms FROM {s}.acquire_fair($1, $2, $3, $4, $5, $6)"),
             leave_queue: format!("DELETE FROM {s}.queue WHERE key = $1 AND waiter = $2"),
             // A waiter leaving a free key's queue wakes the next one (the
             // statement still sees the leaving waiter: skipped by name).
             leave_queue_notify: format!(
                 "WITH left_queue AS (DELETE FROM {s}.queue WHERE key = $1 AND waiter = $2 RETURNING 1) \
-                 SELECT pg_notify($3, {s}.wake_payload($1, $2)) FROM left_queue WHERE NOT EXISTS \
+                 SELECT {s}.wake($1, $2, $3, true) FROM left_queue WHERE NOT EXISTS \
                    (SELECT 1 FROM {s}.locks WHERE key = $1 AND expires_at > clock_timestamp())"
             ),
             kinds: crate::kinds::KindStatements::new(&s),
@@ -253,10 +253,11 @@ impl Statements {
                    AND to_regclass('{s}.version_seq') IS NOT NULL \
                    AND to_regprocedure('{s}.kv_cas(text, bigint, bytea, bigint)') IS NOT NULL \
                    AND to_regprocedure('{s}.kv_delete(text, bigint)') IS NOT NULL \
-                   AND to_regprocedure('{s}.acquire_fair(text, bytea, bigint, bytea, bigint)') IS NOT NULL \
+                   AND to_regprocedure('{s}.acquire_fair(text, bytea, bigint, bytea, bigint, text)') IS NOT NULL \
                    AND to_regprocedure('{s}.release_notify(text, bytea, text)') IS NOT NULL \
                    AND to_regprocedure('{s}.acquire_marking(text, bytea, bigint, boolean)') IS NOT NULL \
                    AND to_regprocedure('{s}.wake_payload(text, bytea)') IS NOT NULL \
+                   AND to_regprocedure('{s}.wake(text, bytea, text, boolean)') IS NOT NULL \
                    AND to_regprocedure('{s}.renew_many(text[], bytea[], bigint)') IS NOT NULL \
                    AND to_regclass('{s}.leaders') IS NOT NULL \
                    AND to_regprocedure('{s}.multi_acquire(text[], bytea, bigint)') IS NOT NULL \

@@ -39,6 +39,18 @@ async fn notified_direct() -> PostgresBackend {
         .expect("connect")
 }
 
+/// As [`notified_direct`], in a schema of its own: its channel carries the
+/// notifications of the test that uses it alone.
+async fn notified_in(schema: &str) -> PostgresBackend {
+    PostgresBackend::builder(&servers().await.0.url())
+        .expect("url")
+        .schema(schema)
+        .release_notifications(true)
+        .build()
+        .await
+        .expect("connect")
+}
+
 /// The pool through PgBouncer, the listener direct.
 async fn notified_bounced() -> PostgresBackend {
     let (server, bouncer) = servers().await;
@@ -167,7 +179,7 @@ impl Drop for Listener {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_releases_someone_waits_for_notify() {
     let server = &servers().await.0;
-    let backend = notified_direct().await;
+    let backend = notified_in("notify_quiet").await;
     let mut listener = Listener::start(&server.url(), &backend.lock_statements().channel).await;
     let ttl = Duration::from_secs(60);
     let acquire = |key: &'static str| {
@@ -205,6 +217,63 @@ async fn only_releases_someone_waits_for_notify() {
     release("notify:quiet", quiet).await;
     release("notify:busy", after_wait).await;
     assert_eq!(listener.next().await, "knotify:busy");
+}
+
+/// A release that names a fair waiter the head of its queue is sent to the
+/// head's process alone (its inbox), not to every listening process: the
+/// schema's channel carries only the marker released after it, and the
+/// head, in another process than the holder, wakes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_release_wakes_the_head_in_its_process_alone() {
+    let server = &servers().await.0;
+    let holder_side = notified_in("notify_inbox").await;
+    let head_side = notified_in("notify_inbox").await;
+    let mut listener = Listener::start(&server.url(), &holder_side.lock_statements().channel).await;
+    let key = "notify:fair-inbox";
+    let ttl = Duration::from_secs(60);
+    let holder = LockToken::generate().expect("token");
+    assert!(matches!(
+        holder_side.try_acquire(key, &holder, ttl).await.expect("acquire"),
+        AcquireOutcome::Acquired(_)
+    ));
+    let head = FairWaiter::new(LockToken::generate().expect("token"), Duration::from_secs(60));
+    let got = head_side
+        .try_acquire_fair(key, &LockToken::generate().expect("token"), ttl, &head)
+        .await
+        .expect("attempt");
+    assert!(matches!(got, AcquireOutcome::Held { .. }), "{got:?}");
+    // The LISTEN connections are up well before this.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        holder_side.release(key, &holder).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        head_side.wait_fair(key, &head, Duration::from_secs(60)),
+    )
+    .await
+    .expect("the head wakes on the release, not on its 60 s timer");
+    // A broadcast after it: the first payload on the schema's channel.
+    let marker = "notify:fair-inbox-marker";
+    let marker_holder = LockToken::generate().expect("token");
+    assert!(matches!(
+        holder_side
+            .try_acquire(marker, &marker_holder, ttl)
+            .await
+            .expect("acquire"),
+        AcquireOutcome::Acquired(_)
+    ));
+    let refused = head_side
+        .try_acquire(marker, &LockToken::generate().expect("token"), ttl)
+        .await
+        .expect("attempt");
+    assert!(matches!(refused, AcquireOutcome::Held { .. }), "{refused:?}");
+    assert_eq!(
+        holder_side.release(marker, &marker_holder).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    assert_eq!(listener.next().await, format!("k{marker}"));
 }
 
 /// Two fair waiters queue behind a holder; the release comes after the
