@@ -84,9 +84,10 @@
 //! without waiting for their flush (nor for a synchronous standby): a
 //! plain lock's release (lost in a crash or a failover, the lease comes
 //! back until its expiry, never a second holder; the next grant's commit
-//! flushes it first, the log being written in order), and a refused plain
-//! or fair attempt (it only marked the lease as waited for, or kept its
-//! place in the fair queue). They need `fsync` on (the default) and, for
+//! flushes it first, the log being written in order), a refused fair
+//! attempt (it only kept its place in the queue) and, with release
+//! notifications, a refused plain attempt (it only marked the lease as
+//! waited for); test `a_refused_attempt_does_not_wait_for_the_synchronous_standby`. They need `fsync` on (the default) and, for
 //! a failover, a synchronous standby (see *Guarantees*).
 //!
 //! # Schema

@@ -114,6 +114,58 @@ async fn a_release_does_not_wait_for_the_synchronous_standby() {
     }
 }
 
+/// A refused attempt grants nothing, so it does not wait for the
+/// synchronous standby either: with the standby stopped, a plain attempt
+/// with release notifications (the default; it marks the lease as waited
+/// for) and a fair attempt (it keeps its queue entry, with or without
+/// notifications) find the key held instead of timing out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_attempt_does_not_wait_for_the_synchronous_standby() {
+    let pair = PostgresPair::start(PostgresServer::builder(), true)
+        .await
+        .expect("pair");
+    for notifications in [false, true] {
+        let backend = PostgresBackend::builder(&pair.primary().url())
+            .expect("url")
+            .release_notifications(notifications)
+            .response_timeout(Duration::from_secs(1))
+            .build()
+            .await
+            .expect("connect");
+        let key = format!("quick-refusal:{notifications}");
+        let ttl = Duration::from_secs(60);
+        acquired_fence(
+            backend
+                .try_acquire(&key, &LockToken::generate().expect("token"), ttl)
+                .await
+                .expect("acquire"),
+        );
+        let waiter = lock_core::raw::FairWaiter::new(LockToken::generate().expect("token"), ttl);
+        pair.standby().pause().expect("pause the standby");
+        let fair = backend
+            .try_acquire_fair(&key, &LockToken::generate().expect("token"), ttl, &waiter)
+            .await;
+        // Without notifications a refused plain attempt locks the row and
+        // commits like a grant (it waits for the standby): not sent.
+        let plain = if notifications {
+            Some(
+                backend
+                    .try_acquire(&key, &LockToken::generate().expect("token"), ttl)
+                    .await,
+            )
+        } else {
+            None
+        };
+        pair.standby().resume().expect("resume the standby");
+        let fair = fair.expect("a refused fair attempt is answered without the standby");
+        assert!(matches!(fair, AcquireOutcome::Held { .. }), "{fair:?}");
+        if let Some(plain) = plain {
+            let plain = plain.expect("a refused attempt is answered without the standby");
+            assert!(matches!(plain, AcquireOutcome::Held { .. }), "{plain:?}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_confirmed_lease_survives_the_promotion_of_a_synchronous_standby() {
     let pair = PostgresPair::start(PostgresServer::builder(), true)
